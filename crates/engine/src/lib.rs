@@ -1,0 +1,1 @@
+//! oxzfs engine (being written)

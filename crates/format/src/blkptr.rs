@@ -1,0 +1,1 @@
+//! blkptr (to be written)

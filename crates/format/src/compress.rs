@@ -1,0 +1,1 @@
+//! compress (to be written)

@@ -1,0 +1,1 @@
+//! dnode (to be written)

@@ -1,0 +1,1 @@
+//! features (to be written)

@@ -1,0 +1,1 @@
+//! label (to be written)

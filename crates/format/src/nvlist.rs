@@ -1,0 +1,1 @@
+//! nvlist (to be written)

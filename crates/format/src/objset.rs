@@ -1,0 +1,1 @@
+//! objset (to be written)

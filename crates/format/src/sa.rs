@@ -1,0 +1,1 @@
+//! sa (to be written)

@@ -1,0 +1,1 @@
+//! uberblock (to be written)

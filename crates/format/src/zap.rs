@@ -1,0 +1,1 @@
+//! zap (to be written)

@@ -1,0 +1,1 @@
+//! znode (to be written)
