@@ -1,0 +1,480 @@
+//! spa: the storage pool — finding a pool's devices, choosing its config and uberblock, opening
+//! its meta objset (MOS), and the block read entry point every upper layer uses.
+//!
+//! Import, as OpenZFS's spa_import does it, read-only for now:
+//! 1. `scan`: every file or block device in the given directories is probed for its four labels
+//!    (see `oxzfs_format::label`). A label carries the pool's name and guid, the device's own guid,
+//!    the txg of the config, and the `vdev_tree` of the top-level vdev the device belongs to.
+//!    Devices are grouped by pool guid and found by their own guid; the path stored in the label
+//!    is never used to open anything.
+//! 2. The pool's vdev tree is assembled from the newest top-level trees the labels hold, then
+//!    replaced by the authoritative copy in the MOS (`config` object) once the MOS is open.
+//! 3. The active uberblock is the newest valid one (highest txg, then timestamp) in any label
+//!    of any device of the pool; its root bp is the MOS objset.
+//! 4. `features_for_read` in the MOS object directory is checked: a feature oxzfs does not know
+//!    that is in use refuses the import, naming it.
+//!
+//! Locking: the Spa is immutable after open except for the ARC (its own lock) and the error log
+//! (a mutex, a leaf lock).
+
+use crate::arc::{AdaptiveCache, ArcKey};
+use crate::dmu::Objset;
+use crate::vdev::{BlockDevice, DeviceMap, FileDevice, Vdev, VdevKind, VdevState};
+use crate::zio::{self, ZioCtx};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::BlockPointer;
+use oxzfs_format::label::{self, VDEV_LABELS, VDEV_LABEL_SIZE};
+use oxzfs_format::nvlist::NvList;
+use oxzfs_format::uberblock::{self, UberblockPhys};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Pool states as the label's `state` records them (POOL_STATE_*).
+pub const POOL_STATE_ACTIVE: u64 = 0;
+pub const POOL_STATE_EXPORTED: u64 = 1;
+pub const POOL_STATE_DESTROYED: u64 = 2;
+pub const POOL_STATE_SPARE: u64 = 3;
+pub const POOL_STATE_L2CACHE: u64 = 4;
+
+/// Device config keys this module reads.
+pub const SPA_VERSION_FEATURES: u64 = 5000;
+
+/// One device's labels as probed.
+pub struct ProbedDevice {
+    pub path: PathBuf,
+    pub dev: Arc<dyn BlockDevice>,
+    /// The newest valid label config of the device.
+    pub config: NvList,
+    pub guid: u64,
+    pub pool_guid: u64,
+    pub txg: u64,
+    pub state: u64,
+    /// Valid uberblocks found in the device's labels.
+    pub uberblocks: Vec<UberblockPhys>,
+    /// How many of the four labels were valid.
+    pub valid_labels: usize,
+}
+
+/// A pool found by scanning.
+pub struct PoolCandidate {
+    pub name: String,
+    pub guid: u64,
+    pub txg: u64,
+    /// The newest label config (carries the name, version, hostid, and one top-level vdev tree).
+    pub config: NvList,
+    pub devices: DeviceMap,
+    /// ONLINE, DEGRADED or UNAVAIL, from the assembled tree.
+    pub state: String,
+    /// The vdev tree assembled from the labels.
+    pub root: Arc<Vdev>,
+    pub problems: Vec<String>,
+    /// The newest uberblock among the pool's devices.
+    pub uberblock: Option<UberblockPhys>,
+    /// Label `state` (exported, active, destroyed).
+    pub pool_state: u64,
+    /// Leaves named by the labels' trees but not found, with their stored path.
+    pub missing: Vec<(u64, String)>,
+}
+
+pub struct ScanResult {
+    pub pools: Vec<PoolCandidate>,
+    /// Files that looked like ZFS devices but could not be used, and why.
+    pub problems: Vec<String>,
+}
+
+/// Probe one device: its labels' configs and uberblocks. Errors say why it is not a pool device.
+pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
+    let dev = FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = dev.size();
+    if size < 4 * VDEV_LABEL_SIZE {
+        return Err(format!("{}: too small to hold ZFS labels ({size} bytes)", path.display()));
+    }
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut best: Option<(u64, NvList)> = None;
+    let mut ubs = Vec::new();
+    let mut valid = 0;
+    let mut ashift_hint = 9;
+    let mut last_err = String::from("no valid label");
+    for l in 0..VDEV_LABELS {
+        let off = label::label_offset(l, size);
+        let mut buf = vec![0u8; VDEV_LABEL_SIZE as usize];
+        if let Err(e) = dev.read_at(&mut buf, off) {
+            last_err = format!("label {l}: {e}");
+            continue;
+        }
+        let cfg_off = 16 << 10;
+        match label::decode_label_config(&buf[cfg_off..cfg_off + (112 << 10)], off + cfg_off as u64) {
+            Ok(cfg) => {
+                valid += 1;
+                let txg = cfg.get_u64("txg").unwrap_or(0);
+                if let Some(a) = cfg.get_nvlist("vdev_tree").and_then(|t| t.get_u64("ashift")) {
+                    ashift_hint = a;
+                }
+                if best.as_ref().map_or(true, |(t, _)| txg > *t) {
+                    best = Some((txg, cfg));
+                }
+            }
+            Err(e) => last_err = format!("label {l}: {e}"),
+        }
+        let ring_off = 128usize << 10;
+        ubs.extend(uberblock::decode_ring(&buf[ring_off..], off + ring_off as u64, ashift_hint));
+    }
+    let (txg, config) = best.ok_or_else(|| format!("{}: not a ZFS device ({last_err})", path.display()))?;
+    Ok(ProbedDevice {
+        path: path.to_path_buf(),
+        dev,
+        guid: config.get_u64("guid").unwrap_or(0),
+        pool_guid: config.get_u64("pool_guid").unwrap_or(0),
+        state: config.get_u64("state").unwrap_or(0),
+        txg,
+        config,
+        uberblocks: ubs,
+        valid_labels: valid,
+    })
+}
+
+/// Find every pool whose devices are in `dirs` (files and block devices directly inside them,
+/// or the paths themselves when they name devices).
+pub fn scan(dirs: &[PathBuf]) -> ScanResult {
+    let mut problems = Vec::new();
+    let mut paths = Vec::new();
+    for d in dirs {
+        match std::fs::read_dir(d) {
+            Ok(rd) => {
+                let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                entries.sort();
+                for p in entries {
+                    if let Ok(md) = std::fs::metadata(&p) {
+                        use std::os::unix::fs::FileTypeExt;
+                        if md.is_file() || md.file_type().is_block_device() {
+                            paths.push(p);
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => paths.push(d.clone()),
+            Err(e) => problems.push(format!("cannot open '{}': {e}", d.display())),
+        }
+    }
+    let mut by_pool: BTreeMap<u64, Vec<ProbedDevice>> = BTreeMap::new();
+    for p in paths {
+        match probe(&p) {
+            Ok(pd) => {
+                if pd.pool_guid == 0 || pd.state == POOL_STATE_L2CACHE || pd.state == POOL_STATE_SPARE {
+                    continue; // cache and spare devices belong to no pool by themselves
+                }
+                if pd.state == POOL_STATE_DESTROYED {
+                    continue;
+                }
+                by_pool.entry(pd.pool_guid).or_default().push(pd);
+            }
+            Err(e) => {
+                if !e.contains("not a ZFS device") && !e.contains("too small") {
+                    problems.push(e);
+                }
+            }
+        }
+    }
+    let pools = by_pool.into_values().map(assemble).collect();
+    ScanResult { pools, problems }
+}
+
+/// Assemble a candidate from the devices of one pool.
+fn assemble(devs: Vec<ProbedDevice>) -> PoolCandidate {
+    let newest = devs.iter().max_by_key(|d| d.txg).expect("non-empty group");
+    let config = newest.config.clone();
+    let name = config.get_str("name").unwrap_or("?").to_string();
+    let guid = newest.pool_guid;
+    let txg = newest.txg;
+    let pool_state = newest.state;
+    let mut devices: DeviceMap = HashMap::new();
+    // Prefer, for a guid seen twice, the copy with the newer label.
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    for d in &devs {
+        if seen.get(&d.guid).map_or(true, |t| d.txg > *t) {
+            seen.insert(d.guid, d.txg);
+            devices.insert(d.guid, (d.path.clone(), d.dev.clone()));
+        }
+    }
+    // Newest vdev_tree per top-level id.
+    let mut tops: BTreeMap<u64, (u64, NvList)> = BTreeMap::new();
+    for d in &devs {
+        if let Some(t) = d.config.get_nvlist("vdev_tree") {
+            let id = t.get_u64("id").unwrap_or(0);
+            if tops.get(&id).map_or(true, |(tx, _)| d.txg > *tx) {
+                tops.insert(id, (d.txg, t.clone()));
+            }
+        }
+    }
+    let nchildren = config.get_u64("vdev_children").unwrap_or(tops.keys().max().map_or(1, |m| m + 1)).min(1024);
+    let mut problems = Vec::new();
+    let mut children = Vec::new();
+    for id in 0..nchildren {
+        match tops.get(&id) {
+            Some((_, t)) => match Vdev::from_config(t, &devices, 1) {
+                Ok(v) => children.push(v),
+                Err(e) => {
+                    problems.push(format!("top-level vdev {id}: {e}"));
+                    children.push(missing_top(id));
+                }
+            },
+            None => children.push(missing_top(id)),
+        }
+    }
+    let root = Arc::new(Vdev {
+        id: 0,
+        guid,
+        kind: VdevKind::Root,
+        ashift: 0,
+        asize: 0,
+        path: None,
+        dev: None,
+        children,
+        stats: Default::default(),
+        is_log: false,
+        alloc_bias: String::new(),
+        metaslab_array: 0,
+        metaslab_shift: 0,
+    });
+    let mut missing = Vec::new();
+    for leaf in root.leaves() {
+        if leaf.dev.is_none() {
+            missing.push((leaf.guid, leaf.path.clone().unwrap_or_else(|| leaf.guid.to_string())));
+        }
+    }
+    for top in &root.children {
+        if top.kind == VdevKind::Hole && top.guid == 0 {
+            missing.push((0, format!("top-level vdev {}", top.id)));
+        }
+    }
+    let state = root_state(&root).as_str().to_string();
+    let uberblock = {
+        let all: Vec<&UberblockPhys> = devs.iter().flat_map(|d| d.uberblocks.iter()).collect();
+        uberblock::best_uberblock(all.into_iter()).cloned()
+    };
+    PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing }
+}
+
+fn missing_top(id: u64) -> Arc<Vdev> {
+    Arc::new(Vdev {
+        id,
+        guid: 0,
+        kind: VdevKind::Hole,
+        ashift: 0,
+        asize: 0,
+        path: None,
+        dev: None,
+        children: Vec::new(),
+        stats: Default::default(),
+        is_log: false,
+        alloc_bias: String::new(),
+        metaslab_array: 0,
+        metaslab_shift: 0,
+    })
+}
+
+/// The pool's health: UNAVAIL when a top-level vdev is unusable, DEGRADED when any is degraded.
+pub fn root_state(root: &Vdev) -> VdevState {
+    let mut st = VdevState::Online;
+    for top in &root.children {
+        if top.kind == VdevKind::Hole && top.guid == 0 {
+            return VdevState::Unavail;
+        }
+        match top.state() {
+            VdevState::Unavail | VdevState::Faulted => {
+                if top.is_log {
+                    st = VdevState::Degraded;
+                } else {
+                    return VdevState::Unavail;
+                }
+            }
+            VdevState::Degraded => st = VdevState::Degraded,
+            VdevState::Online => {}
+        }
+    }
+    st
+}
+
+/// An imported (opened) pool.
+pub struct Spa {
+    pub name: String,
+    pub guid: u64,
+    /// The pool config: the MOS copy when readable, else the newest label's.
+    pub config: NvList,
+    pub root_vdev: Arc<Vdev>,
+    pub uberblock: UberblockPhys,
+    pub rootbp: BlockPointer,
+    pub version: u64,
+    pub readonly: bool,
+    pub arc: AdaptiveCache,
+    pub checksum_salt: [u8; 32],
+    mos: Mutex<Option<Arc<Objset>>>,
+    errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    /// Device map (guid → path, device), including cache and spare devices found by the scan.
+    pub devices: DeviceMap,
+}
+
+impl Spa {
+    /// Open a scanned pool read-only: pick the uberblock, open the MOS, check features.
+    pub fn open(cand: &PoolCandidate, readonly: bool, arc_max: u64) -> Result<Arc<Spa>> {
+        if !readonly {
+            return Err(ZfsError::Unsupported("read-write import".into()));
+        }
+        if root_state(&cand.root) == VdevState::Unavail {
+            let names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
+            return Err(ZfsError::Unavailable(format!(
+                "cannot import '{}': one or more devices is currently unavailable (missing: {})",
+                cand.name,
+                names.join(", ")
+            )));
+        }
+        let ub = cand
+            .uberblock
+            .clone()
+            .ok_or_else(|| ZfsError::Unavailable(format!("cannot import '{}': no valid uberblock found", cand.name)))?;
+        let rootbp = BlockPointer::decode(&ub.rootbp_raw, ub.little_endian)
+            .map_err(|e| ZfsError::corrupt(format!("pool '{}' uberblock txg {} root bp", cand.name, ub.txg), e))?;
+        let version = cand.config.get_u64("version").unwrap_or(0);
+        let build = |config: NvList, root: Arc<Vdev>, salt: [u8; 32], arc_max: u64| Spa {
+            name: cand.name.clone(),
+            guid: cand.guid,
+            config,
+            root_vdev: root,
+            uberblock: ub.clone(),
+            rootbp: rootbp.clone(),
+            version,
+            readonly,
+            arc: AdaptiveCache::new(arc_max),
+            checksum_salt: salt,
+            mos: Mutex::new(None),
+            errlog: Mutex::new(BTreeSet::new()),
+            devices: cand.devices.clone(),
+        };
+        // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
+        let spa0 = Arc::new(build(cand.config.clone(), cand.root.clone(), [0u8; 32], 16 << 20));
+        let mos0 = Objset::open(&spa0, &spa0.rootbp)
+            .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa0.name)))?;
+        let mut salt = [0u8; 32];
+        if let Ok(Some(s)) = crate::zap::zap_lookup(&mos0, 1, b"com.delphix:checksum_salt") {
+            let n = s.value.len().min(32);
+            salt[..n].copy_from_slice(&s.value[..n]);
+        }
+        let mut config = cand.config.clone();
+        let mut root = cand.root.clone();
+        if let Some(cfg) = read_mos_config(&mos0) {
+            if let Some(tree) = cfg.get_nvlist("vdev_tree") {
+                if let Ok(r) = Vdev::from_config(tree, &cand.devices, 0) {
+                    if r.children.len() >= root.children.len() {
+                        root = r;
+                    }
+                }
+            }
+            config = cfg;
+        }
+        drop(mos0);
+        drop(spa0);
+        let spa = Arc::new(build(config, root, salt, arc_max));
+        let mos = Objset::open(&spa, &spa.rootbp)
+            .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa.name)))?;
+        *spa.mos.lock().unwrap() = Some(mos);
+        if let Err(e) = spa.check_features() {
+            spa.close();
+            return Err(e);
+        }
+        Ok(spa)
+    }
+
+    /// Drop the MOS handle, which refers back to the Spa, so an exported pool is freed.
+    pub fn close(&self) {
+        self.mos.lock().unwrap().take();
+    }
+
+    /// The meta objset. Panics only if called after `close` (export), a bug in the caller.
+    pub fn mos(&self) -> Arc<Objset> {
+        self.mos.lock().unwrap().clone().expect("MOS is open while the pool is imported")
+    }
+
+    pub fn object_directory(&self) -> u64 {
+        1
+    }
+
+    pub fn txg(&self) -> u64 {
+        self.uberblock.txg
+    }
+
+    /// Features in use that a reader must understand: (guid, refcount).
+    pub fn features_for_read(&self) -> Vec<(String, u64)> {
+        let mos = self.mos();
+        match crate::zap::zap_lookup_u64(&mos, 1, "features_for_read") {
+            Ok(Some(obj)) => crate::zap::zap_list_u64(&mos, obj).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn check_features(&self) -> Result<()> {
+        let unknown: Vec<String> = self
+            .features_for_read()
+            .into_iter()
+            .filter(|(g, refs)| *refs > 0 && !oxzfs_format::features::READ_SUPPORTED.contains(&g.as_str()))
+            .map(|(g, _)| g)
+            .collect();
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ZfsError::Unsupported(format!(
+                "cannot import '{}': pool uses the following feature(s) not supported by this system: {}",
+                self.name,
+                unknown.join(", ")
+            )))
+        }
+    }
+
+    /// The logical bytes of a block, through the ARC.
+    pub fn read_bp(&self, bp: &BlockPointer) -> Result<Arc<Vec<u8>>> {
+        if bp.is_hole() && !bp.embedded {
+            return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
+        }
+        let key = if bp.embedded {
+            None
+        } else {
+            Some(ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth })
+        };
+        if let Some(k) = &key {
+            if let Some(d) = self.arc.get(k) {
+                return Ok(d);
+            }
+        }
+        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt };
+        let data = Arc::new(zio::read_bp(&ctx, bp)?);
+        if let Some(k) = key {
+            self.arc.insert(k, data.clone());
+        }
+        Ok(data)
+    }
+
+    /// Remember a block that could not be read, for `zpool status -v`.
+    pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
+        let mut log = self.errlog.lock().unwrap();
+        if log.len() < 10_000 {
+            log.insert((objset, object, blkid));
+        }
+    }
+
+    pub fn errors(&self) -> Vec<(u64, u64, u64)> {
+        self.errlog.lock().unwrap().iter().copied().collect()
+    }
+}
+
+/// The MOS `config` object: a packed nvlist whose size is the u64 in the dnode's bonus.
+fn read_mos_config(mos: &Objset) -> Option<NvList> {
+    let obj = crate::zap::zap_lookup_u64(mos, 1, "config").ok()??;
+    let (dn, le) = mos.dnode_with_order(obj).ok()?;
+    let b: [u8; 8] = dn.bonus.get(..8)?.try_into().ok()?;
+    let size = if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) };
+    if size == 0 || size > (16 << 20) {
+        return None;
+    }
+    let bytes = mos.read(&dn, 0, size).ok()?;
+    NvList::decode_packed(&bytes).ok()
+}

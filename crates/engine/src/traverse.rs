@@ -1,0 +1,760 @@
+//! traverse: visit every block of a pool once, and `zdb`'s block statistics built on it.
+//!
+//! The walk is OpenZFS's traverse_pool as zdb uses it (pre-order, keep going on errors):
+//! 1. the MOS from the uberblock's root bp;
+//! 2. every MOS object whose bonus is a DSL dataset: its objset, skipping blocks born at or
+//!    before the dataset's `prev_snap_txg` (those belong to, and were counted with, an older
+//!    snapshot), and for a head dataset its intent log chain (blocks born before the first txg
+//!    a writable import would use — zdb opens read-only);
+//! 3. before those, the pool's deferred-free list (`sync_bplist`) and, from pool version 26,
+//!    the `free_bpobj` of destroyed datasets, counted as "deferred free".
+//! Inside an objset: the objset block → meta dnode (and the user/group/project used dnodes
+//! when the objset block is 2K/4K) → dnode blocks → each dnode's block pointers, indirect
+//! blocks and spill block. Holes are not counted; embedded bps are counted but not read.
+//!
+//! The counts are the figures `zdb -bb` prints: bp count, logical, physical and allocated
+//! bytes, per object type and level. With checksum verification (-c metadata, -cc all),
+//! each counted non-embedded block is read and verified against its bp on every copy path
+//! the vdev layer offers; failures are reported and counted, never fatal.
+
+use crate::dmu::Objset;
+use crate::spa::{self, Spa};
+use crate::zio::{self, ZioCtx};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
+use oxzfs_format::checksum;
+use oxzfs_format::dnode::{DnodePhys, DNODE_SIZE};
+use oxzfs_format::dsl::DslDatasetPhys;
+use oxzfs_format::types;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Number of DMU object types (DMU_OT_NUMTYPES) and zdb's extra rows after them.
+pub const DMU_OT_NUMTYPES: usize = 54;
+pub const ZDB_OT_DEFERRED: usize = DMU_OT_NUMTYPES;
+pub const ZDB_OT_DITTO: usize = DMU_OT_NUMTYPES + 1;
+pub const ZDB_OT_OTHER: usize = DMU_OT_NUMTYPES + 2;
+pub const ZDB_OT_TOTAL: usize = DMU_OT_NUMTYPES + 3;
+/// Level rows: 0..ZB_TOTAL-1 per level, ZB_TOTAL for all levels.
+pub const ZB_TOTAL: usize = 32;
+
+const DMU_OT_DNODE: u8 = 10;
+const DMU_OT_OBJSET: u8 = 11;
+const DMU_OT_DSL_DATASET: u8 = 16;
+const DMU_OT_NEWTYPE: u8 = 0x80;
+const DNODE_FLAG_SPILL_BLKPTR: u8 = 1 << 2;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStats {
+    pub count: u64,
+    pub lsize: u64,
+    pub psize: u64,
+    pub asize: u64,
+    pub gangs: u64,
+    pub ditto_samevdev: u64,
+    pub ditto_same_ms: u64,
+}
+
+/// Statistics of a full traversal.
+pub struct PoolBlockStats {
+    /// [level or ZB_TOTAL][type or ZDB_OT_* ]
+    pub by_type: Vec<Vec<BlockStats>>,
+    pub embedded: [u64; 3],
+    /// Blocks that failed to read or verify: (objset, object, level, blkid, message).
+    pub errors: Vec<(u64, u64, i64, u64, String)>,
+    pub psize_hist: [u64; 64],
+    pub lsize_hist: [u64; 64],
+    pub asize_hist: [u64; 64],
+    pub psize_len: [u64; 64],
+    pub lsize_len: [u64; 64],
+    pub asize_len: [u64; 64],
+}
+
+impl PoolBlockStats {
+    fn new() -> Self {
+        PoolBlockStats {
+            by_type: vec![vec![BlockStats::default(); ZDB_OT_TOTAL + 1]; ZB_TOTAL + 1],
+            embedded: [0; 3],
+            errors: Vec::new(),
+            psize_hist: [0; 64],
+            lsize_hist: [0; 64],
+            asize_hist: [0; 64],
+            psize_len: [0; 64],
+            lsize_len: [0; 64],
+            asize_len: [0; 64],
+        }
+    }
+    pub fn total(&self) -> BlockStats {
+        self.by_type[ZB_TOTAL][ZDB_OT_TOTAL]
+    }
+}
+
+/// How much to verify while traversing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verify {
+    None,
+    Metadata,
+    All,
+}
+
+struct Walker<'a> {
+    spa: &'a Arc<Spa>,
+    verify: Verify,
+    stats: PoolBlockStats,
+    /// metaslab_shift per top-level vdev, for "dittoed blocks in same metaslab".
+    ms_shift: Vec<u64>,
+}
+
+fn highbit(x: u64) -> usize {
+    if x == 0 {
+        0
+    } else {
+        64 - x.leading_zeros() as usize
+    }
+}
+
+impl<'a> Walker<'a> {
+    fn count(&mut self, bp: &BlockPointer, typ: usize) {
+        let asize: u64 = if bp.embedded { 0 } else { bp.dva.iter().take(bp.ndvas()).map(|d| d.asize).sum() };
+        let gangs = if bp.embedded { 0 } else { bp.dva.iter().take(bp.ndvas()).filter(|d| d.gang).count() as u64 };
+        let ndvas = if bp.embedded { 0 } else { bp.ndvas() };
+        let (same_vdev, same_ms) = match ndvas {
+            2 => {
+                let s = bp.dva[0].vdev == bp.dva[1].vdev;
+                (s, s && self.same_ms(bp.dva[0].vdev, bp.dva[0].offset, bp.dva[1].offset))
+            }
+            3 => {
+                let (a, b, c) = (bp.dva[0].vdev, bp.dva[1].vdev, bp.dva[2].vdev);
+                let eq = (a == b) as u32 + (a == c) as u32 + (b == c) as u32;
+                let ms = if eq == 0 {
+                    false
+                } else if a == b && self.same_ms(a, bp.dva[0].offset, bp.dva[1].offset) {
+                    true
+                } else if a == c && self.same_ms(a, bp.dva[0].offset, bp.dva[2].offset) {
+                    true
+                } else {
+                    b == c && self.same_ms(b, bp.dva[1].offset, bp.dva[2].offset)
+                };
+                (eq != 0, ms)
+            }
+            _ => (false, false),
+        };
+        let level = (bp.level as usize).min(ZB_TOTAL - 1);
+        for i in 0..4 {
+            let l = if i < 2 { level } else { ZB_TOTAL };
+            let t = if i & 1 == 1 { typ } else { ZDB_OT_TOTAL };
+            let zb = &mut self.stats.by_type[l][t];
+            zb.asize += asize;
+            zb.lsize += bp.lsize;
+            zb.psize += bp.psize;
+            zb.count += 1;
+            zb.gangs += gangs;
+            zb.ditto_samevdev += same_vdev as u64;
+            zb.ditto_same_ms += same_ms as u64;
+        }
+        if bp.embedded {
+            let e = (bp.etype as usize).min(2);
+            self.stats.embedded[e] += 1;
+            return;
+        }
+        let s = &mut self.stats;
+        let b = highbit(bp.psize).saturating_sub(1).min(63);
+        s.psize_hist[b] += 1;
+        s.psize_len[b] += bp.psize;
+        let b = highbit(bp.lsize).saturating_sub(1).min(63);
+        s.lsize_hist[b] += 1;
+        s.lsize_len[b] += bp.lsize;
+        let b = highbit(asize).saturating_sub(1).min(63);
+        s.asize_hist[b] += 1;
+        s.asize_len[b] += asize;
+    }
+
+    fn same_ms(&self, vdev: u64, a: u64, b: u64) -> bool {
+        match self.ms_shift.get(vdev as usize) {
+            Some(&sh) if sh > 0 && sh < 64 => (a >> sh) == (b >> sh),
+            _ => false,
+        }
+    }
+
+    fn error(&mut self, objset: u64, object: u64, level: i64, blkid: u64, e: &ZfsError) {
+        if self.stats.errors.len() < 100_000 {
+            self.stats.errors.push((objset, object, level, blkid, e.to_string()));
+        }
+    }
+
+    fn ctx(&self) -> ZioCtx<'_> {
+        ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt }
+    }
+
+    /// Visit one bp (pre-order): count, verify if asked, descend.
+    fn visit_bp(&mut self, bp: &BlockPointer, min_txg: u64, objset: u64, object: u64, blkid: u64) {
+        if bp.is_hole() && !bp.embedded {
+            return;
+        }
+        if bp.birth <= min_txg {
+            return;
+        }
+        let typ = if bp.typ & DMU_OT_NEWTYPE != 0 || bp.typ as usize >= DMU_OT_NUMTYPES {
+            ZDB_OT_OTHER
+        } else {
+            bp.typ as usize
+        };
+        self.count(bp, typ);
+        let is_metadata = bp.level > 0 || types::ot_is_metadata(bp.typ);
+        if !bp.embedded && (self.verify == Verify::All || (self.verify == Verify::Metadata && is_metadata)) {
+            if let Err(e) = zio::read_physical(&self.ctx(), bp) {
+                self.error(objset, object, bp.level as i64, blkid, &e);
+            }
+        }
+        let descend = bp.level > 0 || bp.typ == DMU_OT_DNODE || bp.typ == DMU_OT_OBJSET;
+        if !descend {
+            return;
+        }
+        let data = match self.spa.read_bp(bp) {
+            Ok(d) => d,
+            Err(e) => {
+                // Already reported when verifying this block.
+                if self.verify == Verify::None || (!is_metadata && self.verify == Verify::Metadata) {
+                    self.error(objset, object, bp.level as i64, blkid, &e);
+                }
+                return;
+            }
+        };
+        if bp.level > 0 {
+            let n = data.len() / BLKPTR_SIZE;
+            for i in 0..n {
+                match BlockPointer::decode(&data[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE], bp.little_endian) {
+                    Ok(child) => {
+                        let cblk = blkid.saturating_mul(n as u64).saturating_add(i as u64);
+                        self.visit_bp(&child, min_txg, objset, object, cblk)
+                    }
+                    Err(e) => self.error(objset, object, bp.level as i64 - 1, blkid, &ZfsError::from(e)),
+                }
+            }
+        } else if bp.typ == DMU_OT_DNODE {
+            let per_block = data.len() / DNODE_SIZE;
+            let mut i = 0;
+            while i < per_block {
+                let obj = blkid * per_block as u64 + i as u64;
+                match DnodePhys::decode(&data[i * DNODE_SIZE..], bp.little_endian) {
+                    Ok(dn) => {
+                        let slots = dn.slots().max(1);
+                        if !dn.is_free() {
+                            self.visit_dnode(&dn, min_txg, objset, obj);
+                        }
+                        i += slots;
+                    }
+                    Err(e) => {
+                        self.error(objset, obj, -1, 0, &ZfsError::from(e));
+                        i += 1;
+                    }
+                }
+            }
+        } else {
+            // An objset block.
+            match oxzfs_format::objset::ObjsetPhys::decode(&data, bp.little_endian) {
+                Ok(os) => {
+                    self.visit_dnode(&os.meta_dnode, min_txg, objset, 0);
+                    if data.len() >= 2048 {
+                        if data.len() >= 4096 {
+                            if let Some(d) = &os.projectused_dnode {
+                                self.visit_dnode(d, min_txg, objset, u64::MAX - 2);
+                            }
+                        }
+                        if let Some(d) = &os.groupused_dnode {
+                            self.visit_dnode(d, min_txg, objset, u64::MAX - 1);
+                        }
+                        if let Some(d) = &os.userused_dnode {
+                            self.visit_dnode(d, min_txg, objset, u64::MAX);
+                        }
+                    }
+                }
+                Err(e) => self.error(objset, 0, -1, 0, &ZfsError::from(e)),
+            }
+        }
+    }
+
+    fn visit_dnode(&mut self, dn: &DnodePhys, min_txg: u64, objset: u64, object: u64) {
+        for (i, bp) in dn.blkptr.iter().enumerate() {
+            self.visit_bp(bp, min_txg, objset, object, i as u64);
+        }
+        if dn.flags & DNODE_FLAG_SPILL_BLKPTR != 0 {
+            if let Some(sp) = &dn.spill {
+                self.visit_bp(sp, min_txg, objset, object, u64::MAX);
+            }
+        }
+    }
+
+    /// Walk an intent log chain as a read-only zil_parse does, counting each log block.
+    fn visit_zil(&mut self, head: &BlockPointer, claim_txg: u64, objset: u64) {
+        let first_txg = self.spa.txg() + 1;
+        let mut bp = head.clone();
+        for _ in 0..1_000_000 {
+            if bp.is_hole() {
+                return;
+            }
+            if claim_txg == 0 && bp.birth >= first_txg {
+                return;
+            }
+            let typ = (bp.typ as usize).min(ZDB_OT_OTHER);
+            self.count(&bp, typ);
+            match self.read_zil_block(&bp) {
+                Some(next) => bp = next,
+                None => return,
+            }
+        }
+        let _ = objset;
+    }
+
+    /// The next bp of a log block's chain, or None when the block does not verify (end of log).
+    fn read_zil_block(&self, bp: &BlockPointer) -> Option<BlockPointer> {
+        let ctx = self.ctx();
+        let dva = bp.dva[0];
+        let zilog2 = bp.checksum == checksum::ZIO_CHECKSUM_ZILOG2;
+        let size = bp.psize;
+        let data = zio::read_dva(&ctx, &dva, size, &|_| true).ok()?;
+        // ZILOG2: zil_chain_t at the start: pad, next bp, nused, eck (magic + 4 words).
+        // ZILOG: zil_trailer at the end: pad, next bp, nused, eck.
+        let base = if zilog2 { 0 } else { data.len().checked_sub(8 + 128 + 8 + 40)? };
+        let eck_off = base + 8 + 128 + 8;
+        let magic = u64::from_le_bytes(data.get(eck_off..eck_off + 8)?.try_into().ok()?);
+        let le = magic == 0x0210da7ab10c7a11;
+        if !le && magic.swap_bytes() != 0x0210da7ab10c7a11 {
+            return None;
+        }
+        let word = |o: usize| -> Option<u64> {
+            let b: [u8; 8] = data.get(o..o + 8)?.try_into().ok()?;
+            Some(if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) })
+        };
+        let stored = [word(eck_off + 8)?, word(eck_off + 16)?, word(eck_off + 24)?, word(eck_off + 32)?];
+        if stored != bp.cksum {
+            return None; // not the block this bp expects (stale or never written)
+        }
+        // Verify the content: the checksum computed with the verifier in place of the stored words.
+        let mut copy = data.clone();
+        for (i, w) in bp.cksum.iter().enumerate() {
+            let b = if le { w.to_le_bytes() } else { w.to_be_bytes() };
+            copy[eck_off + 8 + i * 8..eck_off + 16 + i * 8].copy_from_slice(&b);
+        }
+        let nused = word(base + 8 + 128)? as usize;
+        let region: &[u8] = if zilog2 { copy.get(..nused.max(base + 184).min(copy.len()))? } else { &copy };
+        let alg = if zilog2 { checksum::ZIO_CHECKSUM_FLETCHER_4 } else { checksum::ZIO_CHECKSUM_FLETCHER_2 };
+        let c = checksum::compute(alg, region, le, &self.spa.checksum_salt).ok()?;
+        if c != stored {
+            return None;
+        }
+        BlockPointer::decode(data.get(base + 8..base + 136)?, le).ok()
+    }
+
+    /// Count every bp of a bpobj (and its sub-bpobjs) as deferred frees.
+    fn count_bpobj(&mut self, mos: &Objset, obj: u64, depth: usize) {
+        if depth > 16 || obj == 0 {
+            return;
+        }
+        let Ok((dn, le)) = mos.dnode_with_order(obj) else { return };
+        let w = |i: usize| -> u64 {
+            dn.bonus
+                .get(i * 8..i * 8 + 8)
+                .map(|b| {
+                    let a: [u8; 8] = b.try_into().unwrap();
+                    if le {
+                        u64::from_le_bytes(a)
+                    } else {
+                        u64::from_be_bytes(a)
+                    }
+                })
+                .unwrap_or(0)
+        };
+        let num = w(0);
+        let end = num.saturating_mul(BLKPTR_SIZE as u64);
+        let chunk = 1u64 << 20;
+        let mut off = 0;
+        while off < end {
+            let n = chunk.min(end - off);
+            match mos.read(&dn, off, n) {
+                Ok(buf) => {
+                    for i in 0..buf.len() / BLKPTR_SIZE {
+                        if let Ok(bp) = BlockPointer::decode(&buf[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE], le) {
+                            if !bp.is_hole() || bp.embedded {
+                                self.count(&bp, ZDB_OT_DEFERRED);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.error(0, obj, 0, off / BLKPTR_SIZE as u64, &e);
+                    return;
+                }
+            }
+            off += n;
+        }
+        if dn.bonus.len() >= 48 {
+            let (subobjs, nsub) = (w(4), w(5));
+            if subobjs != 0 && nsub > 0 {
+                if let Ok((sdn, _)) = mos.dnode_with_order(subobjs) {
+                    if let Ok(buf) = mos.read(&sdn, 0, nsub.min(1 << 20) * 8) {
+                        for i in 0..buf.len() / 8 {
+                            let a: [u8; 8] = buf[i * 8..i * 8 + 8].try_into().unwrap();
+                            let sub = if le { u64::from_le_bytes(a) } else { u64::from_be_bytes(a) };
+                            self.count_bpobj(mos, sub, depth + 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Traverse the whole pool, counting as zdb -b does.
+pub fn block_stats(spa: &Arc<Spa>, verify: Verify) -> Result<PoolBlockStats> {
+    let ms_shift = spa.root_vdev.children.iter().map(|v| v.metaslab_shift).collect();
+    let mut w = Walker { spa, verify, stats: PoolBlockStats::new(), ms_shift };
+    let mos = spa.mos();
+    // Deferred frees first, as zdb does.
+    if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, "sync_bplist") {
+        w.count_bpobj(&mos, obj, 0);
+    }
+    if spa.version >= 26 {
+        if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, "free_bpobj") {
+            w.count_bpobj(&mos, obj, 0);
+        }
+    }
+    // The MOS.
+    let rootbp = spa.rootbp.clone();
+    w.visit_bp(&rootbp, 0, 0, 0, 0);
+    // Every dataset.
+    let md = mos.phys.meta_dnode.clone();
+    let per_block = (md.data_block_size() / DNODE_SIZE as u64).max(1);
+    for blkid in 0..=md.maxblkid {
+        let block = match mos.read_block(&md, 0, blkid) {
+            Ok(Some(b)) => b,
+            Ok(None) => continue,
+            Err(_) => continue, // counted as an error by the MOS walk
+        };
+        let le = match mos.block_pointer(&md, 0, blkid) {
+            Ok(Some(bp)) => bp.little_endian,
+            _ => true,
+        };
+        let mut i = 0usize;
+        while i < per_block as usize {
+            let obj = blkid * per_block + i as u64;
+            let Ok(dn) = DnodePhys::decode(&block[i * DNODE_SIZE..], le) else {
+                i += 1;
+                continue;
+            };
+            i += dn.slots().max(1);
+            if dn.is_free() || dn.bonustype != DMU_OT_DSL_DATASET {
+                continue;
+            }
+            let Ok(ds) = DslDatasetPhys::decode(&dn.bonus, le) else { continue };
+            let min_txg = ds.prev_snap_txg;
+            let is_snapshot = ds.num_children != 0;
+            if !is_snapshot && !ds.bp.is_hole() {
+                if let Ok(os) = Objset::open_id(spa, &ds.bp, obj) {
+                    let zh = os.phys.zil_header.clone();
+                    w.visit_zil(&zh.log, zh.claim_txg, obj);
+                }
+            }
+            w.visit_bp(&ds.bp, min_txg, obj, 0, 0);
+        }
+    }
+    Ok(w.stats)
+}
+
+/// OpenZFS's nicenum (zfs_nicenum_format, 1024-based, no "B"): "512", "1.50K", "7.27M".
+pub fn nicenum(num: u64) -> String {
+    const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
+    let mut n = num;
+    let mut index = 0;
+    while n >= 1024 && index < 6 {
+        n /= 1024;
+        index += 1;
+    }
+    let u = UNITS[index];
+    let base = 1024f64.powi(index as i32);
+    if index == 0 || num % (1u64 << (10 * index)) == 0 {
+        return format!("{n}{u}");
+    }
+    let val = num as f64 / base;
+    for prec in (0..=2).rev() {
+        let s = format!("{val:.prec$}{u}");
+        if s.len() <= 5 || prec == 0 {
+            return s;
+        }
+    }
+    unreachable!()
+}
+
+/// Print what zdb -b/-bb prints; returns zdb's exit code (0 ok, 3 errors).
+pub fn print_block_stats(spa: &Arc<Spa>, s: &PoolBlockStats, verbosity: u32, verify: Verify, out: &mut String) -> i32 {
+    use std::fmt::Write;
+    let c = match verify {
+        Verify::None => 0,
+        Verify::Metadata => 1,
+        Verify::All => 2,
+    };
+    let _ = write!(
+        out,
+        "\nTraversing all blocks {}{}{}...\n\n",
+        if c > 0 { "to verify " } else { "" },
+        if c == 1 { "metadata " } else { "" },
+        if c > 0 { "checksums " } else { "" },
+    );
+    if !s.errors.is_empty() {
+        for (os, obj, lvl, blk, msg) in s.errors.iter().take(1000) {
+            let _ = writeln!(out, "zdb_blkptr_cb: Got error reading <{os}, {obj}, {lvl}, {blk:x}> -- skipping: {msg}");
+        }
+        let _ = writeln!(out, "\nError counts:\n\n\t{:>5}  {}", "errno", "count");
+        let _ = writeln!(out, "\t{:>5}  {}", 52, s.errors.len());
+    }
+    let t = s.total();
+    if t.count == 0 {
+        return 2;
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "\t{:<16} {:>14}", "bp count:", t.count);
+    let _ = writeln!(out, "\t{:<16} {:>14}", "ganged count:", t.gangs);
+    let _ = writeln!(out, "\t{:<16} {:>14}      avg: {:>6}", "bp logical:", t.lsize, t.lsize / t.count);
+    let _ = writeln!(
+        out,
+        "\t{:<16} {:>14}      avg: {:>6}     compression: {:>6.2}",
+        "bp physical:",
+        t.psize,
+        t.psize / t.count,
+        t.lsize as f64 / t.psize.max(1) as f64
+    );
+    let _ = writeln!(
+        out,
+        "\t{:<16} {:>14}      avg: {:>6}     compression: {:>6.2}",
+        "bp allocated:",
+        t.asize,
+        t.asize / t.count,
+        t.lsize as f64 / t.asize.max(1) as f64
+    );
+    let _ = writeln!(out, "\t{:<16} {:>14}    ref>1: {:>6}   deduplication: {:>6.2}", "bp deduped:", 0, 0, 1.0);
+    for (i, n) in s.embedded.iter().enumerate() {
+        if *n > 0 {
+            let _ = writeln!(out, "\n\tadditional, non-pointer bps of type {i}: {n:>10}");
+        }
+    }
+    if t.ditto_samevdev != 0 {
+        let _ = writeln!(out, "\tDittoed blocks on same vdev: {}", t.ditto_samevdev);
+    }
+    if t.ditto_same_ms != 0 {
+        let _ = writeln!(out, "\tDittoed blocks in same metaslab: {}", t.ditto_same_ms);
+    }
+    if verbosity >= 2 {
+        let _ = writeln!(out, "\nBlocks\tLSIZE\tPSIZE\tASIZE\t  avg\t comp\t%Total\tType");
+        for ty in 0..=ZDB_OT_TOTAL {
+            let name = type_row_name(ty);
+            if s.by_type[ZB_TOTAL][ty].asize == 0 {
+                let _ = writeln!(out, "{:>6}\t{:>5}\t{:>5}\t{:>5}\t{:>5}\t{:>5}\t{:>6}\t{}", "-", "-", "-", "-", "-", "-", "-", name);
+                continue;
+            }
+            for l in (-1i32..ZB_TOTAL as i32).rev() {
+                let level = if l == -1 { ZB_TOTAL } else { l as usize };
+                let zb = &s.by_type[level][ty];
+                if zb.asize == 0 {
+                    continue;
+                }
+                if verbosity < 3 && level != ZB_TOTAL {
+                    continue;
+                }
+                if level == 0 && zb.asize == s.by_type[ZB_TOTAL][ty].asize {
+                    continue;
+                }
+                let _ = write!(
+                    out,
+                    "{:>6}\t{:>5}\t{:>5}\t{:>5}\t{:>5}\t{:>5.2}\t{:>6.2}\t",
+                    nicenum(zb.count),
+                    nicenum(zb.lsize),
+                    nicenum(zb.psize),
+                    nicenum(zb.asize),
+                    nicenum(zb.asize / zb.count),
+                    zb.lsize as f64 / zb.psize.max(1) as f64,
+                    100.0 * zb.asize as f64 / t.asize.max(1) as f64
+                );
+                if level == ZB_TOTAL {
+                    let _ = writeln!(out, "{name}");
+                } else {
+                    let _ = writeln!(out, "    L{level} {name}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(out);
+    let _ = spa;
+    if s.errors.is_empty() {
+        0
+    } else {
+        3
+    }
+}
+
+fn type_row_name(t: usize) -> &'static str {
+    match t {
+        ZDB_OT_DEFERRED => "deferred free",
+        ZDB_OT_DITTO => "dedup ditto",
+        ZDB_OT_OTHER => "other",
+        ZDB_OT_TOTAL => "Total",
+        _ => types::ot_name(t as u8),
+    }
+}
+
+/// `oxzfs zdb -e -p DIR [-p DIR]... [-b|-bb|-bbb] [-c|-cc] [-d] [-L] POOL`.
+/// Opens the pool read-only from its devices (no daemon), like OpenZFS's zdb -e.
+pub fn zdb_main(args: &[String]) -> i32 {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let (mut b, mut c, mut d) = (0u32, 0u32, 0u32);
+    let mut exported = false;
+    let mut pool: Option<String> = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "-p" {
+            i += 1;
+            match args.get(i) {
+                Some(p) => dirs.push(PathBuf::from(p)),
+                None => return usage("option requires an argument -- 'p'"),
+            }
+        } else if let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) {
+            for ch in flags.chars() {
+                match ch {
+                    'b' => b += 1,
+                    'c' => c += 1,
+                    'd' => d += 1,
+                    'e' => exported = true,
+                    'L' | 'P' | 'A' | 'F' | 'X' | 's' | 'v' | 'V' => {}
+                    'p' => {
+                        i += 1;
+                        match args.get(i) {
+                            Some(p) => dirs.push(PathBuf::from(p)),
+                            None => return usage("option requires an argument -- 'p'"),
+                        }
+                    }
+                    other => return usage(&format!("invalid option -- '{other}'")),
+                }
+            }
+        } else if pool.is_none() {
+            pool = Some(a.clone());
+        } else {
+            // Object numbers after the dataset (zdb -d POOL OBJ): accepted, not yet used.
+        }
+        i += 1;
+    }
+    let Some(pool) = pool else { return usage("missing pool name") };
+    if !exported {
+        eprintln!("zdb: only exported pools are supported; use -e -p DIR");
+        return 2;
+    }
+    if dirs.is_empty() {
+        dirs.push(PathBuf::from("/dev"));
+    }
+    let scan = spa::scan(&dirs);
+    let cands: Vec<_> = scan
+        .pools
+        .iter()
+        .filter(|p| p.name == pool.split('/').next().unwrap_or("") || p.guid.to_string() == pool)
+        .collect();
+    let cand = match cands.len() {
+        0 => {
+            eprintln!("zdb: can't open '{pool}': No such file or directory");
+            return 1;
+        }
+        1 => cands[0],
+        _ => {
+            eprintln!("zdb: more than one pool named '{pool}': use its numeric id");
+            return 1;
+        }
+    };
+    let spa = match Spa::open(cand, true, crate::arc::AdaptiveCache::default_max().min(2 << 30)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("zdb: can't open '{pool}': {e}");
+            return 1;
+        }
+    };
+    let mut out = String::new();
+    let mut code = 0;
+    if d > 0 {
+        out.push_str(&dump_datasets(&spa));
+    }
+    if b > 0 || c > 0 {
+        let verify = match c {
+            0 => Verify::None,
+            1 => Verify::Metadata,
+            _ => Verify::All,
+        };
+        match block_stats(&spa, verify) {
+            Ok(stats) => code = print_block_stats(&spa, &stats, b.max(1), verify, &mut out),
+            Err(e) => {
+                eprintln!("zdb: traversal failed: {e}");
+                code = 1;
+            }
+        }
+    }
+    print!("{out}");
+    spa.close();
+    code
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("zdb: {msg}");
+    eprintln!("Usage: oxzfs zdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL");
+    2
+}
+
+/// `zdb -d`: one line per dataset, as zdb prints it.
+fn dump_datasets(spa: &Arc<Spa>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mos = spa.mos();
+    let _ = writeln!(
+        out,
+        "Dataset mos [META], ID 0, cr_txg 4, {}, {} objects",
+        nicenum(spa.rootbp.dva.iter().map(|d| d.asize).sum()),
+        count_objects(&mos)
+    );
+    if let Ok(list) = crate::dsl::list_datasets(spa) {
+        for ds in list {
+            let kind = match ds.kind {
+                crate::dsl::DatasetKind::Volume => "ZVOL",
+                _ => "ZPL",
+            };
+            let objects = Objset::open_id(spa, &ds.ds.bp, ds.ds_obj).map(|o| count_objects(&o)).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "Dataset {} [{}], ID {}, cr_txg {}, {}, {} objects",
+                ds.name,
+                kind,
+                ds.ds_obj,
+                ds.ds.creation_txg,
+                nicenum(ds.ds.referenced_bytes),
+                objects
+            );
+        }
+    }
+    out
+}
+
+fn count_objects(os: &Objset) -> u64 {
+    // The objset bp's fill count is the number of allocated objects.
+    os.bp.fill
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nicenum;
+
+    #[test]
+    fn nicenum_matches_zdb() {
+        assert_eq!(nicenum(512), "512");
+        assert_eq!(nicenum(1536), "1.50K");
+        assert_eq!(nicenum(1024), "1K");
+        assert_eq!(nicenum(16384), "16K");
+        assert_eq!(nicenum(7_623_680), "7.27M");
+        assert_eq!(nicenum(37_888), "37K");
+        assert_eq!(nicenum(81_408), "79.5K");
+        assert_eq!(nicenum(8_560_000), "8.16M");
+    }
+}

@@ -1,0 +1,349 @@
+//! vdev: the device tree of a pool and how bytes are read from it.
+//!
+//! A pool's vdev tree (from the `vdev_tree` nvlist of the label config) is a root whose children
+//! are top-level vdevs: leaves (files or block devices), mirrors or raidz groups, each with an
+//! id that DVAs name. A DVA's offset is in the top-level vdev's own address space; for a leaf
+//! that space starts after the two front labels and the boot reserve
+//! (`VDEV_LABEL_START_SIZE` = 4 MiB), for a mirror every child holds the same bytes at the same
+//! offset, and a raidz group spreads the block in columns over its children with parity
+//! (see `vdev::raidz`).
+//!
+//! Reads take a `verify` callback (the block pointer's checksum, supplied by zio) so that a
+//! mirror can move on to another child and a raidz can reconstruct by combinations when the data
+//! is silently wrong, as OpenZFS's vdev_mirror.c and vdev_raidz.c do. Every error found this way is
+//! counted on the leaf that gave bad bytes (READ for I/O errors, CKSUM for wrong bytes), which
+//! `zpool status` reports.
+//!
+//! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file.
+//! Locking: the tree is immutable after open; counters are atomics.
+
+pub mod raidz;
+
+use crate::{Result, ZfsError};
+use oxzfs_format::label::VDEV_LABEL_START_SIZE;
+use oxzfs_format::nvlist::NvList;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The one trait all device I/O goes through.
+pub trait BlockDevice: Send + Sync {
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Read exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Make preceding writes durable.
+    fn flush(&self) -> std::io::Result<()>;
+    /// A name for messages (the path).
+    fn name(&self) -> String;
+}
+
+/// A file or a block device opened by path.
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl FileDevice {
+    pub fn open(path: &Path, writable: bool) -> std::io::Result<FileDevice> {
+        let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
+        let md = file.metadata()?;
+        let size = if md.file_type().is_file() {
+            md.len()
+        } else {
+            // Block devices report 0 in metadata; seek to the end instead.
+            use std::io::{Seek, SeekFrom};
+            let mut f = &file;
+            f.seek(SeekFrom::End(0))?
+        };
+        Ok(FileDevice { file, path: path.to_path_buf(), size })
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if offset.checked_add(buf.len() as u64).map_or(true, |end| end > self.size) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("read of {} bytes at {offset:#x} past the end ({:#x})", buf.len(), self.size),
+            ));
+        }
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// Per-vdev error counters, as `zpool status` shows them.
+#[derive(Default, Debug)]
+pub struct VdevStats {
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub cksum_errors: AtomicU64,
+    pub read_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VdevState {
+    Online,
+    Degraded,
+    Faulted,
+    Unavail,
+}
+
+impl VdevState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            VdevState::Online => "ONLINE",
+            VdevState::Degraded => "DEGRADED",
+            VdevState::Faulted => "FAULTED",
+            VdevState::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VdevKind {
+    Root,
+    Mirror,
+    /// raidz1/2/3.
+    Raidz { nparity: u8 },
+    /// A file or disk leaf.
+    Leaf { disk: bool },
+    /// A placeholder for a device the config names but the pool never had ("missing"/"hole").
+    Hole,
+    /// `replacing` or `spare` interior vdevs read like mirrors.
+    ReplacingOrSpare(String),
+}
+
+/// One node of the vdev tree.
+pub struct Vdev {
+    pub id: u64,
+    pub guid: u64,
+    pub kind: VdevKind,
+    pub ashift: u8,
+    /// Allocatable size (top-level vdevs: `asize` from the config).
+    pub asize: u64,
+    /// Leaves: the path stored in the label (for display only: devices are found by guid).
+    pub path: Option<String>,
+    /// Leaves: the open device, or None when missing.
+    pub dev: Option<Arc<dyn BlockDevice>>,
+    pub children: Vec<Arc<Vdev>>,
+    pub stats: VdevStats,
+    /// Top-level vdev belongs to the log class.
+    pub is_log: bool,
+    /// Allocation class bias: "special", "dedup" or empty.
+    pub alloc_bias: String,
+    pub metaslab_array: u64,
+    pub metaslab_shift: u64,
+}
+
+/// Where a leaf device with a given guid was found.
+pub type DeviceMap = std::collections::HashMap<u64, (PathBuf, Arc<dyn BlockDevice>)>;
+
+impl Vdev {
+    /// Build a vdev subtree from a `vdev_tree` nvlist, attaching devices found by guid.
+    /// `depth` bounds recursion against malicious configs.
+    pub fn from_config(nv: &NvList, devices: &DeviceMap, depth: usize) -> Result<Arc<Vdev>> {
+        if depth > 8 {
+            return Err(ZfsError::Invalid("vdev tree nested too deeply".into()));
+        }
+        let typ = nv.get_str("type").ok_or_else(|| ZfsError::Invalid("vdev config without a type".into()))?;
+        let guid = nv.get_u64("guid").unwrap_or(0);
+        let id = nv.get_u64("id").unwrap_or(0);
+        let ashift = nv.get_u64("ashift").unwrap_or(0).min(16) as u8;
+        let kind = match typ {
+            "root" => VdevKind::Root,
+            "mirror" => VdevKind::Mirror,
+            "raidz" => {
+                let p = nv.get_u64("nparity").unwrap_or(1);
+                if !(1..=3).contains(&p) {
+                    return Err(ZfsError::Invalid(format!("raidz vdev with nparity {p}")));
+                }
+                VdevKind::Raidz { nparity: p as u8 }
+            }
+            "disk" => VdevKind::Leaf { disk: true },
+            "file" => VdevKind::Leaf { disk: false },
+            "missing" | "hole" => VdevKind::Hole,
+            "replacing" | "spare" => VdevKind::ReplacingOrSpare(typ.to_string()),
+            "draid" => return Err(ZfsError::Unsupported("unsupported vdev type: draid".into())),
+            other => return Err(ZfsError::Unsupported(format!("unsupported vdev type: {other}"))),
+        };
+        let mut children = Vec::new();
+        if let Some(kids) = nv.get_nvlist_array("children") {
+            if kids.len() > 1024 {
+                return Err(ZfsError::Invalid("vdev with more than 1024 children".into()));
+            }
+            for k in kids {
+                children.push(Vdev::from_config(k, devices, depth + 1)?);
+            }
+        }
+        let (path, dev) = match kind {
+            VdevKind::Leaf { .. } => {
+                let found = devices.get(&guid);
+                (nv.get_str("path").map(|s| s.to_string()), found.map(|(_, d)| d.clone()))
+            }
+            _ => (None, None),
+        };
+        Ok(Arc::new(Vdev {
+            id,
+            guid,
+            kind,
+            ashift,
+            asize: nv.get_u64("asize").unwrap_or(0),
+            path,
+            dev,
+            children,
+            stats: VdevStats::default(),
+            is_log: nv.get_u64("is_log").unwrap_or(0) != 0,
+            alloc_bias: nv.get_str("alloc_bias").unwrap_or("").to_string(),
+            metaslab_array: nv.get_u64("metaslab_array").unwrap_or(0),
+            metaslab_shift: nv.get_u64("metaslab_shift").unwrap_or(0),
+        }))
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        matches!(self.kind, VdevKind::Leaf { .. })
+    }
+
+    /// The name `zpool status` prints: `mirror-0`, `raidz2-1`, or the leaf's path.
+    pub fn display_name(&self) -> String {
+        match &self.kind {
+            VdevKind::Root => "root".into(),
+            VdevKind::Mirror => format!("mirror-{}", self.id),
+            VdevKind::Raidz { nparity } => format!("raidz{}-{}", nparity, self.id),
+            VdevKind::ReplacingOrSpare(t) => format!("{t}-{}", self.id),
+            VdevKind::Hole => format!("hole-{}", self.id),
+            VdevKind::Leaf { .. } => match (&self.dev, &self.path) {
+                (Some(d), _) => d.name(),
+                (None, Some(p)) => p.clone(),
+                (None, None) => format!("{}", self.guid),
+            },
+        }
+    }
+
+    /// Health from what is present: missing leaves, and how many a parent can lose.
+    pub fn state(&self) -> VdevState {
+        match &self.kind {
+            VdevKind::Leaf { .. } => {
+                if self.dev.is_some() {
+                    VdevState::Online
+                } else {
+                    VdevState::Unavail
+                }
+            }
+            VdevKind::Hole => VdevState::Online,
+            _ => {
+                let bad = self.children.iter().filter(|c| c.state() == VdevState::Unavail || c.state() == VdevState::Faulted).count();
+                let degraded = self.children.iter().any(|c| c.state() == VdevState::Degraded);
+                let tolerance = match self.kind {
+                    VdevKind::Root => 0,
+                    VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.children.len().saturating_sub(1),
+                    VdevKind::Raidz { nparity } => nparity as usize,
+                    _ => 0,
+                };
+                if bad == 0 && !degraded {
+                    VdevState::Online
+                } else if bad <= tolerance && (self.kind != VdevKind::Root || bad == 0) {
+                    VdevState::Degraded
+                } else if self.kind == VdevKind::Root {
+                    VdevState::Unavail
+                } else {
+                    VdevState::Unavail
+                }
+            }
+        }
+    }
+
+    /// Read `size` bytes at `offset` of this vdev's address space, accepting the first copy or
+    /// reconstruction for which `verify` returns true. When no candidate verifies, returns the
+    /// checksum error; when devices fail, the I/O error.
+    pub fn read(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+        match &self.kind {
+            VdevKind::Leaf { .. } => {
+                let data = self.read_leaf(offset, size)?;
+                if verify(&data) {
+                    Ok(data)
+                } else {
+                    self.stats.cksum_errors.fetch_add(1, Ordering::Relaxed);
+                    Err(ZfsError::Checksum { context: format!("vdev {} offset {offset:#x} size {size:#x}", self.display_name()) })
+                }
+            }
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify),
+            VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify),
+            VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
+        }
+    }
+
+    /// Raw read from a leaf (no verification), counting I/O errors.
+    pub fn read_leaf(&self, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
+            device: self.display_name(),
+            offset,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "device is missing"),
+        })?;
+        if size > 64 << 20 {
+            return Err(ZfsError::Invalid(format!("read of {size} bytes is larger than any block")));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
+        self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
+        self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
+        match dev.read_at(&mut buf, phys) {
+            Ok(()) => Ok(buf),
+            Err(e) => {
+                self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                Err(ZfsError::Io { device: dev.name(), offset: phys, source: e })
+            }
+        }
+    }
+
+    fn read_mirror(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+        let mut last_err = None;
+        for child in &self.children {
+            if child.state() == VdevState::Unavail {
+                continue;
+            }
+            match child.read(offset, size, verify) {
+                Ok(d) => return Ok(d),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| ZfsError::Io {
+            device: self.display_name(),
+            offset,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no child of the mirror is available"),
+        }))
+    }
+
+    /// Every leaf below this vdev, depth first.
+    pub fn leaves(&self) -> Vec<&Vdev> {
+        let mut out = Vec::new();
+        let mut stack = vec![self];
+        while let Some(v) = stack.pop() {
+            if v.is_leaf() {
+                out.push(v);
+            }
+            for c in v.children.iter().rev() {
+                stack.push(c);
+            }
+        }
+        out
+    }
+}
