@@ -1,1 +1,336 @@
-//! blkptr (to be written)
+//! Block pointers (`blkptr_t`, 128 bytes) and gang headers.
+//!
+//! ```text
+//!  words 0-5   three DVAs: w0 = vdev(32) | grid(8) | asize(24, in 512-byte sectors)
+//!                          w1 = gang(1) | offset(63, in sectors)
+//!  word  6     prop: byteorder(1) dedup(1) encrypt(1) level(5) type(8) checksum(8)
+//!                    embedded(1) compress(7) psize(16, sectors-1) lsize(16, sectors-1)
+//!              embedded bps: etype in the checksum field, psize(7, bytes-1), lsize(25, bytes-1)
+//!  words 7-8   padding          word 9  physical birth txg     word 10  logical birth txg
+//!  word  11    fill count       words 12-15  checksum
+//! ```
+//! An embedded bp keeps its (compressed) payload in words 0-5, 7-9 and 11-15 instead.
+//! All words are in the byte order of the block that holds the bp; the byteorder bit tells
+//! the order of the data the bp points to (1 = little-endian).
+
+use crate::bytes::{slice, u64_at};
+use crate::checksum;
+use crate::compress;
+use crate::{FormatError, Result};
+use std::fmt;
+
+pub const BLKPTR_SIZE: usize = 128;
+pub const SPA_GANGBLOCKSIZE: usize = 512;
+pub const SPA_GBH_NBLKPTRS: usize = 3;
+/// Embedded bp payload types.
+pub const BP_EMBEDDED_TYPE_DATA: u8 = 0;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dva {
+    pub vdev: u64,
+    /// Byte offset in the top-level vdev's allocatable space.
+    pub offset: u64,
+    /// Allocated bytes (with raidz parity and padding; for a gang DVA, the whole gang tree).
+    pub asize: u64,
+    pub gang: bool,
+}
+
+impl Dva {
+    /// A DVA with no allocation (DVA_IS_EMPTY: asize == 0).
+    pub fn is_empty(&self) -> bool {
+        self.asize == 0
+    }
+    fn decode(w0: u64, w1: u64) -> Dva {
+        Dva { vdev: w0 >> 32, asize: (w0 & 0xff_ffff) << 9, offset: (w1 & !(1u64 << 63)) << 9, gang: w1 >> 63 != 0 }
+    }
+    fn encode(&self) -> (u64, u64) {
+        let w0 = (self.vdev << 32) | ((self.asize >> 9) & 0xff_ffff);
+        let w1 = ((self.gang as u64) << 63) | ((self.offset >> 9) & !(1u64 << 63));
+        (w0, w1)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockPointer {
+    pub dva: [Dva; 3],
+    pub lsize: u64,
+    pub psize: u64,
+    pub compress: u8,
+    pub checksum: u8,
+    pub typ: u8,
+    pub level: u8,
+    pub little_endian: bool,
+    pub dedup: bool,
+    pub embedded: bool,
+    pub etype: u8,
+    pub encrypted: bool,
+    pub birth: u64,
+    pub phys_birth: u64,
+    pub fill: u64,
+    pub cksum: [u64; 4],
+    /// The 128 bytes as read (embedded payloads are taken from here).
+    pub raw: [u8; 128],
+    /// The byte order the raw bytes were decoded with.
+    pub raw_le: bool,
+}
+
+impl Default for BlockPointer {
+    fn default() -> Self {
+        BlockPointer {
+            dva: [Dva::default(); 3],
+            lsize: 0,
+            psize: 0,
+            compress: 0,
+            checksum: 0,
+            typ: 0,
+            level: 0,
+            little_endian: true,
+            dedup: false,
+            embedded: false,
+            etype: 0,
+            encrypted: false,
+            birth: 0,
+            phys_birth: 0,
+            fill: 0,
+            cksum: [0; 4],
+            raw: [0; 128],
+            raw_le: true,
+        }
+    }
+}
+
+impl BlockPointer {
+    /// Decode the first 128 bytes of `buf`, whose words are in byte order `le`.
+    pub fn decode(buf: &[u8], le: bool) -> Result<BlockPointer> {
+        let b = slice(buf, 0, BLKPTR_SIZE, "block pointer")?;
+        let w = |i: usize| u64_at(b, i * 8, le, "block pointer");
+        let mut raw = [0u8; 128];
+        raw.copy_from_slice(b);
+        let prop = w(6)?;
+        let embedded = (prop >> 39) & 1 != 0;
+        let mut bp = BlockPointer {
+            raw,
+            raw_le: le,
+            embedded,
+            compress: ((prop >> 32) & 0x7f) as u8,
+            typ: ((prop >> 48) & 0xff) as u8,
+            level: ((prop >> 56) & 0x1f) as u8,
+            encrypted: (prop >> 61) & 1 != 0,
+            dedup: (prop >> 62) & 1 != 0,
+            little_endian: (prop >> 63) & 1 != 0,
+            birth: w(10)?,
+            ..Default::default()
+        };
+        if embedded {
+            bp.etype = ((prop >> 40) & 0xff) as u8;
+            bp.lsize = (prop & 0x1ff_ffff) + 1;
+            bp.psize = ((prop >> 25) & 0x7f) + 1;
+            if bp.psize > 112 {
+                return Err(FormatError::invalid("embedded block pointer", format!("payload of {} bytes", bp.psize)));
+            }
+        } else {
+            for i in 0..3 {
+                bp.dva[i] = Dva::decode(w(2 * i)?, w(2 * i + 1)?);
+            }
+            bp.lsize = ((prop & 0xffff) + 1) << 9;
+            bp.psize = (((prop >> 16) & 0xffff) + 1) << 9;
+            bp.checksum = ((prop >> 40) & 0xff) as u8;
+            bp.phys_birth = w(9)?;
+            bp.fill = w(11)?;
+            bp.cksum = [w(12)?, w(13)?, w(14)?, w(15)?];
+        }
+        Ok(bp)
+    }
+
+    /// Encode to 128 bytes in byte order `le` (non-embedded bps; embedded ones keep `raw`).
+    pub fn encode(&self, le: bool) -> [u8; 128] {
+        if self.embedded {
+            if le == self.raw_le {
+                return self.raw;
+            }
+            let mut out = [0u8; 128];
+            for i in 0..16 {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&self.raw[i * 8..i * 8 + 8]);
+                a.reverse();
+                out[i * 8..i * 8 + 8].copy_from_slice(&a);
+            }
+            return out;
+        }
+        let mut words = [0u64; 16];
+        for i in 0..3 {
+            let (a, b) = self.dva[i].encode();
+            words[2 * i] = a;
+            words[2 * i + 1] = b;
+        }
+        let lsz = if self.lsize == 0 { 0 } else { (self.lsize >> 9) - 1 };
+        let psz = if self.psize == 0 { 0 } else { (self.psize >> 9) - 1 };
+        words[6] = (lsz & 0xffff)
+            | ((psz & 0xffff) << 16)
+            | ((self.compress as u64 & 0x7f) << 32)
+            | ((self.checksum as u64) << 40)
+            | ((self.typ as u64) << 48)
+            | ((self.level as u64 & 0x1f) << 56)
+            | ((self.encrypted as u64) << 61)
+            | ((self.dedup as u64) << 62)
+            | ((self.little_endian as u64) << 63);
+        words[9] = self.phys_birth;
+        words[10] = self.birth;
+        words[11] = self.fill;
+        words[12..16].copy_from_slice(&self.cksum);
+        let mut out = [0u8; 128];
+        for (i, w) in words.iter().enumerate() {
+            let b = if le { w.to_le_bytes() } else { w.to_be_bytes() };
+            out[i * 8..i * 8 + 8].copy_from_slice(&b);
+        }
+        out
+    }
+
+    /// BP_IS_HOLE: not embedded and DVA 0 holds nothing.
+    pub fn is_hole(&self) -> bool {
+        !self.embedded && self.dva[0].vdev == 0 && self.dva[0].offset == 0 && self.dva[0].asize == 0 && !self.dva[0].gang
+    }
+
+    /// BP_GET_NDVAS: how many DVAs are allocated.
+    pub fn ndvas(&self) -> usize {
+        if self.embedded {
+            return 0;
+        }
+        self.dva.iter().filter(|d| !d.is_empty()).count()
+    }
+
+    pub fn is_gang(&self) -> bool {
+        !self.embedded && self.dva[0].gang
+    }
+
+    pub fn asize_total(&self) -> u64 {
+        if self.embedded {
+            0
+        } else {
+            self.dva.iter().map(|d| d.asize).sum()
+        }
+    }
+
+    /// The birth txg of the physical copy (phys_birth, or birth when zero).
+    pub fn physical_birth(&self) -> u64 {
+        if self.phys_birth != 0 {
+            self.phys_birth
+        } else {
+            self.birth
+        }
+    }
+
+    /// The payload bytes of an embedded bp (psize of them, still compressed).
+    pub fn embedded_payload(&self) -> Result<Vec<u8>> {
+        if !self.embedded {
+            return Err(FormatError::invalid("embedded block pointer", "not embedded"));
+        }
+        let mut out = Vec::with_capacity(self.psize as usize);
+        for word in [0usize, 1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14, 15] {
+            let v = u64_at(&self.raw, word * 8, self.raw_le, "embedded block pointer")?;
+            for byte in v.to_le_bytes() {
+                if out.len() < self.psize as usize {
+                    out.push(byte);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for BlockPointer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.embedded {
+            return write!(
+                f,
+                "EMBEDDED [L{} {}] et={} {} size={:x}L/{:x}P birth={}L",
+                self.level,
+                crate::types::ot_name(self.typ),
+                self.etype,
+                compress::compress_name(self.compress),
+                self.lsize,
+                self.psize,
+                self.birth
+            );
+        }
+        if self.is_hole() {
+            return write!(f, "HOLE [L{} {}] size={:x}L birth={}L", self.level, crate::types::ot_name(self.typ), self.lsize, self.birth);
+        }
+        for (i, d) in self.dva.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
+            write!(f, "DVA[{i}]=<{}:{:x}:{:x}{}> ", d.vdev, d.offset, d.asize, if d.gang { "G" } else { "" })?;
+        }
+        write!(
+            f,
+            "[L{} {}] {} {} {} size={:x}L/{:x}P birth={}L/{}P fill={} cksum={:x}:{:x}:{:x}:{:x}",
+            self.level,
+            crate::types::ot_name(self.typ),
+            checksum::checksum_name(self.checksum),
+            compress::compress_name(self.compress),
+            if self.little_endian { "LE" } else { "BE" },
+            self.lsize,
+            self.psize,
+            self.birth,
+            self.physical_birth(),
+            self.fill,
+            self.cksum[0],
+            self.cksum[1],
+            self.cksum[2],
+            self.cksum[3]
+        )
+    }
+}
+
+/// The three bps of a gang header (512 bytes, embedded checksum trailer at the end).
+pub fn decode_gang_header(buf: &[u8], le: bool) -> Result<Vec<BlockPointer>> {
+    let b = slice(buf, 0, SPA_GANGBLOCKSIZE, "gang header")?;
+    (0..SPA_GBH_NBLKPTRS).map(|i| BlockPointer::decode(&b[i * BLKPTR_SIZE..], le)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut bp = BlockPointer::default();
+        bp.dva[0] = Dva { vdev: 1, offset: 0x4d000, asize: 0x600, gang: false };
+        bp.dva[1] = Dva { vdev: 0, offset: 0x1200, asize: 0x200, gang: true };
+        bp.lsize = 0x20000;
+        bp.psize = 0x1200;
+        bp.compress = compress::ZIO_COMPRESS_LZ4;
+        bp.checksum = checksum::ZIO_CHECKSUM_FLETCHER_4;
+        bp.typ = crate::types::DMU_OT_PLAIN_FILE_CONTENTS;
+        bp.level = 2;
+        bp.little_endian = true;
+        bp.dedup = true;
+        bp.birth = 77;
+        bp.fill = 3;
+        bp.cksum = [1, 2, 3, 4];
+        for le in [true, false] {
+            let raw = bp.encode(le);
+            let mut d = BlockPointer::decode(&raw, le).unwrap();
+            d.raw = bp.raw;
+            d.raw_le = bp.raw_le;
+            assert_eq!(d, bp);
+            assert_eq!(d.ndvas(), 2);
+        }
+        assert!(BlockPointer::decode(&[0u8; 128], true).unwrap().is_hole());
+        assert!(BlockPointer::decode(&[0u8; 100], true).is_err());
+    }
+
+    #[test]
+    fn embedded_payload() {
+        // An embedded bp: lsize 300, psize 20, payload bytes 0..20 laid out in words 0..
+        let mut raw = [0u8; 128];
+        for i in 0..20u8 {
+            raw[i as usize] = i; // words 0-2 hold bytes 0..24 in LE order
+        }
+        let prop: u64 = (299) | (19 << 25) | (1 << 39) | ((compress::ZIO_COMPRESS_OFF as u64) << 32) | (1 << 63);
+        raw[48..56].copy_from_slice(&prop.to_le_bytes());
+        raw[80..88].copy_from_slice(&9u64.to_le_bytes());
+        let bp = BlockPointer::decode(&raw, true).unwrap();
+        assert!(bp.embedded && !bp.is_hole());
+        assert_eq!((bp.lsize, bp.psize, bp.birth), (300, 20, 9));
+        assert_eq!(bp.embedded_payload().unwrap(), (0..20u8).collect::<Vec<_>>());
+    }
+}

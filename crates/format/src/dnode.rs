@@ -1,1 +1,154 @@
-//! dnode (to be written)
+//! Dnodes (`dnode_phys_t`): 512-byte slots, 1 + extra_slots of them for a large dnode.
+//!
+//! ```text
+//!   0 type  1 indblkshift  2 nlevels  3 nblkptr  4 bonustype  5 checksum  6 compress  7 flags
+//!   8 datablkszsec(u16)  10 bonuslen(u16)  12 extra_slots  13..16 pad
+//!  16 maxblkid(u64)  24 used(u64)  32..64 pad
+//!  64 blkptr[nblkptr] (128 bytes each), then the bonus buffer (bonuslen bytes)
+//!     with DNODE_FLAG_SPILL_BLKPTR, the last 128 bytes of the dnode are the spill bp
+//! ```
+
+use crate::blkptr::{BlockPointer, BLKPTR_SIZE};
+use crate::bytes::{slice, u16_at, u64_at, u8_at};
+use crate::{FormatError, Result};
+
+pub const DNODE_SHIFT: u32 = 9;
+pub const DNODE_SIZE: usize = 512;
+pub const DNODE_CORE_SIZE: usize = 64;
+pub const DN_MAX_SLOTS: usize = 32;
+pub const DNODE_FLAG_USED_BYTES: u8 = 1 << 0;
+pub const DNODE_FLAG_USERUSED_ACCOUNTED: u8 = 1 << 1;
+pub const DNODE_FLAG_SPILL_BLKPTR: u8 = 1 << 2;
+
+#[derive(Clone, Debug)]
+pub struct DnodePhys {
+    pub typ: u8,
+    pub indblkshift: u8,
+    pub nlevels: u8,
+    pub nblkptr: u8,
+    pub bonustype: u8,
+    pub checksum: u8,
+    pub compress: u8,
+    pub flags: u8,
+    pub datablkszsec: u16,
+    pub bonuslen: u16,
+    pub extra_slots: u8,
+    pub maxblkid: u64,
+    pub used: u64,
+    pub blkptr: Vec<BlockPointer>,
+    pub bonus: Vec<u8>,
+    pub spill: Option<BlockPointer>,
+}
+
+impl DnodePhys {
+    /// Decode the dnode at the start of `buf` (which may continue into its extra slots).
+    pub fn decode(buf: &[u8], le: bool) -> Result<DnodePhys> {
+        let core = slice(buf, 0, DNODE_CORE_SIZE, "dnode")?;
+        let typ = u8_at(core, 0, "dnode")?;
+        let extra_slots = u8_at(core, 12, "dnode")?;
+        let mut dn = DnodePhys {
+            typ,
+            indblkshift: core[1],
+            nlevels: core[2],
+            nblkptr: core[3],
+            bonustype: core[4],
+            checksum: core[5],
+            compress: core[6],
+            flags: core[7],
+            datablkszsec: u16_at(core, 8, le, "dnode")?,
+            bonuslen: u16_at(core, 10, le, "dnode")?,
+            extra_slots,
+            maxblkid: u64_at(core, 16, le, "dnode")?,
+            used: u64_at(core, 24, le, "dnode")?,
+            blkptr: Vec::new(),
+            bonus: Vec::new(),
+            spill: None,
+        };
+        if typ == 0 {
+            return Ok(dn);
+        }
+        let slots = 1 + extra_slots as usize;
+        if slots > DN_MAX_SLOTS {
+            return Err(FormatError::invalid("dnode", format!("{slots} slots")));
+        }
+        let size = slots * DNODE_SIZE;
+        let all = slice(buf, 0, size, "dnode (extra slots)")?;
+        let spill = dn.flags & DNODE_FLAG_SPILL_BLKPTR != 0;
+        let tail = if spill { BLKPTR_SIZE } else { 0 };
+        let nbp = dn.nblkptr as usize;
+        if nbp == 0 || DNODE_CORE_SIZE + nbp * BLKPTR_SIZE + tail > size {
+            return Err(FormatError::invalid("dnode", format!("{nbp} block pointers in {slots} slot(s)")));
+        }
+        for i in 0..nbp {
+            dn.blkptr.push(BlockPointer::decode(&all[DNODE_CORE_SIZE + i * BLKPTR_SIZE..], le)?);
+        }
+        let bonus_off = DNODE_CORE_SIZE + nbp * BLKPTR_SIZE;
+        let bonus_max = size - bonus_off - tail;
+        let bl = dn.bonuslen as usize;
+        if bl > bonus_max {
+            return Err(FormatError::invalid("dnode", format!("bonus of {bl} bytes, room for {bonus_max}")));
+        }
+        dn.bonus = all[bonus_off..bonus_off + bl].to_vec();
+        if spill {
+            dn.spill = Some(BlockPointer::decode(&all[size - BLKPTR_SIZE..], le)?);
+        }
+        if dn.nlevels == 0 || dn.nlevels > 10 {
+            return Err(FormatError::invalid("dnode", format!("{} levels", dn.nlevels)));
+        }
+        Ok(dn)
+    }
+
+    /// Data block size in bytes.
+    pub fn data_block_size(&self) -> u64 {
+        self.datablkszsec as u64 * 512
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.typ == 0
+    }
+
+    /// Slots this dnode occupies.
+    pub fn slots(&self) -> usize {
+        1 + self.extra_slots as usize
+    }
+
+    /// Space used, in bytes.
+    pub fn used_bytes(&self) -> u64 {
+        if self.flags & DNODE_FLAG_USED_BYTES != 0 {
+            self.used
+        } else {
+            self.used.saturating_mul(512)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_core_bonus_and_spill() {
+        let mut b = vec![0u8; 1024];
+        b[0] = 19; // plain file
+        b[1] = 17;
+        b[2] = 1;
+        b[3] = 1;
+        b[4] = 44;
+        b[7] = DNODE_FLAG_USED_BYTES | DNODE_FLAG_SPILL_BLKPTR;
+        b[8..10].copy_from_slice(&256u16.to_le_bytes());
+        b[10..12].copy_from_slice(&100u16.to_le_bytes());
+        b[12] = 1; // two slots
+        b[16..24].copy_from_slice(&5u64.to_le_bytes());
+        b[24..32].copy_from_slice(&4096u64.to_le_bytes());
+        b[192] = 0xab; // first bonus byte
+        let dn = DnodePhys::decode(&b, true).unwrap();
+        assert_eq!(dn.data_block_size(), 128 << 10);
+        assert_eq!((dn.maxblkid, dn.used_bytes(), dn.slots()), (5, 4096, 2));
+        assert_eq!(dn.bonus.len(), 100);
+        assert_eq!(dn.bonus[0], 0xab);
+        assert!(dn.spill.is_some());
+        assert!(DnodePhys::decode(&b[..600], true).is_err(), "second slot missing");
+        b[10..12].copy_from_slice(&2000u16.to_le_bytes());
+        assert!(DnodePhys::decode(&b, true).is_err(), "bonus too long");
+    }
+}

@@ -1,1 +1,162 @@
-//! dsl (to be written)
+//! DSL objects: dataset directories (`dsl_dir_phys_t`) and datasets (`dsl_dataset_phys_t`),
+//! both kept in the bonus buffer of MOS objects, and the names of the MOS object directory.
+//!
+//! ```text
+//!  MOS object 1 (object directory ZAP): root_dataset → dsl_dir of the pool's root
+//!  dsl_dir:     head_dataset_obj, parent_dir_obj, child_dir_zapobj (name → dsl_dir),
+//!               props_zapobj, space accounting
+//!  dsl_dataset: dir_obj, prev_snap_obj/txg (the snapshot chain), snapnames_zapobj
+//!               (name → snapshot dataset), bp (the objset), space accounting
+//! ```
+
+use crate::blkptr::BlockPointer;
+use crate::bytes::u64_at;
+use crate::Result;
+
+pub const DMU_POOL_DIRECTORY_OBJECT: u64 = 1;
+pub const DMU_POOL_CONFIG: &str = "config";
+pub const DMU_POOL_ROOT_DATASET: &str = "root_dataset";
+pub const DMU_POOL_SYNC_BPOBJ: &str = "sync_bplist";
+pub const DMU_POOL_ERRLOG_SCRUB: &str = "errlog_scrub";
+pub const DMU_POOL_ERRLOG_LAST: &str = "errlog_last";
+pub const DMU_POOL_SPARES: &str = "spares";
+pub const DMU_POOL_DEFLATE: &str = "deflate";
+pub const DMU_POOL_HISTORY: &str = "history";
+pub const DMU_POOL_PROPS: &str = "pool_props";
+pub const DMU_POOL_L2CACHE: &str = "l2cache";
+pub const DMU_POOL_DDT: &str = "DDT-%s-%s-%s";
+pub const DMU_POOL_DDT_STATS: &str = "DDT-statistics";
+pub const DMU_POOL_CREATION_VERSION: &str = "creation_version";
+pub const DMU_POOL_SCAN: &str = "scan";
+pub const DMU_POOL_FREE_BPOBJ: &str = "free_bpobj";
+pub const DMU_POOL_BPTREE_OBJ: &str = "bptree_obj";
+pub const DMU_POOL_EMPTY_BPOBJ: &str = "empty_bpobj";
+pub const DMU_POOL_CHECKSUM_SALT: &str = "com.delphix:checksum_salt";
+pub const DMU_POOL_VDEV_ZAP_MAP: &str = "com.delphix:vdev_zap_map";
+pub const DMU_POOL_REMOVING: &str = "com.delphix:removing";
+pub const DMU_POOL_OBSOLETE_BPOBJ: &str = "com.delphix:obsolete_bpobj";
+pub const DMU_POOL_CONDENSING_INDIRECT: &str = "com.delphix:condensing_indirect";
+pub const DMU_POOL_ZPOOL_CHECKPOINT: &str = "com.delphix:zpool_checkpoint";
+pub const DMU_POOL_LOG_SPACEMAP_ZAP: &str = "com.delphix:log_spacemap_zap";
+pub const DMU_POOL_FEATURES_FOR_READ: &str = "features_for_read";
+pub const DMU_POOL_FEATURES_FOR_WRITE: &str = "features_for_write";
+pub const DMU_POOL_FEATURE_DESCRIPTIONS: &str = "feature_descriptions";
+pub const DMU_POOL_FEATURE_ENABLED_TXG: &str = "feature_enabled_txg";
+
+pub const DD_FLAG_USED_BREAKDOWN: u64 = 1 << 0;
+/// Indexes of dd_used_breakdown.
+pub const DD_USED_HEAD: usize = 0;
+pub const DD_USED_SNAP: usize = 1;
+pub const DD_USED_CHILD: usize = 2;
+pub const DD_USED_CHILD_RSRV: usize = 3;
+pub const DD_USED_REFRSRV: usize = 4;
+
+pub const DS_FLAG_INCONSISTENT: u64 = 1 << 0;
+pub const DS_FLAG_NOPROMOTE: u64 = 1 << 1;
+pub const DS_FLAG_UNIQUE_ACCURATE: u64 = 1 << 2;
+pub const DS_FLAG_DEFER_DESTROY: u64 = 1 << 3;
+pub const DS_FLAG_CI_DATASET: u64 = 1 << 16;
+
+fn words<const N: usize>(buf: &[u8], le: bool, what: &'static str) -> Result<[u64; N]> {
+    let mut w = [0u64; N];
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = u64_at(buf, i * 8, le, what)?;
+    }
+    Ok(w)
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DslDirPhys {
+    pub creation_time: u64,
+    pub head_dataset_obj: u64,
+    pub parent_dir_obj: u64,
+    pub origin_obj: u64,
+    pub child_dir_zapobj: u64,
+    pub used_bytes: u64,
+    pub compressed_bytes: u64,
+    pub uncompressed_bytes: u64,
+    pub quota: u64,
+    pub reserved: u64,
+    pub props_zapobj: u64,
+    pub deleg_zapobj: u64,
+    pub flags: u64,
+    pub used_breakdown: [u64; 5],
+    pub clones: u64,
+}
+
+impl DslDirPhys {
+    pub fn decode(bonus: &[u8], le: bool) -> Result<DslDirPhys> {
+        let w: [u64; 19] = words(bonus, le, "DSL directory")?;
+        Ok(DslDirPhys {
+            creation_time: w[0],
+            head_dataset_obj: w[1],
+            parent_dir_obj: w[2],
+            origin_obj: w[3],
+            child_dir_zapobj: w[4],
+            used_bytes: w[5],
+            compressed_bytes: w[6],
+            uncompressed_bytes: w[7],
+            quota: w[8],
+            reserved: w[9],
+            props_zapobj: w[10],
+            deleg_zapobj: w[11],
+            flags: w[12],
+            used_breakdown: [w[13], w[14], w[15], w[16], w[17]],
+            clones: w[18],
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DslDatasetPhys {
+    pub dir_obj: u64,
+    pub prev_snap_obj: u64,
+    pub prev_snap_txg: u64,
+    pub next_snap_obj: u64,
+    pub snapnames_zapobj: u64,
+    pub num_children: u64,
+    pub creation_time: u64,
+    pub creation_txg: u64,
+    pub deadlist_obj: u64,
+    pub referenced_bytes: u64,
+    pub compressed_bytes: u64,
+    pub uncompressed_bytes: u64,
+    pub unique_bytes: u64,
+    pub fsid_guid: u64,
+    pub guid: u64,
+    pub flags: u64,
+    pub bp: BlockPointer,
+    pub next_clones_obj: u64,
+    pub props_obj: u64,
+    pub userrefs_obj: u64,
+}
+
+impl DslDatasetPhys {
+    pub fn decode(bonus: &[u8], le: bool) -> Result<DslDatasetPhys> {
+        let w: [u64; 16] = words(bonus, le, "DSL dataset")?;
+        let bp = BlockPointer::decode(bonus.get(128..).unwrap_or(&[]), le)?;
+        let tail: [u64; 3] = words(bonus.get(256..).unwrap_or(&[]), le, "DSL dataset")?;
+        Ok(DslDatasetPhys {
+            dir_obj: w[0],
+            prev_snap_obj: w[1],
+            prev_snap_txg: w[2],
+            next_snap_obj: w[3],
+            snapnames_zapobj: w[4],
+            num_children: w[5],
+            creation_time: w[6],
+            creation_txg: w[7],
+            deadlist_obj: w[8],
+            referenced_bytes: w[9],
+            compressed_bytes: w[10],
+            uncompressed_bytes: w[11],
+            unique_bytes: w[12],
+            fsid_guid: w[13],
+            guid: w[14],
+            flags: w[15],
+            bp,
+            next_clones_obj: tail[0],
+            props_obj: tail[1],
+            userrefs_obj: tail[2],
+        })
+    }
+}

@@ -1,1 +1,156 @@
-//! types (to be written)
+//! DMU object types: numbers, the names zdb prints for them, and which are metadata.
+//!
+//! Types 0..54 are the fixed table of OpenZFS 2.1 (`dmu_object_type_t`, `dmu_ot[]`). Newer
+//! types are encoded as `DMU_OT_NEWTYPE | flags | byteswap index`: bit 0x80 set, 0x40 for
+//! metadata, 0x20 for encrypted, the low 5 bits naming a byteswap function.
+
+/// Number of fixed DMU object types (DMU_OT_NUMTYPES in 2.1).
+pub const DMU_OT_NUMTYPES: u8 = 54;
+pub const DMU_OT_NEWTYPE: u8 = 0x80;
+pub const DMU_OT_METADATA: u8 = 0x40;
+pub const DMU_OT_ENCRYPTED: u8 = 0x20;
+pub const DMU_OT_BYTESWAP_MASK: u8 = 0x1f;
+
+pub const DMU_OT_NONE: u8 = 0;
+pub const DMU_OT_OBJECT_DIRECTORY: u8 = 1;
+pub const DMU_OT_OBJECT_ARRAY: u8 = 2;
+pub const DMU_OT_PACKED_NVLIST: u8 = 3;
+pub const DMU_OT_PACKED_NVLIST_SIZE: u8 = 4;
+pub const DMU_OT_BPOBJ: u8 = 5;
+pub const DMU_OT_BPOBJ_HDR: u8 = 6;
+pub const DMU_OT_SPACE_MAP_HEADER: u8 = 7;
+pub const DMU_OT_SPACE_MAP: u8 = 8;
+pub const DMU_OT_INTENT_LOG: u8 = 9;
+pub const DMU_OT_DNODE: u8 = 10;
+pub const DMU_OT_OBJSET: u8 = 11;
+pub const DMU_OT_DSL_DIR: u8 = 12;
+pub const DMU_OT_DSL_DIR_CHILD_MAP: u8 = 13;
+pub const DMU_OT_DSL_DS_SNAP_MAP: u8 = 14;
+pub const DMU_OT_DSL_PROPS: u8 = 15;
+pub const DMU_OT_DSL_DATASET: u8 = 16;
+pub const DMU_OT_ZNODE: u8 = 17;
+pub const DMU_OT_OLDACL: u8 = 18;
+pub const DMU_OT_PLAIN_FILE_CONTENTS: u8 = 19;
+pub const DMU_OT_DIRECTORY_CONTENTS: u8 = 20;
+pub const DMU_OT_MASTER_NODE: u8 = 21;
+pub const DMU_OT_UNLINKED_SET: u8 = 22;
+pub const DMU_OT_ZVOL: u8 = 23;
+pub const DMU_OT_ZVOL_PROP: u8 = 24;
+pub const DMU_OT_PLAIN_OTHER: u8 = 25;
+pub const DMU_OT_UINT64_OTHER: u8 = 26;
+pub const DMU_OT_ZAP_OTHER: u8 = 27;
+pub const DMU_OT_ERROR_LOG: u8 = 28;
+pub const DMU_OT_SPA_HISTORY: u8 = 29;
+pub const DMU_OT_SPA_HISTORY_OFFSETS: u8 = 30;
+pub const DMU_OT_POOL_PROPS: u8 = 31;
+pub const DMU_OT_DSL_PERMS: u8 = 32;
+pub const DMU_OT_ACL: u8 = 33;
+pub const DMU_OT_SYSACL: u8 = 34;
+pub const DMU_OT_FUID: u8 = 35;
+pub const DMU_OT_FUID_SIZE: u8 = 36;
+pub const DMU_OT_NEXT_CLONES: u8 = 37;
+pub const DMU_OT_SCAN_QUEUE: u8 = 38;
+pub const DMU_OT_USERGROUP_USED: u8 = 39;
+pub const DMU_OT_USERGROUP_QUOTA: u8 = 40;
+pub const DMU_OT_USERREFS: u8 = 41;
+pub const DMU_OT_DDT_ZAP: u8 = 42;
+pub const DMU_OT_DDT_STATS: u8 = 43;
+pub const DMU_OT_SA: u8 = 44;
+pub const DMU_OT_SA_MASTER_NODE: u8 = 45;
+pub const DMU_OT_SA_ATTR_REGISTRATION: u8 = 46;
+pub const DMU_OT_SA_ATTR_LAYOUTS: u8 = 47;
+pub const DMU_OT_SCAN_XLATE: u8 = 48;
+pub const DMU_OT_DEDUP: u8 = 49;
+pub const DMU_OT_DEADLIST: u8 = 50;
+pub const DMU_OT_DEADLIST_HDR: u8 = 51;
+pub const DMU_OT_DSL_CLONES: u8 = 52;
+pub const DMU_OT_BPOBJ_SUBOBJ: u8 = 53;
+
+/// (zdb name, is metadata) of each fixed type.
+const TABLE: [(&str, bool); 54] = [
+    ("unallocated", true),
+    ("object directory", true),
+    ("object array", true),
+    ("packed nvlist", true),
+    ("packed nvlist size", true),
+    ("bpobj", true),
+    ("bpobj header", true),
+    ("SPA space map header", true),
+    ("SPA space map", true),
+    ("ZIL intent log", true),
+    ("DMU dnode", true),
+    ("DMU objset", true),
+    ("DSL directory", true),
+    ("DSL directory child map", true),
+    ("DSL dataset snap map", true),
+    ("DSL props", true),
+    ("DSL dataset", true),
+    ("ZFS znode", true),
+    ("ZFS V0 ACL", true),
+    ("ZFS plain file", false),
+    ("ZFS directory", true),
+    ("ZFS master node", true),
+    ("ZFS delete queue", true),
+    ("zvol object", false),
+    ("zvol prop", true),
+    ("other uint8[]", false),
+    ("other uint64[]", false),
+    ("other ZAP", true),
+    ("persistent error log", true),
+    ("SPA history", true),
+    ("SPA history offsets", true),
+    ("Pool properties", true),
+    ("DSL permissions", true),
+    ("ZFS ACL", true),
+    ("ZFS SYSACL", true),
+    ("FUID table", true),
+    ("FUID table size", true),
+    ("DSL dataset next clones", true),
+    ("scan work queue", true),
+    ("ZFS user/group/project used", true),
+    ("ZFS user/group/project quota", true),
+    ("snapshot refcount tags", true),
+    ("DDT ZAP algorithm", true),
+    ("DDT statistics", true),
+    ("System attributes", true),
+    ("SA master node", true),
+    ("SA attr registration", true),
+    ("SA attr layouts", true),
+    ("scan translations", true),
+    ("deduplicated block", false),
+    ("DSL deadlist map", true),
+    ("DSL deadlist map hdr", true),
+    ("DSL dir clones", true),
+    ("bpobj subobj", true),
+];
+
+/// The name OpenZFS's zdb prints for an object type.
+pub fn ot_name(t: u8) -> &'static str {
+    if t & DMU_OT_NEWTYPE != 0 {
+        return if t & DMU_OT_METADATA != 0 { "other metadata" } else { "other" };
+    }
+    TABLE.get(t as usize).map(|e| e.0).unwrap_or("unknown")
+}
+
+/// DMU_OT_IS_METADATA.
+pub fn ot_is_metadata(t: u8) -> bool {
+    if t & DMU_OT_NEWTYPE != 0 {
+        return t & DMU_OT_METADATA != 0;
+    }
+    TABLE.get(t as usize).map(|e| e.1).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn names_match_zdb() {
+        assert_eq!(ot_name(DMU_OT_PLAIN_FILE_CONTENTS), "ZFS plain file");
+        assert_eq!(ot_name(DMU_OT_BPOBJ_SUBOBJ), "bpobj subobj");
+        assert_eq!(ot_name(DMU_OT_DNODE), "DMU dnode");
+        assert!(ot_is_metadata(DMU_OT_DNODE));
+        assert!(!ot_is_metadata(DMU_OT_PLAIN_FILE_CONTENTS));
+        assert!(ot_is_metadata(DMU_OT_NEWTYPE | DMU_OT_METADATA | 3));
+    }
+}
+
