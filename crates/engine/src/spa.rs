@@ -356,7 +356,7 @@ impl Spa {
         let mos0 = Objset::open(&spa0, &spa0.rootbp)
             .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa0.name)))?;
         let mut salt = [0u8; 32];
-        if let Ok(Some(s)) = crate::zap::zap_lookup(&mos0, 1, b"com.delphix:checksum_salt") {
+        if let Ok(Some(s)) = crate::zap::zap_lookup(&mos0, 1, b"org.illumos:checksum_salt") {
             let n = s.value.len().min(32);
             salt[..n].copy_from_slice(&s.value[..n]);
         }

@@ -115,8 +115,8 @@ fn highbit(x: u64) -> usize {
 
 impl<'a> Walker<'a> {
     fn count(&mut self, bp: &BlockPointer, typ: usize) {
-        let asize: u64 = if bp.embedded { 0 } else { bp.dva.iter().take(bp.ndvas()).map(|d| d.asize).sum() };
-        let gangs = if bp.embedded { 0 } else { bp.dva.iter().take(bp.ndvas()).filter(|d| d.gang).count() as u64 };
+        let asize: u64 = bp.asize_total();
+        let gangs = bp.dvas().iter().filter(|d| !d.is_empty() && d.gang).count() as u64;
         let ndvas = if bp.embedded { 0 } else { bp.ndvas() };
         let (same_vdev, same_ms) = match ndvas {
             2 => {
@@ -146,7 +146,8 @@ impl<'a> Walker<'a> {
             let zb = &mut self.stats.by_type[l][t];
             zb.asize += asize;
             zb.lsize += bp.lsize;
-            zb.psize += bp.psize;
+            // zdb counts an embedded bp's physical size as 0 (BP_GET_PSIZE).
+            zb.psize += if bp.embedded { 0 } else { bp.psize };
             zb.count += 1;
             zb.gangs += gangs;
             zb.ditto_samevdev += same_vdev as u64;
@@ -158,7 +159,7 @@ impl<'a> Walker<'a> {
             return;
         }
         let s = &mut self.stats;
-        let b = highbit(bp.psize).saturating_sub(1).min(63);
+        let b = highbit(bp.psize).saturating_sub(1).min(63); // not reached for embedded bps
         s.psize_hist[b] += 1;
         s.psize_len[b] += bp.psize;
         let b = highbit(bp.lsize).saturating_sub(1).min(63);

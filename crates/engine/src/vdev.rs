@@ -161,13 +161,19 @@ impl Vdev {
     /// Build a vdev subtree from a `vdev_tree` nvlist, attaching devices found by guid.
     /// `depth` bounds recursion against malicious configs.
     pub fn from_config(nv: &NvList, devices: &DeviceMap, depth: usize) -> Result<Arc<Vdev>> {
+        Self::from_config_ashift(nv, devices, depth, 0)
+    }
+
+    /// As `from_config`; interior vdevs below the top level inherit its ashift (only
+    /// top-level vdevs record one).
+    fn from_config_ashift(nv: &NvList, devices: &DeviceMap, depth: usize, parent_ashift: u8) -> Result<Arc<Vdev>> {
         if depth > 8 {
             return Err(ZfsError::Invalid("vdev tree nested too deeply".into()));
         }
         let typ = nv.get_str("type").ok_or_else(|| ZfsError::Invalid("vdev config without a type".into()))?;
         let guid = nv.get_u64("guid").unwrap_or(0);
         let id = nv.get_u64("id").unwrap_or(0);
-        let ashift = nv.get_u64("ashift").unwrap_or(0).min(16) as u8;
+        let ashift = nv.get_u64("ashift").map(|a| a.min(16) as u8).unwrap_or(parent_ashift);
         let kind = match typ {
             "root" => VdevKind::Root,
             "mirror" => VdevKind::Mirror,
@@ -191,7 +197,7 @@ impl Vdev {
                 return Err(ZfsError::Invalid("vdev with more than 1024 children".into()));
             }
             for k in kids {
-                children.push(Vdev::from_config(k, devices, depth + 1)?);
+                children.push(Vdev::from_config_ashift(k, devices, depth + 1, ashift)?);
             }
         }
         let (path, dev) = match kind {

@@ -35,7 +35,7 @@ pub fn verify_bp(bp: &BlockPointer, data: &[u8], salt: &[u8; 32]) -> bool {
         return true;
     }
     match checksum::compute(bp.checksum, data, bp.little_endian, salt) {
-        Ok(c) => c == bp.cksum,
+        Ok(c) => bp.checksum_matches(&c),
         Err(_) => false,
     }
 }
@@ -55,8 +55,10 @@ pub fn read_bp(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
     if bp.is_hole() {
         return Ok(vec![0u8; bp.lsize as usize]);
     }
-    if bp.encrypted {
-        return Err(ZfsError::Unsupported(format!("encrypted block ({bp})")));
+    // Encrypted data needs the dataset's key; dnode blocks keep their cores in plaintext
+    // (and are never compressed), so traversal can read them without it.
+    if bp.is_encrypted_data() && bp.typ != oxzfs_format::types::DMU_OT_DNODE {
+        return Err(ZfsError::Unsupported(format!("encrypted block, key not loaded ({bp})")));
     }
     let physical = read_physical(ctx, bp)?;
     decompress(bp, &physical)
@@ -79,7 +81,7 @@ fn decompress(bp: &BlockPointer, physical: &[u8]) -> Result<Vec<u8>> {
 pub fn read_physical(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
     let mut last: Option<ZfsError> = None;
     let verify = |d: &[u8]| verify_bp(bp, d, ctx.salt);
-    for dva in bp.dva.iter().take(bp.ndvas()) {
+    for dva in bp.dvas() {
         if dva.is_empty() {
             continue;
         }
@@ -119,14 +121,22 @@ fn read_gang(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva, depth: usize) -> Result
     if depth > 8 {
         return Err(ZfsError::Invalid(format!("gang tree deeper than 8 at {bp}")));
     }
-    let verifier = [dva.vdev, dva.offset, bp.birth, 0];
+    // The verifier names the block's identity (DVA[0]) whichever copy is read.
+    let verifier = [bp.dva[0].vdev, bp.dva[0].offset, bp.physical_birth(), 0];
     let check = |d: &[u8]| checksum::verify_embedded(d, checksum::ZIO_CHECKSUM_GANG_HEADER, verifier).unwrap_or(false);
     let hdr = read_dva(ctx, dva, GANG_HEADER_SIZE, &check)?;
+    if std::env::var_os("OXZFS_DEBUG_GANG").is_some() {
+        eprintln!("gang header ok for {bp}");
+    }
     let le = hdr_little_endian(&hdr);
     let children = decode_gang_header(&hdr, le).map_err(|e| ZfsError::corrupt(format!("gang header of {bp}"), e))?;
     let mut out = Vec::with_capacity(bp.psize as usize);
     for child in children.iter().filter(|c| !c.is_hole()) {
-        let mut part = read_physical(ctx, child)?;
+        let r = read_physical(ctx, child);
+        if std::env::var_os("OXZFS_DEBUG_GANG").is_some() {
+            eprintln!("  member {child}: {:?}", r.as_ref().map(|d| d.len()).map_err(|e| e.to_string()));
+        }
+        let mut part = r?;
         out.append(&mut part);
         if out.len() as u64 >= bp.psize {
             break;

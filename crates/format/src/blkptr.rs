@@ -137,6 +137,9 @@ impl BlockPointer {
             bp.checksum = ((prop >> 40) & 0xff) as u8;
             bp.phys_birth = w(9)?;
             bp.fill = w(11)?;
+            if bp.encrypted && bp.level == 0 && crate::types::ot_is_encrypted(bp.typ) {
+                bp.fill &= 0xffff_ffff; // the upper half holds IV bits
+            }
             bp.cksum = [w(12)?, w(13)?, w(14)?, w(15)?];
         }
         Ok(bp)
@@ -191,12 +194,50 @@ impl BlockPointer {
         !self.embedded && self.dva[0].vdev == 0 && self.dva[0].offset == 0 && self.dva[0].asize == 0 && !self.dva[0].gang
     }
 
-    /// BP_GET_NDVAS: how many DVAs are allocated.
+    /// BP_GET_NDVAS: how many DVAs are allocated. An encrypted block keeps its salt and IV
+    /// where DVA[2] would be.
     pub fn ndvas(&self) -> usize {
         if self.embedded {
             return 0;
         }
-        self.dva.iter().filter(|d| !d.is_empty()).count()
+        let n = if self.is_encrypted_data() { 2 } else { 3 };
+        self.dva[..n].iter().filter(|d| !d.is_empty()).count()
+    }
+
+    /// BP_IS_ENCRYPTED: a level-0 block of an encrypted type in an encrypted dataset.
+    pub fn is_encrypted_data(&self) -> bool {
+        self.encrypted && self.level == 0 && crate::types::ot_is_encrypted(self.typ)
+    }
+
+    /// The DVAs that hold copies (DVA[2] of an encrypted block is not one).
+    pub fn dvas(&self) -> &[Dva] {
+        if self.embedded {
+            &self.dva[..0]
+        } else if self.is_encrypted_data() {
+            &self.dva[..2]
+        } else {
+            &self.dva[..]
+        }
+    }
+
+    /// Whether `computed` matches the stored checksum: blocks of encrypted datasets (other
+    /// than objsets) keep a MAC in words 2-3, so only words 0-1 are compared.
+    pub fn checksum_matches(&self, computed: &[u64; 4]) -> bool {
+        if self.encrypted && self.typ != crate::types::DMU_OT_OBJSET {
+            // Weak (non-dedup) checksums fold their upper half into the kept lower half.
+            let weak = !matches!(
+                self.checksum,
+                checksum::ZIO_CHECKSUM_SHA256
+                    | checksum::ZIO_CHECKSUM_SHA512
+                    | checksum::ZIO_CHECKSUM_SKEIN
+                    | checksum::ZIO_CHECKSUM_EDONR
+                    | checksum::ZIO_CHECKSUM_BLAKE3
+            );
+            let (a, b) = if weak { (computed[0] ^ computed[2], computed[1] ^ computed[3]) } else { (computed[0], computed[1]) };
+            a == self.cksum[0] && b == self.cksum[1]
+        } else {
+            *computed == self.cksum
+        }
     }
 
     pub fn is_gang(&self) -> bool {
@@ -204,11 +245,7 @@ impl BlockPointer {
     }
 
     pub fn asize_total(&self) -> u64 {
-        if self.embedded {
-            0
-        } else {
-            self.dva.iter().map(|d| d.asize).sum()
-        }
+        self.dvas().iter().map(|d| d.asize).sum()
     }
 
     /// The birth txg of the physical copy (phys_birth, or birth when zero).
@@ -256,7 +293,7 @@ impl fmt::Display for BlockPointer {
         if self.is_hole() {
             return write!(f, "HOLE [L{} {}] size={:x}L birth={}L", self.level, crate::types::ot_name(self.typ), self.lsize, self.birth);
         }
-        for (i, d) in self.dva.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
+        for (i, d) in self.dvas().iter().enumerate().filter(|(_, d)| !d.is_empty()) {
             write!(f, "DVA[{i}]=<{}:{:x}:{:x}{}> ", d.vdev, d.offset, d.asize, if d.gang { "G" } else { "" })?;
         }
         write!(

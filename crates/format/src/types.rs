@@ -132,6 +132,17 @@ pub fn ot_name(t: u8) -> &'static str {
     TABLE.get(t as usize).map(|e| e.0).unwrap_or("unknown")
 }
 
+/// DMU_OT_IS_ENCRYPTED: blocks of this type are encrypted in an encrypted dataset (others
+/// are only authenticated).
+pub fn ot_is_encrypted(t: u8) -> bool {
+    if t & DMU_OT_NEWTYPE != 0 {
+        return t & DMU_OT_ENCRYPTED != 0;
+    }
+    ENCRYPTED.get(t as usize).copied().unwrap_or(false)
+}
+
+const ENCRYPTED: [bool; 54] = [false, false, false, false, false, false, false, false, false, true, true, false, false, false, false, false, false, false, true, true, true, false, true, true, false, true, true, false, false, false, false, false, false, true, true, true, false, false, false, true, true, false, false, false, true, true, true, true, false, true, false, false, false, false];
+
 /// DMU_OT_IS_METADATA.
 pub fn ot_is_metadata(t: u8) -> bool {
     if t & DMU_OT_NEWTYPE != 0 {
