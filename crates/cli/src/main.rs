@@ -1,6 +1,86 @@
+//! The `oxzfs` command: `oxzfs zpool …`, `oxzfs zfs …`, `oxzfs zdb …` and `oxzfs daemon …`.
+//! Linked or copied under the names `zpool`, `zfs` or `zdb`, it answers to those directly.
+//!
+//! Pool state lives in the daemon (`oxzfsd`, run by `oxzfs daemon run`): it holds the imported
+//! pools and their FUSE mounts. `zpool`/`zfs` verbs are sent to it over a unix socket
+//! ($OXZFS_SOCKET, default /run/oxzfs/oxzfs.sock) as the argument vector, and its reply is the
+//! command's stdout, stderr and exit status. `zdb` and `zpool import -d DIR` (listing) read the
+//! devices directly, as OpenZFS's do.
+
+mod commands;
+mod daemon;
+mod table;
+
+use std::path::PathBuf;
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(|s| s.as_str()) == Some("zdb") {
-        std::process::exit(oxzfs::traverse::zdb_main(&args[2..]));
+    let mut args: Vec<String> = std::env::args().collect();
+    let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    if matches!(argv0.as_str(), "zpool" | "zfs" | "zdb") {
+        args.insert(1, argv0);
+    }
+    let code = run(&args[1..]);
+    std::process::exit(code);
+}
+
+pub fn socket_path() -> PathBuf {
+    std::env::var_os("OXZFS_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/oxzfs/oxzfs.sock"))
+}
+
+fn usage() -> i32 {
+    eprintln!(
+        "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run"
+    );
+    2
+}
+
+fn run(args: &[String]) -> i32 {
+    let Some(cmd) = args.first() else { return usage() };
+    match cmd.as_str() {
+        "zdb" => oxzfs::traverse::zdb_main(&args[1..]),
+        "daemon" => daemon::main(&args[1..]),
+        "zpool" | "zfs" => {
+            // Listing importable pools needs no daemon.
+            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && commands::import_is_listing(&args[2..]) {
+                let (out, err, code) = commands::run_local(args);
+                print!("{out}");
+                eprint!("{err}");
+                return code;
+            }
+            let autostart = cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import");
+            if !daemon::is_running() {
+                if autostart {
+                    if let Err(e) = daemon::start() {
+                        eprintln!("cannot start the oxzfs daemon: {e}");
+                        return 1;
+                    }
+                } else {
+                    // Nothing is imported: answer as OpenZFS does with no pools.
+                    let (out, err, code) = commands::run_without_daemon(args);
+                    print!("{out}");
+                    eprint!("{err}");
+                    return code;
+                }
+            }
+            match daemon::request(args) {
+                Ok((out, err, code)) => {
+                    print!("{out}");
+                    eprint!("{err}");
+                    code
+                }
+                Err(e) => {
+                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", socket_path().display());
+                    1
+                }
+            }
+        }
+        "-h" | "--help" | "help" => {
+            usage();
+            0
+        }
+        other => {
+            eprintln!("unrecognized command '{other}'");
+            usage()
+        }
     }
 }

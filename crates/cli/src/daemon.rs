@@ -1,0 +1,192 @@
+//! The daemon: owns imported pools and their mounts, serves one request per connection on a
+//! unix socket. A request is `{"argv": [...]}`; the reply `{"stdout", "stderr", "code"}`.
+//! Each request runs under catch_unwind, so a bug answers with an error instead of taking the
+//! daemon (and every mount) down. `daemon stop` unmounts and exports everything, then exits.
+
+use crate::commands::{self, State};
+use crate::socket_path;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Deserialize)]
+struct Req {
+    argv: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Resp {
+    stdout: String,
+    stderr: String,
+    code: i32,
+}
+
+const SHUTDOWN: &str = "__shutdown";
+
+pub fn main(args: &[String]) -> i32 {
+    match args.first().map(|s| s.as_str()) {
+        Some("start") => match start() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("cannot start the oxzfs daemon: {e}");
+                1
+            }
+        },
+        Some("stop") => {
+            if !is_running() {
+                return 0;
+            }
+            match request(&[SHUTDOWN.to_string()]) {
+                Ok(_) => {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while is_running() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("cannot stop the oxzfs daemon: {e}");
+                    1
+                }
+            }
+        }
+        Some("status") => {
+            if is_running() {
+                println!("oxzfs daemon is running on {}", socket_path().display());
+                0
+            } else {
+                println!("oxzfs daemon is not running");
+                1
+            }
+        }
+        Some("run") => match serve() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("oxzfs daemon: {e}");
+                1
+            }
+        },
+        _ => {
+            eprintln!("usage: oxzfs daemon start|stop|status|run");
+            2
+        }
+    }
+}
+
+pub fn is_running() -> bool {
+    UnixStream::connect(socket_path()).is_ok()
+}
+
+/// Start the daemon in the background (idempotent); returns once it answers.
+pub fn start() -> Result<(), String> {
+    if is_running() {
+        return Ok(());
+    }
+    let sock = socket_path();
+    let dir = sock.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let log_path = dir.join(format!("{}.log", sock.file_name().and_then(|s| s.to_str()).unwrap_or("oxzfsd")));
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["daemon", "run"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    use std::os::unix::process::CommandExt;
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if is_running() {
+            return Ok(());
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!("the daemon exited ({st}); see {}", log_path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(format!("the daemon did not answer within 20 s; see {}", log_path.display()))
+}
+
+/// Send one command to the daemon.
+pub fn request(argv: &[String]) -> Result<(String, String, i32), String> {
+    let mut s = UnixStream::connect(socket_path()).map_err(|e| e.to_string())?;
+    let req = serde_json::to_string(&Req { argv: argv.to_vec() }).map_err(|e| e.to_string())?;
+    s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
+    let r: Resp = serde_json::from_str(&line).map_err(|e| format!("bad reply from the daemon: {e}"))?;
+    Ok((r.stdout, r.stderr, r.code))
+}
+
+fn serve() -> Result<(), String> {
+    let sock = socket_path();
+    if let Some(dir) = sock.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    if UnixStream::connect(&sock).is_ok() {
+        return Err(format!("another daemon is already serving {}", sock.display()));
+    }
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot bind {}: {e}", sock.display()))?;
+    eprintln!("oxzfs daemon serving {}", sock.display());
+    let state = Arc::new(Mutex::new(State::default()));
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let mut line = String::new();
+        if BufReader::new(&conn).read_line(&mut line).is_err() {
+            continue;
+        }
+        let req: Req = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                reply(&mut conn, String::new(), format!("bad request: {e}\n"), 2);
+                continue;
+            }
+        };
+        if req.argv.first().map(|s| s.as_str()) == Some(SHUTDOWN) {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let (out, err) = st.shutdown();
+            reply(&mut conn, out, err, 0);
+            let _ = std::fs::remove_file(&sock);
+            return Ok(());
+        }
+        let state = state.clone();
+        std::thread::spawn(move || {
+            let argv = req.argv.clone();
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                commands::execute(&mut st, &argv)
+            }));
+            let (out, err, code) = match res {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "unknown".into());
+                    (String::new(), format!("internal error: {msg}\n"), 1)
+                }
+            };
+            reply(&mut conn, out, err, code);
+        });
+    }
+    Ok(())
+}
+
+fn reply(conn: &mut UnixStream, stdout: String, stderr: String, code: i32) {
+    if let Ok(s) = serde_json::to_string(&Resp { stdout, stderr, code }) {
+        let _ = conn.write_all(s.as_bytes());
+        let _ = conn.write_all(b"\n");
+    }
+}
