@@ -49,8 +49,11 @@ def test_device_missing_its_tail_does_not_panic(single, oxzfs):
         mnt = os.path.join(alt, NAME)
         for d, _, files in os.walk(mnt):
             for f in files:
+                fp = os.path.join(d, f)
+                if not os.path.isfile(fp) or os.path.islink(fp):
+                    continue  # fifos and devices would block or mean nothing here
                 try:
-                    with open(os.path.join(d, f), "rb") as fh:
+                    with open(fp, "rb") as fh:
                         while fh.read(1 << 20):
                             pass
                 except OSError:
