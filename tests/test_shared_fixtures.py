@@ -69,7 +69,18 @@ def test_fixture_contents(fixtures, oxzfs):
             datasets = fixture_datasets(fdir)
             for ds, snap, mf in fixture_manifests(fdir):
                 children = [os.path.relpath(c, ds) for c in datasets if c.startswith(ds + "/")]
-                root = os.path.join(alt, ds)
+                # Where the dataset is mounted is what `zfs get mountpoint` says (the fixtures
+                # carry mountpoints of the machine that wrote them, under the altroot here).
+                r = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", ds, check=True)
+                root = r.stdout.strip()
+                assert root.startswith(alt), f"{ds} mountpoint {root!r} is not under the altroot {alt}"
+                # Children inherit mountpoints below their parent's: exclude them by relative path.
+                children = []
+                for c in datasets:
+                    if c.startswith(ds + "/"):
+                        rc = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", c, check=True).stdout.strip()
+                        if rc.startswith(root + "/"):
+                            children.append(os.path.relpath(rc, root))
                 if snap:
                     root = os.path.join(root, ".zfs", "snapshot", snap)
                 assert_manifest(root, mf, children)

@@ -445,12 +445,15 @@ fn select(st: &State, operands: &[String], recurse: bool, depth: Option<usize>, 
                 continue;
             }
             if d.name != *name {
-                if !recursive || depth.map_or(false, |m| depth_of(&d.name) - bd > m) {
+                let own_snapshot = d.name.starts_with(&format!("{name}@"));
+                // `zfs list -t snapshot fs` lists fs's own snapshots even without -r.
+                let wanted_snapshot = own_snapshot && types == [DatasetKind::Snapshot];
+                if !wanted_snapshot && (!recursive || depth.map_or(false, |m| depth_of(&d.name) - bd > m)) {
                     continue;
                 }
-                if !types.contains(&d.kind) {
-                    continue;
-                }
+            }
+            if !types.contains(&d.kind) {
+                continue;
             }
             out.push((p.clone(), d.clone()));
         }

@@ -175,7 +175,23 @@ fn onoff(v: u64) -> String {
 fn index_name(prop: &str, v: u64) -> String {
     use oxzfs_format::{checksum, compress};
     match prop {
-        "compression" => compress::compress_name(v as u8).into(),
+        "compression" => {
+            // The table's first name for a value wins: gzip-6 is shown as "gzip"; zstd keeps
+            // its level above the low 7 bits (default 3 shown as "zstd").
+            let alg = (v & 0x7f) as u8;
+            let level = v >> 7;
+            match alg {
+                compress::ZIO_COMPRESS_ZSTD => match level {
+                    0 | 3 => "zstd".into(),
+                    1..=19 => format!("zstd-{level}"),
+                    l if (1001..=1010).contains(&l) => format!("zstd-fast-{}", l - 1000),
+                    l if l >= 1020 => format!("zstd-fast-{}", (l - 1000) * 10),
+                    l => format!("zstd-{l}"),
+                },
+                a if a == compress::ZIO_COMPRESS_GZIP_1 + 5 => "gzip".into(),
+                a => compress::compress_name(a).into(),
+            }
+        }
         "checksum" => checksum::checksum_name(v as u8).into(),
         "dedup" => match v {
             0 | 2 => "off".into(),
@@ -398,6 +414,11 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
     }
     if ds.kind == DatasetKind::Filesystem {
         for (p, def) in [("atime", "on"), ("devices", "on"), ("exec", "on"), ("setuid", "on"), ("readonly", "off"), ("zoned", "off"), ("snapdir", "hidden"), ("aclmode", "discard"), ("aclinherit", "restricted")] {
+            if p == "readonly" && spa.readonly {
+                // A read-only import makes every dataset read-only for its duration.
+                push(p, "on".into(), "on".into(), "temporary");
+                continue;
+            }
             let (v, r, s) = idx(p, def);
             push(p, v, r, &s);
         }
