@@ -87,6 +87,7 @@ pub const READ_SUPPORTED: &[&str] = &[
     "org.zfsonlinux:large_dnode",
     "org.illumos:sha512",
     "org.illumos:skein",
+    "org.illumos:edonr",
     "com.delphix:redaction_bookmarks",
     "com.delphix:redacted_datasets",
     "com.delphix:bookmark_written",
