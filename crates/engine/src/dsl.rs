@@ -237,7 +237,9 @@ fn ratio(u: u64, c: u64) -> String {
     if c == 0 {
         "1.00x".into()
     } else {
-        format!("{:.2}x", (u as f64 / c as f64 * 100.0).floor() / 100.0)
+        // Hundredths, truncated, as OpenZFS stores and prints the ratio.
+        let r = (u as u128 * 100 / c as u128) as u64;
+        format!("{}.{:02}x", r / 100, r % 100)
     }
 }
 
