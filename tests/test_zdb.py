@@ -63,9 +63,9 @@ def test_zdb_bb_type_table(kind, name, ours):
 @pytest.mark.parametrize("kind,name", CASES, ids=IDS)
 def test_zdb_cc_no_errors(kind, name, pool, oxzfs, request):
     if kind == "ztest":
-        # Known gaps, reported on the issue: gang headers that ztest forces onto raidz vdevs
-        # do not verify yet, nor a few edonr blocks of ztest's. Runs that hit neither pass.
-        request.applymarker(pytest.mark.xfail(reason="gang headers on raidz / some ztest edonr blocks do not verify yet", strict=False))
+        # Known gap, reported on the issue: gang headers that ztest forces
+        # (metaslab_force_ganging) do not verify yet. Runs without gang blocks pass.
+        request.applymarker(pytest.mark.xfail(reason="gang headers that ztest forces do not verify yet", strict=False))
     vdevs, want = pool(kind, name)
     r = oxzfs.zdb("-e", "-p", vdevs, "-cc", name, timeout=900)
     assert r.returncode == 0, repr(r)

@@ -34,10 +34,11 @@ pub fn verify_bp(bp: &BlockPointer, data: &[u8], salt: &[u8; 32]) -> bool {
     if bp.checksum == checksum::ZIO_CHECKSUM_OFF {
         return true;
     }
-    match checksum::compute(bp.checksum, data, bp.little_endian, salt) {
+    let ok = match checksum::compute(bp.checksum, data, bp.little_endian, salt) {
         Ok(c) => bp.checksum_matches(&c),
         Err(_) => false,
-    }
+    };
+    ok
 }
 
 /// Read the logical bytes of `bp`.
@@ -125,18 +126,11 @@ fn read_gang(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva, depth: usize) -> Result
     let verifier = [bp.dva[0].vdev, bp.dva[0].offset, bp.physical_birth(), 0];
     let check = |d: &[u8]| checksum::verify_embedded(d, checksum::ZIO_CHECKSUM_GANG_HEADER, verifier).unwrap_or(false);
     let hdr = read_dva(ctx, dva, GANG_HEADER_SIZE, &check)?;
-    if std::env::var_os("OXZFS_DEBUG_GANG").is_some() {
-        eprintln!("gang header ok for {bp}");
-    }
     let le = hdr_little_endian(&hdr);
     let children = decode_gang_header(&hdr, le).map_err(|e| ZfsError::corrupt(format!("gang header of {bp}"), e))?;
     let mut out = Vec::with_capacity(bp.psize as usize);
     for child in children.iter().filter(|c| !c.is_hole()) {
-        let r = read_physical(ctx, child);
-        if std::env::var_os("OXZFS_DEBUG_GANG").is_some() {
-            eprintln!("  member {child}: {:?}", r.as_ref().map(|d| d.len()).map_err(|e| e.to_string()));
-        }
-        let mut part = r?;
+        let mut part = read_physical(ctx, child)?;
         out.append(&mut part);
         if out.len() as u64 >= bp.psize {
             break;

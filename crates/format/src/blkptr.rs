@@ -224,14 +224,11 @@ impl BlockPointer {
     /// than objsets) keep a MAC in words 2-3, so only words 0-1 are compared.
     pub fn checksum_matches(&self, computed: &[u64; 4]) -> bool {
         if self.encrypted && self.typ != crate::types::DMU_OT_OBJSET {
-            // Weak (non-dedup) checksums fold their upper half into the kept lower half.
+            // Checksums not marked dedup-capable (fletcher, and edonr) fold their upper half
+            // into the kept lower half.
             let weak = !matches!(
                 self.checksum,
-                checksum::ZIO_CHECKSUM_SHA256
-                    | checksum::ZIO_CHECKSUM_SHA512
-                    | checksum::ZIO_CHECKSUM_SKEIN
-                    | checksum::ZIO_CHECKSUM_EDONR
-                    | checksum::ZIO_CHECKSUM_BLAKE3
+                checksum::ZIO_CHECKSUM_SHA256 | checksum::ZIO_CHECKSUM_SHA512 | checksum::ZIO_CHECKSUM_SKEIN | checksum::ZIO_CHECKSUM_BLAKE3
             );
             let (a, b) = if weak { (computed[0] ^ computed[2], computed[1] ^ computed[3]) } else { (computed[0], computed[1]) };
             a == self.cksum[0] && b == self.cksum[1]
