@@ -37,6 +37,9 @@ failed=()
 stage "cargo test --workspace"
 cargo test --workspace || failed+=("cargo test")
 
+stage "fuzz smoke (cargo-fuzz, ${OXZFS_FUZZ_SECONDS:-10}s per target)"
+scripts/fuzz-smoke.sh "${OXZFS_FUZZ_SECONDS:-10}" || failed+=("fuzz smoke")
+
 stage "system tests (pytest)"
 export OXZFS_BIN="$repo/target/$bindir/oxzfs"
 rc=0

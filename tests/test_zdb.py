@@ -61,11 +61,7 @@ def test_zdb_bb_type_table(kind, name, ours):
 
 
 @pytest.mark.parametrize("kind,name", CASES, ids=IDS)
-def test_zdb_cc_no_errors(kind, name, pool, oxzfs, request):
-    if kind == "ztest":
-        # Known gap, reported on the issue: gang headers that ztest forces
-        # (metaslab_force_ganging) do not verify yet. Runs without gang blocks pass.
-        request.applymarker(pytest.mark.xfail(reason="gang headers that ztest forces do not verify yet", strict=False))
+def test_zdb_cc_no_errors(kind, name, pool, oxzfs):
     vdevs, want = pool(kind, name)
     r = oxzfs.zdb("-e", "-p", vdevs, "-cc", name, timeout=900)
     assert r.returncode == 0, repr(r)

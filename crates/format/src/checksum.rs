@@ -179,6 +179,12 @@ pub fn compute(alg: u8, data: &[u8], le: bool, salt: &[u8; 32]) -> Result<[u64; 
 /// Verify a block that carries its checksum in a trailing `zio_eck_t`, with `verifier` in place
 /// of the stored words while computing. The byte order comes from the trailer's magic.
 pub fn verify_embedded(block: &[u8], alg: u8, verifier: [u64; 4]) -> Result<bool> {
+    Ok(embedded_parts(block, alg, verifier)?.map_or(false, |(c, s)| c == s))
+}
+
+/// The (computed, stored) checksums of a block with a trailing `zio_eck_t`; None when the
+/// trailer's magic is absent.
+pub fn embedded_parts(block: &[u8], alg: u8, verifier: [u64; 4]) -> Result<Option<([u64; 4], [u64; 4])>> {
     let n = block.len();
     if n < ZIO_ECK_SIZE {
         return Err(FormatError::Truncated { what: "embedded checksum", need: ZIO_ECK_SIZE, have: n });
@@ -190,7 +196,7 @@ pub fn verify_embedded(block: &[u8], alg: u8, verifier: [u64; 4]) -> Result<bool
     } else if magic.swap_bytes() == ZEC_MAGIC {
         false
     } else {
-        return Ok(false);
+        return Ok(None);
     };
     let stored = [
         word64(&block[off + 8..off + 16], le),
@@ -204,7 +210,7 @@ pub fn verify_embedded(block: &[u8], alg: u8, verifier: [u64; 4]) -> Result<bool
         copy[off + 8 + i * 8..off + 16 + i * 8].copy_from_slice(&b);
     }
     let c = compute(alg, &copy, le, &[0u8; 32])?;
-    Ok(c == stored)
+    Ok(Some((c, stored)))
 }
 
 /// Write a trailing `zio_eck_t` into `block` (magic, then the checksum computed with the verifier).
