@@ -60,7 +60,7 @@ impl Pool {
     pub fn import(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<Arc<Pool>> {
         let scan = spa::scan(dirs);
         let cand = choose(&scan, which)?;
-        let arc_max = opts.arc_max.unwrap_or_else(crate::arc::AdaptiveCache::default_max);
+        let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| match e {
             ZfsError::Unavailable(m) | ZfsError::Unsupported(m) if m.starts_with("cannot import") => ZfsError::Unavailable(m),
             other => ZfsError::Unavailable(format!("cannot import '{which}': {other}")),
@@ -150,9 +150,70 @@ impl Pool {
         }
     }
 
-    /// Allocated bytes: the sum of the top-level vdevs' space map allocations would be exact;
-    /// until space maps are read, the root DSL directory's used bytes (asize) stand in.
+    /// Allocated bytes of every top-level vdev (sum of its metaslabs' space map allocations).
     fn allocated(&self) -> u64 {
+        let per: u64 = self.spa.root_vdev.children.iter().filter(|t| !t.is_log).map(|t| self.vdev_alloc(t).unwrap_or(0)).sum();
+        if per > 0 {
+            return per;
+        }
+        self.dsl_used()
+    }
+
+    /// A top-level vdev's allocated bytes, from the space map objects in its metaslab array
+    /// (each space map's bonus: object, length, allocated).
+    pub fn vdev_alloc(&self, top: &Vdev) -> Option<u64> {
+        if top.metaslab_array == 0 || top.metaslab_shift == 0 || top.metaslab_shift > 40 {
+            return None;
+        }
+        let mos = self.spa.mos();
+        let (dn, _) = mos.dnode_with_order(top.metaslab_array).ok()?;
+        let count = (top.asize >> top.metaslab_shift).min(1 << 20);
+        let arr = mos.read(&dn, 0, count * 8).ok()?;
+        let mut total: i64 = 0;
+        for w in arr.chunks_exact(8) {
+            let obj = u64::from_le_bytes(w.try_into().ok()?);
+            if obj == 0 {
+                continue;
+            }
+            let (sdn, le) = mos.dnode_with_order(obj).ok()?;
+            let b: [u8; 8] = sdn.bonus.get(16..24)?.try_into().ok()?;
+            total += if le { i64::from_le_bytes(b) } else { i64::from_be_bytes(b) };
+        }
+        Some(total.max(0) as u64)
+    }
+
+    /// Rows of `zpool list -v` below the pool: (indented name, size, alloc, health).
+    pub fn list_vdev_rows(&self) -> Vec<(String, Option<u64>, Option<u64>, String)> {
+        let mut out = Vec::new();
+        let push_tree = |v: &Vdev, depth: usize, out: &mut Vec<(String, Option<u64>, Option<u64>, String)>| {
+            let mut stack = vec![(v, depth)];
+            while let Some((n, d)) = stack.pop() {
+                let top = d == 1;
+                out.push((
+                    format!("{}{}", "  ".repeat(d), n.display_name()),
+                    top.then_some(n.asize),
+                    if top { self.vdev_alloc(n) } else { None },
+                    n.state().as_str().to_string(),
+                ));
+                for c in n.children.iter().rev() {
+                    stack.push((c, d + 1));
+                }
+            }
+        };
+        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.kind != VdevKind::Hole) {
+            push_tree(top, 1, &mut out);
+        }
+        let logs: Vec<_> = self.spa.root_vdev.children.iter().filter(|t| t.is_log).collect();
+        if !logs.is_empty() {
+            out.push(("logs".into(), None, None, String::new()));
+            for t in logs {
+                push_tree(t, 1, &mut out);
+            }
+        }
+        out
+    }
+
+    fn dsl_used(&self) -> u64 {
         let mos = self.spa.mos();
         crate::zap::zap_lookup_u64(&mos, 1, "root_dataset")
             .ok()
@@ -382,4 +443,17 @@ fn import_rows(v: &Vdev, depth: usize, rows: &mut Vec<(String, String)>) {
     for c in &v.children {
         import_rows(c, depth + 1, rows);
     }
+}
+
+/// `OXZFS_ARC_MAX` (bytes, or with a K/M/G suffix) caps the ARC of pools the daemon imports.
+fn arc_max_from_env() -> Option<u64> {
+    let v = std::env::var("OXZFS_ARC_MAX").ok()?;
+    let v = v.trim();
+    let (num, mult) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
+        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n.saturating_mul(mult))
 }
