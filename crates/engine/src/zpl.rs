@@ -3,17 +3,30 @@
 //!
 //! ```text
 //!  object 1 (master node ZAP): VERSION, ROOT → root directory object, DELETE_QUEUE,
-//!                              SA_ATTRS → SA master (REGISTRY, LAYOUTS) on ZPL ≥ 5
-//!  a znode = a dnode whose bonus holds its attributes: system attributes (bonus type SA,
-//!            maybe continued in a spill block) or a legacy znode_phys (ZPL ≤ 4)
-//!  directory = ZAP: name → (type << 60 | object)
+//!                              SA_ATTRS → SA master ZAP {REGISTRY, LAYOUTS} (ZPL ≥ 5)
+//!  a znode = a dnode whose bonus holds its attributes: system attributes (bonus type SA 44,
+//!            maybe continued in a spill block) or a legacy znode_phys (bonus type ZNODE 17,
+//!            ZPL ≤ 4) with a short symlink target inline after it
+//!  directory = ZAP: name → (DT type << 60 | object number in the low 48 bits)
 //!  file data = the object's blocks; symlink target = SA attribute, inline legacy bonus, or
-//!              block 0; xattrs = SA nvlist (xattr=sa) or a hidden xattr directory of files
+//!              the object's block 0
+//!  xattrs    = SA_DXATTR: a packed nvlist name → byte array (xattr=sa), and/or the znode's
+//!              xattr object: a hidden directory whose entries are files holding the values
 //! ```
-//! Inode numbers are object numbers. Attribute decoding is cached per object in a bounded
-//! map (the objset is immutable while mounted read-only).
+//!
+//! Inode numbers are object numbers. Xattr names as Linux sees them: OpenZFS on Linux (and
+//! zfs-fuse) store the full name ("user.foo", "trusted.bar", "security.selinux"); Solaris,
+//! illumos and FreeBSD store user xattrs without a namespace ("foo"), which Linux lists as
+//! "user.foo" and finds after trying the prefixed name; "freebsd:" names are hidden.
+//!
+//! Caches: parsed znodes and directory indexes live in bounded LRU maps (the objset cannot
+//! change while mounted read-only, so nothing is invalidated). A directory whose ZAP has up to
+//! `DIR_MAP_MAX` entries is indexed whole in a hash map on first use; larger ones keep the
+//! opened fat ZAP (header) and look names up by hash, one leaf per lookup.
+//! Lock order: `znodes` and `dirs` are leaf locks, never held across I/O.
 
 use crate::dmu::Objset;
+use crate::zap::Zap;
 use crate::{Result, ZfsError};
 use oxzfs_format::dnode::DnodePhys;
 use oxzfs_format::nvlist::{NvList, NvValue};
@@ -21,6 +34,7 @@ use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
 use oxzfs_format::types::{DMU_OT_SA, DMU_OT_ZNODE};
 use oxzfs_format::znode;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,7 +46,7 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    /// 512-byte units.
+    /// 512-byte units, from the dnode's used bytes.
     pub blocks: u64,
     pub blksize: u32,
     pub atime: (i64, u32),
@@ -64,19 +78,89 @@ pub struct FsStat {
 const S_IFMT: u64 = 0o170000;
 const S_IFDIR: u64 = 0o040000;
 const S_IFLNK: u64 = 0o120000;
-const CACHE_MAX: usize = 16384;
+/// Parsed znodes kept.
+const ZNODE_CACHE: usize = 8192;
+/// Directory index weight kept: one per directory plus one per 64 cached names.
+const DIR_CACHE_WEIGHT: usize = 8192;
+/// Directories with more entries than this are looked up by hash rather than indexed whole.
+const DIR_MAP_MAX: u64 = 65536;
+/// Object numbers are 48 bits (DN_MAX_OBJECT).
+const DN_MAX_OBJECT: u64 = 1 << 48;
+/// Longest name a directory entry holds (ZAP_MAXNAMELEN - 1).
+const NAME_MAX: u32 = 255;
+
+/// A bounded map that forgets the least recently used half when full (amortized O(1)).
+struct Lru<K, V> {
+    map: HashMap<K, (V, u64, usize)>,
+    tick: u64,
+    weight: usize,
+    max_weight: usize,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
+    fn new(max_weight: usize) -> Self {
+        Lru { map: HashMap::new(), tick: 0, weight: 0, max_weight }
+    }
+
+    fn get(&mut self, k: &K) -> Option<V> {
+        self.tick += 1;
+        let t = self.tick;
+        self.map.get_mut(k).map(|e| {
+            e.1 = t;
+            e.0.clone()
+        })
+    }
+
+    fn insert(&mut self, k: K, v: V, weight: usize) {
+        self.tick += 1;
+        let w = weight.max(1);
+        if let Some(old) = self.map.insert(k, (v, self.tick, w)) {
+            self.weight -= old.2;
+        }
+        self.weight += w;
+        if self.weight > self.max_weight {
+            let mut ticks: Vec<u64> = self.map.values().map(|e| e.1).collect();
+            ticks.sort_unstable();
+            let cut = ticks[ticks.len() / 2];
+            let mut kept = 0;
+            self.map.retain(|_, e| {
+                let keep = e.1 > cut;
+                if keep {
+                    kept += e.2;
+                }
+                keep
+            });
+            self.weight = kept;
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
 
 struct Znode {
     dn: DnodePhys,
     z: ZnodeAttrs,
 }
 
+/// How a directory's names are found.
+enum DirIndex {
+    /// Every name → directory-entry value.
+    Map(HashMap<Vec<u8>, u64>),
+    /// A big directory: hash lookups in its fat ZAP.
+    Hashed(Zap),
+}
+
 pub struct Zfs {
     os: Arc<Objset>,
+    /// ZPL version from the master node.
     pub version: u64,
     root: u64,
     sa: Option<SaRegistry>,
-    cache: Mutex<HashMap<u64, Arc<Znode>>>,
+    znodes: Mutex<Lru<u64, Arc<Znode>>>,
+    dirs: Mutex<Lru<u64, Arc<DirIndex>>>,
     /// (used, available) bytes of the dataset, for statfs.
     space: Mutex<(u64, u64)>,
 }
@@ -85,38 +169,53 @@ fn posix(errno: i32, msg: impl Into<String>) -> ZfsError {
     ZfsError::Posix(errno, msg.into())
 }
 
+/// Read the SA registry of a ZPL ≥ 5 objset from its SA master ZAP.
+fn read_sa_registry(os: &Objset, sa_obj: u64) -> Result<SaRegistry> {
+    let sa_master = crate::zap::zap_list_u64(os, sa_obj)?;
+    let get = |k: &str| sa_master.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let regs = match get("REGISTRY") {
+        Some(o) => crate::zap::zap_list_u64(os, o)?,
+        None => Vec::new(),
+    };
+    let mut layouts = Vec::new();
+    if let Some(o) = get("LAYOUTS") {
+        for e in crate::zap::zap_list(os, o)? {
+            let n: u64 = e.name_str().parse().map_err(|_| {
+                ZfsError::Invalid(format!("pool '{}' objset {} SA layouts ZAP {o}: layout named {:?}", os.spa.name, os.id, e.name_str()))
+            })?;
+            layouts.push((n, e.value_u64s().into_iter().map(|v| v as u16).collect()));
+        }
+    }
+    // An objset whose registry was never written uses the built-in ZPL attribute numbering.
+    let mut reg = if regs.is_empty() { SaRegistry::legacy() } else { SaRegistry::new(regs, Vec::new()) };
+    for (n, l) in layouts {
+        reg.layouts.insert(n, l);
+    }
+    Ok(reg)
+}
+
 impl Zfs {
+    /// Open the ZPL of a filesystem objset: its master node, root and SA registry.
     pub fn open(os: Arc<Objset>) -> Result<Arc<Zfs>> {
         let master = crate::zap::zap_list_u64(&os, 1)
-            .map_err(|e| ZfsError::Invalid(format!("objset {} has no ZPL master node: {e}", os.id)))?;
+            .map_err(|e| ZfsError::Invalid(format!("pool '{}' objset {} has no ZPL master node: {e}", os.spa.name, os.id)))?;
         let get = |k: &str| master.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
         let version = get(znode::ZPL_VERSION_STR).unwrap_or(0);
-        let root = get(znode::ZFS_ROOT_OBJ).ok_or_else(|| ZfsError::Invalid(format!("objset {}: no ROOT in the master node", os.id)))?;
+        let root = get(znode::ZFS_ROOT_OBJ)
+            .ok_or_else(|| ZfsError::Invalid(format!("pool '{}' objset {}: no ROOT in the master node", os.spa.name, os.id)))?;
         let sa = match get(znode::ZFS_SA_ATTRS) {
-            Some(sa_obj) => {
-                let sa_master = crate::zap::zap_list_u64(&os, sa_obj)?;
-                let reg_obj = sa_master.iter().find(|(n, _)| n == "REGISTRY").map(|(_, v)| *v);
-                let lay_obj = sa_master.iter().find(|(n, _)| n == "LAYOUTS").map(|(_, v)| *v);
-                let regs = match reg_obj {
-                    Some(o) => crate::zap::zap_list_u64(&os, o)?,
-                    None => Vec::new(),
-                };
-                let mut layouts = Vec::new();
-                if let Some(o) = lay_obj {
-                    for e in crate::zap::zap_list(&os, o)? {
-                        let n: u64 = e.name_str().parse().unwrap_or(u64::MAX);
-                        layouts.push((n, e.value_u64s().into_iter().map(|v| v as u16).collect()));
-                    }
-                }
-                let mut reg = if regs.is_empty() { SaRegistry::legacy() } else { SaRegistry::new(regs, Vec::new()) };
-                for (n, l) in layouts {
-                    reg.layouts.insert(n, l);
-                }
-                Some(reg)
-            }
+            Some(sa_obj) => Some(read_sa_registry(&os, sa_obj)?),
             None => None,
         };
-        Ok(Arc::new(Zfs { os, version, root, sa, cache: Mutex::new(HashMap::new()), space: Mutex::new((0, 0)) }))
+        Ok(Arc::new(Zfs {
+            os,
+            version,
+            root,
+            sa,
+            znodes: Mutex::new(Lru::new(ZNODE_CACHE)),
+            dirs: Mutex::new(Lru::new(DIR_CACHE_WEIGHT)),
+            space: Mutex::new((0, 0)),
+        }))
     }
 
     pub fn objset(&self) -> &Arc<Objset> {
@@ -127,50 +226,49 @@ impl Zfs {
         self.root
     }
 
-    /// Record the dataset's space for statfs.
+    /// Record the dataset's space (referenced and available bytes) for statfs.
     pub fn set_space(&self, used: u64, avail: u64) {
         *self.space.lock().unwrap() = (used, avail);
-    }
-
-    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
-        if let Some(z) = self.cache.lock().unwrap().get(&ino) {
-            return Ok(z.clone());
-        }
-        let (dn, le) = self.os.dnode_with_order(ino).map_err(|e| match e {
-            ZfsError::NotFound(m) => posix(libc::ENOENT, m),
-            e => e,
-        })?;
-        let z = match dn.bonustype {
-            DMU_OT_SA => {
-                let reg = self.sa.as_ref().ok_or_else(|| ZfsError::Invalid(format!("object {ino}: SA bonus without an SA registry")))?;
-                let mut z = ZnodeAttrs::default();
-                z.merge_sa(&dn.bonus, le, reg).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?;
-                if let Some(spill) = self.os.read_spill(&dn)? {
-                    let sle = dn.spill.as_ref().map_or(le, |b| b.little_endian);
-                    z.merge_sa(&spill, sle, reg).map_err(|e| ZfsError::corrupt(format!("{} spill", self.ctx(ino)), e))?;
-                }
-                z
-            }
-            DMU_OT_ZNODE => znode::decode_znode_phys(&dn.bonus, le).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?,
-            other => return Err(posix(libc::ENOENT, format!("{}: not a file (bonus type {other})", self.ctx(ino)))),
-        };
-        let zn = Arc::new(Znode { dn, z });
-        let mut c = self.cache.lock().unwrap();
-        if c.len() >= CACHE_MAX {
-            c.clear();
-        }
-        c.insert(ino, zn.clone());
-        Ok(zn)
     }
 
     fn ctx(&self, ino: u64) -> String {
         format!("pool '{}' objset {} object {}", self.os.spa.name, self.os.id, ino)
     }
 
+    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
+        if let Some(z) = self.znodes.lock().unwrap().get(&ino) {
+            return Ok(z);
+        }
+        if ino == 0 || ino >= DN_MAX_OBJECT {
+            return Err(ZfsError::NotFound(self.ctx(ino)));
+        }
+        let (dn, le) = self.os.dnode_with_order(ino)?;
+        let z = match dn.bonustype {
+            DMU_OT_SA => {
+                let reg = self
+                    .sa
+                    .as_ref()
+                    .ok_or_else(|| ZfsError::Invalid(format!("{}: SA bonus in an objset without an SA registry", self.ctx(ino))))?;
+                let mut z = ZnodeAttrs::default();
+                z.merge_sa(&dn.bonus, le, reg).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?;
+                if let Some(spill) = self.os.read_spill(&dn)? {
+                    let sle = dn.spill.as_ref().map_or(le, |b| b.little_endian);
+                    z.merge_sa(&spill, sle, reg).map_err(|e| ZfsError::corrupt(format!("{} spill block", self.ctx(ino)), e))?;
+                }
+                z
+            }
+            DMU_OT_ZNODE => znode::decode_znode_phys(&dn.bonus, le).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?,
+            other => return Err(ZfsError::NotFound(format!("{}: not a file (bonus type {other})", self.ctx(ino)))),
+        };
+        let zn = Arc::new(Znode { dn, z });
+        self.znodes.lock().unwrap().insert(ino, zn.clone(), 1);
+        Ok(zn)
+    }
+
     fn to_attr(&self, ino: u64, zn: &Znode) -> Attr {
         let z = &zn.z;
         let t = |p: (u64, u64)| (p.0 as i64, p.1 as u32);
-        let blksz = zn.dn.data_block_size().max(512);
+        let blksz = zn.dn.data_block_size().clamp(512, 1 << 24);
         Attr {
             ino,
             mode: z.mode as u32,
@@ -179,7 +277,7 @@ impl Zfs {
             gid: z.gid as u32,
             size: z.size,
             blocks: zn.dn.used_bytes().div_ceil(512),
-            blksize: blksz.min(1 << 20) as u32,
+            blksize: blksz as u32,
             atime: t(z.atime),
             mtime: t(z.mtime),
             ctime: t(z.ctime),
@@ -188,6 +286,7 @@ impl Zfs {
         }
     }
 
+    /// Attributes of object `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let zn = self.znode(ino)?;
         Ok(self.to_attr(ino, &zn))
@@ -201,6 +300,38 @@ impl Zfs {
         Ok(zn)
     }
 
+    /// The name index of directory `dir` (which the caller has checked is one).
+    fn dir_index(&self, dir: u64) -> Result<Arc<DirIndex>> {
+        if let Some(d) = self.dirs.lock().unwrap().get(&dir) {
+            return Ok(d);
+        }
+        let zap = Zap::open(&self.os, dir)?;
+        let (idx, weight) = if zap.is_micro() || zap.num_entries() <= DIR_MAP_MAX || zap.normalized() {
+            let mut m = HashMap::new();
+            for e in zap.list(&self.os)? {
+                if let Some(v) = e.value_u64() {
+                    m.insert(e.name, v);
+                }
+            }
+            let w = 1 + m.len() / 64;
+            (DirIndex::Map(m), w)
+        } else {
+            (DirIndex::Hashed(zap), 1)
+        };
+        let idx = Arc::new(idx);
+        self.dirs.lock().unwrap().insert(dir, idx.clone(), weight);
+        Ok(idx)
+    }
+
+    /// The directory-entry value of `name` in `dir`.
+    fn dir_entry(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        match &*self.dir_index(dir)? {
+            DirIndex::Map(m) => Ok(m.get(name).copied()),
+            DirIndex::Hashed(zap) => Ok(zap.lookup(&self.os, name)?.and_then(|e| e.value_u64())),
+        }
+    }
+
+    /// Attributes of `name` in directory `dir` ("." and ".." included).
     pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Attr> {
         self.dir(dir)?;
         if name == b"." {
@@ -209,33 +340,47 @@ impl Zfs {
         if name == b".." {
             return self.getattr(self.parent(dir)?);
         }
-        let e = crate::zap::zap_lookup(&self.os, dir, name)?
-            .ok_or_else(|| posix(libc::ENOENT, format!("{}: no entry named {}", self.ctx(dir), String::from_utf8_lossy(name))))?;
-        let v = e.value_u64().ok_or_else(|| ZfsError::Invalid(format!("{}: empty directory entry", self.ctx(dir))))?;
+        let v = self.dir_entry(dir, name)?.ok_or_else(|| {
+            ZfsError::NotFound(format!("{}: no entry named '{}'", self.ctx(dir), String::from_utf8_lossy(name)))
+        })?;
         self.getattr(znode::dirent_obj(v))
     }
 
+    /// The parent directory of `dir` (the root is its own parent).
     pub fn parent(&self, dir: u64) -> Result<u64> {
         if dir == self.root {
             return Ok(self.root);
         }
-        Ok(self.znode(dir)?.z.parent)
+        let p = self.znode(dir)?.z.parent;
+        Ok(if p == 0 { self.root } else { p })
     }
 
+    /// The entries of directory `dir`, without "." and "..", sorted by name.
     pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
         self.dir(dir)?;
-        let mut out: Vec<DirEntry> = crate::zap::zap_list(&self.os, dir)?
+        let raw: Vec<(Vec<u8>, u64)> = match &*self.dir_index(dir)? {
+            DirIndex::Map(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            DirIndex::Hashed(zap) => {
+                zap.list(&self.os)?.into_iter().filter_map(|e| e.value_u64().map(|v| (e.name, v))).collect()
+            }
+        };
+        let mut out: Vec<DirEntry> = raw
             .into_iter()
-            .filter_map(|e| {
-                let v = e.value_u64()?;
-                let dt = znode::dirent_type(v) as u32;
-                Some(DirEntry { name: e.name, ino: znode::dirent_obj(v), mode: dt << 12 })
+            .map(|(name, v)| {
+                let ino = znode::dirent_obj(v);
+                let mut mode = (znode::dirent_type(v) as u32) << 12;
+                if mode == 0 {
+                    // Entries written without a type: ask the znode.
+                    mode = self.getattr(ino).map_or(0, |a| a.mode & S_IFMT as u32);
+                }
+                DirEntry { name, ino, mode }
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
+    /// Up to `size` bytes of file `ino` from `offset`, clipped at the file size; holes read as zeros.
     pub fn read(&self, ino: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
         let zn = self.znode(ino)?;
         if zn.z.mode & S_IFMT == S_IFDIR {
@@ -246,10 +391,12 @@ impl Zfs {
         }
         let len = size.min(zn.z.size - offset);
         let mut data = self.os.read_obj(&zn.dn, ino, offset, len)?;
+        // Past the object's last block (a file extended by truncate) reads as zeros.
         data.resize(len as usize, 0);
         Ok(data)
     }
 
+    /// The target of symlink `ino`.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let zn = self.znode(ino)?;
         if zn.z.mode & S_IFMT != S_IFLNK {
@@ -258,81 +405,82 @@ impl Zfs {
         if let Some(t) = &zn.z.symlink {
             return Ok(t.clone());
         }
+        if zn.z.size > 1 << 20 {
+            return Err(ZfsError::Invalid(format!("{}: symlink target of {} bytes", self.ctx(ino), zn.z.size)));
+        }
         let mut d = self.os.read_obj(&zn.dn, ino, 0, zn.z.size)?;
-        d.truncate(zn.z.size as usize);
+        d.resize(zn.z.size as usize, 0);
         Ok(d)
     }
 
-    /// SA xattrs (name → value) of a znode.
-    fn sa_xattrs(&self, zn: &Znode) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let Some(raw) = &zn.z.dxattr else { return Vec::new() };
-        let Ok(nv) = NvList::decode_packed(raw) else { return Vec::new() };
-        nv.pairs
+    /// SA xattrs (stored name → value) of a znode.
+    fn sa_xattrs(&self, ino: u64, zn: &Znode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let Some(raw) = &zn.z.dxattr else { return Ok(Vec::new()) };
+        let nv = NvList::decode_packed(raw).map_err(|e| ZfsError::corrupt(format!("{} SA xattrs", self.ctx(ino)), e))?;
+        Ok(nv
+            .pairs
             .iter()
             .filter_map(|(k, v)| match v {
                 NvValue::ByteArray(b) | NvValue::Uint8Array(b) => Some((k.as_bytes().to_vec(), b.clone())),
                 _ => None,
             })
-            .collect()
+            .collect())
     }
 
-    /// Names as Linux sees them: ZFS stores user xattrs without the "user." prefix unless the
-    /// dataset was written with the compatibility name scheme; other namespaces keep theirs.
-    fn linux_name(raw: &[u8]) -> Vec<u8> {
-        let known = [&b"user."[..], b"trusted.", b"security.", b"system."];
-        if known.iter().any(|p| raw.starts_with(p)) {
-            raw.to_vec()
-        } else {
-            let mut v = b"user.".to_vec();
-            v.extend_from_slice(raw);
-            v
+    /// Every (stored name, source) pair: SA first, then the xattr directory.
+    fn xattr_names(&self, ino: u64, zn: &Znode) -> Result<Vec<Vec<u8>>> {
+        let mut names: Vec<Vec<u8>> = self.sa_xattrs(ino, zn)?.into_iter().map(|(k, _)| k).collect();
+        if zn.z.xattr != 0 {
+            names.extend(self.readdir(zn.z.xattr)?.into_iter().map(|e| e.name));
         }
+        Ok(names)
     }
 
+    /// The names of the xattrs of `ino`, as Linux shows them.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
         let zn = self.znode(ino)?;
-        let mut names: Vec<Vec<u8>> = self.sa_xattrs(&zn).into_iter().map(|(k, _)| Self::linux_name(&k)).collect();
-        if zn.z.xattr != 0 {
-            for e in self.readdir(zn.z.xattr)? {
-                names.push(Self::linux_name(&e.name));
-            }
-        }
+        let mut names: Vec<Vec<u8>> = self.xattr_names(ino, &zn)?.iter().filter_map(|k| linux_xattr_name(k)).collect();
         names.sort();
         names.dedup();
         Ok(names)
     }
 
+    /// The value of xattr `name` (a Linux name, with its namespace) of `ino`.
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         let zn = self.znode(ino)?;
-        let matches = |raw: &[u8]| Self::linux_name(raw) == name;
-        for (k, v) in self.sa_xattrs(&zn) {
-            if matches(&k) {
+        for stored in stored_xattr_names(name) {
+            if let Some(v) = self.sa_xattrs(ino, &zn)?.into_iter().find(|(k, _)| *k == stored).map(|(_, v)| v) {
                 return Ok(v);
             }
-        }
-        if zn.z.xattr != 0 {
-            for e in self.readdir(zn.z.xattr)? {
-                if matches(&e.name) {
-                    let a = self.getattr(e.ino)?;
-                    return self.read(e.ino, 0, a.size);
+            if zn.z.xattr != 0 {
+                self.dir(zn.z.xattr)?;
+                if let Some(v) = self.dir_entry(zn.z.xattr, &stored)? {
+                    let obj = znode::dirent_obj(v);
+                    let a = self.getattr(obj)?;
+                    if a.size > 1 << 26 {
+                        return Err(posix(libc::E2BIG, format!("{}: xattr of {} bytes", self.ctx(ino), a.size)));
+                    }
+                    return self.read(obj, 0, a.size);
                 }
             }
         }
         Err(posix(libc::ENODATA, format!("{}: no xattr {}", self.ctx(ino), String::from_utf8_lossy(name))))
     }
 
+    /// Space and object counts, as OpenZFS's statvfs computes them.
     pub fn statfs(&self) -> Result<FsStat> {
         let (used, avail) = *self.space.lock().unwrap();
         let bsize = 4096u64;
-        let objs = self.os.phys.meta_dnode.maxblkid.saturating_add(1) * self.os.phys.meta_dnode.data_block_size() / 512;
+        let usedobjs = self.os.bp.fill;
+        let ffree = (DN_MAX_OBJECT - usedobjs.min(DN_MAX_OBJECT)).min(avail >> 9);
         Ok(FsStat {
             blocks: (used + avail) / bsize,
             bfree: avail / bsize,
             bavail: avail / bsize,
-            files: objs + avail / 512,
-            ffree: avail / 512,
+            files: usedobjs + ffree,
+            ffree,
             bsize: bsize as u32,
-            namelen: 255,
+            namelen: NAME_MAX,
         })
     }
 
@@ -356,5 +504,67 @@ impl Zfs {
             cur = parent;
         }
         None
+    }
+}
+
+const LINUX_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
+/// How Linux shows a stored xattr name: namespaced names as they are, names without a
+/// namespace (written by other platforms) under "user.", FreeBSD system names not at all.
+fn linux_xattr_name(stored: &[u8]) -> Option<Vec<u8>> {
+    if stored.starts_with(b"freebsd:") {
+        return None;
+    }
+    if LINUX_NAMESPACES.iter().any(|p| stored.starts_with(p)) {
+        return Some(stored.to_vec());
+    }
+    let mut v = b"user.".to_vec();
+    v.extend_from_slice(stored);
+    Some(v)
+}
+
+/// The stored names a Linux name may have, in the order to try them: as given, then for a
+/// user xattr the bare name other platforms write (unless that would look namespaced itself).
+fn stored_xattr_names(linux: &[u8]) -> Vec<Vec<u8>> {
+    let mut v = vec![linux.to_vec()];
+    if let Some(bare) = linux.strip_prefix(b"user.") {
+        if !bare.is_empty() && !bare.starts_with(b"freebsd:") && !LINUX_NAMESPACES.iter().any(|p| bare.starts_with(p)) {
+            v.push(bare.to_vec());
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_stays_bounded_and_keeps_recent_entries() {
+        let mut l: Lru<u64, u64> = Lru::new(100);
+        for i in 0..1000 {
+            l.insert(i, i * 2, 1);
+            assert_eq!(l.get(&0), Some(0), "a key used on every round survives");
+            assert!(l.weight <= 100 && l.len() <= 100);
+        }
+        assert_eq!(l.get(&999), Some(1998));
+        assert_eq!(l.get(&500), None);
+        let mut w: Lru<u64, u64> = Lru::new(10);
+        w.insert(1, 1, 8);
+        w.insert(2, 2, 8);
+        assert!(w.weight <= 10);
+        w.insert(2, 3, 1);
+        assert_eq!(w.get(&2), Some(3));
+    }
+
+    #[test]
+    fn xattr_names_map_like_openzfs_on_linux() {
+        assert_eq!(linux_xattr_name(b"user.foo"), Some(b"user.foo".to_vec()));
+        assert_eq!(linux_xattr_name(b"security.selinux"), Some(b"security.selinux".to_vec()));
+        assert_eq!(linux_xattr_name(b"foo"), Some(b"user.foo".to_vec()), "Solaris/FreeBSD user xattr");
+        assert_eq!(linux_xattr_name(b"freebsd:system.x"), None);
+        assert_eq!(stored_xattr_names(b"user.foo"), vec![b"user.foo".to_vec(), b"foo".to_vec()]);
+        assert_eq!(stored_xattr_names(b"trusted.a"), vec![b"trusted.a".to_vec()]);
+        assert_eq!(stored_xattr_names(b"user.trusted.a"), vec![b"user.trusted.a".to_vec()]);
     }
 }
