@@ -391,6 +391,11 @@ pub fn import_listing(scan: &ScanResult) -> String {
         let _ = writeln!(s, "   pool: {}", c.name);
         let _ = writeln!(s, "     id: {}", c.guid);
         let _ = writeln!(s, "  state: {}", c.state);
+        if let Some(p) = c.problems.iter().find(|p| p.contains("unsupported vdev type")) {
+            let what = p.rsplit("unsupported: ").next().unwrap_or(p);
+            let _ = writeln!(s, " status: The pool uses a vdev type this system does not support ({what}).");
+            let _ = writeln!(s, " action: The pool cannot be imported on this system.");
+        } else {
         match c.state.as_str() {
             "ONLINE" => {
                 let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier.");
@@ -411,6 +416,7 @@ pub fn import_listing(scan: &ScanResult) -> String {
                 );
                 let _ = writeln!(s, "   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C");
             }
+        }
         }
         let _ = writeln!(s, " config:\n");
         let mut rows = Vec::new();

@@ -321,6 +321,10 @@ impl Spa {
         if !readonly {
             return Err(ZfsError::Unsupported("read-write import".into()));
         }
+        if let Some(p) = cand.problems.iter().find(|p| p.contains("unsupported vdev type")) {
+            let what = p.rsplit("unsupported: ").next().unwrap_or(p);
+            return Err(ZfsError::Unsupported(format!("cannot import '{}': {what}", cand.name)));
+        }
         if root_state(&cand.root) == VdevState::Unavail {
             let names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
             return Err(ZfsError::Unavailable(format!(
