@@ -1,19 +1,22 @@
-//! zpool and zfs verbs, run in the daemon against the pools it holds. Each returns
-//! (stdout, stderr, exit status); usage errors exit 2 with OpenZFS's wording.
+//! zpool and zfs verbs, run in the daemon against the pools it holds (or locally, for what needs
+//! no pool state: listing importable pools). Each returns (stdout, stderr, exit status); usage
+//! errors exit 2, other failures 1, with OpenZFS's wording.
 
-use crate::table;
+use crate::props;
+use crate::table::{self, Col};
 use oxzfs::dsl::{DatasetInfo, DatasetKind, PropValue};
 use oxzfs::pool::{import_listing, ImportOptions, Pool};
 use oxzfs::spa;
-use oxzfs_fuse::MountHandle;
+use oxzfs_fuse::{MountHandle, MountOpts};
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub struct Imported {
     pub pool: Arc<Pool>,
-    pub mounts: Vec<(String, MountHandle)>,
+    /// Mounted filesystems, parents before children.
+    pub mounts: Vec<MountHandle>,
 }
 
 #[derive(Default)]
@@ -21,33 +24,47 @@ pub struct State {
     pub pools: BTreeMap<String, Imported>,
 }
 
-type Out = (String, String, i32);
+pub type Out = (String, String, i32);
 
 fn ok(s: String) -> Out {
     (s, String::new(), 0)
 }
+
+fn line(msg: impl Into<String>) -> String {
+    let mut m = msg.into();
+    if !m.ends_with('\n') {
+        m.push('\n');
+    }
+    m
+}
+
 fn fail(msg: impl Into<String>) -> Out {
-    let mut m = msg.into();
-    if !m.ends_with('\n') {
-        m.push('\n');
-    }
-    (String::new(), m, 1)
+    (String::new(), line(msg), 1)
 }
+
 fn usage(msg: impl Into<String>) -> Out {
-    let mut m = msg.into();
-    if !m.ends_with('\n') {
-        m.push('\n');
-    }
-    (String::new(), m, 2)
+    (String::new(), line(msg), 2)
 }
 
-/// Minimal getopt: short flags, some taking a value; returns (flags, operands) or an error.
-struct Opts {
-    flags: Vec<(char, Option<String>)>,
-    operands: Vec<String>,
+const IMPORT_USAGE: &str = "usage:\n\timport [-d dir] [-D]\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]] -a\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]]\n\t    <pool | id> [newpool]";
+const EXPORT_USAGE: &str = "usage:\n\texport [-af] <pool> ...";
+const STATUS_USAGE: &str = "usage:\n\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n\t    [interval [count]]";
+const ZPOOL_LIST_USAGE: &str = "usage:\n\tlist [-gHLpPv] [-o property[,...]] [-T d|u] [pool] ... \n\t    [interval [count]]";
+const ZPOOL_GET_USAGE: &str = "usage:\n\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...";
+const ZFS_LIST_USAGE: &str = "usage:\n\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem|volume|snapshot] ...";
+const ZFS_GET_USAGE: &str = "usage:\n\tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem|volume|snapshot|bookmark] ...";
+
+/// Parsed short options: flags in order (with their value, for options taking one) and operands.
+#[derive(Debug)]
+pub struct Opts {
+    pub flags: Vec<(char, Option<String>)>,
+    pub operands: Vec<String>,
 }
 
-fn getopt(args: &[String], with_value: &str, plain: &str) -> Result<Opts, String> {
+/// getopt(3) as zpool/zfs use it: clustered flags (`-Hp`), values attached or in the next word
+/// (`-ofoo`, `-o foo`), `--` ending options; options may follow operands (GNU order).
+/// `with_value` lists the options taking a value, `plain` the others.
+pub fn getopt(args: &[String], with_value: &str, plain: &str) -> Result<Opts, String> {
     let mut flags = Vec::new();
     let mut operands = Vec::new();
     let mut i = 0;
@@ -88,36 +105,63 @@ fn getopt(args: &[String], with_value: &str, plain: &str) -> Result<Opts, String
 }
 
 impl Opts {
-    fn has(&self, c: char) -> bool {
+    pub fn has(&self, c: char) -> bool {
         self.flags.iter().any(|(f, _)| *f == c)
     }
-    fn values(&self, c: char) -> Vec<String> {
+    pub fn values(&self, c: char) -> Vec<String> {
         self.flags.iter().filter(|(f, _)| *f == c).filter_map(|(_, v)| v.clone()).collect()
     }
-}
-
-pub fn import_is_listing(args: &[String]) -> bool {
-    match getopt(args, "dRoc", "fNFnDa") {
-        Ok(o) => o.operands.is_empty() && !o.has('a'),
-        Err(_) => false,
+    /// Values of a repeatable comma-list option, split.
+    pub fn list(&self, c: char) -> Vec<String> {
+        self.values(c).iter().flat_map(|v| v.split(',').map(|s| s.to_string()).collect::<Vec<_>>()).filter(|s| !s.is_empty()).collect()
     }
 }
 
-/// Commands that run without the daemon (listing importable pools).
-pub fn run_local(args: &[String]) -> Out {
-    let rest = &args[2..];
-    let o = match getopt(rest, "dRoc", "fNFnDa") {
+const IMPORT_VALUE_OPTS: &str = "dRocT";
+const IMPORT_FLAGS: &str = "fNFnDamlsXtP";
+
+/// `zpool import [-d dir]...` with no pool named and no -a: only lists, needs no daemon.
+pub fn import_is_listing(args: &[String]) -> bool {
+    match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+        Ok(o) => o.operands.is_empty() && !o.has('a'),
+        Err(_) => true, // the usage error is reported locally too
+    }
+}
+
+fn abs(cwd: &Path, p: &str) -> PathBuf {
+    let p = PathBuf::from(p);
+    if p.is_absolute() {
+        p
+    } else {
+        cwd.join(p)
+    }
+}
+
+fn search_dirs(o: &Opts, cwd: &Path) -> Vec<PathBuf> {
+    let d: Vec<PathBuf> = o.values('d').iter().map(|d| abs(cwd, d)).collect();
+    if d.is_empty() {
+        vec![PathBuf::from("/dev/disk/by-id"), PathBuf::from("/dev")]
+    } else {
+        d
+    }
+}
+
+/// `zpool import` listing the pools that could be imported (run without the daemon).
+pub fn run_local(args: &[String], cwd: &Path) -> Out {
+    let rest = args.get(2..).unwrap_or(&[]);
+    let o = match getopt(rest, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\timport [-d dir] [-D]\n\timport [-d dir] [-o prop=value] [-R root] [-f] [-N] <pool | id>")),
+        Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
     };
-    let dirs: Vec<PathBuf> = o.values('d').into_iter().map(PathBuf::from).collect();
-    let dirs = if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs };
-    let scan = spa::scan(&dirs);
+    import_list(&o, cwd)
+}
+
+fn import_list(o: &Opts, cwd: &Path) -> Out {
+    let scan = spa::scan(&search_dirs(o, cwd));
     if scan.pools.is_empty() {
         let mut err = String::from("no pools available to import\n");
         for p in &scan.problems {
-            err.push_str(p);
-            err.push('\n');
+            err.push_str(&line(p.as_str()));
         }
         return (String::new(), err, 1);
     }
@@ -125,19 +169,22 @@ pub fn run_local(args: &[String]) -> Out {
 }
 
 /// zpool/zfs when no daemon runs: nothing is imported.
-pub fn run_without_daemon(args: &[String]) -> Out {
-    let mut st = State::default();
-    let r = execute(&mut st, args);
-    r
+pub fn run_without_daemon(args: &[String], cwd: &Path) -> Out {
+    execute(&mut State::default(), args, cwd)
 }
 
-pub fn execute(st: &mut State, argv: &[String]) -> Out {
-    let (Some(cmd), Some(verb)) = (argv.first(), argv.get(1)) else {
-        return usage("missing command\nusage: zpool <command> | zfs <command>");
+/// Run one `zpool ...` / `zfs ...` argument vector against the daemon's state. `cwd` is the
+/// caller's working directory (relative paths in arguments are taken from there).
+pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
+    let Some(cmd) = argv.first() else {
+        return usage("missing command");
+    };
+    let Some(verb) = argv.get(1) else {
+        return usage(format!("usage: {cmd} command args ..."));
     };
     let rest = &argv[2..];
     match (cmd.as_str(), verb.as_str()) {
-        ("zpool", "import") => zpool_import(st, rest),
+        ("zpool", "import") => zpool_import(st, rest, cwd),
         ("zpool", "export") => zpool_export(st, rest),
         ("zpool", "status") => zpool_status(st, rest),
         ("zpool", "list") => zpool_list(st, rest),
@@ -145,59 +192,97 @@ pub fn execute(st: &mut State, argv: &[String]) -> Out {
         ("zfs", "list") => zfs_list(st, rest),
         ("zfs", "get") => zfs_get(st, rest),
         ("zfs", "mount") => zfs_mount(st, rest),
-        ("zpool", v) => usage(format!("unrecognized command '{v}'\nusage: zpool <command> args ...\nwhere <command> is one of: import, export, status, list, get")),
-        ("zfs", v) => usage(format!("unrecognized command '{v}'\nusage: zfs <command> args ...\nwhere <command> is one of: list, get, mount")),
+        ("zpool", v) => usage(format!("unrecognized command '{v}'\nusage: zpool command args ...\nwhere 'command' is one of the following:\n\n\timport\n\texport\n\tstatus\n\tlist\n\tget")),
+        ("zfs", v) => usage(format!("unrecognized command '{v}'\nusage: zfs command args ...\nwhere 'command' is one of the following:\n\n\tlist\n\tget\n\tmount")),
         (c, _) => usage(format!("unrecognized command '{c}'")),
     }
 }
 
-fn zpool_import(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "dRoc", "fNFnDa") {
+fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\timport [-d dir] [-D]\n\timport [-d dir] [-o prop=value] [-R root] [-f] [-N] <pool | id> [newpool]")),
+        Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
     };
-    if o.operands.is_empty() {
-        return run_local(&["zpool".into(), "import".into()].into_iter().chain(args.iter().cloned()).collect::<Vec<_>>());
+    if o.operands.is_empty() && !o.has('a') {
+        return import_list(&o, cwd);
     }
-    if o.operands.len() > 1 {
-        return fail("cannot import: renaming a pool on import is not supported yet");
+    if o.has('a') && !o.operands.is_empty() {
+        return usage(format!("too many arguments\n{IMPORT_USAGE}"));
+    }
+    if o.operands.len() > 2 {
+        return usage(format!("too many arguments\n{IMPORT_USAGE}"));
+    }
+    if o.operands.len() == 2 {
+        return fail(format!("cannot import '{}': renaming a pool on import is not supported yet", o.operands[0]));
     }
     let mut readonly = false;
     for p in o.values('o') {
         match p.split_once('=') {
             Some(("readonly", "on")) => readonly = true,
             Some(("readonly", "off")) => readonly = false,
-            Some((k, _)) if ["cachefile", "comment", "failmode", "autoexpand", "autoreplace", "listsnapshots"].contains(&k) => {}
+            Some(("readonly", v)) => return fail(format!("cannot import: property 'readonly' must be 'on' or 'off', not '{v}'")),
+            Some((k, _)) if props::zpool_prop(k).is_some() || k == "cachefile" => {}
             Some((k, _)) => return usage(format!("property '{k}' is not a valid pool property")),
-            None => return usage(format!("missing '=' for property=value argument '{p}'")),
+            // `-o mntopts` (mount options without '='): read-only mounts already.
+            None => {}
         }
     }
     if !readonly {
         return fail("cannot import: read-write import is not supported yet; use -o readonly=on");
     }
-    let which = &o.operands[0];
-    if st.pools.contains_key(which) || st.pools.values().any(|p| p.pool.guid().to_string() == *which) {
-        return fail(format!("cannot import '{which}': a pool with that name already exists"));
-    }
-    let dirs: Vec<PathBuf> = o.values('d').into_iter().map(PathBuf::from).collect();
-    let dirs = if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs };
-    let altroot = o.values('R').pop().map(PathBuf::from);
-    let opts = ImportOptions { readonly, altroot, force: o.has('f'), arc_max: None };
-    let pool = match Pool::import(&dirs, which, &opts) {
-        Ok(p) => p,
-        Err(e) => return fail(e.to_string()),
+    let dirs = search_dirs(&o, cwd);
+    let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
+    let which: Vec<String> = if o.has('a') {
+        let scan = spa::scan(&dirs);
+        let names: Vec<String> = scan.pools.iter().map(|p| p.name.clone()).filter(|n| !st.pools.contains_key(n)).collect();
+        if names.is_empty() {
+            return fail("no pools available to import");
+        }
+        names
+    } else {
+        o.operands.clone()
     };
-    let mut err = String::new();
-    let mut mounts = Vec::new();
-    if !o.has('N') {
-        mount_all(&pool, &mut mounts, &mut err);
+    let mut out = (String::new(), String::new(), 0);
+    for which in which {
+        if st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
+            out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
+            out.2 = 1;
+            continue;
+        }
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None };
+        let pool = match Pool::import(&dirs, &which, &opts) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = e.to_string();
+                out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                out.2 = 1;
+                continue;
+            }
+        };
+        let mut mounts = Vec::new();
+        if !o.has('N') && mount_all(&pool, &mut mounts, &mut out.1) > 0 {
+            out.2 = 1;
+        }
+        st.pools.insert(pool.name().to_string(), Imported { pool, mounts });
     }
-    st.pools.insert(pool.name().to_string(), Imported { pool, mounts });
-    (String::new(), err, 0)
+    out
 }
 
-fn mount_all(pool: &Arc<Pool>, mounts: &mut Vec<(String, MountHandle)>, err: &mut String) {
-    let Ok(list) = pool.datasets() else { return };
+fn prop_of(props: &[PropValue], name: &str) -> String {
+    props.iter().find(|p| p.name == name).map(|p| p.value.clone()).unwrap_or_default()
+}
+
+/// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
+/// the engine's properties), parents before children. Returns the number of failures.
+fn mount_all(pool: &Arc<Pool>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
+    let list = match pool.datasets() {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = writeln!(err, "cannot mount datasets of '{}': {e}", pool.name());
+            return 1;
+        }
+    };
+    let mut todo = Vec::new();
     for ds in list.iter().filter(|d| d.kind == DatasetKind::Filesystem) {
         let props = match pool.props(&ds.name) {
             Ok(p) => p,
@@ -206,24 +291,33 @@ fn mount_all(pool: &Arc<Pool>, mounts: &mut Vec<(String, MountHandle)>, err: &mu
                 continue;
             }
         };
-        let get = |n: &str| props.iter().find(|p| p.name == n).map(|p| p.value.clone()).unwrap_or_default();
-        if get("canmount") != "on" {
+        let mp = prop_of(&props, "mountpoint");
+        if prop_of(&props, "canmount") != "on" || !mp.starts_with('/') {
             continue;
         }
-        let mp = get("mountpoint");
-        if !mp.starts_with('/') {
-            continue;
-        }
-        match oxzfs_fuse::mount(pool.clone(), &ds.name, std::path::Path::new(&mp)) {
+        let snapdir_visible = prop_of(&props, "snapdir") == "visible";
+        todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible));
+    }
+    todo.sort_by(|a, b| a.1.components().count().cmp(&b.1.components().count()).then(a.1.cmp(&b.1)));
+    let mut failures = 0;
+    for (name, mp, snapdir_visible) in todo {
+        let res = pool.open_fs(&name).and_then(|fs| {
+            let opts = MountOpts { snapdir_visible, ..MountOpts::default() };
+            oxzfs_fuse::mount(fs, pool.clone(), name.clone(), &mp, &opts)
+        });
+        match res {
             Ok(h) => {
-                pool.mounted.lock().unwrap().insert(ds.name.clone(), PathBuf::from(&mp));
-                mounts.push((ds.name.clone(), h));
+                pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), mp.clone());
+                mounts.push(h);
             }
             Err(e) => {
-                let _ = writeln!(err, "{e}");
+                failures += 1;
+                let msg = e.to_string();
+                let _ = writeln!(err, "{}", if msg.starts_with("cannot") { msg } else { format!("cannot mount '{name}': {msg}") });
             }
         }
     }
+    failures
 }
 
 impl State {
@@ -232,7 +326,7 @@ impl State {
         let names: Vec<String> = self.pools.keys().cloned().collect();
         let mut err = String::new();
         for n in names {
-            let (_, e, _) = zpool_export(self, &[n]);
+            let (_, e, _) = zpool_export(self, &["-f".to_string(), n]);
             err.push_str(&e);
         }
         (String::new(), err)
@@ -242,23 +336,46 @@ impl State {
 fn zpool_export(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "fa") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\texport [-af] <pool> ...")),
+        Err(e) => return usage(format!("{e}\n{EXPORT_USAGE}")),
     };
     let names: Vec<String> = if o.has('a') { st.pools.keys().cloned().collect() } else { o.operands.clone() };
     if names.is_empty() {
-        return usage("missing pool argument\nusage:\n\texport [-af] <pool> ...");
+        return usage(format!("missing pool argument\n{EXPORT_USAGE}"));
     }
+    let mut err = String::new();
+    let mut code = 0;
     for n in &names {
         let Some(mut imp) = st.pools.remove(n) else {
-            return fail(format!("cannot open '{n}': no such pool"));
+            let _ = writeln!(err, "cannot open '{n}': no such pool");
+            code = 1;
+            continue;
         };
-        // Unmount in reverse order (children before parents).
-        while let Some((_, h)) = imp.mounts.pop() {
-            h.unmount();
+        // Children before parents.
+        let mut busy = false;
+        while let Some(h) = imp.mounts.pop() {
+            let (ds, mp) = (h.dataset.clone(), h.mountpoint.clone());
+            match h.unmount(o.has('f')) {
+                Ok(()) => {
+                    imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                }
+                Err((h, e)) => {
+                    let why = if e.raw_os_error() == Some(libc::EBUSY) { "pool or dataset is busy".to_string() } else { e.to_string() };
+                    let _ = writeln!(err, "cannot unmount '{}': {why}", mp.display());
+                    imp.mounts.push(h);
+                    busy = true;
+                    break;
+                }
+            }
+        }
+        if busy {
+            let _ = writeln!(err, "cannot export '{n}': pool is busy");
+            code = 1;
+            st.pools.insert(n.clone(), imp);
+            continue;
         }
         imp.pool.close();
     }
-    ok(String::new())
+    (String::new(), err, code)
 }
 
 fn find_pools<'a>(st: &'a State, names: &[String]) -> Result<Vec<&'a Imported>, Out> {
@@ -276,25 +393,30 @@ fn find_pools<'a>(st: &'a State, names: &[String]) -> Result<Vec<&'a Imported>, 
 }
 
 fn zpool_status(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "T", "vxPLgpDtis") {
+    let o = match getopt(args, "Tc", "vxPLgpDtisi") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tstatus [-vxP] [pool] ...")),
+        Err(e) => return usage(format!("{e}\n{STATUS_USAGE}")),
     };
     let pools = match find_pools(st, &o.operands) {
         Ok(p) => p,
         Err(e) => return e,
     };
     if pools.is_empty() {
-        return ok("no pools available\n".into());
+        return (String::new(), "no pools available\n".into(), 0);
     }
-    if o.has('x') {
-        let unhealthy: Vec<_> = pools.iter().filter(|p| p.pool.health() != oxzfs::vdev::VdevState::Online || !p.pool.spa.errors().is_empty()).collect();
-        if unhealthy.is_empty() {
-            return ok("all pools are healthy\n".into());
-        }
-        return ok(unhealthy.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"));
+    let shown: Vec<&&Imported> = if o.has('x') {
+        pools.iter().filter(|p| p.pool.health() != oxzfs::vdev::VdevState::Online || !p.pool.spa.errors().is_empty()).collect()
+    } else {
+        pools.iter().collect()
+    };
+    if shown.is_empty() {
+        return ok(if o.operands.is_empty() {
+            "all pools are healthy\n".to_string()
+        } else {
+            o.operands.iter().map(|n| format!("pool '{n}' is healthy\n")).collect()
+        });
     }
-    ok(pools.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+    ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
 }
 
 fn nice(n: u64, parsable: bool) -> String {
@@ -305,91 +427,107 @@ fn nice(n: u64, parsable: bool) -> String {
     }
 }
 
+/// Columns of `zpool list` from `-o` (default: OpenZFS's), canonical names.
+fn zpool_list_columns(o: &Opts) -> Result<Vec<String>, String> {
+    let spec = o.list('o');
+    if spec.is_empty() {
+        return Ok(["name", "size", "allocated", "free", "checkpoint", "expandsize", "fragmentation", "capacity", "dedupratio", "health", "altroot"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect());
+    }
+    spec.iter().map(|c| props::zpool_prop(c).ok_or_else(|| format!("invalid property '{c}'"))).collect()
+}
+
+fn zpool_value(imp: &Imported, prop: &str, p: bool) -> String {
+    let r = imp.pool.list_row();
+    match prop {
+        "name" => r.name,
+        "size" => nice(r.size, p),
+        "allocated" => nice(r.alloc, p),
+        "free" => nice(r.free, p),
+        // OpenZFS prints "-" for a zero checkpoint or expandable size, -p or not.
+        "checkpoint" | "expandsize" => "-".into(),
+        "fragmentation" => r.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
+        "capacity" => if p { r.cap.to_string() } else { format!("{}%", r.cap) },
+        "dedupratio" => if p { format!("{:.2}", r.dedup) } else { format!("{:.2}x", r.dedup) },
+        "health" => r.health,
+        "altroot" => r.altroot,
+        "guid" => imp.pool.guid().to_string(),
+        "version" => if imp.pool.spa.version >= 5000 { "-".into() } else { imp.pool.spa.version.to_string() },
+        "readonly" => if imp.pool.spa.readonly { "on".into() } else { "off".into() },
+        "comment" => imp.pool.spa.config.get_str("comment").unwrap_or("-").to_string(),
+        "freeing" | "leaked" => "0".into(),
+        "cachefile" | "bootfs" => "-".into(),
+        _ => "-".into(),
+    }
+}
+
 fn zpool_list(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "oT", "HpvgLP") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tlist [-gHLpPv] [-o property[,...]] [pool] ...")),
+        Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
+    };
+    let cols = match zpool_list_columns(&o) {
+        Ok(c) => c,
+        Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
     };
     let pools = match find_pools(st, &o.operands) {
         Ok(p) => p,
         Err(e) => return e,
     };
     if pools.is_empty() {
-        return ok("no pools available\n".into());
+        return (String::new(), "no pools available\n".into(), 0);
     }
-    let all = ["name", "size", "alloc", "free", "ckpoint", "expandsz", "frag", "cap", "dedup", "health", "altroot"];
-    let cols: Vec<String> = match o.values('o').pop() {
-        Some(c) => c.split(',').map(|s| s.to_lowercase()).collect(),
-        None => all.iter().map(|s| s.to_string()).collect(),
-    };
-    for c in &cols {
-        let known = all.contains(&c.as_str()) || ["guid", "allocated", "capacity", "fragmentation", "dedupratio"].contains(&c.as_str());
-        if !known {
-            return usage(format!("invalid property '{c}'"));
-        }
-    }
-    let p = o.has('p');
-    let mut rows = Vec::new();
-    for imp in &pools {
-        let r = imp.pool.list_row();
-        let row: Vec<String> = cols
-            .iter()
-            .map(|c| match c.as_str() {
-                "name" => r.name.clone(),
-                "size" => nice(r.size, p),
-                "alloc" | "allocated" => nice(r.alloc, p),
-                "free" => nice(r.free, p),
-                "ckpoint" | "expandsz" => "-".into(),
-                "frag" | "fragmentation" => r.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
-                "cap" | "capacity" => if p { r.cap.to_string() } else { format!("{}%", r.cap) },
-                "dedup" | "dedupratio" => if p { format!("{:.2}", r.dedup) } else { format!("{:.2}x", r.dedup) },
-                "health" => r.health.clone(),
-                "altroot" => r.altroot.clone(),
-                "guid" => imp.pool.guid().to_string(),
-                _ => "-".into(),
-            })
-            .collect();
-        rows.push(row);
-    }
-    let header: Vec<String> = cols.iter().map(|c| c.to_uppercase()).collect();
-    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    let right: Vec<bool> = cols.iter().map(|c| !matches!(c.as_str(), "name" | "health" | "altroot")).collect();
-    ok(table::render(&hdr, &rows, &right, o.has('H'), false))
+    let rows: Vec<Vec<String>> = pools.iter().map(|imp| cols.iter().map(|c| zpool_value(imp, c, o.has('p'))).collect()).collect();
+    let spec: Vec<Col> = cols
+        .iter()
+        .map(|c| {
+            let (header, right, min) = props::zpool_column(c);
+            Col { header, right, min }
+        })
+        .collect();
+    ok(table::render(&spec, &rows, o.has('H'), true))
 }
 
 fn zpool_get(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "o", "Hp") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...")),
+        Err(e) => return usage(format!("{e}\n{ZPOOL_GET_USAGE}")),
     };
-    let Some(props) = o.operands.first() else { return usage("missing property argument") };
+    let Some(spec) = o.operands.first() else { return usage(format!("missing property argument\n{ZPOOL_GET_USAGE}")) };
+    let all = ["size", "capacity", "altroot", "health", "guid", "version", "readonly", "comment", "free", "allocated", "dedupratio", "fragmentation"];
+    let wanted: Vec<String> = if spec == "all" {
+        all.iter().map(|s| s.to_string()).collect()
+    } else {
+        let mut v = Vec::new();
+        for p in spec.split(',') {
+            match props::zpool_prop(p) {
+                Some(n) => v.push(n),
+                None => return usage(format!("bad property list: invalid property '{p}'\n{ZPOOL_GET_USAGE}")),
+            }
+        }
+        v
+    };
     let pools = match find_pools(st, &o.operands[1..]) {
         Ok(p) => p,
         Err(e) => return e,
     };
     let mut rows = Vec::new();
     for imp in pools {
-        let r = imp.pool.list_row();
-        let cfg = &imp.pool.spa.config;
-        let vals: Vec<(&str, String, &str)> = vec![
-            ("size", nice(r.size, o.has('p')), "-"),
-            ("capacity", format!("{}%", r.cap), "-"),
-            ("altroot", r.altroot.clone(), if r.altroot == "-" { "default" } else { "local" }),
-            ("health", r.health.clone(), "-"),
-            ("guid", imp.pool.guid().to_string(), "-"),
-            ("version", if imp.pool.spa.version >= 5000 { "-".into() } else { imp.pool.spa.version.to_string() }, if imp.pool.spa.version >= 5000 { "default" } else { "local" }),
-            ("readonly", "on".into(), "-"),
-            ("comment", cfg.get_str("comment").unwrap_or("-").to_string(), "default"),
-            ("free", nice(r.free, o.has('p')), "-"),
-            ("allocated", nice(r.alloc, o.has('p')), "-"),
-        ];
-        for (n, v, s) in vals {
-            if props == "all" || props.split(',').any(|p| p == n) {
-                rows.push(vec![imp.pool.name().to_string(), n.to_string(), v, s.to_string()]);
-            }
+        for n in &wanted {
+            let v = zpool_value(imp, n, o.has('p'));
+            let source = match n.as_str() {
+                "altroot" => if v == "-" { "default" } else { "local" },
+                "readonly" => "-",
+                "version" | "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" => "default",
+                _ => "-",
+            };
+            rows.push(vec![imp.pool.name().to_string(), n.clone(), v, source.to_string()]);
         }
     }
-    ok(table::render(&["NAME", "PROPERTY", "VALUE", "SOURCE"], &rows, &[false; 4], o.has('H'), false))
+    let cols: Vec<Col> = ["NAME", "PROPERTY", "VALUE", "SOURCE"].iter().map(|h| Col::left(h)).collect();
+    ok(table::render(&cols, &rows, o.has('H'), true))
 }
 
 /// All datasets of all pools, in `zfs list` order.
@@ -405,16 +543,19 @@ fn all_datasets(st: &State) -> Vec<(Arc<Pool>, DatasetInfo)> {
     v
 }
 
-fn parse_types(t: Option<String>) -> Result<Vec<DatasetKind>, String> {
-    let Some(t) = t else { return Ok(vec![DatasetKind::Filesystem, DatasetKind::Volume]) };
+/// `-t` of zfs list/get. None = the default (filesystems and volumes).
+pub fn parse_types(t: &[String]) -> Result<Vec<DatasetKind>, String> {
+    if t.is_empty() {
+        return Ok(vec![DatasetKind::Filesystem, DatasetKind::Volume]);
+    }
     let mut out = Vec::new();
-    for x in t.split(',') {
-        match x {
+    for x in t {
+        match x.as_str() {
             "all" => out.extend([DatasetKind::Filesystem, DatasetKind::Volume, DatasetKind::Snapshot]),
             "filesystem" | "fs" => out.push(DatasetKind::Filesystem),
             "volume" | "vol" => out.push(DatasetKind::Volume),
             "snapshot" | "snap" => out.push(DatasetKind::Snapshot),
-            "bookmark" => {}
+            "bookmark" | "bookmarks" => {}
             other => return Err(format!("invalid type '{other}'")),
         }
     }
@@ -424,193 +565,253 @@ fn parse_types(t: Option<String>) -> Result<Vec<DatasetKind>, String> {
 /// Select datasets by operands, -r and -d like zfs does.
 fn select(st: &State, operands: &[String], recurse: bool, depth: Option<usize>, types: &[DatasetKind]) -> Result<Vec<(Arc<Pool>, DatasetInfo)>, String> {
     let all = all_datasets(st);
-    let depth_of = |n: &str| n.split(['/', '@']).count() - 1;
+    select_from(&all, |(_, d)| (d.name.as_str(), d.kind), operands, recurse, depth, types)
+}
+
+fn depth_of(n: &str) -> usize {
+    n.split(['/', '@']).count() - 1
+}
+
+/// The selection over any list of datasets (`key` gives name and kind), in list order.
+fn select_from<T: Clone>(
+    all: &[T],
+    key: impl Fn(&T) -> (&str, DatasetKind),
+    operands: &[String],
+    recurse: bool,
+    depth: Option<usize>,
+    types: &[DatasetKind],
+) -> Result<Vec<T>, String> {
     if operands.is_empty() {
         return Ok(all
-            .into_iter()
-            .filter(|(_, d)| types.contains(&d.kind))
-            .filter(|(_, d)| depth.map_or(true, |m| depth_of(&d.name) <= m))
+            .iter()
+            .filter(|x| types.contains(&key(x).1))
+            .filter(|x| depth.map_or(true, |m| depth_of(key(x).0) <= m))
+            .cloned()
             .collect());
     }
-    let mut out = Vec::new();
+    let mut out: Vec<T> = Vec::new();
     for name in operands {
-        let Some((_, base)) = all.iter().find(|(_, d)| &d.name == name) else {
+        let name = name.trim_end_matches('/');
+        let Some(base) = all.iter().find(|x| key(x).0 == name) else {
             return Err(format!("cannot open '{name}': dataset does not exist"));
         };
-        let bd = depth_of(&base.name);
+        let bd = depth_of(key(base).0);
         let recursive = recurse || depth.is_some();
-        for (p, d) in &all {
-            let below = d.name == *name || d.name.starts_with(&format!("{name}/")) || d.name.starts_with(&format!("{name}@"));
+        for x in all {
+            let (dn, kind) = key(x);
+            let below = dn == name || dn.starts_with(&format!("{name}/")) || dn.starts_with(&format!("{name}@"));
             if !below {
                 continue;
             }
-            if d.name != *name {
-                let own_snapshot = d.name.starts_with(&format!("{name}@"));
+            if dn != name {
                 // `zfs list -t snapshot fs` lists fs's own snapshots even without -r.
+                let own_snapshot = dn.starts_with(&format!("{name}@"));
                 let wanted_snapshot = own_snapshot && types == [DatasetKind::Snapshot];
-                if !wanted_snapshot && (!recursive || depth.map_or(false, |m| depth_of(&d.name) - bd > m)) {
+                if !wanted_snapshot && (!recursive || depth.map_or(false, |m| depth_of(dn) - bd > m)) {
                     continue;
                 }
             }
-            if !types.contains(&d.kind) {
+            if !types.contains(&kind) {
                 continue;
             }
-            out.push((p.clone(), d.clone()));
+            if !out.iter().any(|o| key(o).0 == dn) {
+                out.push(x.clone());
+            }
         }
     }
     Ok(out)
 }
 
-fn prop_alias(c: &str) -> &str {
-    match c {
-        "avail" => "available",
-        "refer" => "referenced",
-        "ratio" => "compressratio",
-        "refratio" => "refcompressratio",
-        "reserv" => "reservation",
-        "refreserv" => "refreservation",
-        "recsize" => "recordsize",
-        "compress" => "compression",
-        "lused" => "logicalused",
-        "lrefer" => "logicalreferenced",
-        "usedsnap" => "usedbysnapshots",
-        "usedds" => "usedbydataset",
-        "usedchild" => "usedbychildren",
-        "usedrefreserv" => "usedbyrefreservation",
-        "rdonly" => "readonly",
-        "volsize" => "volsize",
-        other => other,
-    }
-}
-
 fn zfs_list(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "odtsS", "HprF") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]... [-S property]... [-t type[,...]] [filesystem|volume|snapshot] ...")),
+        Err(e) => return usage(format!("{e}\n{ZFS_LIST_USAGE}")),
     };
-    let types = match parse_types(o.values('t').pop()) {
+    let types = match parse_types(&o.list('t')) {
         Ok(t) => t,
-        Err(e) => return usage(e),
+        Err(e) => return usage(format!("{e}\n{ZFS_LIST_USAGE}")),
     };
     let depth = match o.values('d').pop().map(|d| d.parse::<usize>()) {
         Some(Ok(d)) => Some(d),
-        Some(Err(_)) => return usage("invalid depth"),
+        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_LIST_USAGE}", o.values('d').pop().unwrap_or_default())),
         None => None,
     };
-    let cols: Vec<String> = match o.values('o').pop() {
-        Some(c) => c.split(',').map(|s| s.to_string()).collect(),
-        None => vec!["name".into(), "used".into(), "avail".into(), "refer".into(), "mountpoint".into()],
-    };
+    let typed = o.list('o');
+    let typed = if typed.is_empty() { vec!["name".into(), "used".into(), "available".into(), "referenced".into(), "mountpoint".into()] } else { typed };
+    let mut cols = Vec::new();
+    for c in &typed {
+        match props::zfs_prop(c) {
+            Some(n) => cols.push(n),
+            None => return usage(format!("invalid property '{c}'\n{ZFS_LIST_USAGE}")),
+        }
+    }
+    let mut sorts = Vec::new();
+    for (flag, desc) in o.flags.iter().filter_map(|(f, v)| match f {
+        's' => Some((v.clone().unwrap_or_default(), false)),
+        'S' => Some((v.clone().unwrap_or_default(), true)),
+        _ => None,
+    }) {
+        match props::zfs_prop(&flag) {
+            Some(n) => sorts.push((n, desc)),
+            None => return usage(format!("invalid property '{flag}'\n{ZFS_LIST_USAGE}")),
+        }
+    }
     let sel = match select(st, &o.operands, o.has('r'), depth, &types) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
     if sel.is_empty() {
-        if o.operands.is_empty() {
+        if o.operands.is_empty() && !o.has('H') {
             return (String::new(), "no datasets available\n".to_string(), 0);
         }
         return ok(String::new());
     }
     let p = o.has('p');
-    let mut rows = Vec::new();
+    let mut rows: Vec<(Vec<String>, Vec<PropValue>)> = Vec::new();
     for (pool, d) in &sel {
-        let props = pool.props(&d.name).unwrap_or_default();
-        let row: Vec<String> = cols
-            .iter()
-            .map(|c| {
-                if c == "name" {
-                    return d.name.clone();
-                }
-                let n = prop_alias(c);
-                match props.iter().find(|x| x.name == n) {
-                    Some(v) => {
-                        if d.kind == DatasetKind::Snapshot && n == "mountpoint" {
-                            "-".into()
-                        } else if p {
-                            v.raw.clone()
-                        } else {
-                            v.value.clone()
-                        }
+        let pv = pool.props(&d.name).unwrap_or_default();
+        let row = cols.iter().map(|c| list_value(d, &pv, c, p)).collect();
+        rows.push((row, pv));
+    }
+    if !sorts.is_empty() {
+        rows.sort_by(|a, b| {
+            for (prop, desc) in &sorts {
+                let get = |pv: &[PropValue], row: &[String]| -> String {
+                    if prop == "name" {
+                        return row.first().cloned().unwrap_or_default();
                     }
-                    None => "-".into(),
-                }
-            })
-            .collect();
-        rows.push(row);
-    }
-    for (sort, desc) in o.values('s').into_iter().map(|s| (s, false)).chain(o.values('S').into_iter().map(|s| (s, true))) {
-        if let Some(i) = cols.iter().position(|c| *c == sort) {
-            rows.sort_by(|a, b| {
-                let ord = match (a[i].parse::<f64>(), b[i].parse::<f64>()) {
-                    (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
-                    _ => a[i].cmp(&b[i]),
+                    pv.iter().find(|x| &x.name == prop).map(|x| x.raw.clone()).unwrap_or_default()
                 };
-                if desc {
-                    ord.reverse()
-                } else {
-                    ord
+                let (x, y) = (get(&a.1, &a.0), get(&b.1, &b.0));
+                let ord = match (x.parse::<f64>(), y.parse::<f64>()) {
+                    (Ok(x), Ok(y)) => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
+                    _ => x.cmp(&y),
+                };
+                let ord = if *desc { ord.reverse() } else { ord };
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
                 }
-            });
-        }
+            }
+            std::cmp::Ordering::Equal
+        });
     }
-    let header: Vec<String> = cols.iter().map(|c| c.to_uppercase()).collect();
-    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    let right: Vec<bool> = cols
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.0).collect();
+    let spec: Vec<Col> = cols
         .iter()
-        .map(|c| matches!(prop_alias(c), "used" | "available" | "referenced" | "compressratio" | "refcompressratio" | "logicalused" | "logicalreferenced" | "written" | "quota" | "refquota" | "reservation" | "refreservation" | "recordsize" | "usedbysnapshots" | "usedbydataset" | "usedbychildren" | "usedbyrefreservation"))
+        .map(|c| {
+            let (header, right, min) = props::zfs_column(c);
+            Col { header, right, min }
+        })
         .collect();
-    ok(table::render(&hdr, &rows, &right, o.has('H'), false))
+    ok(table::render(&spec, &rows, o.has('H'), true))
+}
+
+fn list_value(d: &DatasetInfo, pv: &[PropValue], prop: &str, parsable: bool) -> String {
+    if prop == "name" {
+        return d.name.clone();
+    }
+    if d.kind == DatasetKind::Snapshot && prop == "mountpoint" {
+        return "-".into();
+    }
+    match pv.iter().find(|x| x.name == prop) {
+        Some(v) if parsable => v.raw.clone(),
+        Some(v) => v.value.clone(),
+        None => "-".into(),
+    }
+}
+
+/// Whether a property's source matches `zfs get -s` kinds.
+fn source_matches(source: &str, kinds: &[String]) -> bool {
+    if kinds.is_empty() {
+        return true;
+    }
+    let kind = if source == "-" {
+        "none"
+    } else if source.starts_with("inherited") {
+        "inherited"
+    } else {
+        source
+    };
+    kinds.iter().any(|k| k == kind)
 }
 
 fn zfs_get(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "odts", "Hpr") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tget [-rHp] [-d max] [-o \"all\" | field[,...]] [-t type[,...]] [-s source[,...]] <\"all\" | property[,...]> [filesystem|volume|snapshot] ...")),
+        Err(e) => return usage(format!("{e}\n{ZFS_GET_USAGE}")),
     };
     let Some(propspec) = o.operands.first().cloned() else {
-        return usage("missing property argument\nusage:\n\tget [-rHp] [-d max] [-o \"all\" | field[,...]] <\"all\" | property[,...]> [filesystem|volume|snapshot] ...");
+        return usage(format!("missing property argument\n{ZFS_GET_USAGE}"));
     };
-    let types = match parse_types(o.values('t').pop().or(Some("all".into()))) {
+    let mut t = o.list('t');
+    if t.is_empty() {
+        t.push("all".into());
+    }
+    let types = match parse_types(&t) {
         Ok(t) => t,
-        Err(e) => return usage(e),
+        Err(e) => return usage(format!("{e}\n{ZFS_GET_USAGE}")),
     };
-    let depth = o.values('d').pop().and_then(|d| d.parse::<usize>().ok());
+    let depth = match o.values('d').pop().map(|d| d.parse::<usize>()) {
+        Some(Ok(d)) => Some(d),
+        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_GET_USAGE}", o.values('d').pop().unwrap_or_default())),
+        None => None,
+    };
+    let sources = o.list('s');
+    for s in &sources {
+        if !["local", "default", "inherited", "temporary", "received", "none"].contains(&s.as_str()) {
+            return usage(format!("invalid source '{s}'\n{ZFS_GET_USAGE}"));
+        }
+    }
+    let fields: Vec<String> = {
+        let f = o.list('o');
+        if f.is_empty() {
+            vec!["name".into(), "property".into(), "value".into(), "source".into()]
+        } else if f == ["all"] {
+            vec!["name".into(), "property".into(), "value".into(), "received".into(), "source".into()]
+        } else {
+            f
+        }
+    };
+    for f in &fields {
+        if !["name", "property", "value", "received", "source"].contains(&f.as_str()) {
+            return usage(format!("invalid field '{f}'\n{ZFS_GET_USAGE}"));
+        }
+    }
+    let mut wanted = Vec::new();
+    for w in propspec.split(',') {
+        if w == "all" {
+            wanted.push("all".to_string());
+            continue;
+        }
+        match props::zfs_prop(w) {
+            Some(n) => wanted.push(n),
+            None => return usage(format!("bad property list: invalid property '{w}'\n{ZFS_GET_USAGE}")),
+        }
+    }
     let sel = match select(st, &o.operands[1..], o.has('r'), depth, &types) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let fields: Vec<String> = match o.values('o').pop() {
-        Some(f) if f == "all" => vec!["name".into(), "property".into(), "value".into(), "received".into(), "source".into()],
-        Some(f) => f.split(',').map(|s| s.to_string()).collect(),
-        None => vec!["name".into(), "property".into(), "value".into(), "source".into()],
-    };
-    for f in &fields {
-        if !["name", "property", "value", "received", "source"].contains(&f.as_str()) {
-            return usage(format!("invalid field '{f}'"));
-        }
-    }
-    let wanted: Vec<String> = propspec.split(',').map(|s| prop_alias(s).to_string()).collect();
     let mut rows = Vec::new();
     for (pool, d) in &sel {
-        let props: Vec<PropValue> = pool.props(&d.name).unwrap_or_default();
-        let list: Vec<&PropValue> = if wanted.iter().any(|w| w == "all") {
-            props.iter().collect()
-        } else {
-            let mut v = Vec::new();
-            for w in &wanted {
-                match props.iter().find(|p| &p.name == w) {
-                    Some(p) => v.push(p),
-                    None => {
-                        let known = ["name", "volsize", "volblocksize", "origin", "clones", "keystatus", "encryptionroot", "receive_resume_token", "defer_destroy", "userrefs"];
-                        if !known.contains(&w.as_str()) && !w.contains(':') {
-                            return usage(format!("bad property list: invalid property '{w}'"));
-                        }
-                    }
-                }
+        let pv: Vec<PropValue> = pool.props(&d.name).unwrap_or_default();
+        let mut list: Vec<PropValue> = Vec::new();
+        for w in &wanted {
+            if w == "all" {
+                list.extend(pv.iter().cloned());
+            } else if w == "name" {
+                list.push(PropValue { name: "name".into(), value: d.name.clone(), raw: d.name.clone(), source: "-".into() });
+            } else {
+                // Properties that don't apply to this dataset type print as "-".
+                list.push(pv.iter().find(|p| &p.name == w).cloned().unwrap_or_else(|| PropValue {
+                    name: w.clone(),
+                    value: "-".into(),
+                    raw: "-".into(),
+                    source: "-".into(),
+                }));
             }
-            v
-        };
-        for p in list {
+        }
+        for p in list.into_iter().filter(|p| source_matches(&p.source, &sources)) {
             let row: Vec<String> = fields
                 .iter()
                 .map(|f| match f.as_str() {
@@ -624,20 +825,150 @@ fn zfs_get(st: &mut State, args: &[String]) -> Out {
             rows.push(row);
         }
     }
-    let header: Vec<String> = fields.iter().map(|c| c.to_uppercase()).collect();
-    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    ok(table::render(&hdr, &rows, &vec![false; fields.len()], o.has('H'), false))
+    let cols: Vec<Col> = fields.iter().map(|f| Col::left(&f.to_uppercase())).collect();
+    ok(table::render(&cols, &rows, o.has('H'), true))
 }
 
 fn zfs_mount(st: &mut State, args: &[String]) -> Out {
-    if !args.is_empty() {
+    let o = match getopt(args, "o", "vlaOf") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\nusage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>")),
+    };
+    if !o.operands.is_empty() || o.has('a') {
         return fail("zfs mount of a single dataset is not supported yet; datasets mount at import");
     }
     let mut s = String::new();
     for imp in st.pools.values() {
-        for (name, h) in &imp.mounts {
-            let _ = writeln!(s, "{:<24}  {}", name, h.mountpoint.display());
+        for h in &imp.mounts {
+            let _ = writeln!(s, "{:<30}  {}", h.dataset, h.mountpoint.display());
         }
     }
     ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxzfs::dsl::DatasetKind::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn getopt_like_zpool() {
+        let o = getopt(&v(&["-Hp", "-o", "name,size", "tank", "-v"]), "o", "Hpv").unwrap();
+        assert!(o.has('H') && o.has('p') && o.has('v'));
+        assert_eq!(o.values('o'), vec!["name,size"]);
+        assert_eq!(o.operands, vec!["tank"]);
+        let o = getopt(&v(&["-oname", "-d", "/a", "-d/b", "--", "-x"]), "od", "").unwrap();
+        assert_eq!(o.values('d'), vec!["/a", "/b"]);
+        assert_eq!(o.list('o'), vec!["name"]);
+        assert_eq!(o.operands, vec!["-x"]);
+        assert_eq!(getopt(&v(&["-Hz"]), "", "H").unwrap_err(), "invalid option 'z'");
+        assert_eq!(getopt(&v(&["-d"]), "d", "").unwrap_err(), "missing argument for 'd' option");
+        // A lone "-" is an operand.
+        assert_eq!(getopt(&v(&["-"]), "", "").unwrap().operands, vec!["-"]);
+    }
+
+    #[test]
+    fn import_listing_or_not() {
+        assert!(import_is_listing(&v(&["-d", "/x"])));
+        assert!(import_is_listing(&v(&[])));
+        assert!(!import_is_listing(&v(&["-d", "/x", "tank"])));
+        assert!(!import_is_listing(&v(&["-a", "-d", "/x"])));
+        assert!(!import_is_listing(&v(&["-d", "/x", "-o", "readonly=on", "-R", "/alt", "tank"])));
+    }
+
+    #[test]
+    fn verbs_without_pools() {
+        let cwd = Path::new("/");
+        let mut st = State::default();
+        let r = execute(&mut st, &v(&["zpool", "list"]), cwd);
+        assert_eq!((r.1.as_str(), r.2), ("no pools available\n", 0));
+        let r = execute(&mut st, &v(&["zpool", "status", "tank"]), cwd);
+        assert_eq!((r.1.as_str(), r.2), ("cannot open 'tank': no such pool\n", 1));
+        let r = execute(&mut st, &v(&["zpool", "export"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("missing pool argument\nusage:\n\texport"));
+        let r = execute(&mut st, &v(&["zpool", "export", "tank"]), cwd);
+        assert_eq!((r.1.as_str(), r.2), ("cannot open 'tank': no such pool\n", 1));
+        let r = execute(&mut st, &v(&["zfs", "list"]), cwd);
+        assert_eq!((r.1.as_str(), r.2), ("no datasets available\n", 0));
+        let r = execute(&mut st, &v(&["zfs", "list", "tank/x"]), cwd);
+        assert_eq!((r.1.as_str(), r.2), ("cannot open 'tank/x': dataset does not exist\n", 1));
+        let r = execute(&mut st, &v(&["zfs", "list", "-Q"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("invalid option 'Q'\nusage:\n\tlist"));
+        let r = execute(&mut st, &v(&["zfs", "list", "-o", "nope"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("invalid property 'nope'"));
+        let r = execute(&mut st, &v(&["zfs", "list", "-t", "bogus"]), cwd);
+        assert_eq!(r.2, 2);
+        let r = execute(&mut st, &v(&["zfs", "get"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("missing property argument"));
+        let r = execute(&mut st, &v(&["zfs", "get", "bogus", "tank"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("bad property list: invalid property 'bogus'"));
+        let r = execute(&mut st, &v(&["zpool", "frobnicate"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("unrecognized command 'frobnicate'"));
+        let r = execute(&mut st, &v(&["zpool"]), cwd);
+        assert_eq!(r.2, 2);
+        let r = execute(&mut st, &v(&["zpool", "list", "-o", "bogus"]), cwd);
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("invalid property 'bogus'"));
+    }
+
+    #[test]
+    fn import_refuses_read_write() {
+        let mut st = State::default();
+        let r = execute(&mut st, &v(&["zpool", "import", "-d", "/nonexistent", "tank"]), Path::new("/"));
+        assert_eq!(r.2, 1);
+        assert_eq!(r.1, "cannot import: read-write import is not supported yet; use -o readonly=on\n");
+        let r = execute(&mut st, &v(&["zpool", "import", "-o", "bogus=1", "-d", "/x", "tank"]), Path::new("/"));
+        assert_eq!(r.2, 2);
+        let r = execute(&mut st, &v(&["zpool", "import", "-d", "/x", "-Z", "tank"]), Path::new("/"));
+        assert_eq!(r.2, 2);
+        assert!(r.1.starts_with("invalid option 'Z'\nusage:\n\timport"));
+    }
+
+    #[test]
+    fn types_and_sources() {
+        assert_eq!(parse_types(&[]).unwrap(), vec![Filesystem, Volume]);
+        assert_eq!(parse_types(&v(&["snap"])).unwrap(), vec![Snapshot]);
+        assert_eq!(parse_types(&v(&["fs", "vol"])).unwrap(), vec![Filesystem, Volume]);
+        assert!(parse_types(&v(&["nope"])).is_err());
+        assert!(source_matches("local", &v(&["local", "default"])));
+        assert!(source_matches("inherited from tank", &v(&["inherited"])));
+        assert!(source_matches("-", &v(&["none"])));
+        assert!(!source_matches("default", &v(&["local"])));
+        assert!(source_matches("default", &[]));
+        assert_eq!(abs(Path::new("/home/u"), "d"), PathBuf::from("/home/u/d"));
+        assert_eq!(abs(Path::new("/home/u"), "/d"), PathBuf::from("/d"));
+    }
+
+    fn ds(name: &str) -> (String, DatasetKind) {
+        (name.to_string(), if name.contains('@') { Snapshot } else { Filesystem })
+    }
+
+    #[test]
+    fn selection_like_zfs() {
+        let all: Vec<(String, DatasetKind)> = ["tank", "tank@s1", "tank/a", "tank/a@s2", "tank/a/b", "tank/c"].iter().map(|n| ds(n)).collect();
+        let names = |r: Result<Vec<(String, DatasetKind)>, String>| r.unwrap().into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        fn key(x: &(String, DatasetKind)) -> (&str, DatasetKind) {
+            (x.0.as_str(), x.1)
+        }
+        let fs = [Filesystem, Volume];
+        let every = [Filesystem, Volume, Snapshot];
+        assert_eq!(names(select_from(&all, key, &[], false, None, &fs)), ["tank", "tank/a", "tank/a/b", "tank/c"]);
+        assert_eq!(names(select_from(&all, key, &[], false, Some(1), &fs)), ["tank", "tank/a", "tank/c"]);
+        assert_eq!(names(select_from(&all, key, &v(&["tank/a"]), false, None, &fs)), ["tank/a"]);
+        assert_eq!(names(select_from(&all, key, &v(&["tank/a"]), true, None, &every)), ["tank/a", "tank/a@s2", "tank/a/b"]);
+        assert_eq!(names(select_from(&all, key, &v(&["tank"]), false, Some(1), &fs)), ["tank", "tank/a", "tank/c"]);
+        assert_eq!(names(select_from(&all, key, &v(&["tank"]), false, None, &[Snapshot])), ["tank@s1"]);
+        assert_eq!(names(select_from(&all, key, &v(&["tank@s1"]), false, None, &every)), ["tank@s1"]);
+        assert!(select_from(&all, key, &v(&["nope"]), false, None, &fs).is_err());
+    }
 }

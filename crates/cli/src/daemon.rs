@@ -8,13 +8,16 @@ use crate::socket_path;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Serialize, Deserialize)]
 struct Req {
     argv: Vec<String>,
+    /// The caller's working directory: relative paths in argv are taken from there.
+    #[serde(default)]
+    cwd: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -92,7 +95,10 @@ pub fn start() -> Result<(), String> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(exe);
+    // The daemon keeps no directory busy and finds its socket from anywhere.
     cmd.args(["daemon", "run"])
+        .current_dir("/")
+        .env("OXZFS_SOCKET", &sock)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
@@ -120,7 +126,8 @@ pub fn start() -> Result<(), String> {
 /// Send one command to the daemon.
 pub fn request(argv: &[String]) -> Result<(String, String, i32), String> {
     let mut s = UnixStream::connect(socket_path()).map_err(|e| e.to_string())?;
-    let req = serde_json::to_string(&Req { argv: argv.to_vec() }).map_err(|e| e.to_string())?;
+    let cwd = std::env::current_dir().ok().map(|d| d.display().to_string());
+    let req = serde_json::to_string(&Req { argv: argv.to_vec(), cwd }).map_err(|e| e.to_string())?;
     s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
@@ -140,8 +147,11 @@ fn serve() -> Result<(), String> {
     let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot bind {}: {e}", sock.display()))?;
     eprintln!("oxzfs daemon serving {}", sock.display());
     let state = Arc::new(Mutex::new(State::default()));
+    catch_termination(sock.clone());
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
+        // A client that connects and says nothing must not stall the daemon.
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
         let mut line = String::new();
         if BufReader::new(&conn).read_line(&mut line).is_err() {
             continue;
@@ -165,7 +175,8 @@ fn serve() -> Result<(), String> {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                commands::execute(&mut st, &argv)
+                let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
+                commands::execute(&mut st, &argv, &cwd)
             }));
             let (out, err, code) = match res {
                 Ok(r) => r,
@@ -182,6 +193,37 @@ fn serve() -> Result<(), String> {
         });
     }
     Ok(())
+}
+
+/// SIGTERM, SIGINT and SIGHUP stop the daemon cleanly (unmount, export) instead of leaving
+/// dead mounts behind: the signals are blocked in every thread and a dedicated thread waits
+/// for them, then asks the daemon to shut down through its own socket.
+fn catch_termination(sock: PathBuf) {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        let _ = std::thread::Builder::new().name("oxzfs-signals".into()).spawn(move || {
+            let mut sig: libc::c_int = 0;
+            if libc::sigwait(&set, &mut sig) == 0 {
+                eprintln!("oxzfs daemon: signal {sig}, shutting down");
+                if let Ok(mut s) = UnixStream::connect(&sock) {
+                    if let Ok(req) = serde_json::to_string(&Req { argv: vec![SHUTDOWN.to_string()], cwd: None }) {
+                        let _ = s.write_all(req.as_bytes());
+                        let _ = s.write_all(b"\n");
+                        let mut line = String::new();
+                        let _ = BufReader::new(&s).read_line(&mut line);
+                    }
+                }
+                std::process::exit(0);
+            }
+        });
+    }
 }
 
 fn reply(conn: &mut UnixStream, stdout: String, stderr: String, code: i32) {

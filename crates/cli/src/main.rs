@@ -9,6 +9,7 @@
 
 mod commands;
 mod daemon;
+mod props;
 mod table;
 
 use std::path::PathBuf;
@@ -23,8 +24,17 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The daemon's socket: $OXZFS_SOCKET (made absolute) or /run/oxzfs/oxzfs.sock.
 pub fn socket_path() -> PathBuf {
-    std::env::var_os("OXZFS_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/oxzfs/oxzfs.sock"))
+    match std::env::var_os("OXZFS_SOCKET").filter(|s| !s.is_empty()).map(PathBuf::from) {
+        Some(p) if p.is_relative() => std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p),
+        Some(p) => p,
+        None => PathBuf::from("/run/oxzfs/oxzfs.sock"),
+    }
+}
+
+fn cwd() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
 }
 
 fn usage() -> i32 {
@@ -42,7 +52,7 @@ fn run(args: &[String]) -> i32 {
         "zpool" | "zfs" => {
             // Listing importable pools needs no daemon.
             if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && commands::import_is_listing(&args[2..]) {
-                let (out, err, code) = commands::run_local(args);
+                let (out, err, code) = commands::run_local(args, &cwd());
                 print!("{out}");
                 eprint!("{err}");
                 return code;
@@ -56,7 +66,7 @@ fn run(args: &[String]) -> i32 {
                     }
                 } else {
                     // Nothing is imported: answer as OpenZFS does with no pools.
-                    let (out, err, code) = commands::run_without_daemon(args);
+                    let (out, err, code) = commands::run_without_daemon(args, &cwd());
                     print!("{out}");
                     eprint!("{err}");
                     return code;
