@@ -520,7 +520,9 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
             let source = match n.as_str() {
                 "altroot" => if v == "-" { "default" } else { "local" },
                 "readonly" => "-",
-                "version" | "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" => "default",
+                // OpenZFS: "default" only at the default version (5000, shown as "-").
+                "version" => if v == "-" { "default" } else { "local" },
+                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" => "default",
                 _ => "-",
             };
             rows.push(vec![imp.pool.name().to_string(), n.clone(), v, source.to_string()]);

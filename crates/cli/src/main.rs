@@ -17,6 +17,9 @@ use std::path::PathBuf;
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    if args.is_empty() {
+        args.push("oxzfs".into());
+    }
     if matches!(argv0.as_str(), "zpool" | "zfs" | "zdb") {
         args.insert(1, argv0);
     }
