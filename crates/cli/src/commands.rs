@@ -479,7 +479,41 @@ fn zpool_list(st: &mut State, args: &[String]) -> Out {
     if pools.is_empty() {
         return (String::new(), "no pools available\n".into(), 0);
     }
-    let rows: Vec<Vec<String>> = pools.iter().map(|imp| cols.iter().map(|c| zpool_value(imp, c, o.has('p'))).collect()).collect();
+    let p = o.has('p');
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for imp in &pools {
+        rows.push(cols.iter().map(|c| zpool_value(imp, c, p)).collect());
+        if o.has('v') {
+            // One row per vdev below the pool, as `zpool list -v` prints them.
+            for (name, size, alloc, health) in imp.pool.list_vdev_rows() {
+                let heading = health.is_empty();
+                rows.push(
+                    cols.iter()
+                        .map(|c| match c.as_str() {
+                            "name" => name.clone(),
+                            _ if heading => String::new(),
+                            "altroot" => String::new(),
+                            "size" => size.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
+                            "allocated" => alloc.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
+                            "free" => match (size, alloc) {
+                                (Some(s), Some(a)) => nice(s.saturating_sub(a), p),
+                                _ => "-".into(),
+                            },
+                            "capacity" => match (size, alloc) {
+                                (Some(s), Some(a)) if s > 0 => {
+                                    let pct = a as f64 * 100.0 / s as f64;
+                                    if p { format!("{}", (pct as u64)) } else { format!("{pct:.2}%") }
+                                }
+                                _ => "-".into(),
+                            },
+                            "health" => health.clone(),
+                            _ => "-".into(),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
     let spec: Vec<Col> = cols
         .iter()
         .map(|c| {
