@@ -31,8 +31,8 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
     // Runs of every length around the codecs' limits (zle's 64/192, lzjb's 66).
     let mut runs = Vec::new();
     for n in 1..200usize {
-        runs.extend(std::iter::repeat(0u8).take(n));
-        runs.extend(std::iter::repeat((n % 251) as u8 + 1).take(n % 70 + 1));
+        runs.extend(std::iter::repeat_n(0u8, n));
+        runs.extend(std::iter::repeat_n((n % 251) as u8 + 1, n % 70 + 1));
     }
     vec![
         ("text", text),
