@@ -210,13 +210,15 @@ class Oxzfs:
                 p.wait()
 
     # ---- pools
-    def import_ro(self, vdev_dirs, pool, altroot, force=False):
+    def import_ro(self, vdev_dirs, pool, altroot, force=False, nomount=False):
         args = ["zpool", "import"]
         for d in ([vdev_dirs] if isinstance(vdev_dirs, str) else vdev_dirs):
             args += ["-d", d]
         args += ["-o", "readonly=on", "-R", altroot]
         if force:
             args.append("-f")
+        if nomount:
+            args.append("-N")
         r = self.run(*args, pool)
         if r.returncode == 0:
             self.imported.append(pool)

@@ -79,7 +79,9 @@ def test_ztest_pool_imports_with_its_datasets(name, ztest_pools, oxzfs, pool):
     info_ds = oracle_pools.ztest_datasets(open(os.path.join(ztest_pools[name], "zdb-datasets.txt")).read())
     alt = os.path.join(oxzfs.base, "alt", name)
     os.makedirs(alt, exist_ok=True)
-    r = oxzfs.import_ro(vdevs, name, alt, force=True)
+    # ztest's datasets hold raw objects, not files (no ZPL master node), and half are encrypted:
+    # like OpenZFS, mounting them fails, so import without mounting (-N) and check the tree.
+    r = oxzfs.import_ro(vdevs, name, alt, force=True, nomount=True)
     assert r.returncode == 0, repr(r)
     try:
         r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", name, check=True)

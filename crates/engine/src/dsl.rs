@@ -183,10 +183,7 @@ fn index_name(prop: &str, v: u64) -> String {
             match alg {
                 compress::ZIO_COMPRESS_ZSTD => match level {
                     0 | 3 => "zstd".into(),
-                    1..=19 => format!("zstd-{level}"),
-                    l if (1001..=1010).contains(&l) => format!("zstd-fast-{}", l - 1000),
-                    l if l >= 1020 => format!("zstd-fast-{}", (l - 1000) * 10),
-                    l => format!("zstd-{l}"),
+                    l => compress::zstd_level_name(l as u8).unwrap_or_else(|| format!("zstd-{l}")),
                 },
                 a if a == compress::ZIO_COMPRESS_GZIP_1 + 5 => "gzip".into(),
                 a => compress::compress_name(a).into(),
