@@ -268,33 +268,30 @@ impl<'a> Xdr<'a> {
         let _flag = self.u32()?;
         let mut l = NvList::default();
         loop {
-            let encoded = self.i32()?;
+            // OpenZFS reads the encoded size but walks the stream; the decoded (native) size
+            // is 0 only at the end of the list.
+            let _encoded = self.i32()?;
             let decoded = self.i32()?;
-            if encoded == 0 && decoded == 0 {
+            if decoded == 0 {
                 break;
             }
-            if encoded < 0 {
-                return Err(FormatError::invalid("XDR nvlist", format!("pair size {encoded}")));
-            }
-            let start = self.pos - 8;
             let name = self.string()?;
             let typ = self.i32()?;
             let nelem = self.i32()?;
-            let v = self.value(typ, nelem, depth)?;
-            // Nested lists are laid out after the pair; others end at start + encoded size.
-            if !matches!(typ, DATA_TYPE_NVLIST | DATA_TYPE_NVLIST_ARRAY) {
-                let end = start + encoded as usize;
-                if end > self.buf.len() || end < self.pos {
-                    return Err(FormatError::invalid("XDR nvlist", format!("pair '{name}' overruns its size")));
-                }
-                self.pos = end;
+            if nelem < 0 {
+                return Err(FormatError::invalid("XDR nvlist", format!("pair '{name}' has {nelem} elements")));
             }
+            let v = self.value(typ, nelem, depth)?;
             l.pairs.push((name, v));
         }
         Ok(l)
     }
 
     fn value(&mut self, typ: i32, nelem: i32, depth: usize) -> Result<NvValue> {
+        // A pair without elements carries no value at all (not even an array count).
+        if nelem == 0 {
+            return empty_value(typ);
+        }
         Ok(match typ {
             DATA_TYPE_BOOLEAN => NvValue::Boolean,
             DATA_TYPE_BOOLEAN_VALUE => NvValue::BooleanValue(self.i32()? != 0),
@@ -365,6 +362,26 @@ impl<'a> Xdr<'a> {
             t => return Err(FormatError::unsupported("nvlist pair", format!("data type {t}"))),
         })
     }
+}
+
+/// The value of a pair with nelem 0: BOOLEAN, or an empty array.
+fn empty_value(typ: i32) -> Result<NvValue> {
+    Ok(match typ {
+        DATA_TYPE_BOOLEAN => NvValue::Boolean,
+        DATA_TYPE_BYTE_ARRAY => NvValue::ByteArray(Vec::new()),
+        DATA_TYPE_BOOLEAN_ARRAY => NvValue::BooleanArray(Vec::new()),
+        DATA_TYPE_INT8_ARRAY => NvValue::Int8Array(Vec::new()),
+        DATA_TYPE_UINT8_ARRAY => NvValue::Uint8Array(Vec::new()),
+        DATA_TYPE_INT16_ARRAY => NvValue::Int16Array(Vec::new()),
+        DATA_TYPE_UINT16_ARRAY => NvValue::Uint16Array(Vec::new()),
+        DATA_TYPE_INT32_ARRAY => NvValue::Int32Array(Vec::new()),
+        DATA_TYPE_UINT32_ARRAY => NvValue::Uint32Array(Vec::new()),
+        DATA_TYPE_INT64_ARRAY => NvValue::Int64Array(Vec::new()),
+        DATA_TYPE_UINT64_ARRAY => NvValue::Uint64Array(Vec::new()),
+        DATA_TYPE_STRING_ARRAY => NvValue::StringArray(Vec::new()),
+        DATA_TYPE_NVLIST_ARRAY => NvValue::NvListArray(Vec::new()),
+        t => return Err(FormatError::invalid("nvlist pair", format!("data type {t} with no elements"))),
+    })
 }
 
 /// Native little-endian encoding (nvpair structs laid out in memory, 8-byte aligned).
@@ -565,21 +582,21 @@ fn enc_list(l: &NvList, out: &mut Vec<u8>) {
     for (name, v) in &l.pairs {
         let start = out.len();
         put_u32(out, 0); // encoded size, patched below
-        put_u32(out, 0); // decoded size
+        put_u32(out, native_size(name, v) as u32); // decoded size
         put_string(out, name);
         let (t, n) = type_and_nelem(v);
         put_u32(out, t as u32);
         put_u32(out, n as u32);
-        enc_value(v, out);
+        if n > 0 {
+            match v {
+                // Embedded lists follow inline; the pair's encoded size includes them.
+                NvValue::NvList(c) => enc_list(c, out),
+                NvValue::NvListArray(a) => a.iter().for_each(|c| enc_list(c, out)),
+                _ => enc_value(v, out),
+            }
+        }
         let encoded = (out.len() - start) as u32;
         out[start..start + 4].copy_from_slice(&encoded.to_be_bytes());
-        let decoded = native_size(name, v) as u32;
-        out[start + 4..start + 8].copy_from_slice(&decoded.to_be_bytes());
-        match v {
-            NvValue::NvList(c) => enc_list(c, out),
-            NvValue::NvListArray(a) => a.iter().for_each(|c| enc_list(c, out)),
-            _ => {}
-        }
     }
     put_u32(out, 0);
     put_u32(out, 0);
@@ -612,9 +629,91 @@ fn native_size(name: &str, v: &NvValue) -> usize {
     al(hdr + val)
 }
 
+/// The config nvlist of label 0 of the `basic` fixture pool (zfs-fuse, pool version 23), as
+/// packed by nvlist_pack(NV_ENCODE_XDR): 816 bytes, shared by the label tests.
+#[cfg(test)]
+pub(crate) fn real_label_nvlist() -> Vec<u8> {
+    const HEX: &[&str] = &[
+        "01010000000000000000000100000024000000200000000776657273696f6e0000000008000000010000000000000017",
+        "0000002800000028000000046e616d6500000009000000010000000a74616e6b2d626173696300000000002400000020",
+        "000000057374617465000000000000080000000100000000000000010000002000000020000000037478670000000008",
+        "000000010000000000000029000000280000002800000009706f6f6c5f677569640000000000000800000001f887db4e",
+        "597065f9000000240000002000000006686f737469640000000000080000000100000000007f01000000002400000028",
+        "00000008686f73746e616d65000000090000000100000002766d0000000000240000002800000008746f705f67756964",
+        "0000000800000001ca4963068eb0a540000000200000002000000004677569640000000800000001ca4963068eb0a540",
+        "0000002c000000280000000d766465765f6368696c6472656e00000000000008000000010000000000000001000001bc",
+        "0000003800000009766465765f7472656500000000000013000000010000000000000001000000200000002000000004",
+        "7479706500000009000000010000000466696c6500000020000000200000000269640000000000080000000100000000",
+        "00000000000000200000002000000004677569640000000800000001ca4963068eb0a540000000400000004000000004",
+        "706174680000000900000001000000242f7661722f746d702f666978747572652d776f726b2f62617369632f76646576",
+        "732f64300000002c000000280000000e6d657461736c61625f6172726179000000000008000000010000000000000017",
+        "0000002c000000280000000e6d657461736c61625f736869667400000000000800000001000000000000001300000024",
+        "00000020000000066173686966740000000000080000000100000000000000090000002400000020000000056173697a",
+        "6500000000000008000000010000000003b8000000000024000000200000000669735f6c6f6700000000000800000001",
+        "000000000000000000000028000000280000000a6372656174655f747867000000000008000000010000000000000004",
+    ];
+    let mut b = hex::decode(HEX.concat()).unwrap();
+    b.resize(REAL_LABEL_NVLIST_LEN, 0); // the hex stops at the last nonzero byte
+    b
+}
+#[cfg(test)]
+pub(crate) const REAL_LABEL_NVLIST_LEN: usize = 832;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn real_label_nvlist_decodes_and_reencodes_byte_identical() {
+        let packed = real_label_nvlist();
+        let l = NvList::decode_packed(&packed).unwrap();
+        // zdb -l facts.
+        assert_eq!(l.get_u64("version"), Some(23));
+        assert_eq!(l.get_str("name"), Some("tank-basic"));
+        assert_eq!(l.get_u64("txg"), Some(41));
+        assert_eq!(l.get_u64("pool_guid"), Some(17908523572816537081));
+        assert_eq!(l.get_str("hostname"), Some("vm"));
+        let t = l.get_nvlist("vdev_tree").unwrap();
+        assert_eq!(t.get_str("type"), Some("file"));
+        assert_eq!(t.get_str("path"), Some("/var/tmp/fixture-work/basic/vdevs/d0"));
+        assert_eq!(t.get_u64("ashift"), Some(9));
+        assert_eq!(t.get_u64("asize"), Some(62390272));
+        assert_eq!(l.encode_xdr(), packed);
+        // Trailing zero padding (as in a label block) is ignored.
+        let mut padded = packed.clone();
+        padded.resize(4096, 0);
+        assert_eq!(NvList::decode_packed(&padded).unwrap(), l);
+        let tree = l.fmt_tree();
+        assert!(tree.contains("name: 'tank-basic'") && tree.contains("    ashift: 9"), "{tree}");
+    }
+
+    #[test]
+    fn empty_arrays_carry_no_value() {
+        let mut l = NvList::new();
+        l.insert("a", NvValue::Uint64Array(vec![]));
+        l.insert("b", NvValue::NvListArray(vec![]));
+        l.insert("c", NvValue::StringArray(vec![]));
+        l.insert("s", NvValue::StringArray(vec!["x".into(), "".into()]));
+        l.insert("i", NvValue::Int16Array(vec![-1, 2]));
+        l.insert("d", NvValue::Double(1.5));
+        l.insert("h", NvValue::Hrtime(-5));
+        let p = l.encode_xdr();
+        // header 4, list header 8; pair "a": sizes 8, name 4+4, type 4, nelem 4 = 24 bytes.
+        assert_eq!(&p[12..16], &24u32.to_be_bytes());
+        assert_eq!(NvList::decode_packed(&p).unwrap(), l);
+    }
+
+    #[test]
+    fn nested_pair_encoded_size_covers_the_embedded_list() {
+        let mut c = NvList::new();
+        c.add_u64("x", 1);
+        let mut l = NvList::new();
+        l.add_nvlist("n", c);
+        let p = l.encode_xdr();
+        // pair: 8 sizes + 8 name + 8 type/nelem = 24; embedded: 8 header + 32 pair "x" + 8 end.
+        assert_eq!(&p[12..16], &(24u32 + 8 + 32 + 8).to_be_bytes());
+        assert_eq!(p.len(), 4 + 8 + 72 + 8);
+    }
 
     fn sample() -> NvList {
         let mut child = NvList::new();
