@@ -78,9 +78,34 @@ pub fn decode_ring(ring: &[u8], ring_offset: u64, ashift: u64) -> Vec<UberblockP
         .collect()
 }
 
-/// The newest: highest txg, then timestamp.
+pub const MMP_MAGIC: u64 = 0xa11cea11;
+const MMP_SEQ_VALID_BIT: u64 = 0x02;
+
+impl UberblockPhys {
+    /// The multihost write sequence, 0 unless MMP is on and the sequence is valid.
+    pub fn mmp_seq(&self) -> u64 {
+        if self.mmp_magic == MMP_MAGIC && self.mmp_config & MMP_SEQ_VALID_BIT != 0 {
+            (self.mmp_config >> 32) & 0xffff
+        } else {
+            0
+        }
+    }
+}
+
+/// vdev_uberblock_compare's order: txg, then timestamp, then MMP sequence.
+pub fn compare_uberblocks(a: &UberblockPhys, b: &UberblockPhys) -> std::cmp::Ordering {
+    (a.txg, a.timestamp, a.mmp_seq()).cmp(&(b.txg, b.timestamp, b.mmp_seq()))
+}
+
+/// The newest (see [`compare_uberblocks`]); of equals, the first seen, as OpenZFS keeps it.
 pub fn best_uberblock<'a>(ubs: impl Iterator<Item = &'a UberblockPhys>) -> Option<&'a UberblockPhys> {
-    ubs.max_by(|a, b| (a.txg, a.timestamp).cmp(&(b.txg, b.timestamp)))
+    let mut best: Option<&UberblockPhys> = None;
+    for u in ubs {
+        if best.map_or(true, |b| compare_uberblocks(u, b).is_gt()) {
+            best = Some(u);
+        }
+    }
+    best
 }
 
 pub fn encode_uberblock(ub: &UberblockPhys, slot_size: usize, slot_offset: u64) -> Vec<u8> {
@@ -140,5 +165,67 @@ mod tests {
         assert_eq!(ubs.len(), 2);
         assert_eq!(best_uberblock(ubs.iter()).unwrap().txg, 7);
         assert!(!best_uberblock(ubs.iter()).unwrap().little_endian);
+    }
+
+    #[test]
+    fn ties_break_on_mmp_sequence_then_first_seen() {
+        let mut a = ub(5);
+        let mut b = ub(5);
+        assert!(std::ptr::eq(best_uberblock([&a, &b].into_iter()).unwrap(), &a));
+        b.mmp_magic = MMP_MAGIC;
+        b.mmp_config = (3 << 32) | MMP_SEQ_VALID_BIT;
+        assert!(std::ptr::eq(best_uberblock([&a, &b].into_iter()).unwrap(), &b));
+        a.timestamp += 1;
+        assert!(std::ptr::eq(best_uberblock([&a, &b].into_iter()).unwrap(), &a));
+        assert!(best_uberblock(std::iter::empty()).is_none());
+    }
+
+    /// Slot 41 of label 0's ring on the `basic` fixture (1K slots, ashift 9), as written by
+    /// zfs-fuse: the nonzero head (208 bytes) and the checksum trailer.
+    fn real_slot() -> (Vec<u8>, u64) {
+        let head = concat!(
+            "0cb1ba000000000017000000000000002900000000000000390b21e8543ed1c2f3a0026b000000000100000000000000",
+            "f24600000000000001000000000000006aa0000000000000010000000000000058f40000000000000300000003070b80",
+            "00000000000000000000000000000000000000000000000029000000000000001f00000000000000ae3371f211000000",
+            "74ba095b73060000449aee6c9c320100a6e430086c332700000000000000000000000000000000000000000000000000",
+            "00000000000000000000000000000000",
+        );
+        let mut b = hex::decode(head).unwrap();
+        b.resize(1024 - 40, 0);
+        b.extend(hex::decode("117a0cb17ada10021d857de319947a676fea8b482f077ba4b3c452bda95d5d2ddfdcbfd49281e1a6").unwrap());
+        (b, (128 << 10) + 41 * 1024)
+    }
+
+    #[test]
+    fn real_uberblock_slot() {
+        let (slot, off) = real_slot();
+        let u = decode_uberblock(&slot, off).unwrap();
+        // zdb -lu: Uberblock[41].
+        assert_eq!((u.magic, u.version, u.txg), (UBERBLOCK_MAGIC, 23, 41));
+        assert_eq!(u.guid_sum, 14038070047883201337);
+        assert_eq!(u.timestamp, 1795334387);
+        assert_eq!((u.mmp_magic, u.checkpoint_txg), (0, 0));
+        assert!(u.little_endian);
+        assert_eq!(&u.rootbp_raw[..], &slot[40..168]);
+        assert_eq!(encode_uberblock(&u, 1024, off), slot);
+        assert!(matches!(decode_uberblock(&slot, off + 1024), Err(FormatError::Checksum { .. })));
+        // In a ring.
+        let mut ring = vec![0u8; 128 << 10];
+        ring[41 * 1024..42 * 1024].copy_from_slice(&slot);
+        let ubs = decode_ring(&ring, 128 << 10, 9);
+        assert_eq!(ubs, vec![u]);
+        assert!(decode_uberblock(&slot[..100], off).is_err());
+        assert!(decode_uberblock(&[0u8; 1024], off).is_err());
+    }
+
+    #[test]
+    fn big_endian_round_trip() {
+        let mut u = ub(77);
+        u.little_endian = false;
+        let b = encode_uberblock(&u, 8192, 1 << 20);
+        assert_eq!(&b[..8], &UBERBLOCK_MAGIC.to_be_bytes());
+        assert_eq!(decode_uberblock(&b, 1 << 20).unwrap(), u);
+        assert_eq!(uberblock_slot_size(9), 1024);
+        assert_eq!(uberblock_slot_size(16), 8192);
     }
 }
