@@ -393,7 +393,7 @@ struct Native<'a> {
 impl<'a> Native<'a> {
     fn at(&self, off: usize, n: usize) -> Result<&'a [u8]> {
         self.buf
-            .get(off..off.checked_add(n).unwrap_or(usize::MAX))
+            .get(off..off.saturating_add(n))
             .ok_or(FormatError::Truncated { what: "native nvlist", need: off.saturating_add(n), have: self.buf.len() })
     }
     fn list(&mut self, depth: usize) -> Result<NvList> {

@@ -101,7 +101,7 @@ pub fn compare_uberblocks(a: &UberblockPhys, b: &UberblockPhys) -> std::cmp::Ord
 pub fn best_uberblock<'a>(ubs: impl Iterator<Item = &'a UberblockPhys>) -> Option<&'a UberblockPhys> {
     let mut best: Option<&UberblockPhys> = None;
     for u in ubs {
-        if best.map_or(true, |b| compare_uberblocks(u, b).is_gt()) {
+        if best.is_none_or(|b| compare_uberblocks(u, b).is_gt()) {
             best = Some(u);
         }
     }
