@@ -39,6 +39,84 @@ pub const ZEC_MAGIC: u64 = 0x0210da7ab10c7a11;
 /// Size of the trailer: magic + 4 words.
 pub const ZIO_ECK_SIZE: usize = 40;
 
+/// Strong enough for metadata (ZCHECKSUM_FLAG_METADATA).
+pub const ZCHECKSUM_FLAG_METADATA: u32 = 1 << 1;
+/// Stored in a trailing `zio_eck_t` rather than in the block pointer.
+pub const ZCHECKSUM_FLAG_EMBEDDED: u32 = 1 << 2;
+/// Strong enough for dedup without verification.
+pub const ZCHECKSUM_FLAG_DEDUP: u32 = 1 << 3;
+/// Keyed with the pool's checksum salt.
+pub const ZCHECKSUM_FLAG_SALTED: u32 = 1 << 4;
+/// Strong enough for nopwrite.
+pub const ZCHECKSUM_FLAG_NOPWRITE: u32 = 1 << 5;
+
+/// One row of OpenZFS's `zio_checksum_table`: the function a checksum value runs (`func`, the
+/// value that is actually computed: label, gang_header and zilog/zilog2 reuse sha256 and the
+/// fletchers), its property name and its flags. `func` is None for inherit/on, which only
+/// name a choice and never reach disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChecksumInfo {
+    pub func: Option<u8>,
+    pub flags: u32,
+    pub name: &'static str,
+}
+
+impl ChecksumInfo {
+    pub fn embedded(&self) -> bool {
+        self.flags & ZCHECKSUM_FLAG_EMBEDDED != 0
+    }
+    pub fn salted(&self) -> bool {
+        self.flags & ZCHECKSUM_FLAG_SALTED != 0
+    }
+    pub fn dedup(&self) -> bool {
+        self.flags & ZCHECKSUM_FLAG_DEDUP != 0
+    }
+    pub fn metadata(&self) -> bool {
+        self.flags & ZCHECKSUM_FLAG_METADATA != 0
+    }
+    pub fn nopwrite(&self) -> bool {
+        self.flags & ZCHECKSUM_FLAG_NOPWRITE != 0
+    }
+}
+
+/// Number of checksum values (ZIO_CHECKSUM_FUNCTIONS).
+pub const ZIO_CHECKSUM_FUNCTIONS: usize = 15;
+
+const M: u32 = ZCHECKSUM_FLAG_METADATA;
+const E: u32 = ZCHECKSUM_FLAG_EMBEDDED;
+const D: u32 = ZCHECKSUM_FLAG_DEDUP;
+const S: u32 = ZCHECKSUM_FLAG_SALTED;
+const N: u32 = ZCHECKSUM_FLAG_NOPWRITE;
+
+/// `zio_checksum_table`, indexed by checksum value.
+pub const ZIO_CHECKSUM_TABLE: [ChecksumInfo; ZIO_CHECKSUM_FUNCTIONS] = [
+    ChecksumInfo { func: None, flags: 0, name: "inherit" },
+    ChecksumInfo { func: None, flags: 0, name: "on" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_OFF), flags: 0, name: "off" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_SHA256), flags: M | E, name: "label" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_SHA256), flags: M | E, name: "gang_header" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_FLETCHER_2), flags: E, name: "zilog" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_FLETCHER_2), flags: 0, name: "fletcher2" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_FLETCHER_4), flags: M, name: "fletcher4" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_SHA256), flags: M | D | N, name: "sha256" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_FLETCHER_4), flags: E, name: "zilog2" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_OFF), flags: 0, name: "noparity" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_SHA512), flags: M | D | N, name: "sha512" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_SKEIN), flags: M | D | S | N, name: "skein" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_EDONR), flags: M | S | N, name: "edonr" },
+    ChecksumInfo { func: Some(ZIO_CHECKSUM_BLAKE3), flags: M | D | S | N, name: "blake3" },
+];
+
+/// The table row of checksum value `c`, or None when it is out of range.
+pub fn checksum_info(c: u8) -> Option<&'static ChecksumInfo> {
+    ZIO_CHECKSUM_TABLE.get(c as usize)
+}
+
+/// The checksum value of a property name ("fletcher4", "sha256", ...).
+pub fn checksum_by_name(name: &str) -> Option<u8> {
+    ZIO_CHECKSUM_TABLE.iter().position(|i| i.name == name).map(|p| p as u8)
+}
+
 /// The property name of a checksum function.
 pub fn checksum_name(c: u8) -> &'static str {
     match c {
@@ -179,7 +257,7 @@ pub fn compute(alg: u8, data: &[u8], le: bool, salt: &[u8; 32]) -> Result<[u64; 
 /// Verify a block that carries its checksum in a trailing `zio_eck_t`, with `verifier` in place
 /// of the stored words while computing. The byte order comes from the trailer's magic.
 pub fn verify_embedded(block: &[u8], alg: u8, verifier: [u64; 4]) -> Result<bool> {
-    Ok(embedded_parts(block, alg, verifier)?.map_or(false, |(c, s)| c == s))
+    Ok(embedded_parts(block, alg, verifier)?.is_some_and(|(c, s)| c == s))
 }
 
 /// The (computed, stored) checksums of a block with a trailing `zio_eck_t`; None when the
@@ -273,6 +351,60 @@ mod tests {
             let reference = skein::Skein512::<skein::consts::U32>::digest(msg);
             assert_eq!(ours.as_slice(), reference.as_slice(), "message of {} bytes", msg.len());
         }
+    }
+
+    /// Answers of OpenZFS 2.1's own functions (libzpool's abd_checksum_*_native and
+    /// _byteswap on a little-endian host, so native is `le` true) over 4096 bytes
+    /// `(i * 7 + 3) as u8` with the salt `0, 1, ..., 31`.
+    #[test]
+    fn openzfs_known_answers() {
+        let data: Vec<u8> = (0..4096usize).map(|i| (i * 7 + 3) as u8).collect();
+        let mut salt = [0u8; 32];
+        for (i, b) in salt.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let cases: [(u8, bool, [u64; 4]); 9] = [
+            (ZIO_CHECKSUM_SHA256, true, [0x7486da8f1e13943f, 0xae21a0b043f1e996, 0x40d7d8ebafb25266, 0x478b5cddae1272b5]),
+            (ZIO_CHECKSUM_SHA512, true, [0x5e073280615621d3, 0x2fde81a5511a407f, 0x5faf7423a2ff0e34, 0x47f64548f004290f]),
+            (ZIO_CHECKSUM_SHA512, false, [0xd32156618032075e, 0x7f401a51a581de2f, 0x340effa22374af5f, 0x0f2904f04845f647]),
+            (ZIO_CHECKSUM_SKEIN, true, [0x9e127a7cc0e2b2bd, 0x70effc5fa674b73c, 0x7be445679793a2c1, 0x7610b9ae7ba8397b]),
+            (ZIO_CHECKSUM_SKEIN, false, [0xbdb2e2c07c7a129e, 0x3cb774a65ffcef70, 0xc1a293976745e47b, 0x7b39a87baeb91076]),
+            (ZIO_CHECKSUM_EDONR, true, [0x79b0305381fdb4f3, 0x429add9592ce1cfb, 0xb6c51d8b799b56ce, 0xcaa6706b6f8d30ba]),
+            (ZIO_CHECKSUM_EDONR, false, [0xf3b4fd815330b079, 0xfb1cce9295dd9a42, 0xce569b798b1dc5b6, 0xba308d6f6b70a6ca]),
+            (ZIO_CHECKSUM_FLETCHER_4, true, [0x000001f9fe020400, 0x0003f3511b235e00, 0x0545fd1458c93000, 0x48df841dc7fb3700]),
+            (ZIO_CHECKSUM_FLETCHER_4, false, [0x0000020601fdf800, 0x00040b5f15095800, 0x05660bfc3628dc00, 0x68f2a45a3479bc00]),
+        ];
+        for (alg, le, want) in cases {
+            assert_eq!(compute(alg, &data, le, &salt).unwrap(), want, "{} le={le}", checksum_name(alg));
+        }
+        // sha256 does not depend on the byte order; blake3 is the keyed BLAKE3 digest as words.
+        assert_eq!(compute(ZIO_CHECKSUM_SHA256, &data, false, &salt).unwrap()[0], 0x7486da8f1e13943f);
+        let b3 = blake3::keyed_hash(&salt, &data);
+        let w0 = u64::from_le_bytes(b3.as_bytes()[..8].try_into().unwrap());
+        assert_eq!(compute(ZIO_CHECKSUM_BLAKE3, &data, true, &salt).unwrap()[0], w0);
+        assert_eq!(compute(ZIO_CHECKSUM_BLAKE3, &data, false, &salt).unwrap()[0], w0.swap_bytes());
+    }
+
+    #[test]
+    fn table_matches_openzfs() {
+        for c in 0..ZIO_CHECKSUM_FUNCTIONS as u8 {
+            let info = checksum_info(c).unwrap();
+            assert_eq!(info.name, checksum_name(c));
+            assert_eq!(checksum_by_name(info.name), Some(c));
+            // Every function the table names computes the same words as its value does.
+            if let Some(f) = info.func {
+                let data = [0x5au8; 64];
+                assert_eq!(compute(c, &data, true, &[1; 32]).unwrap(), compute(f, &data, true, &[1; 32]).unwrap(), "{}", info.name);
+            }
+        }
+        assert!(checksum_info(ZIO_CHECKSUM_LABEL).unwrap().embedded());
+        assert!(checksum_info(ZIO_CHECKSUM_ZILOG2).unwrap().embedded());
+        assert!(!checksum_info(ZIO_CHECKSUM_FLETCHER_2).unwrap().metadata());
+        assert!(checksum_info(ZIO_CHECKSUM_SKEIN).unwrap().salted());
+        assert!(!checksum_info(ZIO_CHECKSUM_EDONR).unwrap().dedup());
+        assert!(checksum_info(ZIO_CHECKSUM_SHA512).unwrap().nopwrite());
+        assert!(checksum_info(15).is_none());
+        assert_eq!(checksum_by_name("fletcher4"), Some(ZIO_CHECKSUM_FLETCHER_4));
     }
 
     #[test]
