@@ -24,6 +24,13 @@ pub const SPA_GANGBLOCKSIZE: usize = 512;
 pub const SPA_GBH_NBLKPTRS: usize = 3;
 /// Embedded bp payload types.
 pub const BP_EMBEDDED_TYPE_DATA: u8 = 0;
+pub const BP_EMBEDDED_TYPE_RESERVED: u8 = 1;
+/// A redacted block (zfs redacted send/receive): no data anywhere.
+pub const BP_EMBEDDED_TYPE_REDACTED: u8 = 2;
+/// Bytes of payload an embedded bp can carry (14 of its 16 words).
+pub const BPE_PAYLOAD_SIZE: usize = 112;
+/// The words of an embedded bp that carry payload, in payload order (all but prop and birth).
+pub const BPE_PAYLOAD_WORDS: [usize; 14] = [0, 1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14, 15];
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dva {
@@ -125,9 +132,11 @@ impl BlockPointer {
             bp.etype = ((prop >> 40) & 0xff) as u8;
             bp.lsize = (prop & 0x1ff_ffff) + 1;
             bp.psize = ((prop >> 25) & 0x7f) + 1;
-            if bp.psize > 112 {
+            if bp.psize > BPE_PAYLOAD_SIZE as u64 {
                 return Err(FormatError::invalid("embedded block pointer", format!("payload of {} bytes", bp.psize)));
             }
+            // BP_GET_FILL of an embedded bp is 1; its fill word holds payload.
+            bp.fill = 1;
         } else {
             for i in 0..3 {
                 bp.dva[i] = Dva::decode(w(2 * i)?, w(2 * i + 1)?);
@@ -245,9 +254,12 @@ impl BlockPointer {
         self.dvas().iter().map(|d| d.asize).sum()
     }
 
-    /// The birth txg of the physical copy (phys_birth, or birth when zero).
+    /// BP_PHYSICAL_BIRTH: the birth txg of the physical copy (phys_birth, or birth when
+    /// zero; 0 for an embedded bp, which has no physical copy).
     pub fn physical_birth(&self) -> u64 {
-        if self.phys_birth != 0 {
+        if self.embedded {
+            0
+        } else if self.phys_birth != 0 {
             self.phys_birth
         } else {
             self.birth
@@ -260,7 +272,7 @@ impl BlockPointer {
             return Err(FormatError::invalid("embedded block pointer", "not embedded"));
         }
         let mut out = Vec::with_capacity(self.psize as usize);
-        for word in [0usize, 1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14, 15] {
+        for word in BPE_PAYLOAD_WORDS {
             let v = u64_at(&self.raw, word * 8, self.raw_le, "embedded block pointer")?;
             for byte in v.to_le_bytes() {
                 if out.len() < self.psize as usize {
@@ -272,14 +284,71 @@ impl BlockPointer {
     }
 }
 
+impl BlockPointer {
+    /// BP_IS_REDACTED: an embedded bp of the redacted type.
+    pub fn is_redacted(&self) -> bool {
+        self.embedded && self.etype == BP_EMBEDDED_TYPE_REDACTED
+    }
+
+    /// BP_IS_AUTHENTICATED: a level-0 block of an unencrypted type in an encrypted dataset.
+    pub fn is_authenticated(&self) -> bool {
+        self.encrypted && self.level == 0 && !crate::types::ot_is_encrypted(self.typ)
+    }
+
+    /// BP_IS_METADATA: indirect blocks and blocks of metadata types.
+    pub fn is_metadata(&self) -> bool {
+        self.level > 0 || crate::types::ot_is_metadata(self.typ)
+    }
+
+    /// The one-line form zdb uses for indirect-block listings (snprintf_blkptr_compact):
+    /// `vdev:offset:asize ... LSIZEL/PSIZEP F=fill B=birth/physbirth cksum=...`; zdb shows
+    /// every DVA at `-dddddd` and only the first below that (`all_dvas`).
+    pub fn compact(&self, all_dvas: bool) -> String {
+        if self.embedded {
+            return format!("EMBEDDED et={} {:x}L/{:x}P B={}", self.etype, self.lsize, self.psize, self.birth);
+        }
+        let n = if all_dvas { self.ndvas() } else { 1 };
+        let mut s = String::new();
+        for d in &self.dva[..n] {
+            s.push_str(&format!("{}:{:x}:{:x} ", d.vdev, d.offset, d.asize));
+        }
+        if self.is_hole() {
+            s.push_str(&format!("{:x}L B={}", self.lsize, self.birth));
+        } else {
+            s.push_str(&format!(
+                "{:x}L/{:x}P F={} B={}/{} cksum={:016x}:{:016x}:{:016x}:{:016x}",
+                self.lsize,
+                self.psize,
+                self.fill,
+                self.birth,
+                self.physical_birth(),
+                self.cksum[0],
+                self.cksum[1],
+                self.cksum[2],
+                self.cksum[3]
+            ));
+        }
+        s
+    }
+}
+
+/// The form of snprintf_blkptr (zdb's `rootbp`, `bp =` lines): DVAs, then
+/// `[L0 type] checksum compress crypt LE contiguous unique copies size=L/P birth=L/P fill cksum`.
 impl fmt::Display for BlockPointer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let typ = crate::types::bp_type_name(self.typ);
+        if self.is_hole() {
+            return write!(f, "HOLE [L{} {}] size={:x}L birth={}L", self.level, typ, self.lsize, self.birth);
+        }
+        if self.is_redacted() {
+            return write!(f, "REDACTED [L{} {}] size={:x}L birth={}L", self.level, typ, self.lsize, self.birth);
+        }
         if self.embedded {
             return write!(
                 f,
                 "EMBEDDED [L{} {}] et={} {} size={:x}L/{:x}P birth={}L",
                 self.level,
-                crate::types::ot_name(self.typ),
+                typ,
                 self.etype,
                 compress::compress_name(self.compress),
                 self.lsize,
@@ -287,20 +356,41 @@ impl fmt::Display for BlockPointer {
                 self.birth
             );
         }
-        if self.is_hole() {
-            return write!(f, "HOLE [L{} {}] size={:x}L birth={}L", self.level, crate::types::ot_name(self.typ), self.lsize, self.birth);
+        let mut copies = 0usize;
+        for (i, d) in self.dva[..self.ndvas()].iter().enumerate() {
+            if !d.is_empty() {
+                copies += 1;
+            }
+            write!(f, "DVA[{i}]=<{}:{:x}:{:x}> ", d.vdev, d.offset, d.asize)?;
         }
-        for (i, d) in self.dvas().iter().enumerate().filter(|(_, d)| !d.is_empty()) {
-            write!(f, "DVA[{i}]=<{}:{:x}:{:x}{}> ", d.vdev, d.offset, d.asize, if d.gang { "G" } else { "" })?;
+        if self.is_encrypted_data() {
+            let w = |i: usize| u64_at(&self.raw, i * 8, self.raw_le, "block pointer").unwrap_or(0);
+            write!(f, "salt={:x} iv={:x}:{:x} ", w(4), w(5), w(11) >> 32)?;
         }
+        if self.is_gang() && self.dva[2].asize <= self.dva[1].asize / 2 {
+            copies = copies.saturating_sub(1);
+        }
+        let crypt = if self.is_encrypted_data() {
+            "encrypted"
+        } else if self.is_authenticated() {
+            "authenticated"
+        } else if self.encrypted && self.level > 0 {
+            "indirect-MAC"
+        } else {
+            "unencrypted"
+        };
         write!(
             f,
-            "[L{} {}] {} {} {} size={:x}L/{:x}P birth={}L/{}P fill={} cksum={:x}:{:x}:{:x}:{:x}",
+            "[L{} {}] {} {} {} {} {} {} {} size={:x}L/{:x}P birth={}L/{}P fill={} cksum={:016x}:{:016x}:{:016x}:{:016x}",
             self.level,
-            crate::types::ot_name(self.typ),
+            typ,
             checksum::checksum_name(self.checksum),
             compress::compress_name(self.compress),
+            crypt,
             if self.little_endian { "LE" } else { "BE" },
+            if self.is_gang() { "gang" } else { "contiguous" },
+            if self.dedup { "dedup" } else { "unique" },
+            ["zero", "single", "double", "triple"][copies.min(3)],
             self.lsize,
             self.psize,
             self.birth,
@@ -314,9 +404,20 @@ impl fmt::Display for BlockPointer {
     }
 }
 
-/// The three bps of a gang header (512 bytes, embedded checksum trailer at the end).
+/// The three bps of a gang header (`zio_gbh_phys_t`: 3 bps, filler, and a 40-byte embedded
+/// checksum trailer whose magic ZEC_MAGIC also tells the byte order the header was written in;
+/// a header whose magic reads byte-swapped is decoded in the other order).
 pub fn decode_gang_header(buf: &[u8], le: bool) -> Result<Vec<BlockPointer>> {
     let b = slice(buf, 0, SPA_GANGBLOCKSIZE, "gang header")?;
+    let tail = SPA_GANGBLOCKSIZE - 40;
+    let magic = u64_at(b, tail, le, "gang header")?;
+    let le = if magic == checksum::ZEC_MAGIC {
+        le
+    } else if magic.swap_bytes() == checksum::ZEC_MAGIC {
+        !le
+    } else {
+        return Err(FormatError::BadMagic { what: "gang header trailer", found: magic });
+    };
     (0..SPA_GBH_NBLKPTRS).map(|i| BlockPointer::decode(&b[i * BLKPTR_SIZE..], le)).collect()
 }
 

@@ -8,62 +8,98 @@
 
 pub struct FeatureInfo {
     pub guid: &'static str,
+    /// The short name (`feature@NAME` properties).
     pub name: &'static str,
-    /// Readers need not understand it (ZFEATURE_FLAG_READONLY_COMPAT).
+    /// Readers need not understand it (ZFEATURE_FLAG_READONLY_COMPAT): it is listed in
+    /// `features_for_write`, not `features_for_read`.
     pub readonly_compat: bool,
+    /// ZFEATURE_FLAG_MOS: its changes are in the MOS only.
+    pub mos: bool,
+    /// ZFEATURE_FLAG_PER_DATASET: datasets that use it count it.
+    pub per_dataset: bool,
+    /// ZFEATURE_FLAG_ACTIVATE_ON_ENABLE: active as soon as it is enabled.
+    pub activate_on_enable: bool,
+    /// Guids of the features it depends on (must be enabled first).
+    pub deps: &'static [&'static str],
+    /// In OpenZFS 2.1 (a 2.1 zdb understands it).
+    pub in_2_1: bool,
 }
 
-const fn f(guid: &'static str, name: &'static str, readonly_compat: bool) -> FeatureInfo {
-    FeatureInfo { guid, name, readonly_compat }
+const RO: u8 = 1;
+const MOS: u8 = 2;
+const PER_DS: u8 = 4;
+const ON_ENABLE: u8 = 8;
+const LATER: u8 = 16;
+
+const fn f(guid: &'static str, name: &'static str, flags: u8, deps: &'static [&'static str]) -> FeatureInfo {
+    FeatureInfo {
+        guid,
+        name,
+        readonly_compat: flags & RO != 0,
+        mos: flags & MOS != 0,
+        per_dataset: flags & PER_DS != 0,
+        activate_on_enable: flags & ON_ENABLE != 0,
+        deps,
+        in_2_1: flags & LATER == 0,
+    }
 }
 
-/// Every feature of OpenZFS 2.1, then the later ones (not understood by a 2.1 zdb).
+const EXT: &str = "com.delphix:extensible_dataset";
+const BOOKMARKS: &str = "com.delphix:bookmarks";
+const BOOKMARK_V2: &str = "com.datto:bookmark_v2";
+
+/// Every feature of OpenZFS 2.1 (zfeature_common.c), then the later ones (not understood by a
+/// 2.1 zdb), with their flags and dependencies.
 pub const FEATURES: &[FeatureInfo] = &[
-    f("com.delphix:async_destroy", "async_destroy", true),
-    f("com.delphix:empty_bpobj", "empty_bpobj", true),
-    f("org.illumos:lz4_compress", "lz4_compress", false),
-    f("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", false),
-    f("com.delphix:spacemap_histogram", "spacemap_histogram", true),
-    f("com.delphix:enabled_txg", "enabled_txg", true),
-    f("com.delphix:hole_birth", "hole_birth", false),
-    f("com.delphix:zpool_checkpoint", "zpool_checkpoint", true),
-    f("com.delphix:spacemap_v2", "spacemap_v2", true),
-    f("com.delphix:extensible_dataset", "extensible_dataset", false),
-    f("com.delphix:bookmarks", "bookmarks", true),
-    f("com.joyent:filesystem_limits", "filesystem_limits", true),
-    f("com.delphix:embedded_data", "embedded_data", false),
-    f("com.delphix:livelist", "livelist", true),
-    f("com.delphix:log_spacemap", "log_spacemap", false),
-    f("org.open-zfs:large_blocks", "large_blocks", false),
-    f("org.zfsonlinux:large_dnode", "large_dnode", false),
-    f("org.illumos:sha512", "sha512", false),
-    f("org.illumos:skein", "skein", false),
-    f("org.illumos:edonr", "edonr", false),
-    f("com.delphix:redaction_bookmarks", "redaction_bookmarks", false),
-    f("com.delphix:redacted_datasets", "redacted_datasets", false),
-    f("com.delphix:bookmark_written", "bookmark_written", false),
-    f("com.delphix:device_removal", "device_removal", false),
-    f("com.delphix:obsolete_counts", "obsolete_counts", true),
-    f("org.zfsonlinux:userobj_accounting", "userobj_accounting", true),
-    f("com.datto:bookmark_v2", "bookmark_v2", false),
-    f("com.datto:encryption", "encryption", false),
-    f("org.zfsonlinux:project_quota", "project_quota", true),
-    f("org.zfsonlinux:allocation_classes", "allocation_classes", true),
-    f("com.datto:resilver_defer", "resilver_defer", true),
-    f("org.openzfs:device_rebuild", "device_rebuild", true),
-    f("org.freebsd:zstd_compress", "zstd_compress", false),
-    f("org.openzfs:draid", "draid", false),
+    f("com.delphix:async_destroy", "async_destroy", RO, &[]),
+    f("com.delphix:empty_bpobj", "empty_bpobj", RO, &[]),
+    f("org.illumos:lz4_compress", "lz4_compress", ON_ENABLE, &[]),
+    f("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", 0, &[]),
+    f("com.delphix:spacemap_histogram", "spacemap_histogram", RO, &[]),
+    f("com.delphix:enabled_txg", "enabled_txg", RO, &[]),
+    f("com.delphix:hole_birth", "hole_birth", MOS | ON_ENABLE, &["com.delphix:enabled_txg"]),
+    f("com.delphix:zpool_checkpoint", "zpool_checkpoint", RO, &[]),
+    f("com.delphix:spacemap_v2", "spacemap_v2", RO | ON_ENABLE, &[]),
+    f(EXT, "extensible_dataset", 0, &[]),
+    f(BOOKMARKS, "bookmarks", RO, &[EXT]),
+    f("com.joyent:filesystem_limits", "filesystem_limits", RO, &[EXT]),
+    f("com.delphix:embedded_data", "embedded_data", MOS | ON_ENABLE, &[]),
+    f("com.delphix:livelist", "livelist", RO, &[EXT]),
+    f("com.delphix:log_spacemap", "log_spacemap", RO, &["com.delphix:spacemap_v2"]),
+    f("org.open-zfs:large_blocks", "large_blocks", PER_DS, &[EXT]),
+    f("org.zfsonlinux:large_dnode", "large_dnode", PER_DS, &[EXT]),
+    f("org.illumos:sha512", "sha512", PER_DS, &[EXT]),
+    f("org.illumos:skein", "skein", PER_DS, &[EXT]),
+    f("org.illumos:edonr", "edonr", PER_DS, &[EXT]),
+    f("com.delphix:redaction_bookmarks", "redaction_bookmarks", 0, &[BOOKMARK_V2, EXT, BOOKMARKS]),
+    f("com.delphix:redacted_datasets", "redacted_datasets", PER_DS, &[EXT]),
+    f("com.delphix:bookmark_written", "bookmark_written", 0, &[BOOKMARK_V2, EXT, BOOKMARKS]),
+    f("com.delphix:device_removal", "device_removal", MOS, &[]),
+    f("com.delphix:obsolete_counts", "obsolete_counts", RO, &[EXT, "com.delphix:device_removal"]),
+    f("org.zfsonlinux:userobj_accounting", "userobj_accounting", RO | PER_DS, &[EXT]),
+    f(BOOKMARK_V2, "bookmark_v2", 0, &[EXT, BOOKMARKS]),
+    f("com.datto:encryption", "encryption", PER_DS, &[EXT, BOOKMARK_V2]),
+    f("org.zfsonlinux:project_quota", "project_quota", RO | PER_DS, &[EXT]),
+    f("org.zfsonlinux:allocation_classes", "allocation_classes", RO, &[]),
+    f("com.datto:resilver_defer", "resilver_defer", RO, &[]),
+    f("org.openzfs:device_rebuild", "device_rebuild", RO, &[]),
+    f("org.freebsd:zstd_compress", "zstd_compress", PER_DS, &[EXT]),
+    f("org.openzfs:draid", "draid", MOS, &[]),
     // Later than 2.1.
-    f("org.openzfs:zilsaxattr", "zilsaxattr", true),
-    f("com.delphix:head_errlog", "head_errlog", false),
-    f("org.openzfs:blake3", "blake3", false),
-    f("com.fudosecurity:block_cloning", "block_cloning", true),
-    f("com.klarasystems:vdev_zaps_v2", "vdev_zaps_v2", false),
-    f("org.openzfs:raidz_expansion", "raidz_expansion", false),
-    f("com.klarasystems:fast_dedup", "fast_dedup", true),
-    f("org.openzfs:longname", "longname", false),
-    f("org.openzfs:large_microzap", "large_microzap", false),
-    f("com.klarasystems:dynamic_gang_header", "dynamic_gang_header", false),
+    f("com.seagate:draid_failure_domains", "draid_failure_domains", MOS | LATER, &["org.openzfs:draid"]),
+    f("org.openzfs:zilsaxattr", "zilsaxattr", RO | PER_DS | LATER, &[EXT]),
+    f("com.delphix:head_errlog", "head_errlog", ON_ENABLE | LATER, &[]),
+    f("org.openzfs:blake3", "blake3", PER_DS | LATER, &[EXT]),
+    f("com.fudosecurity:block_cloning", "block_cloning", RO | LATER, &[]),
+    f("com.truenas:block_cloning_endian", "block_cloning_endian", RO | LATER, &[]),
+    f("com.klarasystems:vdev_zaps_v2", "vdev_zaps_v2", MOS | LATER, &[]),
+    f("com.delphix:redaction_list_spill", "redaction_list_spill", LATER, &["com.delphix:redaction_bookmarks"]),
+    f("org.openzfs:raidz_expansion", "raidz_expansion", MOS | LATER, &[]),
+    f("com.klarasystems:fast_dedup", "fast_dedup", RO | LATER, &[]),
+    f("org.zfsonlinux:longname", "longname", PER_DS | LATER, &[EXT]),
+    f("com.klarasystems:large_microzap", "large_microzap", RO | PER_DS | LATER, &[EXT, "org.open-zfs:large_blocks"]),
+    f("com.klarasystems:dynamic_gang_header", "dynamic_gang_header", MOS | LATER, &[]),
+    f("com.truenas:physical_rewrite", "physical_rewrite", RO | PER_DS | LATER, &[EXT]),
 ];
 
 /// Features whose on-disk changes this reader understands.
@@ -110,8 +146,19 @@ pub const READ_SUPPORTED: &[&str] = &[
     "com.datto:encryption",
 ];
 
+/// The feature with this guid ("com.delphix:hole_birth").
 pub fn lookup(guid: &str) -> Option<&'static FeatureInfo> {
     FEATURES.iter().find(|f| f.guid == guid)
+}
+
+/// The feature with this short name ("hole_birth").
+pub fn lookup_name(name: &str) -> Option<&'static FeatureInfo> {
+    FEATURES.iter().find(|f| f.name == name)
+}
+
+/// Whether this reader understands the on-disk changes of feature `guid`.
+pub fn read_supported(guid: &str) -> bool {
+    READ_SUPPORTED.contains(&guid)
 }
 
 #[cfg(test)]
@@ -122,5 +169,28 @@ mod tests {
             assert!(super::lookup(g).is_some(), "{g}");
         }
         assert!(!super::READ_SUPPORTED.contains(&"org.openzfs:draid"));
+    }
+
+    #[test]
+    fn table_is_consistent() {
+        use super::*;
+        let mut guids = std::collections::BTreeSet::new();
+        for f in FEATURES {
+            assert!(guids.insert(f.guid), "duplicate {}", f.guid);
+            assert!(f.guid.contains(':') && f.guid.ends_with(f.name), "{}", f.guid);
+            for d in f.deps {
+                let dep = lookup(d).unwrap_or_else(|| panic!("{} depends on unknown {d}", f.guid));
+                // A 2.1 feature depends only on 2.1 features.
+                assert!(!f.in_2_1 || dep.in_2_1, "{} -> {d}", f.guid);
+            }
+        }
+        // OpenZFS 2.1 has 34 features (SPA_FEATURES).
+        assert_eq!(FEATURES.iter().filter(|f| f.in_2_1).count(), 34);
+        let hb = lookup("com.delphix:hole_birth").unwrap();
+        assert!(!hb.readonly_compat && hb.mos && hb.activate_on_enable);
+        assert_eq!(hb.deps, &["com.delphix:enabled_txg"]);
+        assert!(lookup("com.delphix:log_spacemap").unwrap().readonly_compat);
+        assert!(lookup_name("longname").unwrap().guid == "org.zfsonlinux:longname");
+        assert!(read_supported("com.delphix:embedded_data"));
     }
 }

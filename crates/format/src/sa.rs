@@ -68,9 +68,17 @@ pub const ZPL_ATTRS: &[(&str, u16)] = &[
     ("ZPL_PROJID", 8),
 ];
 
+/// Layout 0: a legacy znode_phys_t read as SA (attributes 0..=15 of the legacy table).
+pub const SA_LEGACY_ZPL_LAYOUT: [u16; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
 impl SaRegistry {
+    /// From the REGISTRY ZAP (name → encoded attr) and the LAYOUTS ZAP (layout number → attr
+    /// numbers). Layouts 0 (legacy znode) and 1 (no attributes, used by a header whose layout
+    /// field is 0) are built in, as sa_setup adds them for ZPL objsets; the LAYOUTS ZAP numbers
+    /// its own from 2.
     pub fn new(regs: Vec<(String, u64)>, layouts: Vec<(u64, Vec<u16>)>) -> SaRegistry {
         let mut r = SaRegistry::default();
+        r.add_builtin_layouts();
         for (name, v) in regs {
             let a = SaAttr::from_registration(&name, v);
             r.attrs.insert(a.num, a);
@@ -81,13 +89,30 @@ impl SaRegistry {
         r
     }
 
-    /// The default ZPL table, for objsets whose registry was never written.
+    fn add_builtin_layouts(&mut self) {
+        self.layouts.insert(0, SA_LEGACY_ZPL_LAYOUT.to_vec());
+        self.layouts.insert(1, Vec::new());
+    }
+
+    /// The default ZPL table (zfs_attr_table order, which is also sa_legacy_attrs for the
+    /// first 16), for objsets whose registry was never written.
     pub fn legacy() -> SaRegistry {
         let mut r = SaRegistry::default();
+        r.add_builtin_layouts();
         for (i, (name, len)) in ZPL_ATTRS.iter().enumerate() {
             r.attrs.insert(i as u16, SaAttr { name: name.to_string(), num: i as u16, length: *len, byteswap: 0 });
         }
         r
+    }
+
+    /// The attribute registered as number `num`.
+    pub fn attr(&self, num: u16) -> Option<&SaAttr> {
+        self.attrs.get(&num)
+    }
+
+    /// The number of the attribute named `name`.
+    pub fn num_of(&self, name: &str) -> Option<u16> {
+        self.attrs.values().find(|a| a.name == name).map(|a| a.num)
     }
 
     fn by_name(&self, num: u16) -> Option<&SaAttr> {
@@ -95,14 +120,30 @@ impl SaRegistry {
     }
 }
 
+/// `sa_hdr_phys_t`.
 #[derive(Clone, Debug)]
 pub struct SaHdr {
+    /// The layout number as stored (SA_HDR_LAYOUT_NUM).
     pub layout: u16,
+    /// Header size in bytes (SA_HDR_SIZE): the magic, the layout info and the lengths, padded to 8.
     pub hdrsz: usize,
+    /// Every u16 the header has room for after the layout info: the lengths of the layout's
+    /// variable-size attributes come first (how many are meaningful depends on the layout).
     pub var_lengths: Vec<u16>,
 }
 
-/// The header; `nvar` lengths are read lazily by `decode_attrs` since their count depends on the layout.
+impl SaHdr {
+    /// SA_LAYOUT_NUM for an SA bonus or spill buffer: a stored 0 means layout 1 (no attributes).
+    pub fn layout_num(&self) -> u64 {
+        if self.layout == 0 {
+            1
+        } else {
+            self.layout as u64
+        }
+    }
+}
+
+/// The header of an SA buffer (bonus of type DMU_OT_SA, or a spill block).
 pub fn decode_hdr(buf: &[u8], le: bool) -> Result<SaHdr> {
     let magic = u32_at(buf, 0, le, "SA header")?;
     if magic != SA_MAGIC {
@@ -124,11 +165,12 @@ pub fn decode_attrs<'a>(buf: &'a [u8], le: bool, reg: &SaRegistry) -> Result<Vec
     let hdr = decode_hdr(buf, le)?;
     let layout = reg
         .layouts
-        .get(&(hdr.layout as u64))
+        .get(&hdr.layout_num())
         .ok_or_else(|| FormatError::invalid("SA header", format!("unknown layout {}", hdr.layout)))?;
+    // The data starts after the lengths of the layout's variable-size attributes, rounded up
+    // to 8 bytes (sa_attr_iter computes it from the layout, not from SA_HDR_SIZE).
     let nvar = layout.iter().filter(|a| reg.by_name(**a).map_or(true, |x| x.length == 0)).count();
-    let data_start = (6 + 2 * nvar + 7) & !7;
-    let mut off = data_start.max(hdr.hdrsz);
+    let mut off = (6 + 2 * nvar + 7) & !7;
     let mut vi = 0;
     let mut out = Vec::new();
     for a in layout {

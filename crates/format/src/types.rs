@@ -124,13 +124,146 @@ const TABLE: [(&str, bool); 54] = [
     ("bpobj subobj", true),
 ];
 
-/// The name OpenZFS's zdb prints for an object type.
+/// Byteswap functions (`dmu_object_byteswap_t`), the low 5 bits of a new-style type.
+pub const DMU_BSWAP_UINT8: u8 = 0;
+pub const DMU_BSWAP_UINT16: u8 = 1;
+pub const DMU_BSWAP_UINT32: u8 = 2;
+pub const DMU_BSWAP_UINT64: u8 = 3;
+pub const DMU_BSWAP_ZAP: u8 = 4;
+pub const DMU_BSWAP_DNODE: u8 = 5;
+pub const DMU_BSWAP_OBJSET: u8 = 6;
+pub const DMU_BSWAP_ZNODE: u8 = 7;
+pub const DMU_BSWAP_OLDACL: u8 = 8;
+pub const DMU_BSWAP_ACL: u8 = 9;
+pub const DMU_BSWAP_NUMFUNCS: u8 = 10;
+/// Names of the byteswap functions (`dmu_ot_byteswap[].ob_name`).
+const BSWAP_NAMES: [&str; 10] = ["uint8", "uint16", "uint32", "uint64", "zap", "dnode", "objset", "znode", "oldacl", "acl"];
+
+/// DMU_OT(byteswap, metadata, encrypted): a new-style object type.
+pub const fn dmu_ot(byteswap: u8, metadata: bool, encrypted: bool) -> u8 {
+    DMU_OT_NEWTYPE
+        | if metadata { DMU_OT_METADATA } else { 0 }
+        | if encrypted { DMU_OT_ENCRYPTED } else { 0 }
+        | (byteswap & DMU_OT_BYTESWAP_MASK)
+}
+pub const DMU_OTN_UINT8_DATA: u8 = dmu_ot(DMU_BSWAP_UINT8, false, false);
+pub const DMU_OTN_UINT8_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT8, true, false);
+pub const DMU_OTN_UINT16_DATA: u8 = dmu_ot(DMU_BSWAP_UINT16, false, false);
+pub const DMU_OTN_UINT16_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT16, true, false);
+pub const DMU_OTN_UINT32_DATA: u8 = dmu_ot(DMU_BSWAP_UINT32, false, false);
+pub const DMU_OTN_UINT32_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT32, true, false);
+pub const DMU_OTN_UINT64_DATA: u8 = dmu_ot(DMU_BSWAP_UINT64, false, false);
+pub const DMU_OTN_UINT64_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT64, true, false);
+pub const DMU_OTN_ZAP_DATA: u8 = dmu_ot(DMU_BSWAP_ZAP, false, false);
+pub const DMU_OTN_ZAP_METADATA: u8 = dmu_ot(DMU_BSWAP_ZAP, true, false);
+pub const DMU_OTN_UINT8_ENC_DATA: u8 = dmu_ot(DMU_BSWAP_UINT8, false, true);
+pub const DMU_OTN_UINT8_ENC_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT8, true, true);
+pub const DMU_OTN_UINT16_ENC_DATA: u8 = dmu_ot(DMU_BSWAP_UINT16, false, true);
+pub const DMU_OTN_UINT16_ENC_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT16, true, true);
+pub const DMU_OTN_UINT32_ENC_DATA: u8 = dmu_ot(DMU_BSWAP_UINT32, false, true);
+pub const DMU_OTN_UINT32_ENC_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT32, true, true);
+pub const DMU_OTN_UINT64_ENC_DATA: u8 = dmu_ot(DMU_BSWAP_UINT64, false, true);
+pub const DMU_OTN_UINT64_ENC_METADATA: u8 = dmu_ot(DMU_BSWAP_UINT64, true, true);
+pub const DMU_OTN_ZAP_ENC_DATA: u8 = dmu_ot(DMU_BSWAP_ZAP, false, true);
+pub const DMU_OTN_ZAP_ENC_METADATA: u8 = dmu_ot(DMU_BSWAP_ZAP, true, true);
+
+/// Rows of zdb's `-bb` table past the fixed types (`ZDB_OT_*` in cmd/zdb/zdb.c): frees
+/// deferred to a later txg, dedup auto-ditto copies, every new-style type, and the total.
+pub const ZDB_OT_DEFERRED: usize = DMU_OT_NUMTYPES as usize;
+pub const ZDB_OT_DITTO: usize = DMU_OT_NUMTYPES as usize + 1;
+pub const ZDB_OT_OTHER: usize = DMU_OT_NUMTYPES as usize + 2;
+pub const ZDB_OT_TOTAL: usize = DMU_OT_NUMTYPES as usize + 3;
+
+/// DMU_OT_IS_VALID.
+pub fn ot_is_valid(t: u8) -> bool {
+    if t & DMU_OT_NEWTYPE != 0 {
+        t & DMU_OT_BYTESWAP_MASK < DMU_BSWAP_NUMFUNCS
+    } else {
+        t < DMU_OT_NUMTYPES
+    }
+}
+
+/// The byteswap function of a type: DMU_OT_BYTESWAP for new-style types, `ot_byteswap` of
+/// the fixed table otherwise (None for an invalid type).
+pub fn ot_byteswap(t: u8) -> Option<u8> {
+    if t & DMU_OT_NEWTYPE != 0 {
+        let b = t & DMU_OT_BYTESWAP_MASK;
+        return (b < DMU_BSWAP_NUMFUNCS).then_some(b);
+    }
+    BYTESWAP.get(t as usize).copied()
+}
+
+/// Name of a byteswap function ("uint64", "zap", ...).
+pub fn bswap_name(b: u8) -> &'static str {
+    BSWAP_NAMES.get(b as usize).copied().unwrap_or("UNKNOWN")
+}
+
+/// The `-bb` row zdb counts a block of type `t` in: the type itself for a fixed type,
+/// [`ZDB_OT_OTHER`] for every new-style (DMU_OT_NEWTYPE) type.
+pub fn zdb_bucket(t: u8) -> usize {
+    if t & DMU_OT_NEWTYPE != 0 {
+        ZDB_OT_OTHER
+    } else {
+        t as usize
+    }
+}
+
+/// The label of row `row` of zdb's `-bb` table (rows 0..=ZDB_OT_TOTAL).
+pub fn zdb_row_name(row: usize) -> &'static str {
+    match row {
+        ZDB_OT_DEFERRED => "deferred free",
+        ZDB_OT_DITTO => "dedup ditto",
+        ZDB_OT_OTHER => "other",
+        ZDB_OT_TOTAL => "Total",
+        r if r < DMU_OT_NUMTYPES as usize => TABLE[r].0,
+        _ => "UNKNOWN",
+    }
+}
+
+/// The name of an object type as zdb's `-bb` table labels it: `dmu_ot[].ot_name` for the fixed
+/// types, "other" (the row every new-style type is counted in) for DMU_OT_NEWTYPE types,
+/// "UNKNOWN" for numbers past the table.
 pub fn ot_name(t: u8) -> &'static str {
     if t & DMU_OT_NEWTYPE != 0 {
-        return if t & DMU_OT_METADATA != 0 { "other metadata" } else { "other" };
+        return "other";
     }
-    TABLE.get(t as usize).map(|e| e.0).unwrap_or("unknown")
+    TABLE.get(t as usize).map(|e| e.0).unwrap_or("UNKNOWN")
 }
+
+/// The type as snprintf_blkptr prints it inside a bp: the fixed name, or for a new-style type
+/// "bswap metadata zap" / "bswap data uint64" and so on.
+pub fn bp_type_name(t: u8) -> String {
+    if t & DMU_OT_NEWTYPE != 0 {
+        format!("bswap {} {}", if ot_is_metadata(t) { "metadata" } else { "data" }, bswap_name(t & DMU_OT_BYTESWAP_MASK))
+    } else {
+        TABLE.get(t as usize).map(|e| e.0).unwrap_or("UNKNOWN").to_string()
+    }
+}
+
+/// The type as zdb's object listing (`-dd`) names it (zdb_ot_name): the fixed name, or the
+/// byteswap function's name for a new-style type.
+pub fn zdb_ot_name(t: u8) -> &'static str {
+    if t & DMU_OT_NEWTYPE != 0 {
+        return bswap_name(t & DMU_OT_BYTESWAP_MASK);
+    }
+    TABLE.get(t as usize).map(|e| e.0).unwrap_or("UNKNOWN")
+}
+
+/// ZDB_OT_TYPE: the fixed type zdb uses to pick a dumper for a type (new-style ZAPs and
+/// uint64 arrays map to "other ZAP" / "other uint64[]"; anything else new-style to NUMTYPES).
+pub fn zdb_ot_type(t: u8) -> u8 {
+    match t {
+        t if t < DMU_OT_NUMTYPES => t,
+        DMU_OTN_ZAP_DATA | DMU_OTN_ZAP_METADATA => DMU_OT_ZAP_OTHER,
+        DMU_OTN_UINT64_DATA | DMU_OTN_UINT64_METADATA => DMU_OT_UINT64_OTHER,
+        _ => DMU_OT_NUMTYPES,
+    }
+}
+
+/// Byteswap function of each fixed type (`dmu_ot[].ot_byteswap`).
+const BYTESWAP: [u8; 54] = [
+    0, 4, 3, 0, 3, 3, 3, 3, 3, 3, 5, 6, 3, 4, 4, 4, 3, 7, 8, 0, 4, 4, 4, 0, 4, 0, 3, 4, 4, 0, 3, 4, 4, 9, 0, 0, 3, 4, 4, 4, 4, 4, 4, 4, 0, 4, 4, 4, 4, 0, 4, 3, 4, 3,
+];
 
 /// DMU_OT_IS_ENCRYPTED: blocks of this type are encrypted in an encrypted dataset (others
 /// are only authenticated).

@@ -163,8 +163,16 @@ pub struct ZapLeaf {
     pub entries: Vec<ZapLeafEntry>,
 }
 
-/// Decode every entry of a fat ZAP leaf block (whose size is `buf.len()`).
+/// Decode every entry of a fat ZAP leaf block (whose size is `buf.len()`, the ZAP's block
+/// size) of a ZAP with string keys.
 pub fn decode_fat_leaf(buf: &[u8], le: bool) -> Result<ZapLeaf> {
+    decode_fat_leaf_keyed(buf, le, false)
+}
+
+/// Decode a fat ZAP leaf; `uint64_key` for ZAPs with ZAP_FLAG_UINT64_KEY (the DDT), whose
+/// keys are arrays of 8-byte words (name_numints counts words) rather than NUL-terminated
+/// strings (name_numints counts bytes, the NUL included).
+pub fn decode_fat_leaf_keyed(buf: &[u8], le: bool, uint64_key: bool) -> Result<ZapLeaf> {
     let bs = buf.len();
     if bs < 512 || !bs.is_power_of_two() {
         return Err(FormatError::invalid("fat ZAP leaf", format!("block size {bs}")));
@@ -240,11 +248,16 @@ pub fn decode_fat_leaf(buf: &[u8], le: bool) -> Result<ZapLeaf> {
             if !matches!(int_size, 1 | 2 | 4 | 8) {
                 return Err(FormatError::invalid("fat ZAP entry", format!("integer length {int_size}")));
             }
-            let mut key = read_array(name_chunk, name_numints)?;
-            // String keys carry their NUL; uint64 keys are 8-byte words (numints counts words).
-            if key.last() == Some(&0) {
-                key.pop();
-            }
+            let key = if uint64_key {
+                read_array(name_chunk, name_numints * 8)?
+            } else {
+                // String keys carry their NUL.
+                let mut k = read_array(name_chunk, name_numints)?;
+                if k.last() == Some(&0) {
+                    k.pop();
+                }
+                k
+            };
             let value = read_array(value_chunk, value_numints as usize * int_size as usize)?;
             entries.push(ZapLeafEntry { hash, cd, int_size, num_ints: value_numints, key, value });
             c = next;
@@ -269,24 +282,62 @@ fn crc64_table() -> &'static [u64; 256] {
     })
 }
 
-/// The hash of a string key (without its NUL), as zap_hash computes it; `hash64` for
-/// ZAP_FLAG_HASH64 ZAPs (48 significant bits instead of 28).
+/// The hash of a string key (its bytes without the NUL, after any normalization the ZAP's
+/// normflags ask for), as zap_hash computes it for ZAPs without ZAP_FLAG_HASH64 (every micro
+/// ZAP and most fat ones): CRC-64 (ECMA polynomial, reflected) seeded with the salt, keeping
+/// the top 28 bits. The low bits are left for the collision differentiator (cd) in cookies.
 pub fn zap_hash(salt: u64, key: &[u8]) -> u64 {
     zap_hash_bits(salt, key, 28)
 }
 
+/// Significant hash bits of a ZAP with the given header flags (zap_hashbits): 48 with
+/// ZAP_FLAG_HASH64, else 28.
+pub fn zap_hashbits(flags: u64) -> u32 {
+    if flags & ZAP_FLAG_HASH64 != 0 {
+        48
+    } else {
+        28
+    }
+}
+
+/// The string-key hash keeping `bits` significant bits (28, or 48 with ZAP_FLAG_HASH64).
 pub fn zap_hash_bits(salt: u64, key: &[u8], bits: u32) -> u64 {
     let t = crc64_table();
     let mut h = salt;
     for &c in key {
         h = (h >> 8) ^ t[((h ^ c as u64) & 0xff) as usize];
     }
-    h & !((1u64 << (64 - bits)) - 1)
+    hash_mask(h, bits)
 }
 
-/// Pointer-table index of a hash.
+/// The hash of a ZAP_FLAG_UINT64_KEY key: each word fed to the CRC low byte first. With
+/// ZAP_FLAG_PRE_HASHED_KEY (the DDT) the first word is the hash itself (`pre_hashed`).
+pub fn zap_hash_uint64(salt: u64, key: &[u64], bits: u32, pre_hashed: bool) -> u64 {
+    if pre_hashed {
+        return hash_mask(key.first().copied().unwrap_or(0), bits);
+    }
+    let t = crc64_table();
+    let mut h = salt;
+    for &w in key {
+        for c in w.to_le_bytes() {
+            h = (h >> 8) ^ t[((h ^ c as u64) & 0xff) as usize];
+        }
+    }
+    hash_mask(h, bits)
+}
+
+fn hash_mask(h: u64, bits: u32) -> u64 {
+    let bits = bits.clamp(1, 64);
+    if bits == 64 {
+        h
+    } else {
+        h & !((1u64 << (64 - bits)) - 1)
+    }
+}
+
+/// Pointer-table index of a hash: its top `shift` bits (ZAP_HASH_IDX).
 pub fn zap_leaf_index(hash: u64, shift: u64) -> u64 {
-    if shift == 0 {
+    if shift == 0 || shift > 64 {
         0
     } else {
         hash >> (64 - shift)
