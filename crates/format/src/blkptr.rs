@@ -332,6 +332,15 @@ impl BlockPointer {
     }
 }
 
+/// The compression name as zio_compress_table has it ("uncompressed" for off).
+fn zio_compress_name(c: u8) -> &'static str {
+    if c == compress::ZIO_COMPRESS_OFF {
+        "uncompressed"
+    } else {
+        compress::compress_name(c)
+    }
+}
+
 /// The form of snprintf_blkptr (zdb's `rootbp`, `bp =` lines): DVAs, then
 /// `[L0 type] checksum compress crypt LE contiguous unique copies size=L/P birth=L/P fill cksum`.
 impl fmt::Display for BlockPointer {
@@ -350,7 +359,7 @@ impl fmt::Display for BlockPointer {
                 self.level,
                 typ,
                 self.etype,
-                compress::compress_name(self.compress),
+                zio_compress_name(self.compress),
                 self.lsize,
                 self.psize,
                 self.birth
@@ -385,7 +394,7 @@ impl fmt::Display for BlockPointer {
             self.level,
             typ,
             checksum::checksum_name(self.checksum),
-            compress::compress_name(self.compress),
+            zio_compress_name(self.compress),
             crypt,
             if self.little_endian { "LE" } else { "BE" },
             if self.is_gang() { "gang" } else { "contiguous" },
@@ -453,6 +462,112 @@ mod tests {
         assert!(BlockPointer::decode(&[0u8; 100], true).is_err());
     }
 
+    /// Level-6 block of tank-basic's meta-dnode (fixture `basic`): its first bp is the L5
+    /// block, the other 127 are holes.
+    const L6: &[u8] = include_bytes!("../tests/data/fx-indirect-basic-l6.bin");
+    /// Level-1 block of tank-basic's /sparse.img (object 83): six data blocks among holes.
+    const OBJ83_L1: &[u8] = include_bytes!("../tests/data/fx-indirect-basic-obj83-l1.bin");
+
+    fn bps(block: &[u8]) -> Vec<BlockPointer> {
+        block.chunks_exact(BLKPTR_SIZE).map(|c| BlockPointer::decode(c, true).unwrap()).collect()
+    }
+
+    #[test]
+    fn fixture_indirect_block_matches_zdb() {
+        let v = bps(L6);
+        assert_eq!(v.len(), 128);
+        // zdb -dddddd tank-basic/ 0: "0  L5      0:8d4c00:400 0:1403c00:400 4000L/400P F=82 B=33/33 cksum=..."
+        assert_eq!(
+            v[0].compact(true),
+            "0:8d4c00:400 0:1403c00:400 4000L/400P F=82 B=33/33 \
+             cksum=00000059fea2c8ed:00003e23d15940cc:0016b2419075091f:05cd35dc4bc9bc6c"
+        );
+        assert_eq!(v[0].compact(false), "0:8d4c00:400 4000L/400P F=82 B=33/33 cksum=00000059fea2c8ed:00003e23d15940cc:0016b2419075091f:05cd35dc4bc9bc6c");
+        let b = &v[0];
+        assert_eq!((b.level, b.typ, b.checksum, b.compress), (5, crate::types::DMU_OT_DNODE, checksum::ZIO_CHECKSUM_FLETCHER_4, compress::ZIO_COMPRESS_LZJB));
+        assert_eq!((b.ndvas(), b.asize_total(), b.physical_birth()), (2, 0x800, 33));
+        assert!(b.little_endian && !b.is_gang() && !b.dedup && !b.embedded && !b.is_hole());
+        assert_eq!(
+            b.to_string(),
+            "DVA[0]=<0:8d4c00:400> DVA[1]=<0:1403c00:400> [L5 DMU dnode] fletcher4 lzjb unencrypted LE contiguous \
+             unique double size=4000L/400P birth=33L/33P fill=82 \
+             cksum=00000059fea2c8ed:00003e23d15940cc:0016b2419075091f:05cd35dc4bc9bc6c"
+        );
+        assert!(v[1..].iter().all(|b| b.is_hole() && b.ndvas() == 0));
+        // Encoding a decoded bp gives back the bytes on disk, in either byte order.
+        for (i, b) in v.iter().enumerate() {
+            assert_eq!(&b.encode(true)[..], &L6[i * 128..(i + 1) * 128], "bp {i}");
+            let be = b.encode(false);
+            let mut back = BlockPointer::decode(&be, false).unwrap();
+            back.raw = b.raw;
+            back.raw_le = true;
+            assert_eq!(&back, b);
+        }
+    }
+
+    #[test]
+    fn fixture_holes_and_data_blocks() {
+        let v = bps(OBJ83_L1);
+        // zdb: "40000  L0 0:7a0000:20000 20000L/20000P F=1 B=25/25 cksum=..." and five more.
+        let want = [
+            (0x2, "0:7a0000:20000 20000L/20000P F=1 B=25/25 cksum=0000009a8572f2cd:001e7512cd8811cf:0086ea9e311a2a0f:bb425b7aa78b9723"),
+            (0x6, "0:780000:20000 20000L/20000P F=1 B=25/25 cksum=0000014ff0f62d1e:0091d0b136cbc8ac:a5e206faa4a58973:7ef27d89ba9bc53e"),
+            (0x16, "0:744a00:20000 20000L/20000P F=1 B=25/25 cksum=000002a351f6f24d:00a1c7d5cda6bcb5:642697e0bbda906b:4dc877f1746597ba"),
+            (0x1b, "0:820000:20000 20000L/20000P F=1 B=28/28 cksum=00000255bad3765c:0090ede0b7b101d6:9468f16b46fe4e67:480e31aca676e7c4"),
+            (0x1d, "0:7c0000:20000 20000L/20000P F=1 B=25/25 cksum=000000d03c8a3d68:002181813577570c:b23b43a125e1df12:7f1916003f0bbbc0"),
+            (0x24, "0:800000:20000 20000L/20000P F=1 B=28/28 cksum=0000012132c17a85:001be3f9e607561c:5895ae22ae0587c2:9bb4b17de60cfc86"),
+        ];
+        for (i, b) in v.iter().enumerate() {
+            match want.iter().find(|w| w.0 == i) {
+                Some((_, s)) => {
+                    assert_eq!(b.compact(true), *s, "blkid {i}");
+                    assert_eq!((b.typ, b.level, b.compress), (crate::types::DMU_OT_PLAIN_FILE_CONTENTS, 0, compress::ZIO_COMPRESS_OFF));
+                }
+                None => {
+                    assert!(b.is_hole(), "blkid {i}");
+                    assert_eq!(b.birth, 0, "pool version 23 holes have no birth");
+                }
+            }
+        }
+        assert_eq!(v.iter().filter(|b| !b.is_hole()).count(), 6); // the L1's fill (F=6)
+    }
+
+    #[test]
+    fn gang_header_checks_its_trailer() {
+        let mut g = vec![0u8; SPA_GANGBLOCKSIZE];
+        let mut bp = BlockPointer::default();
+        bp.dva[0] = Dva { vdev: 0, offset: 0x10000, asize: 0x200, gang: false };
+        bp.lsize = 0x200;
+        bp.psize = 0x200;
+        bp.birth = 9;
+        g[..128].copy_from_slice(&bp.encode(false));
+        g[SPA_GANGBLOCKSIZE - 40..SPA_GANGBLOCKSIZE - 32].copy_from_slice(&checksum::ZEC_MAGIC.to_be_bytes());
+        // Written big-endian, read with the little-endian guess: the trailer corrects it.
+        let v = decode_gang_header(&g, true).unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!((v[0].dva[0].offset, v[0].birth), (0x10000, 9));
+        assert!(v[1].is_hole() && v[2].is_hole());
+        g[SPA_GANGBLOCKSIZE - 40] ^= 1;
+        assert!(decode_gang_header(&g, true).is_err());
+        assert!(decode_gang_header(&g[..511], true).is_err());
+    }
+
+    #[test]
+    fn display_of_holes_embedded_and_new_types() {
+        let mut b = BlockPointer::default();
+        b.lsize = 0x200;
+        assert_eq!(b.to_string(), "HOLE [L0 unallocated] size=200L birth=0L");
+        b.typ = crate::types::DMU_OTN_ZAP_METADATA;
+        b.dva[0] = Dva { vdev: 1, offset: 0x400, asize: 0x200, gang: true };
+        b.psize = 0x200;
+        b.checksum = checksum::ZIO_CHECKSUM_SHA256;
+        b.compress = compress::ZIO_COMPRESS_OFF;
+        b.dedup = true;
+        // As snprintf_blkptr counts copies: a gang bp whose DVA[2] is no larger than half of
+        // DVA[1] loses one (here 0 <= 0).
+        assert!(b.to_string().starts_with("DVA[0]=<1:400:200> [L0 bswap metadata zap] sha256 uncompressed unencrypted LE gang dedup zero"));
+    }
+
     #[test]
     fn embedded_payload() {
         // An embedded bp: lsize 300, psize 20, payload bytes 0..20 laid out in words 0..
@@ -467,5 +582,17 @@ mod tests {
         assert!(bp.embedded && !bp.is_hole());
         assert_eq!((bp.lsize, bp.psize, bp.birth), (300, 20, 9));
         assert_eq!(bp.embedded_payload().unwrap(), (0..20u8).collect::<Vec<_>>());
+        assert_eq!((bp.fill, bp.physical_birth(), bp.ndvas()), (1, 0, 0));
+        assert_eq!(bp.to_string(), "EMBEDDED [L0 unallocated] et=0 uncompressed size=12cL/14P birth=9L");
+        assert_eq!(bp.compact(true), "EMBEDDED et=0 12cL/14P B=9");
+        // The same bp written big-endian carries the same payload.
+        let mut be = [0u8; 128];
+        for i in 0..16 {
+            let w = u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap());
+            be[i * 8..i * 8 + 8].copy_from_slice(&w.to_be_bytes());
+        }
+        let b2 = BlockPointer::decode(&be, false).unwrap();
+        assert_eq!(b2.embedded_payload().unwrap(), (0..20u8).collect::<Vec<_>>());
+        assert_eq!(b2.encode(true), raw);
     }
 }

@@ -126,6 +126,47 @@ impl DnodePhys {
 mod tests {
     use super::*;
 
+    /// tank-basic (fixture `basic`, zfs-fuse, ZPL 4): the dnode block holding objects 64..95.
+    const BLK2: &[u8] = include_bytes!("../tests/data/fx-dnode-basic-blk2.bin");
+
+    fn obj(n: usize) -> DnodePhys {
+        let off = (n - 64) * DNODE_SIZE;
+        DnodePhys::decode(&BLK2[off..], true).unwrap()
+    }
+
+    #[test]
+    fn fixture_dnode_block_matches_zdb() {
+        let all: Vec<DnodePhys> = BLK2.chunks_exact(DNODE_SIZE).map(|c| DnodePhys::decode(c, true).unwrap()).collect();
+        // The L0 bp of this block says F=21: 21 allocated dnodes.
+        assert_eq!(all.iter().filter(|d| !d.is_free()).count(), 21);
+        // zdb -dddddd tank-basic/ 83: lvl 2, iblk 16K, dblk 128K, maxblkid 36, bonus 264 ZFS znode,
+        // flags USED_BYTES USERUSED_ACCOUNTED, dsize 770K.
+        let d = obj(83);
+        assert_eq!((d.typ, d.nlevels, d.indblkshift, d.data_block_size()), (crate::types::DMU_OT_PLAIN_FILE_CONTENTS, 2, 14, 128 << 10));
+        assert_eq!((d.maxblkid, d.bonustype, d.bonuslen, d.nblkptr, d.slots()), (36, crate::types::DMU_OT_ZNODE, 264, 1, 1));
+        assert_eq!(d.flags, DNODE_FLAG_USED_BYTES | DNODE_FLAG_USERUSED_ACCOUNTED);
+        assert_eq!(d.used_bytes(), 770 << 10);
+        assert_eq!(
+            d.blkptr[0].compact(true),
+            "0:840000:400 0:1380000:400 4000L/400P F=6 B=28/28 cksum=0000006eb074c237:00003e824582cb7b:0014a1f72a772797:050f155daeb6fe72"
+        );
+        assert!(d.spill.is_none());
+        // Object 80 (/link-short): no data block, a 282-byte bonus (znode + inline target), and
+        // without DNODE_FLAG_USED_BYTES.
+        let d = obj(80);
+        assert_eq!((d.bonuslen, d.flags, d.used, d.data_block_size()), (282, DNODE_FLAG_USERUSED_ACCOUNTED, 0, 512));
+        assert!(d.blkptr[0].is_hole());
+        // Object 81 (/link-long): the target lives in its one data block.
+        let d = obj(81);
+        assert_eq!(d.bonuslen, 264);
+        assert_eq!(d.used_bytes(), 512);
+        assert_eq!(
+            d.blkptr[0].compact(true),
+            "0:744600:200 200L/200P F=1 B=25/25 cksum=0000001a75fc10fe:00000a5f001cb813:00021b3b10129952:004b753f16d18cc9"
+        );
+        assert_eq!(obj(77).typ, crate::types::DMU_OT_DIRECTORY_CONTENTS);
+    }
+
     #[test]
     fn decodes_core_bonus_and_spill() {
         let mut b = vec![0u8; 1024];

@@ -16,6 +16,12 @@ pub const DMU_OST_NONE: u64 = 0;
 pub const DMU_OST_META: u64 = 1;
 pub const DMU_OST_ZFS: u64 = 2;
 pub const DMU_OST_ZVOL: u64 = 3;
+/// os_flags: user/group space accounting is complete (the userused/groupused objects are valid).
+pub const OBJSET_FLAG_USERACCOUNTING_COMPLETE: u64 = 1 << 0;
+/// os_flags: user/group object counts are complete.
+pub const OBJSET_FLAG_USEROBJACCOUNTING_COMPLETE: u64 = 1 << 1;
+/// os_flags: project accounting is complete.
+pub const OBJSET_FLAG_PROJECTQUOTA_COMPLETE: u64 = 1 << 2;
 pub const OBJSET_PHYS_SIZE_V1: usize = 1024;
 pub const OBJSET_PHYS_SIZE_V2: usize = 2048;
 pub const OBJSET_PHYS_SIZE_V3: usize = 4096;
@@ -75,5 +81,44 @@ impl ObjsetPhys {
             groupused_dnode: opt(1536)?,
             projectused_dnode: if buf.len() >= OBJSET_PHYS_SIZE_V3 { opt(2048)? } else { None },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tank-basic's objset (fixture `basic`: rootbp 0:8d5a00:200, 800L/200P lzjb).
+    const OS: &[u8] = include_bytes!("../tests/data/fx-objset-basic.bin");
+
+    #[test]
+    fn fixture_objset_matches_zdb() {
+        let os = ObjsetPhys::decode(OS, true).unwrap();
+        assert_eq!((os.typ, os.flags), (DMU_OST_ZFS, OBJSET_FLAG_USERACCOUNTING_COMPLETE));
+        // zdb -dddddd tank-basic/ 0: lvl 7, iblk 16K, dblk 16K, maxblkid 2, flags USED_BYTES.
+        let m = &os.meta_dnode;
+        assert_eq!((m.typ, m.nlevels, m.indblkshift, m.data_block_size(), m.maxblkid, m.nblkptr), (crate::types::DMU_OT_DNODE, 7, 14, 16384, 2, 3));
+        assert_eq!(
+            m.blkptr[0].compact(true),
+            "0:8d5000:400 0:1404000:400 4000L/400P F=82 B=33/33 cksum=0000005943b98e4c:00003d736ae59bdf:00165eaf6cb25b13:05b2b6130fdd0887"
+        );
+        assert!(m.blkptr[1].is_hole() && m.blkptr[2].is_hole());
+        // "ZIL header: claim_txg 0, claim_blk_seq 0, claim_lr_seq 0 replay_seq 0, flags 0x0" and
+        // its first log block.
+        let z = &os.zil_header;
+        assert_eq!((z.claim_txg, z.claim_blk_seq, z.claim_lr_seq, z.replay_seq, z.flags), (0, 0, 0, 0, 0));
+        assert_eq!(
+            z.log.to_string(),
+            "DVA[0]=<0:84f000:1000> [L0 ZIL intent log] zilog2 uncompressed unencrypted LE contiguous unique single \
+             size=1000L/1000P birth=33L/33P fill=0 cksum=1c14341ccf0e797a:eb941b9bb67158fa:0000000000000010:0000000000000001"
+        );
+        // A 2K objset: user and group accounting, no project accounting.
+        assert_eq!(os.userused_dnode.as_ref().map(|d| d.typ), Some(crate::types::DMU_OT_USERGROUP_USED));
+        assert_eq!(os.groupused_dnode.as_ref().map(|d| d.typ), Some(crate::types::DMU_OT_USERGROUP_USED));
+        assert!(os.projectused_dnode.is_none());
+        // The 1K form has only the meta dnode and the ZIL header.
+        let v1 = ObjsetPhys::decode(&OS[..1024], true).unwrap();
+        assert!(v1.userused_dnode.is_none() && v1.meta_dnode.maxblkid == 2);
+        assert!(ObjsetPhys::decode(&OS[..1000], true).is_err());
     }
 }

@@ -60,6 +60,37 @@ pub fn decode_znode_phys(bonus: &[u8], le: bool) -> Result<ZnodeAttrs> {
 mod tests {
     use super::*;
 
+    const BLK2: &[u8] = include_bytes!("../tests/data/fx-dnode-basic-blk2.bin");
+
+    fn bonus(n: usize) -> Vec<u8> {
+        crate::dnode::DnodePhys::decode(&BLK2[(n - 64) * 512..], true).unwrap().bonus
+    }
+
+    /// 2026-11-22 07:59:46 UTC, when the fixture was written.
+    const T46: u64 = 1795334386;
+
+    #[test]
+    fn fixture_znodes_match_zdb() {
+        // zdb -dddddd tank-basic/ 80: /link-short, mode 120777, size 18, gen 25, parent 3,
+        // links 1, pflags 40800000104, atime 07:59:47, m/c/crtime 07:59:46.
+        let z = decode_znode_phys(&bonus(80), true).unwrap();
+        assert_eq!((z.mode, z.size, z.gen, z.parent, z.links, z.flags), (0o120777, 18, 25, 3, 1, 0x40800000104));
+        assert_eq!((z.uid, z.gid, z.xattr, z.rdev), (0, 0, 0, 0));
+        assert_eq!((z.atime.0, z.mtime.0, z.ctime.0, z.crtime.0), (T46 + 1, T46, T46, T46));
+        assert!(z.atime.1 < 1_000_000_000);
+        assert_eq!(z.symlink.as_deref(), Some(&b"sizes/text/f5_4096"[..]));
+        // /link-long: 228-byte target, not in the bonus.
+        let z = decode_znode_phys(&bonus(81), true).unwrap();
+        assert_eq!((z.mode, z.size), (0o120777, 228));
+        assert!(z.symlink.is_none());
+        // /sparse.img and the /names directory.
+        let z = decode_znode_phys(&bonus(83), true).unwrap();
+        assert_eq!((z.mode, z.size, z.flags), (0o100644, 8388608, 0x40800000004));
+        let z = decode_znode_phys(&bonus(77), true).unwrap();
+        assert_eq!((z.mode, z.size, z.links, z.flags), (0o40755, 4, 2, 0x40800000144));
+        assert!(z.symlink.is_none());
+    }
+
     #[test]
     fn legacy_symlink_inline() {
         let mut b = vec![0u8; 320];
