@@ -10,6 +10,11 @@
 //!  are two units; byte arrays are opaque (padded); booleans and small ints take 4 bytes.
 //!  Nested lists carry their own version/nvflag, then pairs, then the end marker.
 //! ```
+//! Encoding follows the kernel's nvlist_pack byte for byte: chars and shorts are written
+//! unsigned (the kernel's XDR refuses sign-extended ones, which userland libtirpc writes and
+//! we accept), and an empty integer array adds 4 to its pair's encoded size and 4 zero bytes
+//! at the end of the buffer, as nvlist_size counts. The native encoding (decode only, either
+//! byte order) is described at the `Native` decoder.
 //! Decoding is bounded: nesting depth ≤ 32 and no allocation larger than the input.
 
 use crate::{FormatError, Result};
@@ -162,11 +167,12 @@ impl NvList {
                 r.list(0)
             }
             NV_ENCODE_NATIVE => {
-                if buf[1] != 1 {
-                    return Err(FormatError::unsupported("nvlist", "big-endian native encoding"));
-                }
-                let mut r = Native { buf, pos: 4 };
-                r.list(0)
+                let le = match buf[1] {
+                    0 => false,
+                    1 => true,
+                    e => return Err(FormatError::invalid("nvlist header", format!("endian {e}"))),
+                };
+                Native { buf, pos: 4, le }.top()
             }
             e => Err(FormatError::invalid("nvlist header", format!("encoding {e}"))),
         }
@@ -176,6 +182,10 @@ impl NvList {
     pub fn encode_xdr(&self) -> Vec<u8> {
         let mut out = vec![NV_ENCODE_XDR, 1, 0, 0];
         enc_list(self, &mut out);
+        // nvlist_pack allocates nvlist_size() bytes, zeroed, and that size counts a phantom
+        // array count for every empty integer array (see enc_list): the packed buffer ends
+        // with that many zero bytes.
+        out.resize(out.len() + phantom_counts(self), 0);
         out
     }
 
@@ -384,10 +394,21 @@ fn empty_value(typ: i32) -> Result<NvValue> {
     })
 }
 
-/// Native little-endian encoding (nvpair structs laid out in memory, 8-byte aligned).
+/// Native encoding: nvpair_t structs as they lie in memory, in the writer's byte order.
+///
+/// ```text
+///  list:   version i32 | nvflag u32 (top-level list only) | pairs... | 0 i32 (end)
+///  pair:   size i32 | name_sz i16 (with NUL) | reserved i16 | nelem i32 | type i32 |
+///          name (name_sz bytes) | pad to 8 | value | pad to 8          (size bytes in all)
+///  value:  scalars at their C size (boolean_t 4); arrays packed; a string array is nelem
+///          8-byte pointer slots then the NUL-terminated strings; an nvlist value is a 24-byte
+///          nvlist_t (nvlist array: nelem pointer slots, then nelem nvlist_t), and the
+///          embedded lists' pairs follow the pair in the stream, each ended by its own 0.
+/// ```
 struct Native<'a> {
     buf: &'a [u8],
     pos: usize,
+    le: bool,
 }
 
 impl<'a> Native<'a> {
@@ -396,81 +417,148 @@ impl<'a> Native<'a> {
             .get(off..off.saturating_add(n))
             .ok_or(FormatError::Truncated { what: "native nvlist", need: off.saturating_add(n), have: self.buf.len() })
     }
-    fn list(&mut self, depth: usize) -> Result<NvList> {
+    fn u16_at(&self, b: &[u8]) -> u16 {
+        let a: [u8; 2] = b[..2].try_into().unwrap();
+        if self.le { u16::from_le_bytes(a) } else { u16::from_be_bytes(a) }
+    }
+    fn u32_at(&self, b: &[u8]) -> u32 {
+        let a: [u8; 4] = b[..4].try_into().unwrap();
+        if self.le { u32::from_le_bytes(a) } else { u32::from_be_bytes(a) }
+    }
+    fn u64_at(&self, b: &[u8]) -> u64 {
+        let a: [u8; 8] = b[..8].try_into().unwrap();
+        if self.le { u64::from_le_bytes(a) } else { u64::from_be_bytes(a) }
+    }
+
+    /// The top-level list: version and nvflag, then the pairs.
+    fn top(&mut self) -> Result<NvList> {
+        let h = self.at(self.pos, 8)?;
+        let version = self.u32_at(h) as i32;
+        if version != NV_VERSION {
+            return Err(FormatError::unsupported("native nvlist", format!("version {version}")));
+        }
+        self.pos += 8;
+        self.pairs(0)
+    }
+
+    fn pairs(&mut self, depth: usize) -> Result<NvList> {
         if depth > MAX_DEPTH {
             return Err(FormatError::invalid("native nvlist", "nested too deeply"));
         }
-        // nvlist_t: version i32, nvflag u32, priv u64, flag u32, pad i32 = 24 bytes.
-        self.at(self.pos, 24)?;
-        self.pos += 24;
         let mut l = NvList::default();
-        let mut embedded: Vec<(usize, i32, i32)> = Vec::new();
         loop {
-            let size = i32::from_le_bytes(self.at(self.pos, 4)?.try_into().unwrap());
+            let size = self.u32_at(self.at(self.pos, 4)?) as i32;
             if size == 0 {
                 self.pos += 4;
-                break;
+                return Ok(l);
             }
-            if size < 16 {
+            if size < 24 {
                 return Err(FormatError::invalid("native nvlist", format!("pair size {size}")));
             }
-            let p = self.pos;
-            let name_sz = i16::from_le_bytes(self.at(p + 4, 2)?.try_into().unwrap()) as usize;
-            let nelem = i32::from_le_bytes(self.at(p + 8, 4)?.try_into().unwrap());
-            let typ = i32::from_le_bytes(self.at(p + 12, 4)?.try_into().unwrap());
-            let name_b = self.at(p + 16, name_sz)?;
-            let name = String::from_utf8_lossy(name_b.split(|&c| c == 0).next().unwrap_or(&[])).into_owned();
-            let voff = (p + 16 + name_sz + 7) & !7;
-            let le64 = |o: usize| -> Result<u64> { Ok(u64::from_le_bytes(self.at(o, 8)?.try_into().unwrap())) };
-            let le32 = |o: usize| -> Result<u32> { Ok(u32::from_le_bytes(self.at(o, 4)?.try_into().unwrap())) };
-            let v = match typ {
-                DATA_TYPE_BOOLEAN => NvValue::Boolean,
-                DATA_TYPE_BOOLEAN_VALUE => NvValue::BooleanValue(le32(voff)? != 0),
-                DATA_TYPE_UINT64 => NvValue::Uint64(le64(voff)?),
-                DATA_TYPE_INT64 => NvValue::Int64(le64(voff)? as i64),
-                DATA_TYPE_UINT32 => NvValue::Uint32(le32(voff)?),
-                DATA_TYPE_INT32 => NvValue::Int32(le32(voff)? as i32),
-                DATA_TYPE_STRING => {
-                    let end = p + size as usize;
-                    let b = self.at(voff, end.saturating_sub(voff))?;
-                    NvValue::String(String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).into_owned())
-                }
-                DATA_TYPE_BYTE_ARRAY | DATA_TYPE_UINT8_ARRAY => {
-                    let n = nelem.max(0) as usize;
-                    NvValue::ByteArray(self.at(voff, n)?.to_vec())
-                }
-                DATA_TYPE_UINT64_ARRAY => {
-                    let n = nelem.max(0) as usize;
-                    let b = self.at(voff, n.saturating_mul(8))?;
-                    NvValue::Uint64Array(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
-                }
-                DATA_TYPE_NVLIST | DATA_TYPE_NVLIST_ARRAY => {
-                    embedded.push((l.pairs.len(), typ, nelem));
-                    NvValue::Boolean
-                }
-                t => return Err(FormatError::unsupported("native nvlist pair", format!("data type {t}"))),
-            };
+            let pair = self.at(self.pos, size as usize)?;
+            self.pos += size as usize;
+            let (name, v) = self.pair(pair, depth)?;
             l.pairs.push((name, v));
-            self.pos = p + size as usize;
         }
-        // Embedded lists follow the terminator, in pair order.
-        for (idx, typ, nelem) in embedded {
-            if typ == DATA_TYPE_NVLIST {
-                l.pairs[idx].1 = NvValue::NvList(self.list(depth + 1)?);
-            } else {
-                let n = nelem.max(0) as usize;
-                if n > self.buf.len() / 24 {
-                    return Err(FormatError::invalid("native nvlist", "nvlist array too long"));
+    }
+
+    /// One pair (`p` = its `size` bytes); embedded lists are read from the stream after it.
+    fn pair(&mut self, p: &'a [u8], depth: usize) -> Result<(String, NvValue)> {
+        let name_sz = self.u16_at(&p[4..]) as i16;
+        let nelem = self.u32_at(&p[8..]) as i32;
+        let typ = self.u32_at(&p[12..]) as i32;
+        if name_sz < 1 || 16 + name_sz as usize > p.len() || nelem < 0 {
+            return Err(FormatError::invalid("native nvlist pair", format!("name size {name_sz}, {nelem} elements")));
+        }
+        let name_b = &p[16..16 + name_sz as usize];
+        let name = cstr(name_b);
+        let voff = (16 + name_sz as usize + 7) & !7;
+        let val = p.get(voff..).unwrap_or(&[]);
+        let n = nelem as usize;
+        // The value bytes of n elements of `unit` bytes, inside the pair.
+        let elems = |unit: usize| -> Result<&'a [u8]> {
+            val.get(..n.saturating_mul(unit)).ok_or_else(|| {
+                FormatError::invalid("native nvlist pair", format!("'{name}': {n} elements overrun the pair"))
+            })
+        };
+        if n == 0 && typ != DATA_TYPE_STRING {
+            return Ok((name.clone(), empty_value(typ)?));
+        }
+        let v = match typ {
+            DATA_TYPE_BOOLEAN => NvValue::Boolean,
+            DATA_TYPE_BOOLEAN_VALUE => NvValue::BooleanValue(self.u32_at(elems(4)?) != 0),
+            DATA_TYPE_BYTE => NvValue::Byte(elems(1)?[0]),
+            DATA_TYPE_INT8 => NvValue::Int8(elems(1)?[0] as i8),
+            DATA_TYPE_UINT8 => NvValue::Uint8(elems(1)?[0]),
+            DATA_TYPE_INT16 => NvValue::Int16(self.u16_at(elems(2)?) as i16),
+            DATA_TYPE_UINT16 => NvValue::Uint16(self.u16_at(elems(2)?)),
+            DATA_TYPE_INT32 => NvValue::Int32(self.u32_at(elems(4)?) as i32),
+            DATA_TYPE_UINT32 => NvValue::Uint32(self.u32_at(elems(4)?)),
+            DATA_TYPE_INT64 => NvValue::Int64(self.u64_at(elems(8)?) as i64),
+            DATA_TYPE_UINT64 => NvValue::Uint64(self.u64_at(elems(8)?)),
+            DATA_TYPE_HRTIME => NvValue::Hrtime(self.u64_at(elems(8)?) as i64),
+            DATA_TYPE_DOUBLE => NvValue::Double(f64::from_bits(self.u64_at(elems(8)?))),
+            DATA_TYPE_STRING => {
+                if !val.contains(&0) {
+                    return Err(FormatError::invalid("native nvlist pair", format!("'{name}': unterminated string")));
                 }
+                NvValue::String(cstr(val))
+            }
+            DATA_TYPE_BYTE_ARRAY => NvValue::ByteArray(elems(1)?.to_vec()),
+            DATA_TYPE_UINT8_ARRAY => NvValue::Uint8Array(elems(1)?.to_vec()),
+            DATA_TYPE_INT8_ARRAY => NvValue::Int8Array(elems(1)?.iter().map(|b| *b as i8).collect()),
+            DATA_TYPE_INT16_ARRAY => NvValue::Int16Array(elems(2)?.chunks_exact(2).map(|c| self.u16_at(c) as i16).collect()),
+            DATA_TYPE_UINT16_ARRAY => NvValue::Uint16Array(elems(2)?.chunks_exact(2).map(|c| self.u16_at(c)).collect()),
+            DATA_TYPE_BOOLEAN_ARRAY => NvValue::BooleanArray(elems(4)?.chunks_exact(4).map(|c| self.u32_at(c) != 0).collect()),
+            DATA_TYPE_INT32_ARRAY => NvValue::Int32Array(elems(4)?.chunks_exact(4).map(|c| self.u32_at(c) as i32).collect()),
+            DATA_TYPE_UINT32_ARRAY => NvValue::Uint32Array(elems(4)?.chunks_exact(4).map(|c| self.u32_at(c)).collect()),
+            DATA_TYPE_INT64_ARRAY => NvValue::Int64Array(elems(8)?.chunks_exact(8).map(|c| self.u64_at(c) as i64).collect()),
+            DATA_TYPE_UINT64_ARRAY => NvValue::Uint64Array(elems(8)?.chunks_exact(8).map(|c| self.u64_at(c)).collect()),
+            DATA_TYPE_STRING_ARRAY => {
+                elems(8)?;
+                let mut rest = &val[n * 8..];
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
-                    v.push(self.list(depth + 1)?);
+                    let end = rest.iter().position(|&c| c == 0).ok_or_else(|| {
+                        FormatError::invalid("native nvlist pair", format!("'{name}': string array overruns the pair"))
+                    })?;
+                    v.push(String::from_utf8_lossy(&rest[..end]).into_owned());
+                    rest = &rest[end + 1..];
                 }
-                l.pairs[idx].1 = NvValue::NvListArray(v);
+                NvValue::StringArray(v)
             }
-        }
-        Ok(l)
+            DATA_TYPE_NVLIST => {
+                self.check_embedded(elems(24)?, &name)?;
+                NvValue::NvList(self.pairs(depth + 1)?)
+            }
+            DATA_TYPE_NVLIST_ARRAY => {
+                // n pointer slots, then n nvlist_t: 32 bytes an element, bounded by the pair.
+                let b = elems(32)?;
+                let mut v = Vec::with_capacity(n);
+                for i in 0..n {
+                    self.check_embedded(&b[n * 8 + i * 24..], &name)?;
+                    v.push(self.pairs(depth + 1)?);
+                }
+                NvValue::NvListArray(v)
+            }
+            t => return Err(FormatError::unsupported("native nvlist pair", format!("'{name}': data type {t}"))),
+        };
+        Ok((name, v))
     }
+
+    /// An embedded nvlist_t must carry NV_VERSION, as nvs_embedded requires.
+    fn check_embedded(&self, nvl: &[u8], name: &str) -> Result<()> {
+        let version = self.u32_at(nvl) as i32;
+        if version != NV_VERSION {
+            return Err(FormatError::unsupported("native nvlist", format!("'{name}': embedded list version {version}")));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes before the first NUL, as a string.
+fn cstr(b: &[u8]) -> String {
+    String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).into_owned()
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -525,8 +613,10 @@ fn enc_value(v: &NvValue, out: &mut Vec<u8>) {
         NvValue::Boolean => {}
         NvValue::BooleanValue(b) => put_u32(out, *b as u32),
         NvValue::Byte(x) | NvValue::Uint8(x) => put_u32(out, *x as u32),
-        NvValue::Int8(x) => put_u32(out, *x as i32 as u32),
-        NvValue::Int16(x) => put_u32(out, *x as i32 as u32),
+        // The kernel's xdr_char / xdr_short write the unsigned value (and its decoder
+        // refuses anything above 0xff / 0xffff), where userland libtirpc sign-extends.
+        NvValue::Int8(x) => put_u32(out, *x as u8 as u32),
+        NvValue::Int16(x) => put_u32(out, *x as u16 as u32),
         NvValue::Uint16(x) => put_u32(out, *x as u32),
         NvValue::Int32(x) => put_u32(out, *x as u32),
         NvValue::Uint32(x) => put_u32(out, *x),
@@ -563,9 +653,9 @@ fn is_xdr_array(v: &NvValue) -> bool {
 fn enc_elems(v: &NvValue, out: &mut Vec<u8>) {
     match v {
         NvValue::BooleanArray(a) => a.iter().for_each(|x| put_u32(out, *x as u32)),
-        NvValue::Int8Array(a) => a.iter().for_each(|x| put_u32(out, *x as i32 as u32)),
+        NvValue::Int8Array(a) => a.iter().for_each(|x| put_u32(out, *x as u8 as u32)),
         NvValue::Uint8Array(a) => a.iter().for_each(|x| put_u32(out, *x as u32)),
-        NvValue::Int16Array(a) => a.iter().for_each(|x| put_u32(out, *x as i32 as u32)),
+        NvValue::Int16Array(a) => a.iter().for_each(|x| put_u32(out, *x as u16 as u32)),
         NvValue::Uint16Array(a) => a.iter().for_each(|x| put_u32(out, *x as u32)),
         NvValue::Int32Array(a) => a.iter().for_each(|x| put_u32(out, *x as u32)),
         NvValue::Uint32Array(a) => a.iter().for_each(|x| put_u32(out, *x)),
@@ -595,11 +685,27 @@ fn enc_list(l: &NvList, out: &mut Vec<u8>) {
                 _ => enc_value(v, out),
             }
         }
-        let encoded = (out.len() - start) as u32;
+        // nvs_xdr_nvp_size counts xdr_array's element count even when nelem is 0 and
+        // nothing is written: an empty integer array's encoded size is 4 more than its bytes.
+        let phantom_count = if n == 0 && is_xdr_array(v) { 4 } else { 0 };
+        let encoded = (out.len() - start + phantom_count) as u32;
         out[start..start + 4].copy_from_slice(&encoded.to_be_bytes());
     }
     put_u32(out, 0);
     put_u32(out, 0);
+}
+
+/// Bytes nvs_xdr_nvp_size counts but never writes: 4 per empty integer array, at any depth.
+fn phantom_counts(l: &NvList) -> usize {
+    l.pairs
+        .iter()
+        .map(|(_, v)| match v {
+            NvValue::NvList(c) => phantom_counts(c),
+            NvValue::NvListArray(a) => a.iter().map(phantom_counts).sum(),
+            _ if is_xdr_array(v) && type_and_nelem(v).1 == 0 => 4,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The size of the pair in native form (nvpair_t header + name + value, 8-aligned), which the
@@ -698,9 +804,150 @@ mod tests {
         l.insert("d", NvValue::Double(1.5));
         l.insert("h", NvValue::Hrtime(-5));
         let p = l.encode_xdr();
-        // header 4, list header 8; pair "a": sizes 8, name 4+4, type 4, nelem 4 = 24 bytes.
-        assert_eq!(&p[12..16], &24u32.to_be_bytes());
+        // header 4, list header 8; pair "a": sizes 8, name 4+4, type 4, nelem 4 = 24 bytes,
+        // but the encoded size counts the unwritten array count too (as nvs_xdr_nvp_size).
+        assert_eq!(&p[12..16], &28u32.to_be_bytes());
+        assert_eq!(&p[12 + 24..12 + 28], &24u32.to_be_bytes(), "pair 'b' starts after 24 bytes");
         assert_eq!(NvList::decode_packed(&p).unwrap(), l);
+    }
+
+    /// An nvlist with every data type, packed by OpenZFS 2.1's userland libnvpair
+    /// (nvlist_pack, NV_ENCODE_XDR then NV_ENCODE_NATIVE, on x86-64).
+    const LIBNVPAIR_XDR: &[&str] = &[
+        "0101000000000000000000010000001800000018000000016200000000000001000000000000001c0000002000000002",
+        "627600000000001500000001000000010000001c0000002000000002627900000000000200000001ffffffab0000001c",
+        "0000002000000002693800000000001600000001fffffffd0000001c0000002000000002753800000000001700000001",
+        "ffffffc80000001c0000002000000003693136000000000300000001fffffed40000001c000000200000000375313600",
+        "00000004000000010000ea600000001c0000002000000003693332000000000500000001fffeee900000001c00000020",
+        "00000003753332000000000600000001ee6b2800000000200000002000000003693634000000000700000001fffffffe",
+        "d5fa0e00000000200000002000000003753634000000000800000001123456789abcdef0000000200000002000000003",
+        "64626c000000001b000000013ff800000000000000000020000000200000000268720000000000120000000100000000",
+        "075bcd150000002400000020000000037374720000000009000000010000000568656c6c6f0000000000002000000020",
+        "00000005656d707479000000000000090000000100000000000000200000002000000002626100000000000a00000005",
+        "0102030405000000000000280000002800000003626c6100000000180000000300000003000000010000000000000001",
+        "00000028000000200000000369386100000000190000000300000003ffffffff00000002fffffffd0000002400000020",
+        "00000003753861000000001a0000000200000002fffffffa00000007000000280000002000000004693136610000000b",
+        "0000000300000003ffffffff00000002fffffed4000000200000002000000004753136610000000c0000000100000001",
+        "0000ffff000000240000002000000004693332610000000d0000000200000002ffffffff000000070000002800000028",
+        "00000004753332610000000e00000003000000030000000100000002000000030000002c000000280000000469363461",
+        "0000000f0000000200000002ffffffffffffffff00000000000000090000002c00000028000000047536346100000010",
+        "00000002000000020000000000000001ffffffffffffffff0000001c0000001800000004753634650000001000000000",
+        "0000003000000040000000027361000000000011000000030000000161000000000000000000000578797a3132000000",
+        "0000004800000030000000026e7600000000001300000001000000000000000100000020000000200000000178000000",
+        "0000000800000001000000000000000100000000000000000000007400000058000000036e7661000000001400000002",
+        "000000000000000100000024000000200000000173000000000000090000000100000005616263646500000000000000",
+        "000000000000000000000001000000180000001800000004666c61670000000100000000000000000000000000000018",
+        "00000018000000036e7665000000001400000000000000000000000000000000",
+    ];
+    const LIBNVPAIR_NATIVE: &[&str] = &[
+        "000100000000000001000000180000000200000000000000010000006200000000000000200000000300000001000000",
+        "1500000062760000000000000100000000000000200000000300000001000000020000006279000000000000ab000000",
+        "00000000200000000300000001000000160000006938000000000000fd00000000000000200000000300000001000000",
+        "170000007538000000000000c800000000000000200000000400000001000000030000006931360000000000d4fe0000",
+        "0000000020000000040000000100000004000000753136000000000060ea000000000000200000000400000001000000",
+        "05000000693332000000000090eefeff0000000020000000040000000100000006000000753332000000000000286bee",
+        "00000000200000000400000001000000070000006936340000000000000efad5feffffff200000000400000001000000",
+        "080000007536340000000000f0debc9a785634122000000004000000010000001b00000064626c000000000000000000",
+        "0000f83f20000000030000000100000012000000687200000000000015cd5b0700000000200000000400000001000000",
+        "09000000737472000000000068656c6c6f00000020000000060000000100000009000000656d70747900000000000000",
+        "000000002000000003000000050000000a00000062610000000000000102030405000000280000000400000003000000",
+        "18000000626c610000000000010000000000000001000000000000002000000004000000030000001900000069386100",
+        "00000000ff02fd00000000002000000004000000020000001a0000007538610000000000fa0700000000000020000000",
+        "05000000030000000b0000006931366100000000ffff0200d4fe00002000000005000000010000000c00000075313661",
+        "00000000ffff0000000000002000000005000000020000000d0000006933326100000000ffffffff0700000028000000",
+        "05000000030000000e000000753332610000000001000000020000000300000000000000280000000500000002000000",
+        "0f0000006936346100000000ffffffffffffffff09000000000000002800000005000000020000001000000075363461",
+        "000000000100000000000000ffffffffffffffff18000000050000000000000010000000753634650000000040000000",
+        "030000000300000011000000736100000000000000000000000000000000000000000000000000000000000061000078",
+        "797a31320000000000000000300000000300000001000000130000006e76000000000000000000000100000000000000",
+        "000000000000000000000000200000000200000001000000080000007800000000000000010000000000000000000000",
+        "580000000400000002000000140000006e76610000000000000000000000000000000000000000000000000001000000",
+        "000000000000000000000000000000000000000001000000000000000000000000000000000000002000000002000000",
+        "0100000009000000730000000000000061626364650000000000000018000000050000000000000001000000666c6167",
+        "0000000000000000180000000400000000000000140000006e7665000000000000000000",
+    ];
+
+    fn every_type() -> NvList {
+        let mut c1 = NvList::new();
+        c1.add_u64("x", 1);
+        let mut c2 = NvList::new();
+        c2.add_str("s", "abcde");
+        let mut c3 = NvList::new();
+        c3.insert("flag", NvValue::Boolean);
+        let mut l = NvList::new();
+        let pairs = [
+            ("b", NvValue::Boolean),
+            ("bv", NvValue::BooleanValue(true)),
+            ("by", NvValue::Byte(0xab)),
+            ("i8", NvValue::Int8(-3)),
+            ("u8", NvValue::Uint8(200)),
+            ("i16", NvValue::Int16(-300)),
+            ("u16", NvValue::Uint16(60000)),
+            ("i32", NvValue::Int32(-70000)),
+            ("u32", NvValue::Uint32(4000000000)),
+            ("i64", NvValue::Int64(-5000000000)),
+            ("u64", NvValue::Uint64(0x123456789abcdef0)),
+            ("dbl", NvValue::Double(1.5)),
+            ("hr", NvValue::Hrtime(123456789)),
+            ("str", NvValue::String("hello".into())),
+            ("empty", NvValue::String(String::new())),
+            ("ba", NvValue::ByteArray(vec![1, 2, 3, 4, 5])),
+            ("bla", NvValue::BooleanArray(vec![true, false, true])),
+            ("i8a", NvValue::Int8Array(vec![-1, 2, -3])),
+            ("u8a", NvValue::Uint8Array(vec![250, 7])),
+            ("i16a", NvValue::Int16Array(vec![-1, 2, -300])),
+            ("u16a", NvValue::Uint16Array(vec![65535])),
+            ("i32a", NvValue::Int32Array(vec![-1, 7])),
+            ("u32a", NvValue::Uint32Array(vec![1, 2, 3])),
+            ("i64a", NvValue::Int64Array(vec![-1, 9])),
+            ("u64a", NvValue::Uint64Array(vec![1, u64::MAX])),
+            ("u64e", NvValue::Uint64Array(vec![])),
+            ("sa", NvValue::StringArray(vec!["a".into(), "".into(), "xyz12".into()])),
+            ("nv", NvValue::NvList(c1)),
+            ("nva", NvValue::NvListArray(vec![c2, c3])),
+            ("nve", NvValue::NvListArray(vec![])),
+        ];
+        for (n, v) in pairs {
+            l.insert(n, v);
+        }
+        l
+    }
+
+    #[test]
+    fn libnvpair_every_type_xdr() {
+        let theirs = hex::decode(LIBNVPAIR_XDR.concat()).unwrap();
+        let l = every_type();
+        assert_eq!(NvList::decode_packed(&theirs).unwrap(), l);
+        // Ours is the kernel's form: identical but for chars and shorts, which userland
+        // libtirpc sign-extends and the kernel's XDR writes unsigned.
+        let ours = l.encode_xdr();
+        assert_eq!(ours.len(), theirs.len());
+        let mut diffs = 0;
+        for (o, t) in ours.chunks_exact(4).zip(theirs.chunks_exact(4)) {
+            let (o, t) = (u32::from_be_bytes(o.try_into().unwrap()), u32::from_be_bytes(t.try_into().unwrap()));
+            if o != t {
+                diffs += 1;
+                let ext = if o <= 0xff { o as u8 as i8 as i32 as u32 } else { o as u16 as i16 as i32 as u32 };
+                assert!(o <= 0xffff && t == ext, "word {o:#x} against {t:#x}");
+            }
+        }
+        // by, i8, u8, i16, i8a[0], i8a[2], u8a[0], i16a[0], i16a[2].
+        assert_eq!(diffs, 9);
+        assert_eq!(NvList::decode_packed(&ours).unwrap(), l);
+    }
+
+    #[test]
+    fn libnvpair_every_type_native() {
+        let native = hex::decode(LIBNVPAIR_NATIVE.concat()).unwrap();
+        assert_eq!(NvList::decode_packed(&native).unwrap(), every_type());
+        // Every truncation is an error, never a panic.
+        for n in 0..native.len() {
+            assert!(NvList::decode_packed(&native[..n]).is_err(), "{n} bytes");
+        }
+        // A pair size running past the end.
+        let mut bad = native.clone();
+        bad[12] = 0xf0;
+        assert!(NvList::decode_packed(&bad).is_err());
     }
 
     #[test]
