@@ -189,31 +189,91 @@ impl NvList {
         out
     }
 
-    /// A readable tree, one pair a line, like `zdb -l` prints a config.
+    /// A readable tree, one pair a line, as libnvpair's dump_nvlist prints it (what
+    /// `zdb -l` shows at indent 4): `name: value`, strings quoted, booleans as true/false,
+    /// arrays one element a line as `name[i]: value`, nested lists indented by 4 more.
     pub fn fmt_tree(&self) -> String {
+        self.fmt_tree_indent(0)
+    }
+
+    /// [`NvList::fmt_tree`] starting at `indent` spaces.
+    pub fn fmt_tree_indent(&self, indent: usize) -> String {
         let mut s = String::new();
-        fmt_list(self, 0, &mut s);
+        fmt_list(self, indent, 0, &mut s);
         s
     }
 }
 
-fn fmt_list(l: &NvList, depth: usize, s: &mut String) {
-    let pad = "    ".repeat(depth);
+fn fmt_list(l: &NvList, indent: usize, depth: usize, s: &mut String) {
+    use std::fmt::Write;
+    let pad = " ".repeat(indent);
+    fn arr<T: std::fmt::Display>(s: &mut String, pad: &str, n: &str, a: &[T]) {
+        for (i, x) in a.iter().enumerate() {
+            let _ = writeln!(s, "{pad}{n}[{i}]: {x}");
+        }
+    }
     for (n, v) in &l.pairs {
         match v {
+            NvValue::Boolean => {
+                let _ = writeln!(s, "{pad}{n}");
+            }
+            NvValue::BooleanValue(b) => {
+                let _ = writeln!(s, "{pad}{n}: {b}");
+            }
+            NvValue::Byte(x) | NvValue::Uint8(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Int8(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Int16(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Uint16(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Int32(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Uint32(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Int64(x) | NvValue::Hrtime(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Uint64(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::Double(x) => {
+                let _ = writeln!(s, "{pad}{n}: {x}");
+            }
+            NvValue::String(x) => {
+                let _ = writeln!(s, "{pad}{n}: '{x}'");
+            }
+            NvValue::ByteArray(a) | NvValue::Uint8Array(a) => arr(s, &pad, n, a),
+            NvValue::BooleanArray(a) => arr(s, &pad, n, &a.iter().map(|b| *b as u8).collect::<Vec<_>>()),
+            NvValue::Int8Array(a) => arr(s, &pad, n, a),
+            NvValue::Int16Array(a) => arr(s, &pad, n, a),
+            NvValue::Uint16Array(a) => arr(s, &pad, n, a),
+            NvValue::Int32Array(a) => arr(s, &pad, n, a),
+            NvValue::Uint32Array(a) => arr(s, &pad, n, a),
+            NvValue::Int64Array(a) => arr(s, &pad, n, a),
+            NvValue::Uint64Array(a) => arr(s, &pad, n, a),
+            NvValue::StringArray(a) => arr(s, &pad, n, &a.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>()),
             NvValue::NvList(c) => {
-                s.push_str(&format!("{pad}{n}:\n"));
-                fmt_list(c, depth + 1, s);
+                let _ = writeln!(s, "{pad}{n}:");
+                if depth < MAX_DEPTH {
+                    fmt_list(c, indent + 4, depth + 1, s);
+                }
             }
             NvValue::NvListArray(a) => {
                 for (i, c) in a.iter().enumerate() {
-                    s.push_str(&format!("{pad}{n}[{i}]:\n"));
-                    fmt_list(c, depth + 1, s);
+                    let _ = writeln!(s, "{pad}{n}[{i}]:");
+                    if depth < MAX_DEPTH {
+                        fmt_list(c, indent + 4, depth + 1, s);
+                    }
                 }
             }
-            NvValue::String(x) => s.push_str(&format!("{pad}{n}: '{x}'\n")),
-            NvValue::Uint64(x) => s.push_str(&format!("{pad}{n}: {x}\n")),
-            other => s.push_str(&format!("{pad}{n}: {other:?}\n")),
         }
     }
 }
@@ -789,8 +849,31 @@ mod tests {
         let mut padded = packed.clone();
         padded.resize(4096, 0);
         assert_eq!(NvList::decode_packed(&padded).unwrap(), l);
-        let tree = l.fmt_tree();
-        assert!(tree.contains("name: 'tank-basic'") && tree.contains("    ashift: 9"), "{tree}");
+        // `zdb -l` on the fixture device, label 0.
+        let zdb = "    version: 23
+    name: 'tank-basic'
+    state: 1
+    txg: 41
+    pool_guid: 17908523572816537081
+    hostid: 8323328
+    hostname: 'vm'
+    top_guid: 14576290548776215872
+    guid: 14576290548776215872
+    vdev_children: 1
+    vdev_tree:
+        type: 'file'
+        id: 0
+        guid: 14576290548776215872
+        path: '/var/tmp/fixture-work/basic/vdevs/d0'
+        metaslab_array: 23
+        metaslab_shift: 19
+        ashift: 9
+        asize: 62390272
+        is_log: 0
+        create_txg: 4
+";
+        assert_eq!(l.fmt_tree_indent(4), zdb);
+        assert!(l.fmt_tree().starts_with("version: 23\nname: 'tank-basic'\n"));
     }
 
     #[test]
