@@ -162,3 +162,57 @@ impl DslDatasetPhys {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MOS dnodes 0..31 of the `basic` fixture pool.
+    const MOS0: &[u8] = include_bytes!("../tests/data/fx-dnode-basic-mos0.bin");
+    const T46: u64 = 1795334386;
+
+    fn bonus(obj: usize) -> (u8, Vec<u8>) {
+        let d = crate::dnode::DnodePhys::decode(&MOS0[obj * 512..], true).unwrap();
+        (d.bonustype, d.bonus)
+    }
+
+    #[test]
+    fn fixture_dsl_dir_matches_zdb() {
+        let (bt, b) = bonus(2);
+        assert_eq!((bt, b.len()), (crate::types::DMU_OT_DSL_DIR, 256));
+        let d = DslDirPhys::decode(&b, true).unwrap();
+        // zdb -dddddd tank-basic 2
+        assert_eq!((d.creation_time, d.head_dataset_obj, d.parent_dir_obj, d.origin_obj, d.child_dir_zapobj), (T46, 16, 0, 14, 4));
+        assert_eq!((d.quota, d.reserved, d.props_zapobj, d.deleg_zapobj, d.flags, d.clones), (0, 0, 3, 0, DD_FLAG_USED_BREAKDOWN, 0));
+        // used 7.35M = HEAD 7.12M + SNAP 108K + CHILD 128K
+        assert_eq!((d.used_breakdown[DD_USED_SNAP] as f64 / 1024.0).round(), 108.0); // nicenum rounds
+        assert_eq!((d.used_breakdown[DD_USED_CHILD] as f64 / 1024.0).round(), 128.0);
+        assert_eq!((d.used_breakdown[DD_USED_CHILD_RSRV], d.used_breakdown[DD_USED_REFRSRV]), (0, 0));
+        assert_eq!(d.used_breakdown.iter().sum::<u64>(), d.used_bytes);
+        assert_eq!((d.used_bytes as f64 / 1048576.0 * 100.0).round(), 735.0);
+        assert!(DslDirPhys::decode(&b[..100], true).is_err());
+    }
+
+    #[test]
+    fn fixture_dsl_datasets_match_zdb() {
+        let (bt, b) = bonus(16);
+        assert_eq!((bt, b.len()), (crate::types::DMU_OT_DSL_DATASET, 320));
+        let ds = DslDatasetPhys::decode(&b, true).unwrap();
+        assert_eq!((ds.dir_obj, ds.prev_snap_obj, ds.prev_snap_txg, ds.next_snap_obj, ds.snapnames_zapobj), (2, 55, 31, 0, 17));
+        assert_eq!((ds.num_children, ds.userrefs_obj, ds.creation_time, ds.creation_txg, ds.deadlist_obj), (0, 0, T46, 1, 56));
+        assert_eq!((ds.fsid_guid, ds.guid, ds.flags), (27442732333247172, 15208006873311644525, DS_FLAG_UNIQUE_ACCURATE));
+        assert_eq!((ds.next_clones_obj, ds.props_obj), (0, 0));
+        assert_eq!((ds.unique_bytes as f64 / 1024.0).round(), 548.0);
+        assert_eq!(
+            ds.bp.to_string(),
+            "DVA[0]=<0:8d5a00:200> DVA[1]=<0:1404a00:200> [L0 DMU objset] fletcher4 lzjb unencrypted LE contiguous unique \
+             double size=800L/200P birth=33L/33P fill=82 cksum=00000013d2021e2e:00000663c1abf534:00011e09fa2c3450:0023d6b849211b3d"
+        );
+        // $ORIGIN's head dataset: never written, a hole.
+        let ds = DslDatasetPhys::decode(&bonus(14).1, true).unwrap();
+        assert_eq!((ds.dir_obj, ds.next_snap_obj, ds.num_children, ds.deadlist_obj, ds.next_clones_obj), (8, 11, 2, 13, 19));
+        assert_eq!((ds.fsid_guid, ds.guid), (46734484078348182, 7019893940177528737));
+        assert_eq!(ds.bp.to_string(), "HOLE [L0 unallocated] size=200L birth=0L");
+        assert!(DslDatasetPhys::decode(&bonus(16).1[..270], true).is_err());
+    }
+}

@@ -296,5 +296,47 @@ mod tests {
         assert!(!ot_is_metadata(DMU_OT_PLAIN_FILE_CONTENTS));
         assert!(ot_is_metadata(DMU_OT_NEWTYPE | DMU_OT_METADATA | 3));
     }
+
+    /// The type column of zdb -bb on the `basic` fixture, row by row.
+    #[test]
+    fn rows_match_zdb_bb() {
+        let txt = include_str!("../tests/data/fx-zdb-blocks-basic.txt");
+        let rows: Vec<&str> = txt
+            .lines()
+            .skip_while(|l| !l.starts_with("Blocks\tLSIZE"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| l.splitn(8, '\t').nth(7).unwrap())
+            .collect();
+        assert_eq!(rows.len(), ZDB_OT_TOTAL + 1);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(zdb_row_name(i), *r, "row {i}");
+            if i < DMU_OT_NUMTYPES as usize {
+                assert_eq!(ot_name(i as u8), *r);
+            }
+        }
+    }
+
+    #[test]
+    fn new_style_types() {
+        assert_eq!(DMU_OTN_ZAP_METADATA, 0xc4);
+        assert_eq!(DMU_OTN_UINT64_ENC_DATA, 0xa3);
+        assert_eq!(zdb_bucket(DMU_OTN_ZAP_METADATA), ZDB_OT_OTHER);
+        assert_eq!(zdb_bucket(DMU_OT_ZNODE), DMU_OT_ZNODE as usize);
+        assert_eq!(ot_name(DMU_OTN_UINT64_DATA), "other");
+        assert_eq!(bp_type_name(DMU_OTN_ZAP_METADATA), "bswap metadata zap");
+        assert_eq!(bp_type_name(DMU_OTN_UINT8_DATA), "bswap data uint8");
+        assert_eq!(zdb_ot_name(DMU_OTN_UINT64_METADATA), "uint64");
+        assert_eq!(zdb_ot_type(DMU_OTN_ZAP_DATA), DMU_OT_ZAP_OTHER);
+        assert_eq!(zdb_ot_type(DMU_OTN_UINT64_METADATA), DMU_OT_UINT64_OTHER);
+        assert_eq!(zdb_ot_type(DMU_OTN_UINT8_METADATA), DMU_OT_NUMTYPES);
+        assert!(ot_is_valid(DMU_OTN_ZAP_ENC_METADATA) && !ot_is_valid(0x80 | 12) && !ot_is_valid(54));
+        assert!(ot_is_encrypted(DMU_OTN_UINT8_ENC_DATA) && !ot_is_encrypted(DMU_OTN_UINT8_DATA));
+        assert!(!ot_is_metadata(DMU_OTN_ZAP_DATA));
+        assert_eq!(ot_byteswap(DMU_OT_DNODE), Some(DMU_BSWAP_DNODE));
+        assert_eq!(ot_byteswap(DMU_OT_DIRECTORY_CONTENTS), Some(DMU_BSWAP_ZAP));
+        assert_eq!(ot_byteswap(DMU_OTN_UINT16_DATA), Some(DMU_BSWAP_UINT16));
+        assert_eq!(ot_name(200 & 0x7f), "UNKNOWN");
+    }
 }
 

@@ -362,6 +362,102 @@ mod tests {
         assert!(decode_micro(&b[..10], true).is_err());
     }
 
+    const MASTER: &[u8] = include_bytes!("../tests/data/fx-microzap-basic-master.bin");
+    const ROOT: &[u8] = include_bytes!("../tests/data/fx-microzap-basic-root.bin");
+    const FAT_HDR: &[u8] = include_bytes!("../tests/data/fx-fatzap-mg-hdr.bin");
+    const FAT_LEAF1: &[u8] = include_bytes!("../tests/data/fx-fatzap-mg-leaf1.bin");
+
+    #[test]
+    fn fixture_micro_zaps_match_zdb() {
+        assert_eq!(block_type(MASTER, true).unwrap(), ZBT_MICRO);
+        // zdb: "microzap: 512 bytes, 4 entries: ROOT = 3, SHARES = 4, DELETE_QUEUE = 2, VERSION = 4"
+        let (salt, norm, ents) = decode_micro(MASTER, true).unwrap();
+        assert_eq!((salt, norm), (0xc224f3, 0));
+        let mut got: Vec<(&str, u64)> = ents.iter().map(|e| (e.name.as_str(), e.value)).collect();
+        got.sort();
+        assert_eq!(got, vec![("DELETE_QUEUE", 2), ("ROOT", 3), ("SHARES", 4), ("VERSION", 4)]);
+        assert!(ents.iter().all(|e| e.cd == 0));
+        // The root directory: 1 KiB, 10 entries; values carry the DT_ type in the top 4 bits.
+        let (_, _, ents) = decode_micro(ROOT, true).unwrap();
+        let mut got: Vec<(&str, u64, u8)> =
+            ents.iter().map(|e| (e.name.as_str(), crate::znode::dirent_obj(e.value), crate::znode::dirent_type(e.value))).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("added-after-change", 84, 8),
+                ("deep", 48, 4),
+                ("empty-dir", 82, 4),
+                ("hardlink-to-f5", 24, 8),
+                ("link-long", 81, 10),
+                ("link-short", 80, 10),
+                ("modes", 74, 4),
+                ("names", 77, 4),
+                ("sizes", 5, 4),
+                ("sparse.img", 83, 8),
+            ]
+        );
+        assert!(decode_micro(FAT_HDR, true).is_err());
+    }
+
+    #[test]
+    fn fixture_fat_zap_matches_zdb() {
+        // zdb -dddddd tank-mirror-gzip/lz 5 ("Fat ZAP stats"): embedded pointer table of 1024
+        // entries, shift 10, 16 leaves, 3000 entries, salt 0x3a8d7eb.
+        assert_eq!(block_type(FAT_HDR, true).unwrap(), ZBT_HEADER);
+        let h = decode_fat_header(FAT_HDR, true).unwrap();
+        assert_eq!((h.magic, h.ptrtbl_blk, h.ptrtbl_numblks, h.ptrtbl_shift), (ZAP_MAGIC, 0, 0, 10));
+        assert_eq!((h.ptrtbl_nextblk, h.ptrtbl_blks_copied, h.num_leafs, h.num_entries), (0, 0, 16, 3000));
+        assert_eq!((h.salt, h.normflags, h.freeblk), (0x3a8d7eb, 0, 17));
+        assert_eq!(zap_hashbits(h.flags), 28);
+        let t = embedded_ptrtbl(FAT_HDR, true).unwrap();
+        assert_eq!(t.len(), 1024);
+        let leaves: std::collections::BTreeSet<u64> = t.iter().copied().collect();
+        assert_eq!(leaves, (1..=16).collect());
+        // "Leafs with 2^n pointers: 6: 16": every leaf owns 64 consecutive entries.
+        assert!(t[..64].iter().all(|&b| b == 1));
+
+        let leaf = decode_fat_leaf(FAT_LEAF1, true).unwrap();
+        assert_eq!((leaf.prefix, leaf.prefix_len, leaf.nentries), (0, 4, 188));
+        assert_eq!(leaf.entries.len(), 188);
+        for e in &leaf.entries {
+            // zdb lists every name as entry-NNNNN = NNNNN + 6 (type: Regular File).
+            let name = e.name_str();
+            let n: u64 = name.strip_prefix("entry-").unwrap().parse().unwrap();
+            assert_eq!((e.int_size, e.num_ints, e.cd), (8, 1, 0), "{name}");
+            assert_eq!(e.value_u64s(), vec![(8u64 << 60) | (n + 6)], "{name}");
+            assert_eq!(e.hash, zap_hash(h.salt, name.as_bytes()), "{name}");
+            assert_eq!(zap_leaf_index(e.hash, leaf.prefix_len as u64), leaf.prefix);
+            assert_eq!(t[zap_leaf_index(e.hash, h.ptrtbl_shift) as usize], 1);
+        }
+        // Damaged leaves give errors, never panics or hangs.
+        let mut bad = FAT_LEAF1.to_vec();
+        bad[24] ^= 1;
+        assert!(decode_fat_leaf(&bad, true).is_err());
+        assert!(decode_fat_leaf(&FAT_LEAF1[..16000], true).is_err());
+        let mut bad = FAT_LEAF1.to_vec();
+        for i in (48..48 + 1024).step_by(2) {
+            bad[i] = 0x10; // every bucket points at chunk 16
+        }
+        let _ = decode_fat_leaf(&bad, true);
+    }
+
+    #[test]
+    fn uint64_key_hash_and_leaf() {
+        // A uint64 key hashes its words low byte first: the same as the bytes of the words in
+        // little-endian order.
+        let w = [0x0102030405060708u64, 42];
+        let mut bytes = Vec::new();
+        for x in w {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        assert_eq!(zap_hash_uint64(7, &w, 28, false), zap_hash_bits(7, &bytes, 28));
+        assert_eq!(zap_hash_uint64(7, &w, 48, true), 0x0102030405060708 & !0xffff);
+        assert_eq!(zap_hash_bits(7, &bytes, 48) & 0xffff, 0);
+        assert_eq!(zap_leaf_index(0xf000_0000_0000_0000, 4), 0xf);
+        assert_eq!(zap_leaf_index(0xf000_0000_0000_0000, 0), 0);
+    }
+
     #[test]
     fn crc_table_is_ecma_reflected() {
         assert_eq!(crc64_table()[128], ZFS_CRC64_POLY);
