@@ -260,6 +260,124 @@ pub fn attrs_present(buf: &[u8], le: bool, reg: &SaRegistry) -> Result<Vec<Strin
 mod tests {
     use super::*;
 
+    /// The registry a ZPL 5 objset writes: zfs_attr_table in order, numbered from 0,
+    /// ATTR_ENCODE(num, length, byteswap).
+    fn zpl_registry(layouts: Vec<(u64, Vec<u16>)>) -> SaRegistry {
+        let regs = ZPL_ATTRS
+            .iter()
+            .enumerate()
+            .map(|(i, (n, len))| {
+                let bswap: u64 = if *len == 0 || *n == "ZPL_ZNODE_ACL" { 0 } else { 3 };
+                (n.to_string(), i as u64 | (bswap << 16) | ((*len as u64) << 24))
+            })
+            .collect();
+        SaRegistry::new(regs, layouts)
+    }
+
+    /// An SA buffer as sa_build_layouts lays it out: header (magic, layout info, the lengths of
+    /// the variable attributes, padded to 8), then each attribute padded to 8.
+    fn build(le: bool, layout: u16, attrs: &[&[u8]], var: &[u16]) -> Vec<u8> {
+        let hdrsz = (6 + 2 * var.len() + 7) & !7;
+        let mut b = vec![0u8; hdrsz];
+        let put16 = |b: &mut Vec<u8>, off: usize, v: u16| b[off..off + 2].copy_from_slice(&if le { v.to_le_bytes() } else { v.to_be_bytes() });
+        b[0..4].copy_from_slice(&if le { SA_MAGIC.to_le_bytes() } else { SA_MAGIC.to_be_bytes() });
+        put16(&mut b, 4, layout | (((hdrsz / 8) as u16) << 10));
+        for (i, l) in var.iter().enumerate() {
+            put16(&mut b, 6 + 2 * i, *l);
+        }
+        for a in attrs {
+            b.extend_from_slice(a);
+            while b.len() % 8 != 0 {
+                b.push(0);
+            }
+        }
+        b
+    }
+
+    fn w(le: bool, v: &[u64]) -> Vec<u8> {
+        v.iter().flat_map(|x| if le { x.to_le_bytes() } else { x.to_be_bytes() }).collect()
+    }
+
+    #[test]
+    fn zpl_symlink_layout_in_both_byte_orders() {
+        use std::collections::BTreeMap;
+        let n: BTreeMap<&str, u16> = ZPL_ATTRS.iter().enumerate().map(|(i, (nm, _))| (*nm, i as u16)).collect();
+        let names = [
+            "ZPL_MODE", "ZPL_SIZE", "ZPL_GEN", "ZPL_UID", "ZPL_GID", "ZPL_PARENT", "ZPL_FLAGS", "ZPL_ATIME", "ZPL_MTIME", "ZPL_CTIME",
+            "ZPL_CRTIME", "ZPL_LINKS", "ZPL_DACL_COUNT", "ZPL_DACL_ACES", "ZPL_SYMLINK", "ZPL_PROJID",
+        ];
+        let reg = zpl_registry(vec![(2, names.iter().map(|x| n[x]).collect())]);
+        assert_eq!(reg.num_of("ZPL_SYMLINK"), Some(17));
+        assert_eq!(reg.attr(5).map(|a| (a.length, a.byteswap)), Some((8, 3)));
+        for le in [true, false] {
+            let aces = [0xaau8; 12];
+            let target = b"../some/where/else";
+            let attrs: Vec<Vec<u8>> = vec![
+                w(le, &[0o120777]),
+                w(le, &[18]),
+                w(le, &[7]),
+                w(le, &[1000]),
+                w(le, &[100]),
+                w(le, &[34]),
+                w(le, &[0x40800000004]),
+                w(le, &[1700000000, 1]),
+                w(le, &[1700000001, 2]),
+                w(le, &[1700000002, 3]),
+                w(le, &[1700000003, 4]),
+                w(le, &[1]),
+                w(le, &[2]),
+                aces.to_vec(),
+                target.to_vec(),
+                w(le, &[9]),
+            ];
+            let refs: Vec<&[u8]> = attrs.iter().map(|a| a.as_slice()).collect();
+            let b = build(le, 2, &refs, &[12, 18]);
+            let h = decode_hdr(&b, le).unwrap();
+            assert_eq!((h.layout, h.hdrsz, h.layout_num()), (2, 16, 2));
+            assert_eq!(&h.var_lengths[..2], &[12, 18]);
+            let z = decode_znode_sa(&b, le, &reg).unwrap();
+            assert_eq!((z.mode, z.size, z.gen, z.uid, z.gid, z.parent), (0o120777, 18, 7, 1000, 100, 34));
+            assert_eq!((z.flags, z.links, z.projid), (0x40800000004, 1, 9));
+            assert_eq!((z.atime, z.mtime, z.ctime, z.crtime), ((1700000000, 1), (1700000001, 2), (1700000002, 3), (1700000003, 4)));
+            assert_eq!(z.symlink.as_deref(), Some(&target[..]));
+            assert!(z.dxattr.is_none());
+            let present = attrs_present(&b, le, &reg).unwrap();
+            assert_eq!(present, names.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            // Cut short: the last attribute does not fit.
+            assert!(decode_znode_sa(&b[..b.len() - 8], le, &reg).is_err());
+            // The other byte order does not even have the magic.
+            assert!(decode_hdr(&b, !le).is_err());
+        }
+    }
+
+    #[test]
+    fn builtin_layouts() {
+        let reg = SaRegistry::legacy();
+        // A header whose layout field is 0 means layout 1: no attributes.
+        let b = build(true, 0, &[], &[]);
+        assert_eq!(decode_hdr(&b, true).unwrap().layout_num(), 1);
+        let z = decode_znode_sa(&b, true, &reg).unwrap();
+        assert_eq!(z.mode, 0);
+        assert!(attrs_present(&b, true, &reg).unwrap().is_empty());
+        assert_eq!(reg.layouts.get(&0).map(|l| l.len()), Some(16));
+        // A layout nobody registered is an error naming it.
+        let b = build(true, 9, &[], &[]);
+        assert!(matches!(decode_znode_sa(&b, true, &reg), Err(FormatError::Invalid { .. })));
+        // A header size past the buffer.
+        let mut b = build(true, 2, &[], &[]);
+        b[5] = 0xfc;
+        assert!(decode_hdr(&b, true).is_err());
+    }
+
+    #[test]
+    fn registration_values() {
+        // ZPL_SIZE as a ZPL 5 objset registers it: attr 6, 8 bytes, uint64 byteswap.
+        let a = SaAttr::from_registration("ZPL_SIZE", 0x0800_0000 | (3 << 16) | 6);
+        assert_eq!((a.num, a.length, a.byteswap, a.name.as_str()), (6, 8, 3, "ZPL_SIZE"));
+        let a = SaAttr::from_registration("ZPL_DXATTR", 20);
+        assert_eq!((a.num, a.length, a.byteswap), (20, 0, 0));
+    }
+
     #[test]
     fn decodes_a_layout_with_a_variable_attribute() {
         // registry: MODE(5, 8 bytes), SIZE(6, 8), SYMLINK(17, variable); layout 2 = [5, 17, 6]
