@@ -72,8 +72,7 @@ fn ds_phys(mos: &Objset, obj: u64) -> Result<DslDatasetPhys> {
     DslDatasetPhys::decode(&b, le).map_err(|e| ZfsError::corrupt(format!("DSL dataset {obj}"), e))
 }
 
-/// Every dataset and snapshot, in `zfs list -t all` order: depth first by name, each
-/// filesystem followed by its snapshots (by creation txg) before its children.
+/// Every dataset and snapshot, in `zfs list -t all` order (see `sort_like_zfs_list`).
 pub fn list_datasets(spa: &Arc<Spa>) -> Result<Vec<DatasetInfo>> {
     let mos = spa.mos();
     let root_dir = crate::zap::zap_lookup_u64(&mos, 1, "root_dataset")?
@@ -109,7 +108,6 @@ pub fn list_datasets(spa: &Arc<Spa>) -> Result<Vec<DatasetInfo>> {
                         objset_type,
                     });
                 }
-                snaps.sort_by_key(|s| s.ds.creation_txg);
                 out.extend(snaps);
             }
         }
@@ -124,7 +122,28 @@ pub fn list_datasets(spa: &Arc<Spa>) -> Result<Vec<DatasetInfo>> {
             }
         }
     }
+    sort_like_zfs_list(&mut out);
     Ok(out)
+}
+
+/// `zfs list`'s default order (zfs_iter.c's comparison): the names up to '@' compared byte
+/// by byte (so "tank/a-b" sorts before "tank/a/b"), a dataset before its own snapshots, and
+/// snapshots of one dataset by creation txg.
+pub fn sort_like_zfs_list(list: &mut [DatasetInfo]) {
+    list.sort_by(|l, r| zfs_list_order((&l.name, l.ds.creation_txg), (&r.name, r.ds.creation_txg)));
+}
+
+/// The comparison behind `sort_like_zfs_list`, on (name, creation txg).
+pub fn zfs_list_order(l: (&str, u64), r: (&str, u64)) -> std::cmp::Ordering {
+    use std::cmp::Ordering::*;
+    let (lb, ls) = l.0.split_once('@').map_or((l.0, None), |(b, s)| (b, Some(s)));
+    let (rb, rs) = r.0.split_once('@').map_or((r.0, None), |(b, s)| (b, Some(s)));
+    lb.as_bytes().cmp(rb.as_bytes()).then_with(|| match (ls, rs) {
+        (None, None) => Equal,
+        (None, Some(_)) => Less,
+        (Some(_), None) => Greater,
+        (Some(a), Some(b)) => l.1.cmp(&r.1).then_with(|| a.cmp(b)),
+    })
 }
 
 pub fn find_dataset(spa: &Arc<Spa>, name: &str) -> Result<DatasetInfo> {
@@ -240,35 +259,134 @@ fn ratio(u: u64, c: u64) -> String {
     }
 }
 
-/// Pool-wide numbers the dataset properties need.
+/// Pool-wide numbers the dataset properties need, computed as OpenZFS 2.1 does:
+///
+/// * `dspace` (spa_get_dspace): the deflated size of every metaslab of the normal class
+///   (`ms_count << ms_shift` per top-level vdev, raidz parity taken out with the vdev's
+///   deflate ratio), less the metaslab a vdev with more than 64 metaslabs sets aside for
+///   the embedded log, plus the space dedup saves (`dedup_dspace`).
+/// * `slop` (spa_get_slop_space): 1/32 of `dspace - dedup_dspace`, at most 128 GiB, less
+///   the embedded log (by no more than half), and at least min(128 MiB, half the pool).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolSpace {
-    /// Usable bytes of the normal class (raidz parity deflated).
     pub dspace: u64,
     pub slop: u64,
+    /// Bytes referenced through the dedup table beyond those allocated (ref_dsize - dsize).
+    pub dedup_dspace: u64,
+    /// Deflated size of the metaslabs set aside for the embedded log class.
+    pub embedded_log: u64,
+}
+
+/// The deflate ratio of a top-level vdev (vdev_set_deflate_ratio): 512-byte units of
+/// usable space per 512-byte unit allocated, times 512, measured on a 128 KiB block.
+pub fn deflate_ratio(top: &crate::vdev::Vdev) -> u64 {
+    let psize = 1u64 << 17;
+    let asize = match top.kind {
+        crate::vdev::VdevKind::Raidz { nparity } => raidz_asize(psize, top.ashift, top.children.len() as u64, nparity as u64),
+        _ => {
+            let a = 1u64 << top.ashift.min(17);
+            psize.div_ceil(a) * a
+        }
+    };
+    (1 << 17) / (asize >> 9).max(1)
+}
+
+/// vdev_raidz_asize: sectors of data, plus parity per row, rounded up to a multiple of
+/// nparity + 1 sectors.
+pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
+    if cols <= nparity || psize == 0 {
+        return psize;
+    }
+    let mut asize = ((psize - 1) >> ashift) + 1;
+    asize += nparity * asize.div_ceil(cols - nparity);
+    asize.div_ceil(nparity + 1) * (nparity + 1) << ashift
+}
+
+/// The pool's dedup table totals: (dsize, ref_dsize), summed over every DDT histogram in
+/// the MOS "DDT-statistics" ZAP (64 buckets of ddt_stat_t: blocks, lsize, psize, dsize,
+/// ref_blocks, ref_lsize, ref_psize, ref_dsize).
+pub fn dedup_totals(spa: &Spa) -> (u64, u64) {
+    let mos = spa.mos();
+    let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, oxzfs_format::dsl::DMU_POOL_DDT_STATS) else {
+        return (0, 0);
+    };
+    let (mut dsize, mut ref_dsize) = (0u64, 0u64);
+    for e in crate::zap::zap_list(&mos, obj).unwrap_or_default() {
+        if e.int_size != 8 {
+            continue;
+        }
+        for bucket in e.value_u64s().chunks_exact(8) {
+            dsize = dsize.saturating_add(bucket[3]);
+            ref_dsize = ref_dsize.saturating_add(bucket[7]);
+        }
+    }
+    (dsize, ref_dsize)
+}
+
+/// OpenZFS's dedup ratio in hundredths (ddt_get_pool_dedup_ratio): 100 without a DDT.
+pub fn dedup_ratio_x100(spa: &Spa) -> u64 {
+    let (dsize, ref_dsize) = dedup_totals(spa);
+    if dsize == 0 {
+        100
+    } else {
+        (ref_dsize as u128 * 100 / dsize as u128) as u64
+    }
 }
 
 pub fn pool_space(spa: &Spa) -> PoolSpace {
     let mut dspace = 0u64;
+    let mut embedded_log = 0u64;
     for top in &spa.root_vdev.children {
-        if top.is_log || !top.alloc_bias.is_empty() {
+        if top.is_log || !top.alloc_bias.is_empty() || top.kind == crate::vdev::VdevKind::Hole {
             continue;
         }
-        let a = top.asize;
-        let d = match top.kind {
-            crate::vdev::VdevKind::Raidz { nparity } => {
-                let n = top.children.len() as u64;
-                if n > nparity as u64 {
-                    a / n * (n - nparity as u64)
-                } else {
-                    a
-                }
-            }
-            _ => a,
-        };
-        dspace += d;
+        let ratio = deflate_ratio(top);
+        let deflate = |bytes: u64| (bytes >> 9).saturating_mul(ratio);
+        if top.metaslab_shift == 0 || top.metaslab_shift > 40 {
+            // No metaslab geometry in the config: the whole allocatable size.
+            dspace += deflate(top.asize);
+            continue;
+        }
+        let ms_count = top.asize >> top.metaslab_shift;
+        let ms_size = 1u64 << top.metaslab_shift;
+        let mut normal = ms_count;
+        if ms_count > 64 {
+            normal -= 1;
+            embedded_log += deflate(ms_size);
+        }
+        dspace += deflate(normal * ms_size);
     }
-    let slop = (dspace >> 5).min(128 << 30).max((dspace >> 1).min(128 << 20));
-    PoolSpace { dspace, slop }
+    let (dsize, ref_dsize) = dedup_totals(spa);
+    let dedup_dspace = ref_dsize.saturating_sub(dsize);
+    dspace += dedup_dspace;
+    let slop = slop_space(dspace - dedup_dspace, embedded_log);
+    PoolSpace { dspace, slop, dedup_dspace, embedded_log }
+}
+
+/// spa_get_slop_space for a pool of `space` usable bytes (without dedup savings).
+pub fn slop_space(space: u64, embedded_log: u64) -> u64 {
+    let mut slop = (space >> 5).min(128 << 30);
+    slop -= embedded_log.min(slop >> 1);
+    slop.max((space >> 1).min(128 << 20))
+}
+
+/// dsl_dir_space_available, evaluated from the root dir down to the dataset's (`dirs` in
+/// that order): each dir gets the lesser of what its parent offers (plus its own unused
+/// reservation) and what its quota leaves; the root is capped by the pool's usable size.
+pub fn dir_space_available(pool_size: u64, dirs: &[DslDirPhys]) -> u64 {
+    let mut parentspace = u64::MAX;
+    for (i, d) in dirs.iter().enumerate() {
+        let mut quota = if d.quota != 0 { d.quota } else { u64::MAX };
+        let used = d.used_bytes;
+        if i == 0 {
+            quota = quota.min(pool_size);
+        }
+        if d.reserved > used && parentspace != u64::MAX {
+            parentspace = parentspace.saturating_add(d.reserved - used);
+        }
+        parentspace = if used > quota { 0 } else { parentspace.min(quota - used) };
+    }
+    parentspace
 }
 
 /// `zfs get all` for one dataset, in OpenZFS's order.
@@ -276,6 +394,7 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
     let mos = spa.mos();
     // Collect local props of this dir and its ancestors: (dataset name, props).
     let mut chain: Vec<(String, BTreeMap<String, Stored>)> = Vec::new();
+    let mut dirs: Vec<DslDirPhys> = Vec::new();
     let base = ds.name.split('@').next().unwrap_or(&ds.name).to_string();
     {
         let mut dir_obj = ds.dir_obj;
@@ -283,16 +402,19 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         for _ in 0..64 {
             let dir = dir_phys(&mos, dir_obj)?;
             chain.push((name.clone(), local_props(&mos, dir.props_zapobj)));
-            if dir.parent_dir_obj == 0 {
+            let parent = dir.parent_dir_obj;
+            dirs.push(dir);
+            if parent == 0 {
                 break;
             }
-            dir_obj = dir.parent_dir_obj;
+            dir_obj = parent;
             name = match name.rfind('/') {
                 Some(i) => name[..i].to_string(),
                 None => break,
             };
         }
     }
+    dirs.reverse();
     let snapshot = ds.kind == DatasetKind::Snapshot;
     let snap_local = if snapshot { local_props(&mos, ds.ds.props_obj) } else { BTreeMap::new() };
     let find = |prop: &str, inheritable: bool| -> Option<(Stored, String)> {
@@ -315,13 +437,21 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         out.push(PropValue { name: name.into(), value, raw, source: source.into() });
     };
     let space = pool_space(spa);
-    let root_used = dir_phys(&mos, crate::zap::zap_lookup_u64(&mos, 1, "root_dataset")?.unwrap_or(0)).map(|d| d.used_bytes).unwrap_or(0);
-    let mut avail = space.dspace.saturating_sub(space.slop).saturating_sub(root_used);
-    for (_, p) in &chain {
-        if let Some(Stored::Num(q)) = p.get("quota") {
-            if *q > 0 {
-                avail = avail.min(*q);
-            }
+    let mut avail = dir_space_available(space.dspace.saturating_sub(space.slop), &dirs);
+    if ds.kind != DatasetKind::Snapshot {
+        // dsl_dataset_space: an unused refreservation adds to, a refquota caps, what the
+        // dataset may still write.
+        let own = chain.first().map(|c| &c.1);
+        let get = |p: &str| match own.and_then(|m| m.get(p)) {
+            Some(Stored::Num(v)) => *v,
+            _ => 0,
+        };
+        let (refquota, refreserv) = (get("refquota"), get("refreservation"));
+        if refreserv > ds.ds.unique_bytes {
+            avail = avail.saturating_add(refreserv - ds.ds.unique_bytes);
+        }
+        if refquota != 0 {
+            avail = if refquota <= ds.ds.referenced_bytes { 0 } else { avail.min(refquota - ds.ds.referenced_bytes) };
         }
     }
     let dir = &ds.dir;
@@ -411,7 +541,7 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         let (v, r, s) = idx(p, def);
         push(p, v, r, &s);
     }
-    if ds.kind == DatasetKind::Filesystem {
+    if ds.kind != DatasetKind::Volume {
         for (p, def) in [("atime", "on"), ("devices", "on"), ("exec", "on"), ("setuid", "on"), ("readonly", "off"), ("zoned", "off"), ("snapdir", "hidden"), ("aclmode", "discard"), ("aclinherit", "restricted")] {
             if p == "readonly" && spa.readonly {
                 // A read-only import makes every dataset read-only for its duration.
@@ -423,7 +553,7 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         }
     }
     push("createtxg", d.creation_txg.to_string(), d.creation_txg.to_string(), "-");
-    if ds.kind == DatasetKind::Filesystem {
+    if ds.kind != DatasetKind::Volume {
         let (v, r, s) = match find("canmount", false) {
             Some((Stored::Num(v), src)) => (index_name("canmount", v), index_name("canmount", v), src),
             _ => ("on".into(), "on".into(), "default".into()),
@@ -451,7 +581,7 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
             push(p, def.into(), def.into(), "-");
         }
     }
-    if ds.kind == DatasetKind::Filesystem {
+    if ds.kind != DatasetKind::Volume {
         for (p, def) in [("vscan", "off"), ("nbmand", "off"), ("sharesmb", "off")] {
             let (v, r, s) = idx(p, def);
             push(p, v, r, &s);
@@ -473,17 +603,20 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
             let (a, b) = num(v);
             push(p, a, b, "-");
         }
-        for (p, def) in [("logbias", "latency")] {
-            let (v, r, s) = idx(p, def);
-            push(p, v, r, &s);
-        }
+    }
+    if snapshot {
+        let deferred = ds.ds.flags & oxzfs_format::dsl::DS_FLAG_DEFER_DESTROY != 0;
+        push("defer_destroy", onoff(deferred as u64), onoff(deferred as u64), "-");
+        let holds = if ds.ds.userrefs_obj == 0 { 0 } else { crate::zap::zap_list(&mos, ds.ds.userrefs_obj).map(|l| l.len()).unwrap_or(0) };
+        push("userrefs", holds.to_string(), holds.to_string(), "-");
+    } else {
+        let (v, r, s) = idx("logbias", "latency");
+        push("logbias", v, r, &s);
     }
     push("objsetid", ds.ds_obj.to_string(), ds.ds_obj.to_string(), "-");
-    if !snapshot {
-        for (p, def) in [("dedup", "off"), ("mlslabel", "none"), ("sync", "standard"), ("dnodesize", "legacy")] {
-            let (v, r, s) = idx(p, def);
-            push(p, v, r, &s);
-        }
+    for (p, def) in [("dedup", "off"), ("mlslabel", "none"), ("sync", "standard"), ("dnodesize", "legacy")] {
+        let (v, r, s) = idx(p, def);
+        push(p, v, r, &s);
     }
     let rcr = ratio(d.uncompressed_bytes, d.compressed_bytes);
     push("refcompressratio", rcr.clone(), rcr.trim_end_matches('x').into(), "-");
@@ -502,7 +635,7 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         let (v, r, s) = idx("snapdev", "hidden");
         push("snapdev", v, r, &s);
     }
-    if ds.kind == DatasetKind::Filesystem {
+    if ds.kind != DatasetKind::Volume {
         let (v, r, s) = idx("acltype", "off");
         push("acltype", v, r, &s);
     }
@@ -530,7 +663,39 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         };
         push("special_small_blocks", v, r, &s);
     }
+    out.retain(|p| prop_applies(&p.name, ds.kind));
     Ok(out)
+}
+
+/// Whether a property exists for a kind of dataset (the type masks of zfs_prop.c):
+/// `zfs get all` leaves out the others.
+pub fn prop_applies(prop: &str, kind: DatasetKind) -> bool {
+    use DatasetKind::*;
+    const FS_ONLY: &[&str] = &[
+        "mounted", "quota", "recordsize", "mountpoint", "sharenfs", "atime", "zoned", "snapdir", "aclmode",
+        "aclinherit", "canmount", "vscan", "sharesmb", "dnodesize", "filesystem_limit", "filesystem_count",
+        "relatime", "overlay", "special_small_blocks",
+    ];
+    const FS_SNAP: &[&str] =
+        &["devices", "exec", "setuid", "xattr", "version", "utf8only", "normalization", "casesensitivity", "nbmand", "acltype"];
+    const SNAP_ONLY: &[&str] = &["defer_destroy", "userrefs", "clones"];
+    const NOT_SNAP: &[&str] = &[
+        "available", "reservation", "checksum", "compression", "readonly", "copies", "refquota", "refreservation",
+        "usedbysnapshots", "usedbydataset", "usedbychildren", "usedbyrefreservation", "logbias", "dedup", "sync",
+        "logicalused", "volmode", "snapshot_limit", "snapshot_count", "snapdev", "redundant_metadata", "keylocation",
+        "keyformat", "pbkdf2iters",
+    ];
+    if FS_ONLY.contains(&prop) {
+        kind == Filesystem
+    } else if FS_SNAP.contains(&prop) {
+        kind != Volume
+    } else if SNAP_ONLY.contains(&prop) {
+        kind == Snapshot
+    } else if NOT_SNAP.contains(&prop) {
+        kind != Snapshot
+    } else {
+        true
+    }
 }
 
 /// `Sun Nov 22 11:39 2026`, as zfs get prints creation (UTC; ctime format without seconds).
@@ -558,12 +723,88 @@ pub fn chrono_like(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     #[test]
     fn formats() {
         assert_eq!(nicebytes(0), "0B");
+        assert_eq!(nicebytes(1023), "1023B");
+        assert_eq!(nicebytes(1024), "1K");
+        assert_eq!(nicebytes(1536), "1.50K");
+        assert_eq!(nicebytes(131072), "128K");
+        // 9.999K needs one decimal less to fit five characters.
+        assert_eq!(nicebytes(10239), "10.0K");
         assert_eq!(nicebytes(15_623_782), "14.9M");
+        assert_eq!(nicebytes(7_466_496), "7.12M");
+        assert_eq!(nicebytes(1 << 40), "1T");
         assert_eq!(chrono_like(0), "Thu Jan  1 00:00 1970");
         assert_eq!(chrono_like(1_795_347_591), "Sun Nov 22 11:39 2026");
         assert_eq!(ratio(113, 100), "1.13x");
+        // Truncated, not rounded; no compression reads 1.00x.
+        assert_eq!(ratio(1999, 1000), "1.99x");
+        assert_eq!(ratio(5, 0), "1.00x");
+    }
+
+    #[test]
+    fn zfs_list_order_is_openzfs() {
+        let mut v = vec![("tank/a/b", 9), ("tank/a@s2", 5), ("tank/a-x", 4), ("tank", 1), ("tank/a", 2), ("tank/a@s1", 3), ("tank@z", 8)];
+        v.sort_by(|l, r| zfs_list_order(*l, *r));
+        let names: Vec<&str> = v.iter().map(|x| x.0).collect();
+        // Byte order of the names before '@' ('-' < '/'), a dataset before its snapshots,
+        // snapshots by creation txg.
+        assert_eq!(names, ["tank", "tank@z", "tank/a", "tank/a@s1", "tank/a@s2", "tank/a-x", "tank/a/b"]);
+        let mut w = vec![("p@late", 20), ("p@early", 10)];
+        w.sort_by(|l, r| zfs_list_order(*l, *r));
+        assert_eq!(w[0].0, "p@early");
+    }
+
+    #[test]
+    fn raidz_space() {
+        // raidz1 of 3, 512-byte sectors: 256 data + 128 parity sectors for 128K.
+        assert_eq!(raidz_asize(128 << 10, 9, 3, 1), 384 << 9);
+        // raidz3 of 5: 256 + 3 * 128 = 640, already a multiple of 4.
+        assert_eq!(raidz_asize(128 << 10, 9, 5, 3), 640 << 9);
+        // raidz2 of 4, 4K sectors: 32 + 2 * 16 = 64 sectors, padded to a multiple of 3.
+        assert_eq!(raidz_asize(128 << 10, 12, 4, 2), 66 << 12);
+        // A 512-byte block on raidz2 of 4 with 4K sectors: 1 + 2 parity, padded to 3.
+        assert_eq!(raidz_asize(512, 12, 4, 2), 3 << 12);
+    }
+
+    #[test]
+    fn slop_as_openzfs_2_1() {
+        // Small pools: half the pool (less than 128 MiB).
+        assert_eq!(slop_space(64 << 20, 0), 32 << 20);
+        // Mid-size: 128 MiB floor.
+        assert_eq!(slop_space(1 << 30, 0), 128 << 20);
+        // Large: 1/32.
+        assert_eq!(slop_space(1 << 40, 0), 32 << 30);
+        // Capped at 128 GiB.
+        assert_eq!(slop_space(8 << 40, 0), 128 << 30);
+        // An embedded log takes from the slop, at most half of it.
+        assert_eq!(slop_space(1 << 40, 1 << 30), 31 << 30);
+        assert_eq!(slop_space(1 << 40, 64 << 30), 16 << 30);
+    }
+
+    #[test]
+    fn space_available_walks_quota_and_reservation() {
+        let dir = |used: u64, quota: u64, reserved: u64| DslDirPhys { used_bytes: used, quota, reserved, ..Default::default() };
+        assert_eq!(dir_space_available(100, &[dir(10, 0, 0)]), 90);
+        assert_eq!(dir_space_available(100, &[dir(10, 0, 0), dir(20, 50, 0)]), 30);
+        // An unused reservation adds to what the parent offers.
+        assert_eq!(dir_space_available(100, &[dir(10, 0, 0), dir(20, 0, 40)]), 110);
+        // Over quota: nothing.
+        assert_eq!(dir_space_available(100, &[dir(10, 0, 0), dir(60, 50, 0)]), 0);
+        // A root quota smaller than the pool wins.
+        assert_eq!(dir_space_available(100, &[dir(10, 40, 0)]), 30);
+    }
+
+    #[test]
+    fn property_type_masks() {
+        use DatasetKind::*;
+        assert!(prop_applies("mountpoint", Filesystem) && !prop_applies("mountpoint", Snapshot) && !prop_applies("mountpoint", Volume));
+        assert!(prop_applies("version", Snapshot) && !prop_applies("version", Volume));
+        assert!(!prop_applies("compression", Snapshot) && prop_applies("compression", Volume));
+        assert!(prop_applies("userrefs", Snapshot) && !prop_applies("userrefs", Filesystem));
+        assert!(prop_applies("guid", Snapshot) && prop_applies("mlslabel", Snapshot));
+        assert!(!prop_applies("available", Snapshot));
     }
 }

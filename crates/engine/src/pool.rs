@@ -28,6 +28,9 @@ pub struct Pool {
     /// Datasets currently mounted (name → mountpoint), maintained by the daemon.
     pub mounted: Mutex<HashMap<String, PathBuf>>,
     fs_cache: Mutex<HashMap<String, Arc<Zfs>>>,
+    /// Cache and spare devices found in the import directories (guid → path): their labels
+    /// name no pool, so the pool scan leaves them out.
+    aux_found: HashMap<u64, PathBuf>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -43,12 +46,35 @@ pub struct PoolListRow {
     pub altroot: String,
 }
 
+/// An error of Spa::open in the words of OpenZFS's `zpool import`.
+fn import_error(name: &str, e: ZfsError) -> ZfsError {
+    let prefix = format!("cannot import '{name}': ");
+    match e {
+        ZfsError::Unavailable(m) if m.starts_with(&prefix) && m.contains("one or more devices is currently unavailable") => {
+            ZfsError::Unavailable(format!("{prefix}one or more devices is currently unavailable"))
+        }
+        ZfsError::Unsupported(m) if m.contains("feature(s) not supported by this system: ") => {
+            // zpool_import_props on ENOTSUP: the features, one a line, then EZFS_BADVERSION.
+            let list = m.rsplit("not supported by this system: ").next().unwrap_or("");
+            let mut out = String::from("This pool uses the following feature(s) not supported by this system:\n");
+            for f in list.split(", ").filter(|f| !f.is_empty()) {
+                out.push_str(&format!("\t{f}\n"));
+            }
+            out.push_str(&format!("{prefix}unsupported version or feature"));
+            ZfsError::Unavailable(out)
+        }
+        ZfsError::Unavailable(m) if m.starts_with("cannot import") => ZfsError::Unavailable(m),
+        ZfsError::Unsupported(m) if m.starts_with("cannot import") => ZfsError::Unsupported(m),
+        other => ZfsError::Unavailable(format!("{prefix}{other}")),
+    }
+}
+
 /// Pick the candidate named by `which` (a name or a numeric guid).
 pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate> {
     let matches: Vec<&PoolCandidate> =
         scan.pools.iter().filter(|p| p.name == which || p.guid.to_string() == which).collect();
     match matches.len() {
-        0 => Err(ZfsError::NotFound(format!("cannot import '{which}': no such pool available"))),
+        0 => Err(ZfsError::Unavailable(format!("cannot import '{which}': no such pool available"))),
         1 => Ok(matches[0]),
         _ => Err(ZfsError::Invalid(format!(
             "cannot import '{which}': more than one matching pool\nimport by numeric ID instead"
@@ -61,11 +87,15 @@ impl Pool {
         let scan = spa::scan(dirs);
         let cand = choose(&scan, which)?;
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
-        let spa = Spa::open(cand, true, arc_max).map_err(|e| match e {
-            ZfsError::Unavailable(m) | ZfsError::Unsupported(m) if m.starts_with("cannot import") => ZfsError::Unavailable(m),
-            other => ZfsError::Unavailable(format!("cannot import '{which}': {other}")),
-        })?;
-        Ok(Arc::new(Pool { spa, altroot: opts.altroot.clone(), mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()) }))
+        let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
+        let aux_found = find_aux_devices(&spa, dirs);
+        Ok(Arc::new(Pool {
+            spa,
+            altroot: opts.altroot.clone(),
+            mounted: Mutex::new(HashMap::new()),
+            fs_cache: Mutex::new(HashMap::new()),
+            aux_found,
+        }))
     }
 
     pub fn name(&self) -> &str {
@@ -144,7 +174,7 @@ impl Pool {
             free: size.saturating_sub(alloc),
             frag: None,
             cap: if size > 0 { alloc * 100 / size } else { 0 },
-            dedup: 1.0,
+            dedup: dsl::dedup_ratio_x100(&self.spa) as f64 / 100.0,
             health: self.health().as_str().into(),
             altroot: self.altroot.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
         }
@@ -224,90 +254,54 @@ impl Pool {
             .unwrap_or(0)
     }
 
-    /// `zpool status [-v]` for this pool.
+    /// `zpool status [-v]` for this pool, as OpenZFS 2.1's status_callback prints it:
+    /// the header, the most serious status reason with its action and message id, the
+    /// scan line, the config table (NAME padded to the widest indented vdev name, at least
+    /// 10; STATE padded to 8; READ/WRITE/CKSUM in 5 columns through zfs_nicenum), the
+    /// dedup/special/logs classes, cache and spares, and the error summary.
     pub fn status_text(&self, verbose: bool) -> String {
         let mut s = String::new();
         let health = self.health();
+        let errors = self.error_objects();
         let _ = writeln!(s, "  pool: {}", self.spa.name);
         let _ = writeln!(s, " state: {}", health.as_str());
-        let errors = self.spa.errors();
-        if health == VdevState::Degraded {
-            let _ = writeln!(
-                s,
-                "status: One or more devices could not be used because the label is missing or\n\tinvalid.  Sufficient replicas exist for the pool to continue\n\tfunctioning in a degraded state.\naction: Replace the device using 'zpool replace'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-4J"
-            );
-        } else if !errors.is_empty() {
-            let _ = writeln!(
-                s,
-                "status: One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected.\naction: Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-8A"
-            );
-        } else if self.any_cksum() {
-            let _ = writeln!(
-                s,
-                "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-9P"
-            );
-        }
-        let _ = writeln!(s, "config:\n");
-        let mut rows: Vec<(String, String, u64, u64, u64)> = Vec::new();
-        rows.push((self.spa.name.clone(), health.as_str().into(), 0, 0, 0));
+        let reason = self.status_reason(health, !errors.is_empty());
+        s.push_str(reason.status_lines());
+        let _ = writeln!(s, "  scan: none requested");
         let root = &self.spa.root_vdev;
-        let mut logs = Vec::new();
-        let mut special = Vec::new();
-        let mut dedup = Vec::new();
-        for top in &root.children {
-            if top.kind == VdevKind::Hole {
-                continue;
-            }
-            if top.is_log {
-                logs.push(top.clone());
-            } else if top.alloc_bias == "special" {
-                special.push(top.clone());
-            } else if top.alloc_bias == "dedup" {
-                dedup.push(top.clone());
-            } else {
-                push_rows(top, 1, &mut rows);
-            }
-        }
-        let mut sections: Vec<(&str, Vec<(String, String, u64, u64, u64)>)> = Vec::new();
-        for (title, list) in [("dedup", &dedup), ("special", &special), ("logs", &logs)] {
-            if !list.is_empty() {
-                let mut r = Vec::new();
-                for t in list.iter() {
-                    push_rows(t, 1, &mut r);
-                }
-                sections.push((title, r));
-            }
-        }
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
-        let width = rows
-            .iter()
-            .chain(sections.iter().flat_map(|(_, r)| r.iter()))
-            .map(|r| r.0.len())
-            .chain(cache.iter().chain(spares.iter()).map(|(n, _)| n.len() + 2))
-            .max()
-            .unwrap_or(4)
-            .max(4);
-        let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM");
-        for r in &rows {
-            let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", r.0, r.1, r.2, r.3, r.4);
+        let mut width = tree_width(root, 0, true).max(10);
+        for (n, _) in cache.iter().chain(spares.iter()) {
+            width = width.max(n.len() + 2);
         }
-        for (title, r) in &sections {
-            let _ = writeln!(s, "\t{title}");
-            for r in r {
-                let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", r.0, r.1, r.2, r.3, r.4);
+        let _ = writeln!(s, "config:\n");
+        let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM");
+        status_row(&mut s, &self.spa.name, health.as_str(), root, 0, width, "");
+        for top in root.children.iter().filter(|t| top_class(t) == "") {
+            status_tree(&mut s, top, 2, width);
+        }
+        for class in ["dedup", "special", "logs"] {
+            let tops: Vec<_> = root.children.iter().filter(|t| top_class(t) == class).collect();
+            if !tops.is_empty() {
+                let _ = writeln!(s, "\t{class}\t");
+                for t in tops {
+                    status_tree(&mut s, t, 2, width);
+                }
             }
         }
         if !cache.is_empty() {
             let _ = writeln!(s, "\tcache");
             for (n, st) in &cache {
-                let _ = writeln!(s, "\t  {:<w$}  {:<8}", n, st, w = width - 2);
+                let aux = if st == "ONLINE" { "" } else { "  cannot open" };
+                let _ = writeln!(s, "\t  {:<w$}  {:<8} {:>5} {:>5} {:>5}{aux}", n, st, 0, 0, 0, w = width - 2);
             }
         }
         if !spares.is_empty() {
             let _ = writeln!(s, "\tspares");
             for (n, st) in &spares {
-                let _ = writeln!(s, "\t  {:<w$}  {:<8}", n, if st == "ONLINE" { "AVAIL" } else { st }, w = width - 2);
+                let st = if st == "ONLINE" { "AVAIL" } else { st.as_str() };
+                let _ = writeln!(s, "\t  {:<w$}  {:<8}", n, st, w = width - 2);
             }
         }
         let _ = writeln!(s);
@@ -317,71 +311,236 @@ impl Pool {
             let _ = writeln!(s, "errors: {} data errors, use '-v' for a list", errors.len());
         } else {
             let _ = writeln!(s, "errors: Permanent errors have been detected in the following files:\n");
-            let mut seen = std::collections::BTreeSet::new();
-            for (os, obj, _blk) in errors {
-                if !seen.insert((os, obj)) {
-                    continue;
-                }
-                let _ = writeln!(s, "        {}", self.error_path(os, obj));
+            for (os, obj) in errors {
+                let _ = writeln!(s, "{:7} {}", "", self.error_path(os, obj));
             }
         }
         s
     }
 
-    fn any_cksum(&self) -> bool {
-        self.spa.root_vdev.leaves().iter().any(|l| l.stats.cksum_errors.load(Ordering::Relaxed) > 0 || l.stats.read_errors.load(Ordering::Relaxed) > 0)
+    /// The damaged (objset, object) pairs, each once, in order.
+    fn error_objects(&self) -> Vec<(u64, u64)> {
+        let set: std::collections::BTreeSet<(u64, u64)> = self.spa.errors().into_iter().map(|(os, obj, _)| (os, obj)).collect();
+        set.into_iter().collect()
     }
 
-    /// Cache or spare devices named by the config, with their state (found or not).
+    /// check_status (libzfs_status.c) for an imported pool, among the reasons this engine
+    /// can observe, most serious first.
+    fn status_reason(&self, health: VdevState, data_errors: bool) -> Reason {
+        let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none());
+        if health == VdevState::Unavail && missing {
+            Reason::MissingDevNr
+        } else if data_errors {
+            Reason::CorruptData
+        } else if missing {
+            Reason::MissingDevR
+        } else if self.any_cksum() {
+            Reason::FailingDev
+        } else if self.spa.version < spa::SPA_VERSION_FEATURES {
+            // Every legacy version is "older" to OpenZFS 2.1. (Feature-flag pools with
+            // features left disabled would report FEAT_DISABLED: not told apart here.)
+            Reason::VersionOlder
+        } else {
+            Reason::Ok
+        }
+    }
+
+    fn any_cksum(&self) -> bool {
+        fn has_errors(v: &Vdev) -> bool {
+            v.stats.cksum_errors.load(Ordering::Relaxed) > 0
+                || v.stats.read_errors.load(Ordering::Relaxed) > 0
+                || v.stats.write_errors.load(Ordering::Relaxed) > 0
+                || v.children.iter().any(|c| has_errors(c))
+        }
+        has_errors(&self.spa.root_vdev)
+    }
+
+    /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
+    /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
     fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        if let Some(list) = self.spa.config.get_nvlist_array(key) {
-            for d in list {
-                let guid = d.get_u64("guid").unwrap_or(0);
-                match self.spa.devices.get(&guid) {
-                    Some((p, _)) => out.push((p.display().to_string(), "ONLINE".into())),
-                    None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
-                }
+        let stored = read_mos_packed(&self.spa, key);
+        let list = stored.as_ref().and_then(|nv| nv.get_nvlist_array(key)).or_else(|| self.spa.config.get_nvlist_array(key));
+        for d in list.unwrap_or(&[]) {
+            let guid = d.get_u64("guid").unwrap_or(0);
+            match self.spa.devices.get(&guid).map(|(p, _)| p).or_else(|| self.aux_found.get(&guid)) {
+                Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
+                None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }
         }
         out
     }
 
-    /// The path of a damaged object, as `zpool status -v` prints it.
+    /// The path of a damaged object, as `zpool status -v` prints it (zpool_obj_to_path):
+    /// the mountpoint and path when the dataset is mounted, else `dataset:path`,
+    /// `dataset:<0xOBJ>` when the path is unknown, `<metadata>:<0xOBJ>` for the MOS.
     fn error_path(&self, os_id: u64, obj: u64) -> String {
+        if os_id == 0 {
+            return format!("<metadata>:<0x{obj:x}>");
+        }
         if let Ok(list) = self.datasets() {
             if let Some(ds) = list.iter().find(|d| d.ds_obj == os_id) {
-                if let Ok(z) = self.open_fs(&ds.name) {
-                    if let Some(p) = z.path_of(obj) {
-                        let mp = self.prop(&ds.name, "mountpoint").map(|p| p.value).unwrap_or_default();
-                        if mp.starts_with('/') && ds.kind != DatasetKind::Snapshot {
-                            return format!("{}{}", mp.trim_end_matches('/'), p);
-                        }
-                        return format!("{}:{}", ds.name, p);
-                    }
-                }
-                return format!("{}:<0x{:x}>", ds.name, obj);
+                let path = self.open_fs(&ds.name).ok().and_then(|z| z.path_of(obj));
+                return match path {
+                    Some(p) => match self.mounted.lock().unwrap().get(&ds.name) {
+                        Some(mp) => format!("{}{}", mp.display().to_string().trim_end_matches('/'), p),
+                        None => format!("{}:{}", ds.name, p),
+                    },
+                    None => format!("{}:<0x{:x}>", ds.name, obj),
+                };
             }
         }
         format!("<0x{os_id:x}>:<0x{obj:x}>")
     }
 }
 
-fn push_rows(v: &Vdev, depth: usize, rows: &mut Vec<(String, String, u64, u64, u64)>) {
-    let name = format!("{}{}", "  ".repeat(depth), v.display_name());
-    rows.push((
-        name,
-        v.state().as_str().into(),
-        v.stats.read_errors.load(Ordering::Relaxed),
-        v.stats.write_errors.load(Ordering::Relaxed),
-        v.stats.cksum_errors.load(Ordering::Relaxed),
-    ));
-    for c in &v.children {
-        push_rows(c, depth + 1, rows);
+/// The zpool_status_t values this engine reports, with OpenZFS 2.1's texts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reason {
+    MissingDevR,
+    MissingDevNr,
+    CorruptData,
+    FailingDev,
+    VersionOlder,
+    Ok,
+}
+
+impl Reason {
+    /// The status/action/see lines of `zpool status`.
+    fn status_lines(self) -> &'static str {
+        match self {
+            Reason::MissingDevR => "status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-2Q\n",
+            Reason::MissingDevNr => "status: One or more devices could not be opened.  There are insufficient\n\treplicas for the pool to continue functioning.\naction: Attach the missing device and online it using 'zpool online'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C\n",
+            Reason::CorruptData => "status: One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected.\naction: Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-8A\n",
+            Reason::FailingDev => "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-9P\n",
+            Reason::VersionOlder => "status: The pool is formatted using a legacy on-disk format.  The pool can\n\tstill be used, but some features are unavailable.\naction: Upgrade the pool using 'zpool upgrade'.  Once this is done, the\n\tpool will no longer be accessible on software that does not support\n\tfeature flags.\n",
+            Reason::Ok => "",
+        }
     }
 }
 
-/// What `zpool import -d DIR` prints for the pools found.
+/// Which config section a top-level vdev is printed in: "" (the pool's own tree), or its
+/// allocation class ("dedup", "special", "logs").
+fn top_class(v: &Vdev) -> &str {
+    if v.kind == VdevKind::Hole {
+        "hole"
+    } else if v.is_log {
+        "logs"
+    } else {
+        v.alloc_bias.as_str()
+    }
+}
+
+/// A leaf that was not found at import: OpenZFS marks it "not present", names it by guid
+/// in `zpool status` and adds "was PATH".
+fn not_present(v: &Vdev) -> bool {
+    v.is_leaf() && v.dev.is_none()
+}
+
+/// The name column of a vdev (zpool_vdev_name with the type-id suffix); `imported`
+/// selects `zpool status`'s guid for devices not present over the import listing's path.
+fn vdev_name(v: &Vdev, imported: bool) -> String {
+    match (&v.kind, &v.path) {
+        (VdevKind::Leaf { .. }, _) if imported && not_present(v) => v.guid.to_string(),
+        (VdevKind::Leaf { .. }, Some(p)) if v.dev.is_none() => p.clone(),
+        _ => v.display_name(),
+    }
+}
+
+/// max_width: the widest `depth + name` below (and including) `v`, children two deeper.
+fn tree_width(v: &Vdev, depth: usize, imported: bool) -> usize {
+    let own = if depth == 0 { 0 } else { vdev_name(v, imported).len() + depth };
+    v.children.iter().filter(|c| c.kind != VdevKind::Hole).map(|c| tree_width(c, depth + 2, imported)).fold(own, usize::max)
+}
+
+/// The auxiliary words after a row ("  was PATH", "  cannot open", ...).
+fn aux_text(v: &Vdev, imported: bool) -> String {
+    if not_present(v) {
+        if imported {
+            format!("  was {}", v.path.as_deref().unwrap_or("-"))
+        } else {
+            "  cannot open".into()
+        }
+    } else if !v.is_leaf() && matches!(v.state(), VdevState::Unavail | VdevState::Faulted) {
+        "  insufficient replicas".into()
+    } else {
+        String::new()
+    }
+}
+
+fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, width: usize, aux: &str) {
+    let count = |a: &std::sync::atomic::AtomicU64| crate::traverse::nicenum(a.load(Ordering::Relaxed));
+    let _ = writeln!(
+        s,
+        "\t{:depth$}{:<w$}  {:<8} {:>5} {:>5} {:>5}{}",
+        "",
+        name,
+        state,
+        count(&v.stats.read_errors),
+        count(&v.stats.write_errors),
+        count(&v.stats.cksum_errors),
+        aux,
+        w = width.saturating_sub(depth)
+    );
+}
+
+fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
+    if v.kind == VdevKind::Hole {
+        return;
+    }
+    status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux_text(v, true));
+    for c in &v.children {
+        status_tree(s, c, depth + 2, width);
+    }
+}
+
+/// Probe the files of the import directories for the pool's cache and spare devices
+/// (labels in the L2CACHE or SPARE state carry only their own guid).
+fn find_aux_devices(spa: &Spa, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
+    let mut wanted = std::collections::HashSet::new();
+    for key in ["l2cache", "spares"] {
+        if let Some(nv) = read_mos_packed(spa, key) {
+            for d in nv.get_nvlist_array(key).unwrap_or(&[]) {
+                wanted.insert(d.get_u64("guid").unwrap_or(0));
+            }
+        }
+    }
+    let mut found = HashMap::new();
+    if wanted.is_empty() {
+        return found;
+    }
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        for p in rd.filter_map(|e| e.ok().map(|e| e.path())).take(100_000) {
+            if let Ok(pd) = spa::probe(&p) {
+                if wanted.contains(&pd.guid) && !found.contains_key(&pd.guid) {
+                    found.insert(pd.guid, p);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// A packed nvlist object named in the MOS object directory ("l2cache", "spares"): the
+/// size is the u64 in the dnode's bonus.
+fn read_mos_packed(spa: &Spa, key: &str) -> Option<oxzfs_format::nvlist::NvList> {
+    let mos = spa.mos();
+    let obj = crate::zap::zap_lookup_u64(&mos, 1, key).ok()??;
+    let (dn, le) = mos.dnode_with_order(obj).ok()?;
+    let b: [u8; 8] = dn.bonus.get(..8)?.try_into().ok()?;
+    let size = if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) };
+    if size == 0 || size > (16 << 20) {
+        return None;
+    }
+    let bytes = mos.read(&dn, 0, size).ok()?;
+    oxzfs_format::nvlist::NvList::decode_packed(&bytes).ok()
+}
+
+/// What `zpool import -d DIR` prints for the pools found, as OpenZFS 2.1's show_import:
+/// the reason's "status:" line (2.1 prints it without the leading space the other labels
+/// have), the action for the pool's state, the message id, and the config with the name
+/// column as wide as the widest of the pool name, indented vdev names, and 10.
 pub fn import_listing(scan: &ScanResult) -> String {
     let mut s = String::new();
     for (i, c) in scan.pools.iter().enumerate() {
@@ -390,47 +549,72 @@ pub fn import_listing(scan: &ScanResult) -> String {
         }
         let _ = writeln!(s, "   pool: {}", c.name);
         let _ = writeln!(s, "     id: {}", c.guid);
-        let _ = writeln!(s, "  state: {}", c.state);
-        if let Some(p) = c.problems.iter().find(|p| p.contains("unsupported vdev type")) {
+        let state = c.state.as_str();
+        let destroyed = c.pool_state == 2;
+        let _ = writeln!(s, "  state: {}{}", state, if destroyed { " (DESTROYED)" } else { "" });
+        let missing_leaf = c.root.leaves().iter().any(|l| l.dev.is_none());
+        let missing_top = c.root.children.iter().any(|t| t.kind == VdevKind::Hole && t.guid == 0);
+        let version = c.config.get_u64("version").unwrap_or(0);
+        let unsupported = c.problems.iter().find(|p| p.contains("unsupported vdev type"));
+        let mut msgid = None;
+        if let Some(p) = unsupported {
             let what = p.rsplit("unsupported: ").next().unwrap_or(p);
-            let _ = writeln!(s, " status: The pool uses a vdev type this system does not support ({what}).");
+            let _ = writeln!(s, "status: The pool uses a vdev type this system does not support ({what}).");
             let _ = writeln!(s, " action: The pool cannot be imported on this system.");
         } else {
-        match c.state.as_str() {
-            "ONLINE" => {
-                let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier.");
+            if missing_leaf || missing_top {
+                let _ = writeln!(s, "status: One or more devices are missing from the system.");
+                msgid = Some(if missing_top {
+                    "ZFS-8000-6X"
+                } else if state == "UNAVAIL" {
+                    "ZFS-8000-3C"
+                } else {
+                    "ZFS-8000-2Q"
+                });
+            } else if (1..spa::SPA_VERSION_FEATURES).contains(&version) {
+                let _ = writeln!(s, "status: The pool is formatted using a legacy on-disk version.");
             }
-            "DEGRADED" => {
-                let _ = writeln!(s, " status: One or more devices are missing from the system.");
-                let _ = writeln!(
-                    s,
-                    " action: The pool can be imported despite missing or damaged devices.  The\n\tfault tolerance of the pool may be compromised if imported."
-                );
-                let _ = writeln!(s, "   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-2Q");
-            }
-            _ => {
-                let _ = writeln!(s, " status: One or more devices are missing from the system.");
-                let _ = writeln!(
-                    s,
-                    " action: The pool cannot be imported. Attach the missing\n\tdevices and try again."
-                );
-                let _ = writeln!(s, "   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C");
+            match state {
+                "ONLINE" if msgid.is_none() && (1..spa::SPA_VERSION_FEATURES).contains(&version) => {
+                    let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier, though\n\tsome features will not be available without an explicit 'zpool upgrade'.");
+                }
+                "ONLINE" => {
+                    let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier.");
+                }
+                "DEGRADED" => {
+                    let _ = writeln!(s, " action: The pool can be imported despite missing or damaged devices.  The\n\tfault tolerance of the pool may be compromised if imported.");
+                }
+                _ if msgid.is_some() => {
+                    let _ = writeln!(s, " action: The pool cannot be imported. Attach the missing\n\tdevices and try again.");
+                }
+                _ => {
+                    let _ = writeln!(s, " action: The pool cannot be imported due to damaged devices or data.");
+                }
             }
         }
+        if let Some(comment) = c.config.get_str("comment") {
+            let _ = writeln!(s, "comment: {comment}");
+        }
+        if let Some(id) = msgid {
+            let _ = writeln!(s, "   see: https://openzfs.github.io/openzfs-docs/msg/{id}");
         }
         let _ = writeln!(s, " config:\n");
-        let mut rows = Vec::new();
-        rows.push((c.name.clone(), c.state.clone()));
-        for top in &c.root.children {
-            if top.kind == VdevKind::Hole {
-                rows.push((format!("  missing-{}", top.id), "UNAVAIL".into()));
-                continue;
-            }
-            import_rows(top, 1, &mut rows);
+        let width = tree_width(&c.root, 0, false).max(c.name.len()).max(10);
+        let _ = writeln!(s, "\t{:<width$}  {}{}", c.name, state, if state == "UNAVAIL" { "  insufficient replicas" } else { "" });
+        for top in c.root.children.iter().filter(|t| top_class(t) == "") {
+            import_tree(&mut s, top, 2, width);
         }
-        let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(4);
-        for (n, st) in rows {
-            let _ = writeln!(s, "\t{:<width$}  {}", n, st);
+        for class in ["dedup", "special", "logs"] {
+            let tops: Vec<_> = c.root.children.iter().filter(|t| top_class(t) == class).collect();
+            if !tops.is_empty() {
+                let _ = writeln!(s, "\t{class}\t");
+                for t in tops {
+                    import_tree(&mut s, t, 2, width);
+                }
+            }
+        }
+        if missing_top {
+            let _ = writeln!(s, "\n\tAdditional devices are known to be part of this pool, though their\n\texact configuration cannot be determined.");
         }
     }
     for p in &scan.problems {
@@ -439,15 +623,15 @@ pub fn import_listing(scan: &ScanResult) -> String {
     s
 }
 
-fn import_rows(v: &Vdev, depth: usize, rows: &mut Vec<(String, String)>) {
-    let name = match (&v.kind, &v.path) {
-        (VdevKind::Leaf { .. }, Some(p)) if v.dev.is_none() => p.clone(),
-        _ => v.display_name(),
-    };
-    let st = if v.is_leaf() && v.dev.is_none() { "UNAVAIL".to_string() } else { v.state().as_str().to_string() };
-    rows.push((format!("{}{}", "  ".repeat(depth), name), st));
+/// print_import_config: name and state, no counters; holes and missing top-levels print nothing.
+fn import_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
+    if v.kind == VdevKind::Hole {
+        return;
+    }
+    let st = if not_present(v) { "UNAVAIL" } else { v.state().as_str() };
+    let _ = writeln!(s, "\t{:depth$}{:<w$}  {}{}", "", vdev_name(v, false), st, aux_text(v, false), w = width.saturating_sub(depth));
     for c in &v.children {
-        import_rows(c, depth + 1, rows);
+        import_tree(s, c, depth + 2, width);
     }
 }
 
