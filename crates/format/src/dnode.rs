@@ -16,6 +16,10 @@ pub const DNODE_SHIFT: u32 = 9;
 pub const DNODE_SIZE: usize = 512;
 pub const DNODE_CORE_SIZE: usize = 64;
 pub const DN_MAX_SLOTS: usize = 32;
+/// DN_MAX_LEVELS: enough levels to address 2^64 bytes with 512-byte blocks and 4K indirects.
+pub const DN_MAX_LEVELS: u8 = 12;
+pub const DN_MIN_INDBLKSHIFT: u8 = 12;
+pub const DN_MAX_INDBLKSHIFT: u8 = 17;
 pub const DNODE_FLAG_USED_BYTES: u8 = 1 << 0;
 pub const DNODE_FLAG_USERUSED_ACCOUNTED: u8 = 1 << 1;
 pub const DNODE_FLAG_SPILL_BLKPTR: u8 = 1 << 2;
@@ -92,7 +96,7 @@ impl DnodePhys {
         if spill {
             dn.spill = Some(BlockPointer::decode(&all[size - BLKPTR_SIZE..], le)?);
         }
-        if dn.nlevels == 0 || dn.nlevels > 10 {
+        if dn.nlevels == 0 || dn.nlevels > DN_MAX_LEVELS {
             return Err(FormatError::invalid("dnode", format!("{} levels", dn.nlevels)));
         }
         Ok(dn)

@@ -459,6 +459,46 @@ mod tests {
     }
 
     #[test]
+    fn uint64_keyed_leaf() {
+        // One entry: key [0x1122334455667788, 9] (two words), value u64 5, in a 512-byte leaf.
+        let bs = 512usize;
+        let mut b = vec![0u8; bs];
+        b[0..8].copy_from_slice(&ZBT_LEAF.to_le_bytes());
+        b[24..28].copy_from_slice(&ZAP_LEAF_MAGIC.to_le_bytes());
+        b[30..32].copy_from_slice(&1u16.to_le_bytes());
+        let nhash = bs >> 5;
+        for i in 1..nhash {
+            b[48 + 2 * i..50 + 2 * i].copy_from_slice(&CHAIN_END.to_le_bytes());
+        }
+        let c0 = 48 + 2 * nhash;
+        b[c0] = ZAP_CHUNK_ENTRY;
+        b[c0 + 1] = 8;
+        b[c0 + 2..c0 + 4].copy_from_slice(&CHAIN_END.to_le_bytes());
+        b[c0 + 4..c0 + 6].copy_from_slice(&1u16.to_le_bytes()); // key chunk
+        b[c0 + 6..c0 + 8].copy_from_slice(&2u16.to_le_bytes()); // 2 words
+        b[c0 + 8..c0 + 10].copy_from_slice(&3u16.to_le_bytes()); // value chunk
+        b[c0 + 10..c0 + 12].copy_from_slice(&1u16.to_le_bytes());
+        // The 16 key bytes: big-endian words, 16 bytes fit in one array chunk.
+        let k = c0 + 24;
+        b[k] = ZAP_CHUNK_ARRAY;
+        b[k + 1..k + 9].copy_from_slice(&0x1122334455667788u64.to_be_bytes());
+        b[k + 9..k + 17].copy_from_slice(&9u64.to_be_bytes());
+        b[k + 22..k + 24].copy_from_slice(&CHAIN_END.to_le_bytes());
+        let v = c0 + 72;
+        b[v] = ZAP_CHUNK_ARRAY;
+        b[v + 1..v + 9].copy_from_slice(&5u64.to_be_bytes());
+        b[v + 22..v + 24].copy_from_slice(&CHAIN_END.to_le_bytes());
+        let leaf = decode_fat_leaf_keyed(&b, true, true).unwrap();
+        assert_eq!(leaf.entries.len(), 1);
+        let e = &leaf.entries[0];
+        assert_eq!(e.key.len(), 16);
+        assert_eq!(&e.key[..8], &0x1122334455667788u64.to_be_bytes());
+        assert_eq!(e.value_u64s(), vec![5]);
+        // Read as a string-keyed ZAP, the key is only 2 bytes long.
+        assert_eq!(decode_fat_leaf(&b, true).unwrap().entries[0].key.len(), 2);
+    }
+
+    #[test]
     fn crc_table_is_ecma_reflected() {
         assert_eq!(crc64_table()[128], ZFS_CRC64_POLY);
         assert_eq!(zap_hash(1, b"") & 0xfffffff, 0);
