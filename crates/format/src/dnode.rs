@@ -171,6 +171,54 @@ mod tests {
         assert_eq!(obj(77).typ, crate::types::DMU_OT_DIRECTORY_CONTENTS);
     }
 
+    /// A dnode block of an OpenZFS 2.1 ztest pool (large_dnode): objects 1, 11, 12 (1K) and
+    /// 14 (2K); the slots inside a large dnode hold its bonus, not dnodes.
+    const ZT: &[u8] = include_bytes!("../tests/data/fx-dnode-ztest-large.bin");
+
+    #[test]
+    fn fixture_large_dnodes_match_zdb() {
+        // Walk the block as dnode_next_offset does: a dnode covers 1 + extra_slots slots.
+        let mut found = Vec::new();
+        let mut slot = 0;
+        while slot < 32 {
+            let d = DnodePhys::decode(&ZT[slot * DNODE_SIZE..], true).unwrap();
+            if !d.is_free() {
+                found.push((slot, d.slots()));
+            }
+            slot += d.slots();
+        }
+        // The block's bp has F=4.
+        assert_eq!(found, vec![(1, 1), (11, 1), (12, 2), (14, 4)]);
+        // zdb -dddddd fxzt/ds_0 12: lvl 5, iblk 128K, dblk 2K, dnsize 1K, bonus 832,
+        // maxblkid 743085448679, K=fletcher2, Z=gzip-8, USED_BYTES, dsize 3.06M.
+        let d = DnodePhys::decode(&ZT[12 * DNODE_SIZE..], true).unwrap();
+        assert_eq!((d.typ, d.nlevels, d.indblkshift, d.data_block_size(), d.slots()), (crate::types::DMU_OT_UINT64_OTHER, 5, 17, 2048, 2));
+        assert_eq!((d.bonuslen, d.bonus.len(), d.bonustype, d.maxblkid), (832, 832, crate::types::DMU_OT_UINT64_OTHER, 743085448679));
+        assert_eq!((d.checksum, d.compress, d.flags), (crate::checksum::ZIO_CHECKSUM_FLETCHER_2, crate::compress::ZIO_COMPRESS_GZIP_8, DNODE_FLAG_USED_BYTES));
+        assert_eq!((d.used_bytes() as f64 / 1048576.0 * 100.0).round(), 306.0);
+        assert_eq!(
+            d.blkptr[0].compact(true),
+            "1:2f05000:1000 2:10f5000:1000 20000L/1000P F=613 B=1474/1474 \
+             cksum=04439d37d13e7c0d:5f3783c6b1c76974:dbf3b0b3cf4f1d4e:b59f9b93db7f7ff0"
+        );
+        // An indirect block of an encrypted dataset: MAC-protected, not encrypted.
+        assert!(d.blkptr[0].encrypted && !d.blkptr[0].is_encrypted_data());
+        assert!(d.blkptr[0].to_string().contains(" indirect-MAC LE contiguous unique double "));
+        // Object 14: four slots, a 1856-byte bonus (1.81K), iblk 64K.
+        let d = DnodePhys::decode(&ZT[14 * DNODE_SIZE..], true).unwrap();
+        assert_eq!((d.slots(), d.bonuslen, d.indblkshift, d.nlevels, d.maxblkid), (4, 1856, 16, 5, 1430844894));
+        assert_eq!(
+            d.blkptr[0].compact(true),
+            "1:2ee8000:1000 2:10ed000:1000 10000L/1000P F=31 B=1474/1474 \
+             cksum=02a69eea6340ea75:118e1590a4016cf9:45eecb5e8db1924f:5a24986c8b08a233"
+        );
+        // Its four slots must all be there.
+        assert!(DnodePhys::decode(&ZT[14 * DNODE_SIZE..16 * DNODE_SIZE], true).is_err());
+        // Object 1, a micro ZAP with three bps (the 3-bp shape of a 512-byte dnode).
+        let d = DnodePhys::decode(&ZT[DNODE_SIZE..], true).unwrap();
+        assert_eq!((d.typ, d.nblkptr, d.bonuslen, d.data_block_size()), (crate::types::DMU_OT_ZAP_OTHER, 3, 0, 1024));
+    }
+
     #[test]
     fn decodes_core_bonus_and_spill() {
         let mut b = vec![0u8; 1024];
