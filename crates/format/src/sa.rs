@@ -169,7 +169,7 @@ pub fn decode_attrs<'a>(buf: &'a [u8], le: bool, reg: &SaRegistry) -> Result<Vec
         .ok_or_else(|| FormatError::invalid("SA header", format!("unknown layout {}", hdr.layout)))?;
     // The data starts after the lengths of the layout's variable-size attributes, rounded up
     // to 8 bytes (sa_attr_iter computes it from the layout, not from SA_HDR_SIZE).
-    let nvar = layout.iter().filter(|a| reg.by_name(**a).map_or(true, |x| x.length == 0)).count();
+    let nvar = layout.iter().filter(|a| reg.by_name(**a).is_none_or(|x| x.length == 0)).count();
     let mut off = (6 + 2 * nvar + 7) & !7;
     let mut vi = 0;
     let mut out = Vec::new();
@@ -287,7 +287,7 @@ mod tests {
         }
         for a in attrs {
             b.extend_from_slice(a);
-            while b.len() % 8 != 0 {
+            while !b.len().is_multiple_of(8) {
                 b.push(0);
             }
         }
