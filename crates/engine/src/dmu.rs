@@ -118,7 +118,7 @@ impl Objset {
             }
             let ind = self.spa.read_bp(&bp)?;
             let shift = epbs as u64 * (lvl - 1 - level as u32) as u64;
-            let idx = ((blkid >> shift) & ((1u64 << epbs) - 1)) as usize;
+            let idx = (blkid.checked_shr(shift as u32).unwrap_or(0) & ((1u64 << epbs) - 1)) as usize;
             let off = idx * BLKPTR_SIZE;
             if off + BLKPTR_SIZE > ind.len() {
                 return Err(ZfsError::Invalid(format!("indirect block too small ({} bytes) for index {idx}", ind.len())));
