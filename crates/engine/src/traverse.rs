@@ -247,7 +247,10 @@ impl<'a> Walker<'a> {
                     }
                     Err(e) => {
                         self.error(objset, obj, -1, 0, &ZfsError::from(e));
-                        i += 1;
+                        // Skip the slots the dnode claims, so its interior slots are not
+                        // misread as dnodes of their own.
+                        let extra = data.get(i * DNODE_SIZE + 12).copied().unwrap_or(0) as usize;
+                        i += 1 + if extra < 32 { extra } else { 0 };
                     }
                 }
             }
