@@ -14,17 +14,17 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod common;
+use common::fixtures_root;
+
+fn unpack(fixture: &Path) -> PathBuf {
+    common::unpack(fixture, "zpl", "")
+}
+
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
 const S_IFLNK: u32 = 0o120000;
-
-fn fixtures_root() -> PathBuf {
-    match std::env::var_os("OXZFS_SHARED_FIXTURES") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    }
-}
 
 /// A flat JSON object of strings and integers (the manifest's lines).
 fn parse_line(line: &str) -> BTreeMap<String, String> {
@@ -95,29 +95,6 @@ fn parse_line(line: &str) -> BTreeMap<String, String> {
         }
     }
     out
-}
-
-/// Decompress a fixture's vdev files into a fresh directory.
-fn unpack(fixture: &Path) -> PathBuf {
-    let name = fixture.file_name().unwrap().to_string_lossy().into_owned();
-    let dir = std::env::temp_dir().join(format!("oxzfs-zpl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(fixture).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().map_or(false, |x| x == "zst") {
-            let out = dir.join(p.file_stem().unwrap());
-            let st = Command::new("zstd")
-                .args(["-d", "-q", "--sparse", "-f"])
-                .arg(&p)
-                .arg("-o")
-                .arg(&out)
-                .status()
-                .expect("zstd must be installed to unpack the fixtures");
-            assert!(st.success(), "zstd -d {}", p.display());
-        }
-    }
-    dir
 }
 
 fn sha256_of(fs: &Zfs, ino: u64, size: u64) -> String {
