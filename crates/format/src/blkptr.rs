@@ -198,6 +198,11 @@ impl BlockPointer {
         out
     }
 
+    /// An all-zero block pointer: a hole that was never written.
+    pub fn hole() -> BlockPointer {
+        BlockPointer::default()
+    }
+
     /// BP_IS_HOLE: not embedded and DVA 0 holds nothing.
     pub fn is_hole(&self) -> bool {
         !self.embedded && self.dva[0].vdev == 0 && self.dva[0].offset == 0 && self.dva[0].asize == 0 && !self.dva[0].gang

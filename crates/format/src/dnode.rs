@@ -102,6 +102,50 @@ impl DnodePhys {
         Ok(dn)
     }
 
+
+    /// Encode into `slots * 512` bytes, little-endian (the inverse of [`DnodePhys::decode`]).
+    /// A free dnode encodes as zeros. The bonus is placed after the block pointers; the spill
+    /// pointer, when present, in the last 128 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let size = self.slots() * DNODE_SIZE;
+        let mut out = vec![0u8; size];
+        if self.typ == 0 {
+            return out;
+        }
+        out[0] = self.typ;
+        out[1] = self.indblkshift;
+        out[2] = self.nlevels;
+        out[3] = self.nblkptr;
+        out[4] = self.bonustype;
+        out[5] = self.checksum;
+        out[6] = self.compress;
+        out[7] = self.flags;
+        out[8..10].copy_from_slice(&self.datablkszsec.to_le_bytes());
+        out[10..12].copy_from_slice(&self.bonuslen.to_le_bytes());
+        out[12] = self.extra_slots;
+        out[16..24].copy_from_slice(&self.maxblkid.to_le_bytes());
+        out[24..32].copy_from_slice(&self.used.to_le_bytes());
+        assert_eq!(self.blkptr.len(), self.nblkptr as usize, "dnode: nblkptr != block pointers");
+        for (i, bp) in self.blkptr.iter().enumerate() {
+            let o = DNODE_CORE_SIZE + i * BLKPTR_SIZE;
+            out[o..o + BLKPTR_SIZE].copy_from_slice(&bp.encode(true));
+        }
+        let bonus_off = DNODE_CORE_SIZE + self.blkptr.len() * BLKPTR_SIZE;
+        let tail = if self.spill.is_some() { BLKPTR_SIZE } else { 0 };
+        assert!(bonus_off + self.bonus.len() + tail <= size, "dnode: bonus of {} does not fit", self.bonus.len());
+        assert_eq!(self.bonus.len(), self.bonuslen as usize, "dnode: bonuslen != bonus");
+        out[bonus_off..bonus_off + self.bonus.len()].copy_from_slice(&self.bonus);
+        if let Some(sp) = &self.spill {
+            out[size - BLKPTR_SIZE..].copy_from_slice(&sp.encode(true));
+        }
+        out
+    }
+
+    /// Room for the bonus in a dnode of `slots` slots with `nblkptr` block pointers.
+    pub fn bonus_room(slots: usize, nblkptr: usize) -> usize {
+        slots * DNODE_SIZE - DNODE_CORE_SIZE - nblkptr * BLKPTR_SIZE
+    }
+
     /// Data block size in bytes.
     pub fn data_block_size(&self) -> u64 {
         self.datablkszsec as u64 * 512

@@ -163,6 +163,77 @@ impl DslDatasetPhys {
     }
 }
 
+
+fn put_words(out: &mut [u8], w: &[u64]) {
+    for (i, x) in w.iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+impl DslDirPhys {
+    /// The 256-byte bonus, little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 256];
+        let u = &self.used_breakdown;
+        put_words(&mut b, &[
+            self.creation_time, self.head_dataset_obj, self.parent_dir_obj, self.origin_obj, self.child_dir_zapobj,
+            self.used_bytes, self.compressed_bytes, self.uncompressed_bytes, self.quota, self.reserved,
+            self.props_zapobj, self.deleg_zapobj, self.flags, u[0], u[1], u[2], u[3], u[4], self.clones,
+        ]);
+        b
+    }
+}
+
+impl DslDatasetPhys {
+    /// The 320-byte bonus, little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 320];
+        put_words(&mut b, &[
+            self.dir_obj, self.prev_snap_obj, self.prev_snap_txg, self.next_snap_obj, self.snapnames_zapobj,
+            self.num_children, self.creation_time, self.creation_txg, self.deadlist_obj, self.referenced_bytes,
+            self.compressed_bytes, self.uncompressed_bytes, self.unique_bytes, self.fsid_guid, self.guid, self.flags,
+        ]);
+        b[128..256].copy_from_slice(&self.bp.encode(true));
+        put_words(&mut b[256..], &[self.next_clones_obj, self.props_obj, self.userrefs_obj]);
+        b
+    }
+}
+
+/// bpobj_phys_t: the bonus of a bpobj (a list of block pointers being freed or kept dead).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BpobjPhys {
+    pub num_blkptrs: u64,
+    pub bytes: u64,
+    pub comp: u64,
+    pub uncomp: u64,
+    pub subobjs: u64,
+    pub num_subobjs: u64,
+    pub num_freed: u64,
+}
+
+/// Bonus sizes of the three bpobj generations.
+pub const BPOBJ_SIZE_V0: usize = 16;
+pub const BPOBJ_SIZE_V1: usize = 40;
+pub const BPOBJ_SIZE_V2: usize = 56;
+
+impl BpobjPhys {
+    pub fn decode(bonus: &[u8], le: bool) -> Result<BpobjPhys> {
+        let g = |i: usize| -> Result<u64> {
+            if bonus.len() >= (i + 1) * 8 { u64_at(bonus, i * 8, le, "bpobj") } else { Ok(0) }
+        };
+        if bonus.len() < BPOBJ_SIZE_V0 {
+            return Err(crate::FormatError::invalid("bpobj", format!("bonus of {} bytes", bonus.len())));
+        }
+        Ok(BpobjPhys { num_blkptrs: g(0)?, bytes: g(1)?, comp: g(2)?, uncomp: g(3)?, subobjs: g(4)?, num_subobjs: g(5)?, num_freed: g(6)? })
+    }
+    pub fn encode(&self, size: usize) -> Vec<u8> {
+        let mut b = vec![0u8; BPOBJ_SIZE_V2];
+        put_words(&mut b, &[self.num_blkptrs, self.bytes, self.comp, self.uncomp, self.subobjs, self.num_subobjs, self.num_freed]);
+        b.truncate(size);
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +262,7 @@ mod tests {
         assert_eq!(d.used_breakdown.iter().sum::<u64>(), d.used_bytes);
         assert_eq!((d.used_bytes as f64 / 1048576.0 * 100.0).round(), 735.0);
         assert!(DslDirPhys::decode(&b[..100], true).is_err());
+        assert_eq!(d.encode(), b);
     }
 
     #[test]
@@ -214,5 +286,6 @@ mod tests {
         assert_eq!((ds.fsid_guid, ds.guid), (46734484078348182, 7019893940177528737));
         assert_eq!(ds.bp.to_string(), "HOLE [L0 unallocated] size=200L birth=0L");
         assert!(DslDatasetPhys::decode(&bonus(16).1[..270], true).is_err());
+        assert_eq!(DslDatasetPhys::decode(&bonus(16).1, true).unwrap().encode(), bonus(16).1);
     }
 }

@@ -84,6 +84,48 @@ impl ObjsetPhys {
     }
 }
 
+
+impl ZilHeaderPhys {
+    /// An empty ZIL header (no log chain yet).
+    pub fn empty() -> ZilHeaderPhys {
+        ZilHeaderPhys { claim_txg: 0, replay_seq: 0, log: BlockPointer::hole(), claim_blk_seq: 0, flags: 0, claim_lr_seq: 0 }
+    }
+    /// 192 bytes, little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 192];
+        b[0..8].copy_from_slice(&self.claim_txg.to_le_bytes());
+        b[8..16].copy_from_slice(&self.replay_seq.to_le_bytes());
+        b[16..144].copy_from_slice(&self.log.encode(true));
+        b[144..152].copy_from_slice(&self.claim_blk_seq.to_le_bytes());
+        b[152..160].copy_from_slice(&self.flags.to_le_bytes());
+        b[160..168].copy_from_slice(&self.claim_lr_seq.to_le_bytes());
+        b
+    }
+}
+
+impl ObjsetPhys {
+    /// Encode as `size` bytes (1K, 2K or 4K), little-endian.
+    pub fn encode(&self, size: usize) -> Vec<u8> {
+        assert!(size == OBJSET_PHYS_SIZE_V1 || size == OBJSET_PHYS_SIZE_V2 || size == OBJSET_PHYS_SIZE_V3);
+        let mut b = vec![0u8; size];
+        b[..512].copy_from_slice(&self.meta_dnode.encode());
+        b[512..704].copy_from_slice(&self.zil_header.encode());
+        b[704..712].copy_from_slice(&self.typ.to_le_bytes());
+        b[712..720].copy_from_slice(&self.flags.to_le_bytes());
+        let mut put = |off: usize, d: &Option<DnodePhys>| {
+            if let Some(d) = d {
+                if size >= off + 512 {
+                    b[off..off + 512].copy_from_slice(&d.encode());
+                }
+            }
+        };
+        put(1024, &self.userused_dnode);
+        put(1536, &self.groupused_dnode);
+        put(2048, &self.projectused_dnode);
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +162,7 @@ mod tests {
         let v1 = ObjsetPhys::decode(&OS[..1024], true).unwrap();
         assert!(v1.userused_dnode.is_none() && v1.meta_dnode.maxblkid == 2);
         assert!(ObjsetPhys::decode(&OS[..1000], true).is_err());
+        // Encoding gives back the same bytes.
+        assert_eq!(os.encode(2048), &OS[..2048]);
     }
 }
