@@ -319,8 +319,12 @@ impl Spa {
     /// Open a scanned pool read-only: pick the uberblock, open the MOS, check features.
     pub fn open(cand: &PoolCandidate, readonly: bool, arc_max: u64) -> Result<Arc<Spa>> {
         if !readonly {
-            return Err(ZfsError::Unsupported("read-write import".into()));
+            return Self::open_rw(cand, arc_max);
         }
+        Self::open_impl(cand, readonly, arc_max)
+    }
+
+    fn open_impl(cand: &PoolCandidate, readonly: bool, arc_max: u64) -> Result<Arc<Spa>> {
         if let Some(p) = cand.problems.iter().find(|p| p.contains("unsupported vdev type")) {
             let what = p.rsplit("unsupported: ").next().unwrap_or(p);
             return Err(ZfsError::Unsupported(format!("cannot import '{}': {what}", cand.name)));
@@ -387,6 +391,76 @@ impl Spa {
             return Err(e);
         }
         Ok(spa)
+    }
+
+    /// A pool being created: no uberblock yet; the MOS handle appears at the first sync.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_for_write(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, version: u64, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
+        Spa {
+            name: name.to_string(),
+            guid,
+            config,
+            root_vdev: root,
+            uberblock: UberblockPhys {
+                magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
+                version,
+                txg: 0,
+                guid_sum: 0,
+                timestamp: 0,
+                rootbp_raw: [0; 128],
+                software_version: 0,
+                mmp_magic: 0,
+                mmp_delay: 0,
+                mmp_config: 0,
+                checkpoint_txg: 0,
+                little_endian: true,
+            },
+            rootbp: BlockPointer::hole(),
+            version,
+            readonly: false,
+            arc: AdaptiveCache::new(arc_max),
+            checksum_salt: salt,
+            mos: Mutex::new(None),
+            errlog: Mutex::new(BTreeSet::new()),
+            devices,
+        }
+    }
+
+    /// Open a scanned pool for writing (the caller, the txg engine, loads the rest).
+    pub fn open_rw(cand: &PoolCandidate, arc_max: u64) -> Result<Arc<Spa>> {
+        for (_, (path, _)) in cand.devices.iter() {
+            if std::fs::OpenOptions::new().write(true).open(path).is_err() {
+                return Err(ZfsError::Invalid(format!("cannot import '{}': {} is not writable", cand.name, path.display())));
+            }
+        }
+        let mut devices = DeviceMap::new();
+        for (g, (path, _)) in cand.devices.iter() {
+            let d = FileDevice::open(path, true).map_err(|e| ZfsError::Io { device: path.display().to_string(), offset: 0, source: e })?;
+            devices.insert(*g, (path.clone(), Arc::new(d) as Arc<dyn BlockDevice>));
+        }
+        // The MOS copy of the config rebuilds the tree over these writable devices.
+        let c = PoolCandidate {
+            name: cand.name.clone(),
+            guid: cand.guid,
+            txg: cand.txg,
+            config: cand.config.clone(),
+            devices,
+            state: cand.state.clone(),
+            root: cand.root.clone(),
+            problems: cand.problems.clone(),
+            uberblock: cand.uberblock.clone(),
+            pool_state: cand.pool_state,
+            missing: cand.missing.clone(),
+        };
+        let spa = Self::open_impl(&c, false, arc_max)?;
+        Ok(spa)
+    }
+
+    /// After a txg synced: reads of the pool's metadata (list, get, status) see it.
+    pub fn set_synced(self: &Arc<Self>, rootbp: &BlockPointer) {
+        if let Ok(m) = Objset::open(self, rootbp) {
+            *self.mos.lock().unwrap() = Some(m);
+        }
     }
 
     /// Drop the MOS handle, which refers back to the Spa, so an exported pool is freed.

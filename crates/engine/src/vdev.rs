@@ -97,6 +97,8 @@ pub struct VdevStats {
     pub cksum_errors: AtomicU64,
     pub read_ops: AtomicU64,
     pub read_bytes: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub write_bytes: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,6 +297,74 @@ impl Vdev {
             VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify),
             VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
         }
+    }
+
+    /// Write `data` (a multiple of the sector size) at `offset` of this vdev's address space:
+    /// every mirror child, or the raidz columns with parity. Missing children of a redundant
+    /// vdev are skipped (counted as write errors); the write fails only when no copy landed.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        match &self.kind {
+            VdevKind::Leaf { .. } => self.write_leaf(offset, data),
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => {
+                let mut ok = 0;
+                let mut last = None;
+                for c in &self.children {
+                    match c.write(offset, data) {
+                        Ok(()) => ok += 1,
+                        Err(e) => last = Some(e),
+                    }
+                }
+                if ok > 0 {
+                    Ok(())
+                } else {
+                    Err(last.unwrap_or_else(|| ZfsError::Invalid("mirror without children".into())))
+                }
+            }
+            VdevKind::Raidz { nparity } => {
+                let map = raidz::map(offset, data.len() as u64, self.ashift, self.children.len(), *nparity as usize)?;
+                let cols = map.columns(data)?;
+                let mut failed = 0;
+                for (c, col) in map.cols.iter().zip(cols.iter()) {
+                    if self.children[c.devidx].write(c.offset, col).is_err() {
+                        failed += 1;
+                    }
+                }
+                if failed > *nparity as usize {
+                    return Err(ZfsError::Unavailable(format!("raidz {}: {failed} columns failed to write", self.display_name())));
+                }
+                Ok(())
+            }
+            VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("write to a {:?} vdev", self.kind))),
+        }
+    }
+
+    /// Raw write to a leaf, after the front labels.
+    pub fn write_leaf(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
+            device: self.display_name(),
+            offset,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "device is missing"),
+        })?;
+        let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
+        if phys + data.len() as u64 > dev.size() {
+            return Err(ZfsError::Invalid(format!("write of {} bytes at {phys:#x} past the end of {}", data.len(), dev.name())));
+        }
+        self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+        self.stats.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        dev.write_at(data, phys).map_err(|e| {
+            self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            ZfsError::Io { device: dev.name(), offset: phys, source: e }
+        })
+    }
+
+    /// Flush every leaf below (write cache barrier).
+    pub fn flush(&self) -> Result<()> {
+        for l in self.leaves() {
+            if let Some(d) = &l.dev {
+                d.flush().map_err(|e| ZfsError::Io { device: d.name(), offset: 0, source: e })?;
+            }
+        }
+        Ok(())
     }
 
     /// Raw read from a leaf (no verification), counting I/O errors.

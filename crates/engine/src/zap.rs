@@ -54,6 +54,14 @@ impl ZapEntry {
     pub fn name_str(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
+    /// The key as held in memory for rewriting: the name without its NUL (uint64 keys as is).
+    pub fn name_key(&self) -> Vec<u8> {
+        let mut k = self.name.clone();
+        if k.last() == Some(&0) {
+            k.pop();
+        }
+        k
+    }
 }
 
 struct Fat {
@@ -65,7 +73,7 @@ struct Fat {
 }
 
 enum Kind {
-    Micro { normflags: u64, entries: Vec<ZapEntry> },
+    Micro { salt: u64, normflags: u64, entries: Vec<ZapEntry> },
     Fat(Fat),
 }
 
@@ -128,7 +136,7 @@ impl Zap {
         let bad = |e| ZfsError::corrupt(ctx(os, obj), e);
         let kind = match fz::block_type(&block0, le).map_err(bad)? {
             ZBT_MICRO => {
-                let (_, normflags, ents) = fz::decode_micro(&block0, le).map_err(bad)?;
+                let (salt, normflags, ents) = fz::decode_micro(&block0, le).map_err(bad)?;
                 let mut entries: Vec<ZapEntry> = ents
                     .iter()
                     .map(|e| ZapEntry {
@@ -146,7 +154,7 @@ impl Zap {
                         }
                     }
                 }
-                Kind::Micro { normflags, entries }
+                Kind::Micro { salt, normflags, entries }
             }
             ZBT_HEADER => {
                 let hdr = fz::decode_fat_header(&block0, le).map_err(bad)?;
@@ -168,6 +176,30 @@ impl Zap {
 
     fn ctx(&self) -> String {
         format!("pool '{}' objset {} ZAP object {}", self.pool, self.objset_id, self.obj)
+    }
+
+    /// The hash salt of the object.
+    pub fn salt(&self) -> u64 {
+        match &self.kind {
+            Kind::Micro { salt, .. } => *salt,
+            Kind::Fat(f) => f.hdr.salt,
+        }
+    }
+
+    /// Normalization flags (u8_textprep) of the object.
+    pub fn normflags(&self) -> u64 {
+        match &self.kind {
+            Kind::Micro { normflags, .. } => *normflags,
+            Kind::Fat(f) => f.hdr.normflags,
+        }
+    }
+
+    /// ZAP_FLAG_* of a fat ZAP (0 for micro).
+    pub fn flags(&self) -> u64 {
+        match &self.kind {
+            Kind::Micro { .. } => 0,
+            Kind::Fat(f) => f.hdr.flags,
+        }
     }
 
     pub fn is_micro(&self) -> bool {

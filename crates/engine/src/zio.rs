@@ -164,3 +164,125 @@ fn hdr_little_endian(hdr: &[u8]) -> bool {
     let m = u64::from_le_bytes(hdr[n - 40..n - 32].try_into().unwrap());
     m == 0x0210da7ab10c7a11
 }
+
+// ---------------------------------------------------------------------------------------------
+// The write pipeline: compress → (embed) → checksum → allocate → vdev write.
+
+/// How one block is to be written (the zio_prop_t of OpenZFS).
+#[derive(Clone, Copy, Debug)]
+pub struct WriteProps {
+    pub typ: u8,
+    pub level: u8,
+    pub checksum: u8,
+    pub compress: u8,
+    /// zstd level stored in the frame header (0 = default) / unused for the others.
+    pub complevel: u8,
+    pub copies: usize,
+    /// Whether a tiny block may be stored inside its bp (embedded_data enabled, level 0,
+    /// not a type whose bp fill counts children).
+    pub embed_ok: bool,
+    /// Allocation class to try first.
+    pub class: AllocClass,
+}
+
+/// The metaslab classes of OpenZFS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllocClass {
+    Normal,
+    Special,
+    Dedup,
+    Log,
+}
+
+/// Where blocks go: the write pipeline asks for one DVA at a time.
+pub trait DvaAllocator {
+    /// Allocate room for `psize` physical bytes, on a top-level vdev not in `avoid` when
+    /// possible. Returns the DVA (vdev, offset, asize) or None when the pool is full.
+    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva>;
+    /// The smallest allocation unit of the class (1 << min ashift).
+    fn min_alloc(&self) -> u64;
+}
+
+/// What the pipeline produced for a block.
+pub enum Written {
+    /// All zeros: the caller stores a hole.
+    Hole,
+    Bp(BlockPointer),
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+/// Run the write pipeline for `data` (the block's logical bytes, `lsize = data.len()`).
+pub fn write_block(
+    root: &Vdev,
+    salt: &[u8; 32],
+    alloc: &mut dyn DvaAllocator,
+    data: &[u8],
+    p: &WriteProps,
+    txg: u64,
+) -> Result<Written> {
+    let lsize = data.len() as u64;
+    assert!(lsize > 0 && lsize % 512 == 0 && lsize <= MAX_BLOCK, "write of {lsize} bytes");
+    let compressing = p.compress != compress::ZIO_COMPRESS_OFF;
+    if compressing && is_zero(data) {
+        return Ok(Written::Hole);
+    }
+    let mut comp = compress::ZIO_COMPRESS_OFF;
+    let mut phys: Vec<u8> = Vec::new();
+    if compressing {
+        // Compress only if it saves at least 1/8 (zio_compress_data's d_len).
+        let max = (lsize - (lsize >> 3)) as usize;
+        if let Some(c) = compress::compress(p.compress, p.complevel, data, max) {
+            if p.embed_ok && p.level == 0 && c.len() <= oxzfs_format::blkptr::BPE_PAYLOAD_SIZE {
+                return Ok(Written::Bp(BlockPointer::new_embedded(&c, lsize, p.compress, p.typ, txg)));
+            }
+            let rounded = (c.len() as u64).div_ceil(alloc.min_alloc()) * alloc.min_alloc();
+            if rounded < lsize {
+                phys = c;
+                phys.resize(rounded as usize, 0);
+                comp = p.compress;
+            }
+        }
+    }
+    if comp == compress::ZIO_COMPRESS_OFF {
+        phys = data.to_vec();
+    }
+    let psize = phys.len() as u64;
+    let cksum = checksum::compute(p.checksum, &phys, true, salt)
+        .map_err(|e| ZfsError::Invalid(format!("checksum {}: {e}", p.checksum)))?;
+    let mut bp = BlockPointer {
+        lsize,
+        psize,
+        compress: comp,
+        checksum: p.checksum,
+        typ: p.typ,
+        level: p.level,
+        little_endian: true,
+        birth: txg,
+        fill: 1,
+        cksum,
+        ..Default::default()
+    };
+    let mut used: Vec<u64> = Vec::new();
+    for i in 0..p.copies.clamp(1, 3) {
+        let dva = alloc.alloc_dva(p.class, psize, txg, &used);
+        match dva {
+            Some(d) => {
+                used.push(d.vdev);
+                bp.dva[i] = d;
+            }
+            None if i == 0 => return Err(ZfsError::Posix(28, "out of space".into())),
+            None => break, // ditto copies are best effort, as in OpenZFS
+        }
+    }
+    for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+        let top = root
+            .children
+            .get(d.vdev as usize)
+            .ok_or_else(|| ZfsError::Invalid(format!("allocator returned vdev {}", d.vdev)))?;
+        top.write(d.offset, &phys)?;
+    }
+    Ok(Written::Bp(bp))
+}

@@ -198,6 +198,33 @@ impl BlockPointer {
         out
     }
 
+    /// An embedded block pointer (BP_EMBEDDED_TYPE_DATA) carrying `payload` (the compressed
+    /// bytes, at most 112) of a level-0 block of `lsize` logical bytes.
+    pub fn new_embedded(payload: &[u8], lsize: u64, compress: u8, typ: u8, birth: u64) -> BlockPointer {
+        assert!(!payload.is_empty() && payload.len() <= BPE_PAYLOAD_SIZE && lsize >= 1 && lsize <= 1 << 25);
+        let mut words = [0u64; 16];
+        let mut padded = [0u8; BPE_PAYLOAD_SIZE];
+        padded[..payload.len()].copy_from_slice(payload);
+        for (k, &w) in BPE_PAYLOAD_WORDS.iter().enumerate() {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&padded[k * 8..k * 8 + 8]);
+            words[w] = u64::from_le_bytes(a);
+        }
+        words[6] = ((lsize - 1) & 0x1ff_ffff)
+            | (((payload.len() as u64 - 1) & 0x7f) << 25)
+            | ((compress as u64 & 0x7f) << 32)
+            | (1 << 39)
+            | (0u64 << 40) // BP_EMBEDDED_TYPE_DATA
+            | ((typ as u64) << 48)
+            | (1u64 << 63);
+        words[10] = birth;
+        let mut raw = [0u8; 128];
+        for (i, w) in words.iter().enumerate() {
+            raw[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        BlockPointer::decode(&raw, true).expect("an embedded bp we built decodes")
+    }
+
     /// An all-zero block pointer: a hole that was never written.
     pub fn hole() -> BlockPointer {
         BlockPointer::default()
