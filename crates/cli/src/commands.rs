@@ -7,6 +7,7 @@ use crate::table::{self, Col};
 use oxzfs::dsl::{DatasetInfo, DatasetKind, PropValue};
 use oxzfs::pool::{import_listing, ImportOptions, Pool};
 use oxzfs::spa;
+use oxzfs::txg::PoolHandle;
 use oxzfs_fuse::{MountHandle, MountOpts};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -17,6 +18,8 @@ pub struct Imported {
     pub pool: Arc<Pool>,
     /// Mounted filesystems, parents before children.
     pub mounts: Vec<MountHandle>,
+    /// The write state of a pool imported read-write.
+    pub rw: Option<Arc<PoolHandle>>,
 }
 
 #[derive(Default)]
@@ -185,6 +188,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let rest = &argv[2..];
     match (cmd.as_str(), verb.as_str()) {
         ("zpool", "import") => zpool_import(st, rest, cwd),
+        ("zpool", "create") => crate::write_cmds::zpool_create(st, rest, cwd),
         ("zpool", "export") => zpool_export(st, rest),
         ("zpool", "status") => zpool_status(st, rest),
         ("zpool", "list") => zpool_list(st, rest),
@@ -227,9 +231,6 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             None => {}
         }
     }
-    if !readonly {
-        return fail("cannot import: read-write import is not supported yet; use -o readonly=on");
-    }
     let dirs = search_dirs(&o, cwd);
     let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
     let which: Vec<String> = if o.has('a') {
@@ -249,6 +250,23 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             out.2 = 1;
             continue;
         }
+        if !readonly {
+            match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {
+                Ok((pool, h)) => {
+                    let mut mounts = Vec::new();
+                    if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
+                        out.2 = 1;
+                    }
+                    st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h) });
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                    out.2 = 1;
+                }
+            }
+            continue;
+        }
         let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None };
         let pool = match Pool::import(&dirs, &which, &opts) {
             Ok(p) => p,
@@ -260,10 +278,10 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         };
         let mut mounts = Vec::new();
-        if !o.has('N') && mount_all(&pool, &mut mounts, &mut out.1) > 0 {
+        if !o.has('N') && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
             out.2 = 1;
         }
-        st.pools.insert(pool.name().to_string(), Imported { pool, mounts });
+        st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None });
     }
     out
 }
@@ -274,7 +292,7 @@ fn prop_of(props: &[PropValue], name: &str) -> String {
 
 /// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
 /// the engine's properties), parents before children. Returns the number of failures.
-fn mount_all(pool: &Arc<Pool>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
+pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
     let list = match pool.datasets() {
         Ok(l) => l,
         Err(e) => {
@@ -296,15 +314,18 @@ fn mount_all(pool: &Arc<Pool>, mounts: &mut Vec<MountHandle>, err: &mut String) 
             continue;
         }
         let snapdir_visible = prop_of(&props, "snapdir") == "visible";
-        todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible));
+        todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible, ds.ds_obj));
     }
     todo.sort_by(|a, b| a.1.components().count().cmp(&b.1.components().count()).then(a.1.cmp(&b.1)));
     let mut failures = 0;
-    for (name, mp, snapdir_visible) in todo {
-        let res = pool.open_fs(&name).and_then(|fs| {
-            let opts = MountOpts { snapdir_visible, ..MountOpts::default() };
-            oxzfs_fuse::mount(fs, pool.clone(), name.clone(), &mp, &opts)
-        });
+    for (name, mp, snapdir_visible, dsobj) in todo {
+        let res = match rw {
+            Some(h) => oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp),
+            None => pool.open_fs(&name).and_then(|fs| {
+                let opts = MountOpts { snapdir_visible, ..MountOpts::default() };
+                oxzfs_fuse::mount(fs, pool.clone(), name.clone(), &mp, &opts)
+            }),
+        };
         match res {
             Ok(h) => {
                 pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), mp.clone());
@@ -372,6 +393,12 @@ fn zpool_export(st: &mut State, args: &[String]) -> Out {
             code = 1;
             st.pools.insert(n.clone(), imp);
             continue;
+        }
+        if let Some(h) = imp.rw.take() {
+            if let Err(e) = h.export() {
+                let _ = writeln!(err, "cannot export '{n}': {e}");
+                code = 1;
+            }
         }
         imp.pool.close();
     }
@@ -958,11 +985,11 @@ mod tests {
     }
 
     #[test]
-    fn import_refuses_read_write() {
+    fn import_errors() {
         let mut st = State::default();
         let r = execute(&mut st, &v(&["zpool", "import", "-d", "/nonexistent", "tank"]), Path::new("/"));
         assert_eq!(r.2, 1);
-        assert_eq!(r.1, "cannot import: read-write import is not supported yet; use -o readonly=on\n");
+        assert_eq!(r.1, "cannot import 'tank': no such pool available\n");
         let r = execute(&mut st, &v(&["zpool", "import", "-o", "bogus=1", "-d", "/x", "tank"]), Path::new("/"));
         assert_eq!(r.2, 2);
         let r = execute(&mut st, &v(&["zpool", "import", "-d", "/x", "-Z", "tank"]), Path::new("/"));

@@ -11,8 +11,8 @@ mod commands;
 mod daemon;
 mod props;
 mod table;
-#[allow(dead_code)] // wired to `zpool create` with the write path
 mod vdevspec;
+mod write_cmds;
 
 use std::path::PathBuf;
 

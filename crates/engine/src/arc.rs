@@ -19,6 +19,9 @@ pub struct ArcKey {
     pub vdev: u64,
     pub offset: u64,
     pub birth: u64,
+    /// First checksum word: a block rewritten in place during a txg's later sync passes keeps
+    /// its DVA and birth, but not its checksum.
+    pub cksum0: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,7 +245,7 @@ mod tests {
     use super::*;
 
     fn k(o: u64) -> ArcKey {
-        ArcKey { vdev: 0, offset: o, birth: 1 }
+        ArcKey { vdev: 0, offset: o, birth: 1, cksum0: 0 }
     }
 
     #[test]

@@ -240,6 +240,99 @@ fn index_name(prop: &str, v: u64) -> String {
     }
 }
 
+/// How a property value is stored in a DSL props ZAP (the inverse of what `zfs get` shows).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PropStore {
+    Num(u64),
+    Str(String),
+}
+
+/// Parse `zfs set`/`-O` input for a property into its stored form, with OpenZFS's messages.
+pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
+    use oxzfs_format::{checksum, compress};
+    let bad = || ZfsError::Invalid(format!("bad property value '{value}' for '{prop}'"));
+    let pick = |names: &[&str]| names.iter().position(|n| *n == value).map(|i| PropStore::Num(i as u64)).ok_or_else(bad);
+    let size = |v: &str| -> Option<u64> {
+        let v = v.trim();
+        let (num, mult) = match v.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+            Some((i, _)) => {
+                let suf = v[i..].to_ascii_uppercase();
+                let m = match suf.trim_end_matches('B') {
+                    "" => 1u64,
+                    "K" => 1 << 10,
+                    "M" => 1 << 20,
+                    "G" => 1 << 30,
+                    "T" => 1 << 40,
+                    _ => return None,
+                };
+                (&v[..i], m)
+            }
+            None => (v, 1),
+        };
+        num.parse::<u64>().ok().map(|n| n * mult)
+    };
+    Ok(match prop {
+        "mountpoint" => {
+            if value != "none" && value != "legacy" && !value.starts_with('/') {
+                return Err(ZfsError::Invalid(format!("bad mount point '{value}': must be an absolute path, 'none', or 'legacy'")));
+            }
+            PropStore::Str(value.to_string())
+        }
+        "compression" => match value {
+            "on" => PropStore::Num(compress::ZIO_COMPRESS_ON as u64),
+            "off" => PropStore::Num(compress::ZIO_COMPRESS_OFF as u64),
+            "lzjb" => PropStore::Num(compress::ZIO_COMPRESS_LZJB as u64),
+            "gzip" => PropStore::Num(compress::ZIO_COMPRESS_GZIP_6 as u64),
+            "zle" => PropStore::Num(compress::ZIO_COMPRESS_ZLE as u64),
+            "lz4" => PropStore::Num(compress::ZIO_COMPRESS_LZ4 as u64),
+            v if v.starts_with("gzip-") => match v[5..].parse::<u8>() {
+                Ok(l @ 1..=9) => PropStore::Num((compress::ZIO_COMPRESS_GZIP_1 + l - 1) as u64),
+                _ => return Err(bad()),
+            },
+            _ => return Err(bad()),
+        },
+        "checksum" => match value {
+            "on" => PropStore::Num(checksum::ZIO_CHECKSUM_ON as u64),
+            "off" => PropStore::Num(checksum::ZIO_CHECKSUM_OFF as u64),
+            "fletcher2" => PropStore::Num(checksum::ZIO_CHECKSUM_FLETCHER_2 as u64),
+            "fletcher4" => PropStore::Num(checksum::ZIO_CHECKSUM_FLETCHER_4 as u64),
+            "sha256" => PropStore::Num(checksum::ZIO_CHECKSUM_SHA256 as u64),
+            _ => return Err(bad()),
+        },
+        "atime" | "relatime" | "readonly" | "setuid" | "exec" | "devices" | "nbmand" | "overlay" | "utf8only" | "vscan" | "zoned" | "jailed" => {
+            pick(&["off", "on"])?
+        }
+        "canmount" => pick(&["off", "on", "noauto"])?,
+        "snapdir" => pick(&["hidden", "visible"])?,
+        "xattr" => pick(&["off", "on", "sa"])?,
+        "logbias" => pick(&["latency", "throughput"])?,
+        "sync" => pick(&["standard", "always", "disabled"])?,
+        "primarycache" | "secondarycache" => pick(&["none", "metadata", "all"])?,
+        "redundant_metadata" => pick(&["all", "most"])?,
+        "acltype" => match value {
+            "off" | "noacl" => PropStore::Num(0),
+            "posix" | "posixacl" => PropStore::Num(2),
+            "nfsv4" => PropStore::Num(1),
+            _ => return Err(bad()),
+        },
+        "copies" => match value {
+            "1" | "2" | "3" => PropStore::Num(value.parse().expect("digit")),
+            _ => return Err(bad()),
+        },
+        "recordsize" => match size(value) {
+            Some(n) if n.is_power_of_two() && (512..=(128 << 10)).contains(&n) => PropStore::Num(n),
+            _ => return Err(ZfsError::Invalid(format!("cannot set property for '{prop}': 'recordsize' must be power of 2 from 512B to 128K"))),
+        },
+        "quota" | "refquota" | "reservation" | "refreservation" => match value {
+            "none" => PropStore::Num(0),
+            v => PropStore::Num(size(v).ok_or_else(bad)?),
+        },
+        "special_small_blocks" => PropStore::Num(size(value).ok_or_else(bad)?),
+        _ if prop.contains(':') => PropStore::Str(value.to_string()),
+        _ => return Err(ZfsError::Invalid(format!("invalid property '{prop}'"))),
+    })
+}
+
 /// zfs_nicebytes: "0B", "512B", "1.50K", "14.9M".
 pub fn nicebytes(n: u64) -> String {
     if n < 1024 {

@@ -25,5 +25,9 @@ pub mod dsl;
 pub mod zpl;
 pub mod traverse;
 pub mod pool;
+pub mod metaslab;
+pub mod dbuf;
+pub mod txg;
+pub mod zplw;
 
 pub use error::{ZfsError, Result};

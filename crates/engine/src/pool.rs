@@ -98,6 +98,12 @@ impl Pool {
         }))
     }
 
+    /// The read view of a pool imported for writing (its Spa follows each synced txg).
+    pub fn from_spa(spa: Arc<Spa>, altroot: Option<PathBuf>, dirs: &[PathBuf]) -> Arc<Pool> {
+        let aux_found = find_aux_devices(&spa, dirs);
+        Arc::new(Pool { spa, altroot, mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()), aux_found })
+    }
+
     pub fn name(&self) -> &str {
         &self.spa.name
     }

@@ -516,7 +516,7 @@ impl Spa {
         let key = if bp.embedded {
             None
         } else {
-            Some(ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth })
+            Some(ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum0: bp.cksum[0] })
         };
         if let Some(k) = &key {
             if let Some(d) = self.arc.get(k) {

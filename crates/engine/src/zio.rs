@@ -223,6 +223,21 @@ pub fn write_block(
     p: &WriteProps,
     txg: u64,
 ) -> Result<Written> {
+    write_block_over(root, salt, alloc, data, p, txg, None)
+}
+
+/// The write pipeline, rewriting `prev` in place when it was born in this txg and the new
+/// physical size equals its own (sync passes ≥ 2 converge this way, as OpenZFS's
+/// zfs_sync_pass_rewrite). Otherwise new DVAs are allocated (the caller frees `prev`).
+pub fn write_block_over(
+    root: &Vdev,
+    salt: &[u8; 32],
+    alloc: &mut dyn DvaAllocator,
+    data: &[u8],
+    p: &WriteProps,
+    txg: u64,
+    prev: Option<&BlockPointer>,
+) -> Result<Written> {
     let lsize = data.len() as u64;
     assert!(lsize > 0 && lsize % 512 == 0 && lsize <= MAX_BLOCK, "write of {lsize} bytes");
     let compressing = p.compress != compress::ZIO_COMPRESS_OFF;
@@ -265,6 +280,13 @@ pub fn write_block(
         cksum,
         ..Default::default()
     };
+    if let Some(pb) = prev {
+        if pb.birth == txg && !pb.embedded && !pb.is_hole() && pb.psize == psize && pb.ndvas() >= 1 {
+            bp.dva = pb.dva;
+            write_dvas(root, &bp, &phys)?;
+            return Ok(Written::Bp(bp));
+        }
+    }
     let mut used: Vec<u64> = Vec::new();
     for i in 0..p.copies.clamp(1, 3) {
         let dva = alloc.alloc_dva(p.class, psize, txg, &used);
@@ -277,14 +299,17 @@ pub fn write_block(
             None => break, // ditto copies are best effort, as in OpenZFS
         }
     }
-    for d in bp.dva.iter().filter(|d| !d.is_empty()) {
-        let top = root
-            .children
-            .get(d.vdev as usize)
-            .ok_or_else(|| ZfsError::Invalid(format!("allocator returned vdev {}", d.vdev)))?;
-        top.write(d.offset, &phys)?;
-    }
+    write_dvas(root, &bp, &phys)?;
     Ok(Written::Bp(bp))
+}
+
+/// Write the physical bytes of a block to each of its DVAs.
+fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
+    for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+        let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {}", d.vdev)))?;
+        top.write(d.offset, phys)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -29,5 +29,7 @@ pub mod znode;
 pub mod dsl;
 pub mod features;
 pub mod types;
+pub mod spacemap;
+pub mod zap_write;
 
 pub use error::{FormatError, Result};

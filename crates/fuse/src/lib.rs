@@ -16,6 +16,8 @@
 //! under a read-only mount, so the kernel caches attributes, entries, symlinks and pages for
 //! long (FOPEN_KEEP_CACHE, long TTLs), and reads come in up to 1 MiB at a time.
 
+pub mod rw;
+
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
@@ -31,6 +33,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The FUSE attributes of a ZPL attribute set, as inode `ino`.
+pub fn file_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino,
+        size: a.size,
+        blocks: a.blocks,
+        atime: systime(a.atime),
+        mtime: systime(a.mtime),
+        ctime: systime(a.ctime),
+        crtime: systime(a.crtime),
+        kind: kind_of(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink.min(u32::MAX as u64) as u32,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: fuse_rdev(a.rdev),
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
 
 /// FUSE inode of `.zfs`.
 pub const CTL_ZFS: u64 = (1 << 62) + 1;
@@ -251,23 +274,7 @@ impl Inner {
     }
 
     fn fattr(&self, k: usize, fs: &Zfs, a: &Attr) -> FileAttr {
-        FileAttr {
-            ino: join_ino(k, a.ino, fs.root_ino()),
-            size: a.size,
-            blocks: a.blocks,
-            atime: systime(a.atime),
-            mtime: systime(a.mtime),
-            ctime: systime(a.ctime),
-            crtime: systime(a.crtime),
-            kind: kind_of(a.mode),
-            perm: (a.mode & 0o7777) as u16,
-            nlink: a.nlink.min(u32::MAX as u64) as u32,
-            uid: a.uid,
-            gid: a.gid,
-            rdev: fuse_rdev(a.rdev),
-            blksize: a.blksize,
-            flags: 0,
-        }
+        file_attr(join_ino(k, a.ino, fs.root_ino()), a)
     }
 
     fn root_attr(&self) -> Attr {
@@ -625,6 +632,10 @@ fn unmount_path(mp: &Path, lazy: bool) -> std::io::Result<()> {
 }
 
 impl MountHandle {
+    pub(crate) fn from_session(session: fuser::BackgroundSession, dataset: String, mountpoint: PathBuf) -> MountHandle {
+        MountHandle { session: Some(session), dataset, mountpoint }
+    }
+
     /// Unmount. A busy mount fails with EBUSY unless `force` (then it is detached lazily).
     /// On error the handle is given back, still mounted.
     pub fn unmount(mut self, force: bool) -> Result<(), (MountHandle, std::io::Error)> {

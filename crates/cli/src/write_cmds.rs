@@ -1,0 +1,211 @@
+//! The verbs that change pools: `zpool create` and read-write `zpool import`, in OpenZFS's
+//! grammar and words.
+
+use crate::commands::{getopt, mount_all, Imported, Out, State};
+use crate::vdevspec::{self, Group};
+use oxzfs::pool::Pool;
+use oxzfs::spa;
+use oxzfs::txg::{CreateSpec, PoolHandle, PoolW, VdevSpec};
+use oxzfs::ZfsError;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const CREATE_USAGE: &str = "usage:\n\tcreate [-fnd] [-o property=value] ... \n\t    [-O file-system-property=value] ... \n\t    [-m mountpoint] [-R root] <pool> <vdev> ...";
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn arc_max() -> u64 {
+    std::env::var("OXZFS_ARC_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
+}
+
+/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
+fn check_pool_name(name: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
+    if name.is_empty() {
+        return Err("cannot create '': name must begin with a letter".into());
+    }
+    if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        return Err(format!("cannot create '{name}': name must begin with a letter"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-:. ".contains(*c))) {
+        return bad(&format!(" '{c}' in pool name"));
+    }
+    for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
+        if name.starts_with(r) && (r != "log" || name == "log") {
+            return Err(format!("cannot create '{name}': name is reserved\npool name may have been omitted"));
+        }
+    }
+    if name.len() > 255 {
+        return Err(format!("cannot create '{name}': name is too long"));
+    }
+    Ok(())
+}
+
+fn layout_text(name: &str, spec: &vdevspec::Spec) -> String {
+    let mut s = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
+    let group = |s: &mut String, g: &Group| match g {
+        Group::Disk(p) => s.push_str(&format!("\t  {}\n", p.display())),
+        Group::Mirror(d) | Group::Raidz(_, d) => {
+            let kind = match g {
+                Group::Mirror(_) => "mirror".to_string(),
+                Group::Raidz(p, _) => format!("raidz{p}"),
+                _ => unreachable!(),
+            };
+            s.push_str(&format!("\t  {kind}\n"));
+            for p in d {
+                s.push_str(&format!("\t    {}\n", p.display()));
+            }
+        }
+    };
+    for g in &spec.data {
+        group(&mut s, g);
+    }
+    for (label, gs) in [("dedup", &spec.dedup), ("special", &spec.special), ("logs", &spec.log)] {
+        if !gs.is_empty() {
+            s.push_str(&format!("\t{label}\n"));
+            for g in gs {
+                group(&mut s, g);
+            }
+        }
+    }
+    for (label, ds) in [("cache", &spec.cache), ("spares", &spec.spare)] {
+        if !ds.is_empty() {
+            s.push_str(&format!("\t{label}\n"));
+            for d in ds {
+                s.push_str(&format!("\t  {}\n", d.display()));
+            }
+        }
+    }
+    s
+}
+
+pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "oOmR", "fnd") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{CREATE_USAGE}\n"), 2),
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing pool name argument\n{CREATE_USAGE}\n"), 2);
+    }
+    if o.operands.len() < 2 {
+        return (String::new(), format!("missing vdev specification\n{CREATE_USAGE}\n"), 2);
+    }
+    let name = o.operands[0].clone();
+    if let Err(e) = check_pool_name(&name) {
+        return (String::new(), format!("{e}\n"), 1);
+    }
+    let force = o.has('f');
+    let spec = match vdevspec::parse(&o.operands[1..], cwd, force) {
+        Ok(s) => s,
+        Err(e) => return (String::new(), format!("{e}\n"), 1),
+    };
+    let mut cs = CreateSpec { name: name.clone(), hostname: hostname(), ..Default::default() };
+    if o.has('d') {
+        // -d: no features enabled (they may be enabled one by one with -o feature@...=enabled).
+        cs.disabled = oxzfs::txg::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
+    }
+    for p in o.values('o') {
+        let Some((k, v)) = p.split_once('=') else {
+            return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
+        };
+        match k {
+            "ashift" => match v.parse::<u8>() {
+                Ok(a) if a == 0 || (9..=16).contains(&a) => cs.ashift = if a == 0 { None } else { Some(a) },
+                _ => return (String::new(), format!("property 'ashift' number {v} is invalid, only values between 9 and 16 are allowed.\n"), 1),
+            },
+            "version" => match v.parse::<u64>() {
+                Ok(n) if n == 5000 || (1..=28).contains(&n) => cs.version = Some(n),
+                _ => return (String::new(), format!("cannot create '{name}': invalid property value '{v}' for 'version'\n"), 1),
+            },
+            _ if k.starts_with("feature@") => {
+                let f = &k["feature@".len()..];
+                if !oxzfs::txg::DEFAULT_FEATURES.iter().any(|x| x.1 == f) {
+                    return (String::new(), format!("cannot create '{name}': feature '{f}' unsupported by oxzfs\n"), 1);
+                }
+                match v {
+                    "disabled" => cs.disabled.push(f.to_string()),
+                    "enabled" => cs.disabled.retain(|d| d != f),
+                    _ => return (String::new(), format!("property '{k}' can only be set to 'enabled' or 'disabled'\n"), 1),
+                }
+            }
+            "comment" | "autoexpand" | "failmode" | "cachefile" | "autoreplace" | "listsnapshots" | "delegation" | "autotrim" | "multihost" | "bootfs" => {}
+            _ => return (String::new(), format!("property '{k}' is not a valid pool property\n"), 1),
+        }
+    }
+    for p in o.values('O') {
+        let Some((k, v)) = p.split_once('=') else {
+            return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
+        };
+        cs.fs_props.push((k.to_string(), v.to_string()));
+    }
+    if let Some(m) = o.values('m').pop() {
+        cs.fs_props.push(("mountpoint".into(), m));
+    }
+    if !spec.log.is_empty() || !spec.special.is_empty() || !spec.dedup.is_empty() || !spec.cache.is_empty() || !spec.spare.is_empty() {
+        return (String::new(), format!("cannot create '{name}': log, special, dedup, cache and spare devices are not supported yet by the writer\n"), 1);
+    }
+    // Every device must exist and not belong to a pool.
+    for d in spec.all_devices() {
+        if !d.exists() {
+            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
+        }
+        if let Ok(p) = spa::probe(&d) {
+            let pname = p.config.get_str("name").unwrap_or("").to_string();
+            match p.state {
+                0 => {
+                    return (String::new(), format!("invalid vdev specification\n{} is part of active pool '{pname}'\n", d.display()), 1);
+                }
+                1 if !force => {
+                    return (
+                        String::new(),
+                        format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of exported pool '{pname}'\n", d.display()),
+                        1,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    if st.pools.contains_key(&name) {
+        return (String::new(), format!("cannot create '{name}': pool already exists\n"), 1);
+    }
+    if o.has('n') {
+        return (layout_text(&name, &spec), String::new(), 0);
+    }
+    for g in &spec.data {
+        cs.vdevs.push(match g {
+            Group::Disk(p) => VdevSpec::File(p.clone()),
+            Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
+            Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
+        });
+    }
+    let pw = match PoolW::create(&cs, arc_max()) {
+        Ok(p) => p,
+        Err(e) => {
+            let m = e.to_string();
+            return (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("cannot create '{name}': {m}") }), 1);
+        }
+    };
+    let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
+    let dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
+    let spa = pw.spa.clone();
+    let h = PoolHandle::start(pw);
+    let pool = Pool::from_spa(spa, altroot, &dirs);
+    let mut mounts = Vec::new();
+    let mut err = String::new();
+    let code = if mount_all(&pool, Some(&h), &mut mounts, &mut err) > 0 { 1 } else { 0 };
+    st.pools.insert(name, Imported { pool, mounts, rw: Some(h) });
+    (String::new(), err, code)
+}
+
+/// Import a pool read-write: the write state and the read view over the same Spa.
+pub fn import_rw(dirs: &[PathBuf], which: &str, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let scan = spa::scan(dirs);
+    let cand = oxzfs::pool::choose(&scan, which)?;
+    let pw = PoolW::open(cand, arc_max(), &hostname())?;
+    let spa = pw.spa.clone();
+    let h = PoolHandle::start(pw);
+    Ok((Pool::from_spa(spa, altroot, dirs), h))
+}

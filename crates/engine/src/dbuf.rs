@@ -1,0 +1,1013 @@
+//! dbuf: the writable view of an objset — dirty dnodes, dirty data blocks and dirty ZAPs of the
+//! open txg — and its sync, which turns them into new blocks bottom-up (copy-on-write).
+//!
+//! ```text
+//!   open txg (in memory)                       syncing txg (sync_objset)
+//!   DirtyObj { dn, blocks: blkid → bytes,      L0 blocks ─ zio::write_block ─► bps
+//!              zap: entries,  trunc_from }     indirect blocks (old ones read, entries
+//!                                              replaced) ─► bps, up to dn.blkptr[]
+//!                                              dirty dnodes ─► meta-dnode L0 blocks ─► its
+//!                                              tree ─► objset_phys block ─► the new objset bp
+//! ```
+//!
+//! Reads see the open txg: a dirty block or ZAP wins, else the last synced tree (through a
+//! read-only [`Objset`] of the synced objset_phys). The dnode held in memory keeps the synced
+//! block-pointer tree until sync replaces it, so reads of clean blocks of a dirty object still
+//! walk the on-disk tree. Every block replaced or freed is handed to the `SyncCtx` for the
+//! allocator (and the dataset's space accounting).
+//!
+//! Locking: an `ObjsetW` is owned by the pool's write state, under its one lock; sync runs
+//! under the same lock (the txg engine stops the world for the sync of a txg).
+
+use crate::dmu::Objset;
+use crate::spa::Spa;
+use crate::zio::{self, AllocClass, DvaAllocator, WriteProps, Written};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
+use oxzfs_format::checksum::ZIO_CHECKSUM_FLETCHER_4;
+use oxzfs_format::compress::{ZIO_COMPRESS_LZ4, ZIO_COMPRESS_LZJB, ZIO_COMPRESS_OFF};
+use oxzfs_format::dnode::{DnodePhys, DNODE_FLAG_USED_BYTES, DNODE_SIZE};
+use oxzfs_format::objset::{ObjsetPhys, ZilHeaderPhys};
+use oxzfs_format::types;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Meta-dnode block size (DNODE_BLOCK_SIZE, 16K) and its 32 dnodes.
+pub const DNODE_BLOCK_SIZE: u64 = 16384;
+const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_SIZE / DNODE_SIZE as u64;
+/// Indirect block shift for new objects (DN_MAX_INDBLKSHIFT, 128K), as OpenZFS 2.x creates them.
+pub const DEFAULT_INDBLKSHIFT: u8 = 17;
+/// Objset phys size we write (2K: room for the user/group accounting dnodes).
+pub const OBJSET_SIZE: usize = 2048;
+
+/// A ZAP held in memory while dirty: key bytes (without NUL for names) → (integer size, values).
+#[derive(Clone, Debug, Default)]
+pub struct ZapObj {
+    pub entries: BTreeMap<Vec<u8>, (u8, Vec<u64>)>,
+    pub salt: u64,
+    pub normflags: u64,
+    pub flags: u64,
+}
+
+impl ZapObj {
+    pub fn get_u64(&self, name: &str) -> Option<u64> {
+        self.entries.get(name.as_bytes()).and_then(|(_, v)| v.first().copied())
+    }
+    pub fn set_u64(&mut self, name: &str, v: u64) {
+        self.entries.insert(name.as_bytes().to_vec(), (8, vec![v]));
+    }
+}
+
+/// One object dirty in the open txg.
+#[derive(Clone, Debug)]
+pub struct DirtyObj {
+    pub dn: DnodePhys,
+    /// Dirty level-0 blocks, each exactly the data block size.
+    pub blocks: BTreeMap<u64, Vec<u8>>,
+    /// Authoritative content when the object is a ZAP being changed.
+    pub zap: Option<ZapObj>,
+    /// Blocks at or beyond this blkid are freed at sync (truncate / free).
+    pub trunc_from: Option<u64>,
+    /// The object is freed at sync.
+    pub freed: bool,
+}
+
+/// Space accounting of what a sync wrote and freed (for the dataset and dsl_dir).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpaceDelta {
+    pub dsize: i64,
+    pub psize: i64,
+    pub lsize: i64,
+}
+
+impl SpaceDelta {
+    fn add(&mut self, bp: &BlockPointer, sign: i64, dsize: u64) {
+        self.dsize += sign * dsize as i64;
+        self.psize += sign * bp.psize as i64;
+        self.lsize += sign * bp.lsize as i64;
+    }
+}
+
+/// What a sync needs from the pool: the vdevs, the allocator, the txg; it collects frees.
+pub struct SyncCtx<'a> {
+    pub spa: &'a Arc<Spa>,
+    pub alloc: &'a mut dyn DvaAllocator,
+    pub txg: u64,
+    /// Blocks freed by this sync (the caller frees their DVAs and accounts them).
+    pub freed: Vec<BlockPointer>,
+    /// Sync pass (1 = first): from pass 2 on, a block born in this txg is replaced in place
+    /// when possible by the caller's allocator (not here: we always reallocate; frees of blocks
+    /// born this txg undo their allocation).
+    pub pass: u32,
+    /// dsize of a bp (raidz deflation); supplied by the pool.
+    pub dsize: &'a dyn Fn(&BlockPointer) -> u64,
+    /// Whether embedded_data may be used.
+    pub embed: bool,
+    /// lz4_compress enabled (metadata compression: lz4, else lzjb).
+    pub lz4: bool,
+    /// Whether this is the MOS (3 copies of everything).
+    pub is_mos: bool,
+}
+
+/// Dataset-level write policy (from properties).
+#[derive(Clone, Copy, Debug)]
+pub struct OsProps {
+    pub checksum: u8,
+    pub compress: u8,
+    pub complevel: u8,
+    pub copies: usize,
+    /// Blocks of this size or less go to the special class (special_small_blocks).
+    pub special_small: u64,
+}
+
+impl Default for OsProps {
+    fn default() -> Self {
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0 }
+    }
+}
+
+/// A writable objset.
+pub struct ObjsetW {
+    /// Dataset object in the MOS (0 for the MOS).
+    pub id: u64,
+    pub spa: Arc<Spa>,
+    /// The last synced objset_phys and its bp (hole before the first sync).
+    pub phys: ObjsetPhys,
+    pub bp: BlockPointer,
+    ro: Option<Arc<Objset>>,
+    pub dirty: BTreeMap<u64, DirtyObj>,
+    /// Clean ZAPs decoded once (dropped when they become dirty or at sync).
+    zcache: HashMap<u64, ZapObj>,
+    pub props: OsProps,
+    /// Next object number to try (dmu_object_alloc's hint).
+    next_obj: u64,
+    /// Space written minus freed since the dataset accounting was last updated.
+    pub delta: SpaceDelta,
+    /// Bytes of dirty blocks (for the writer throttle).
+    pub dirty_bytes: u64,
+}
+
+fn new_meta_dnode() -> DnodePhys {
+    DnodePhys {
+        typ: types::DMU_OT_DNODE,
+        indblkshift: 14,
+        nlevels: 1,
+        nblkptr: 3,
+        bonustype: 0,
+        checksum: 0,
+        compress: 0,
+        flags: DNODE_FLAG_USED_BYTES,
+        datablkszsec: (DNODE_BLOCK_SIZE / 512) as u16,
+        bonuslen: 0,
+        extra_slots: 0,
+        maxblkid: 0,
+        used: 0,
+        blkptr: vec![BlockPointer::hole(); 3],
+        bonus: Vec::new(),
+        spill: None,
+    }
+}
+
+impl ObjsetW {
+    /// A new, empty objset of type `typ` (DMU_OST_META, DMU_OST_ZFS).
+    pub fn create(spa: &Arc<Spa>, id: u64, typ: u64, props: OsProps) -> ObjsetW {
+        let phys = ObjsetPhys {
+            meta_dnode: new_meta_dnode(),
+            zil_header: ZilHeaderPhys::empty(),
+            typ,
+            flags: 0,
+            userused_dnode: None,
+            groupused_dnode: None,
+            projectused_dnode: None,
+        };
+        ObjsetW {
+            id,
+            spa: spa.clone(),
+            phys,
+            bp: BlockPointer::hole(),
+            ro: None,
+            dirty: BTreeMap::new(),
+            zcache: HashMap::new(),
+            props,
+            next_obj: 1,
+            delta: SpaceDelta::default(),
+            dirty_bytes: 0,
+        }
+    }
+
+    /// Open the objset at `bp` for writing.
+    pub fn open(spa: &Arc<Spa>, id: u64, bp: &BlockPointer, props: OsProps) -> Result<ObjsetW> {
+        let ro = Objset::open_id(spa, bp, id)?;
+        let phys = ro.phys.clone();
+        let max = ro.max_object();
+        Ok(ObjsetW {
+            id,
+            spa: spa.clone(),
+            phys,
+            bp: bp.clone(),
+            ro: Some(ro),
+            dirty: BTreeMap::new(),
+            zcache: HashMap::new(),
+            props,
+            next_obj: max.max(1),
+            delta: SpaceDelta::default(),
+            dirty_bytes: 0,
+        })
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty() || self.bp.is_hole()
+    }
+
+    fn ro(&self) -> Option<&Arc<Objset>> {
+        self.ro.as_ref()
+    }
+
+    /// The current dnode of `obj` (dirty or synced).
+    pub fn dnode(&self, obj: u64) -> Result<DnodePhys> {
+        if let Some(d) = self.dirty.get(&obj) {
+            if d.freed {
+                return Err(ZfsError::NotFound(format!("objset {} object {obj} (freed)", self.id)));
+            }
+            return Ok(d.dn.clone());
+        }
+        match self.ro() {
+            Some(ro) => ro.dnode(obj),
+            None => Err(ZfsError::NotFound(format!("objset {} object {obj}", self.id))),
+        }
+    }
+
+    pub fn exists(&self, obj: u64) -> bool {
+        self.dnode(obj).is_ok()
+    }
+
+    /// Make `obj` dirty (loading its dnode) and return it.
+    pub fn dirty_obj(&mut self, obj: u64) -> Result<&mut DirtyObj> {
+        if !self.dirty.contains_key(&obj) {
+            let dn = self.dnode(obj)?;
+            self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false });
+        }
+        let d = self.dirty.get_mut(&obj).expect("just inserted");
+        if d.freed {
+            return Err(ZfsError::NotFound(format!("object {obj} (freed)")));
+        }
+        Ok(d)
+    }
+
+    /// Allocate a new object (dmu_object_alloc): type, data block size, bonus type and length,
+    /// `slots` dnode slots (1 unless large_dnode).
+    pub fn alloc_object(&mut self, typ: u8, blksz: u64, bonustype: u8, bonuslen: usize, slots: usize) -> Result<u64> {
+        assert!(blksz >= 512 && blksz % 512 == 0 && blksz <= 16 << 20, "object block size {blksz}");
+        assert!((1..=32).contains(&slots));
+        let nblkptr = ((DNODE_SIZE * slots - 64 - bonuslen.min(DNODE_SIZE * slots - 64 - BLKPTR_SIZE)) / BLKPTR_SIZE).clamp(1, 3);
+        assert!(DnodePhys::bonus_room(slots, nblkptr) >= bonuslen, "bonus of {bonuslen} in {slots} slots");
+        let mut obj = self.next_obj.max(1);
+        loop {
+            // Slots of one dnode may not cross a dnode block.
+            let in_block = obj % DNODES_PER_BLOCK;
+            if in_block + slots as u64 > DNODES_PER_BLOCK {
+                obj += DNODES_PER_BLOCK - in_block;
+                continue;
+            }
+            if (0..slots as u64).all(|i| !self.slot_used(obj + i)) {
+                break;
+            }
+            obj += 1;
+            if obj >= 1 << 48 {
+                return Err(ZfsError::Posix(28, "no free object numbers".into()));
+            }
+        }
+        self.next_obj = obj + slots as u64;
+        let dn = DnodePhys {
+            typ,
+            indblkshift: DEFAULT_INDBLKSHIFT,
+            nlevels: 1,
+            nblkptr: nblkptr as u8,
+            bonustype,
+            checksum: 0,
+            compress: 0,
+            flags: DNODE_FLAG_USED_BYTES,
+            datablkszsec: (blksz / 512) as u16,
+            bonuslen: bonuslen as u16,
+            extra_slots: (slots - 1) as u8,
+            maxblkid: 0,
+            used: 0,
+            blkptr: vec![BlockPointer::hole(); nblkptr],
+            bonus: vec![0u8; bonuslen],
+            spill: None,
+        };
+        self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false });
+        Ok(obj)
+    }
+
+    /// Whether dnode slot `obj` is taken (by a dnode or the extra slots of one before it).
+    fn slot_used(&self, obj: u64) -> bool {
+        if let Some(d) = self.dirty.get(&obj) {
+            return !d.freed || true; // a freed object's slots are reused only after sync
+        }
+        // Extra slots of a dirty large dnode just before.
+        let blk0 = obj - obj % DNODES_PER_BLOCK;
+        for o in blk0..obj {
+            if let Some(d) = self.dirty.get(&o) {
+                if !d.freed && o + d.dn.slots() as u64 > obj {
+                    return true;
+                }
+            }
+        }
+        match self.ro() {
+            None => false,
+            Some(ro) => match ro.dnode(obj) {
+                Ok(_) => true,
+                Err(ZfsError::NotFound(_)) => {
+                    // An extra slot of an on-disk large dnode before it?
+                    (blk0..obj).any(|o| !self.dirty.contains_key(&o) && ro.dnode(o).map(|d| o + d.slots() as u64 > obj).unwrap_or(false))
+                }
+                Err(_) => true,
+            },
+        }
+    }
+
+    /// Free object `obj` at sync (all its blocks).
+    pub fn free_object(&mut self, obj: u64) -> Result<()> {
+        let d = self.dirty_obj(obj)?;
+        d.freed = true;
+        d.blocks.clear();
+        d.zap = None;
+        d.trunc_from = Some(0);
+        self.zcache.remove(&obj);
+        if obj < self.next_obj {
+            self.next_obj = obj.max(1);
+        }
+        Ok(())
+    }
+
+    /// Replace the bonus buffer.
+    pub fn set_bonus(&mut self, obj: u64, bonus: &[u8]) -> Result<()> {
+        let d = self.dirty_obj(obj)?;
+        let room = DnodePhys::bonus_room(d.dn.slots(), d.dn.nblkptr as usize);
+        if bonus.len() > room {
+            return Err(ZfsError::Invalid(format!("bonus of {} bytes, room for {room}", bonus.len())));
+        }
+        d.dn.bonus = bonus.to_vec();
+        d.dn.bonuslen = bonus.len() as u16;
+        Ok(())
+    }
+
+    pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
+        Ok(self.dnode(obj)?.bonus)
+    }
+
+    /// Read a whole level-0 block (zeros for a hole or beyond the end).
+    fn read_l0(&self, obj: u64, dn: &DnodePhys, blkid: u64) -> Result<Vec<u8>> {
+        let bs = dn.data_block_size() as usize;
+        if let Some(d) = self.dirty.get(&obj) {
+            if let Some(b) = d.blocks.get(&blkid) {
+                return Ok(b.clone());
+            }
+            if d.trunc_from.map_or(false, |t| blkid >= t) {
+                return Ok(vec![0u8; bs]);
+            }
+        }
+        let Some(ro) = self.ro() else { return Ok(vec![0u8; bs]) };
+        match ro.read_block(dn, obj, blkid)? {
+            Some(b) => {
+                let mut v = b.to_vec();
+                v.resize(bs, 0);
+                Ok(v)
+            }
+            None => Ok(vec![0u8; bs]),
+        }
+    }
+
+    /// Read `len` bytes at `offset` of object `obj` (zeros in holes; not clipped at any size).
+    pub fn read(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let dn = self.dnode(obj)?;
+        let bs = dn.data_block_size();
+        let mut out = Vec::with_capacity(len);
+        let mut pos = offset;
+        let end = offset + len as u64;
+        while pos < end {
+            let blkid = pos / bs;
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            if blkid > dn.maxblkid && !self.dirty.get(&obj).map_or(false, |d| d.blocks.contains_key(&blkid)) {
+                out.resize(out.len() + n, 0);
+            } else {
+                let b = self.read_l0(obj, &dn, blkid)?;
+                out.extend_from_slice(&b[boff..boff + n]);
+            }
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Write `data` at `offset` of object `obj`.
+    pub fn write(&mut self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let dn = self.dnode(obj)?;
+        let bs = dn.data_block_size();
+        let mut pos = offset;
+        let mut src = 0usize;
+        while src < data.len() {
+            let blkid = pos / bs;
+            let boff = (pos % bs) as usize;
+            let n = (bs as usize - boff).min(data.len() - src);
+            let whole = boff == 0 && n == bs as usize;
+            let have = self.dirty.get(&obj).map_or(false, |d| d.blocks.contains_key(&blkid));
+            let base = if whole || have {
+                None
+            } else if blkid > dn.maxblkid {
+                Some(vec![0u8; bs as usize])
+            } else {
+                Some(self.read_l0(obj, &dn, blkid)?)
+            };
+            let d = self.dirty_obj(obj)?;
+            let fresh = !have;
+            if whole {
+                d.blocks.insert(blkid, data[src..src + n].to_vec());
+            } else {
+                let b = d.blocks.entry(blkid).or_insert_with(|| base.expect("loaded above"));
+                b[boff..boff + n].copy_from_slice(&data[src..src + n]);
+            }
+            if blkid > d.dn.maxblkid {
+                d.dn.maxblkid = blkid;
+            }
+            if fresh {
+                self.dirty_bytes += bs;
+            }
+            pos += n as u64;
+            src += n;
+        }
+        Ok(())
+    }
+
+    /// Free the bytes from `offset` to the end of the object (the partial block is zeroed).
+    pub fn truncate(&mut self, obj: u64, offset: u64) -> Result<()> {
+        let dn = self.dnode(obj)?;
+        let bs = dn.data_block_size();
+        let first_free = offset.div_ceil(bs);
+        if offset % bs != 0 && offset / bs <= dn.maxblkid {
+            let blkid = offset / bs;
+            let mut b = self.read_l0(obj, &dn, blkid)?;
+            let boff = (offset % bs) as usize;
+            b[boff..].iter_mut().for_each(|x| *x = 0);
+            self.dirty_obj(obj)?.blocks.insert(blkid, b);
+        }
+        let d = self.dirty_obj(obj)?;
+        d.blocks.retain(|&k, _| k < first_free);
+        d.trunc_from = Some(d.trunc_from.map_or(first_free, |t| t.min(first_free)));
+        d.dn.maxblkid = first_free.saturating_sub(1).min(d.dn.maxblkid);
+        Ok(())
+    }
+
+    /// Change the data block size of an object with at most one block (zfs_grow_blocksize).
+    pub fn set_blocksize(&mut self, obj: u64, blksz: u64) -> Result<()> {
+        let dn = self.dnode(obj)?;
+        if dn.data_block_size() == blksz {
+            return Ok(());
+        }
+        if dn.maxblkid > 0 {
+            return Err(ZfsError::Invalid(format!("object {obj}: block size change with {} blocks", dn.maxblkid + 1)));
+        }
+        let old = self.read_l0(obj, &dn, 0)?;
+        let d = self.dirty_obj(obj)?;
+        let mut b = old;
+        b.resize(blksz as usize, 0);
+        d.trunc_from = Some(0);
+        d.blocks.clear();
+        d.blocks.insert(0, b);
+        d.dn.datablkszsec = (blksz / 512) as u16;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------------------ ZAP objects
+
+    /// The content of ZAP `obj` (dirty, cached or read).
+    pub fn zap(&mut self, obj: u64) -> Result<&ZapObj> {
+        if self.dirty.get(&obj).map_or(false, |d| d.zap.is_some()) {
+            return Ok(self.dirty[&obj].zap.as_ref().expect("checked"));
+        }
+        if !self.zcache.contains_key(&obj) {
+            let z = self.load_zap(obj)?;
+            if self.zcache.len() > 4096 {
+                self.zcache.clear();
+            }
+            self.zcache.insert(obj, z);
+        }
+        Ok(&self.zcache[&obj])
+    }
+
+    fn load_zap(&self, obj: u64) -> Result<ZapObj> {
+        if let Some(d) = self.dirty.get(&obj) {
+            if !d.blocks.is_empty() || d.trunc_from.is_some() {
+                return Err(ZfsError::Invalid(format!("object {obj} is being written as data, not a ZAP")));
+            }
+        }
+        let ro = self.ro().ok_or_else(|| ZfsError::NotFound(format!("ZAP {obj}")))?;
+        let z = crate::zap::Zap::open(ro, obj)?;
+        let mut out = ZapObj { salt: z.salt(), normflags: z.normflags(), flags: z.flags(), ..Default::default() };
+        for e in z.list(ro)? {
+            let key = e.name_key();
+            out.entries.insert(key, (e.int_size, e.value_u64s()));
+        }
+        Ok(out)
+    }
+
+    /// Make ZAP `obj` dirty and return it for changes.
+    pub fn zap_mut(&mut self, obj: u64) -> Result<&mut ZapObj> {
+        let has = self.dirty.get(&obj).map_or(false, |d| d.zap.is_some());
+        if !has {
+            let z = match self.zcache.remove(&obj) {
+                Some(z) => z,
+                None => self.load_zap(obj)?,
+            };
+            self.dirty_obj(obj)?.zap = Some(z);
+        }
+        Ok(self.dirty.get_mut(&obj).and_then(|d| d.zap.as_mut()).expect("set above"))
+    }
+
+    /// Create a new, empty ZAP object of type `typ` (micro until it needs to be fat).
+    pub fn create_zap(&mut self, typ: u8, bonustype: u8, bonuslen: usize, normflags: u64) -> Result<u64> {
+        let obj = self.alloc_object(typ, 512, bonustype, bonuslen, 1)?;
+        let salt = rand_u64() | 1;
+        self.dirty.get_mut(&obj).expect("new").zap = Some(ZapObj { salt, normflags, flags: 0, entries: BTreeMap::new() });
+        Ok(obj)
+    }
+
+    pub fn zap_lookup(&mut self, obj: u64, name: &str) -> Result<Option<u64>> {
+        Ok(self.zap(obj)?.get_u64(name))
+    }
+
+    pub fn zap_add_u64(&mut self, obj: u64, name: &str, v: u64) -> Result<()> {
+        self.zap_mut(obj)?.set_u64(name, v);
+        Ok(())
+    }
+
+    pub fn zap_remove(&mut self, obj: u64, name: &str) -> Result<bool> {
+        Ok(self.zap_mut(obj)?.entries.remove(name.as_bytes()).is_some())
+    }
+
+    // ------------------------------------------------------------------------------------ sync
+
+    /// Write everything dirty; returns the new objset bp. Frees go to `ctx.freed`.
+    pub fn sync(&mut self, ctx: &mut SyncCtx) -> Result<BlockPointer> {
+        let dirty = std::mem::take(&mut self.dirty);
+        self.dirty_bytes = 0;
+        let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
+        for (obj, mut d) in dirty {
+            if d.freed {
+                let old = d.dn.clone();
+                free_tree(self, ctx, &old)?;
+                dnodes.insert(obj, None);
+                continue;
+            }
+            if let Some(z) = d.zap.take() {
+                encode_zap_into(&mut d, &z)?;
+                self.zcache.insert(obj, z);
+            }
+            let typ = d.dn.typ;
+            let meta = types::ot_is_metadata(typ);
+            let props = self.block_props(ctx, typ, 0, meta, d.dn.data_block_size(), d.dn.compress, d.dn.checksum);
+            sync_tree(self, ctx, obj, &mut d, props, None)?;
+            dnodes.insert(obj, Some(d.dn));
+        }
+        // The meta dnode: dirty dnodes go into their 16K blocks.
+        let mut md = DirtyObj { dn: self.phys.meta_dnode.clone(), blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false };
+        let mut fills: HashMap<u64, u64> = HashMap::new();
+        let mut touched: Vec<u64> = dnodes.keys().map(|o| o / DNODES_PER_BLOCK).collect();
+        touched.dedup();
+        for blkid in touched {
+            let mut block = if blkid <= self.phys.meta_dnode.maxblkid {
+                match self.ro() {
+                    Some(ro) => ro.read_block(&self.phys.meta_dnode, 0, blkid)?.map(|b| b.to_vec()).unwrap_or_default(),
+                    None => Vec::new(),
+                }
+            } else {
+                Vec::new()
+            };
+            block.resize(DNODE_BLOCK_SIZE as usize, 0);
+            for (obj, dn) in dnodes.range(blkid * DNODES_PER_BLOCK..(blkid + 1) * DNODES_PER_BLOCK) {
+                let off = ((obj % DNODES_PER_BLOCK) as usize) * DNODE_SIZE;
+                match dn {
+                    Some(dn) => {
+                        let bytes = dn.encode();
+                        block[off..off + bytes.len()].copy_from_slice(&bytes);
+                    }
+                    None => {
+                        // Zero the freed dnode and its extra slots.
+                        let slots = DnodePhys::decode(&block[off..], true).map(|d| d.slots()).unwrap_or(1);
+                        let end = (off + slots * DNODE_SIZE).min(block.len());
+                        block[off..end].iter_mut().for_each(|x| *x = 0);
+                    }
+                }
+            }
+            // Fill: allocated dnodes in the block.
+            let mut n = 0u64;
+            let mut i = 0usize;
+            while i < DNODES_PER_BLOCK as usize {
+                let off = i * DNODE_SIZE;
+                if block[off] != 0 {
+                    n += 1;
+                    i += 1 + block[off + 12] as usize;
+                } else {
+                    i += 1;
+                }
+            }
+            fills.insert(blkid, n);
+            if blkid > md.dn.maxblkid || md.dn.blkptr.iter().all(|b| b.is_hole()) {
+                md.dn.maxblkid = md.dn.maxblkid.max(blkid);
+            }
+            md.blocks.insert(blkid, block);
+        }
+        let props = self.block_props(ctx, types::DMU_OT_DNODE, 0, true, DNODE_BLOCK_SIZE, 0, 0);
+        sync_tree(self, ctx, 0, &mut md, props, Some(&fills))?;
+        self.phys.meta_dnode = md.dn;
+        // The objset block itself.
+        let bytes = self.phys.encode(OBJSET_SIZE);
+        let mut p = self.block_props(ctx, types::DMU_OT_OBJSET, 0, true, OBJSET_SIZE as u64, 0, 0);
+        p.embed_ok = false;
+        let fill: u64 = self.phys.meta_dnode.blkptr.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
+        let prev = if self.bp.is_hole() { None } else { Some(self.bp.clone()) };
+        let mut bp = match zio::write_block_over(&ctx.spa.root_vdev, &ctx.spa.checksum_salt, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
+            Written::Bp(bp) => bp,
+            Written::Hole => unreachable!("an objset block is never all zeros"),
+        };
+        bp.fill = fill;
+        if let Some(old) = prev {
+            if old.dva != bp.dva {
+                self.delta.add(&old, -1, (ctx.dsize)(&old));
+                ctx.freed.push(old);
+                self.delta.add(&bp, 1, (ctx.dsize)(&bp));
+            }
+        } else {
+            self.delta.add(&bp, 1, (ctx.dsize)(&bp));
+        }
+        self.bp = bp.clone();
+        // Reads now go through the new tree.
+        self.ro = Some(Arc::new(Objset { spa: self.spa.clone(), phys: self.phys.clone(), bp: bp.clone(), id: self.id }));
+        Ok(bp)
+    }
+
+    /// The zio properties of a block of this objset (dmu_write_policy).
+    #[allow(clippy::too_many_arguments)]
+    fn block_props(&self, ctx: &SyncCtx, typ: u8, level: u8, meta: bool, blksz: u64, dn_compress: u8, dn_checksum: u8) -> WriteProps {
+        let md_compress = if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
+        let ismd = meta || level > 0;
+        let (mut checksum, mut compress, mut copies) = (self.props.checksum, self.props.compress, self.props.copies);
+        if dn_checksum != 0 {
+            checksum = dn_checksum;
+        }
+        if dn_compress != 0 {
+            compress = dn_compress;
+        }
+        if ismd {
+            if dn_compress != ZIO_COMPRESS_OFF {
+                compress = md_compress;
+            }
+            if !matches!(checksum, 7 | 8 | 11 | 12 | 14) {
+                checksum = ZIO_CHECKSUM_FLETCHER_4;
+            }
+            copies += 1;
+        }
+        if ctx.is_mos {
+            copies = 3;
+        }
+        if ctx.pass >= 5 {
+            compress = ZIO_COMPRESS_OFF; // zfs_sync_pass_dont_compress: let the passes converge
+        }
+        let class = if ismd || (self.props.special_small > 0 && blksz <= self.props.special_small) {
+            AllocClass::Special
+        } else {
+            AllocClass::Normal
+        };
+        WriteProps {
+            typ,
+            level,
+            checksum,
+            compress,
+            complevel: self.props.complevel,
+            copies: copies.min(3),
+            embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
+            class,
+        }
+    }
+}
+
+/// A pseudo-random u64 (salts, guids): from the OS.
+pub fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    let v = u64::from_le_bytes(b);
+    if v == 0 {
+        0x5eed_0f_0a2f5
+    } else {
+        v
+    }
+}
+
+/// Encode a dirty ZAP into the object's blocks (micro when it fits, else fat).
+fn encode_zap_into(d: &mut DirtyObj, z: &ZapObj) -> Result<()> {
+    use oxzfs_format::zap_write;
+    let micro: Option<Vec<(String, u64)>> = z
+        .entries
+        .iter()
+        .map(|(k, (isz, v))| {
+            if *isz == 8 && v.len() == 1 && k.len() < oxzfs_format::zap::MZAP_NAME_LEN && !k.contains(&0) {
+                String::from_utf8(k.clone()).ok().map(|s| (s, v[0]))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let blocks: Vec<Vec<u8>> = match micro {
+        Some(m) if z.flags == 0 && (m.len() + 1) * 64 <= 128 * 1024 => {
+            let mut bs = 512usize;
+            while (m.len() + 1) * 64 > bs {
+                bs *= 2;
+            }
+            // A micro ZAP never shrinks its block (OpenZFS grows it in place).
+            bs = bs.max(if d.dn.maxblkid == 0 { d.dn.data_block_size() as usize } else { 0 }).min(128 * 1024);
+            vec![zap_write::encode_micro(z.salt, z.normflags, &m, bs)]
+        }
+        _ => {
+            let ents: Vec<zap_write::FatEntry> = z
+                .entries
+                .iter()
+                .map(|(k, (isz, v))| {
+                    let mut key = k.clone();
+                    if z.flags & oxzfs_format::zap::ZAP_FLAG_UINT64_KEY == 0 {
+                        key.push(0);
+                    }
+                    zap_write::FatEntry { key, int_size: *isz, values: v.clone() }
+                })
+                .collect();
+            zap_write::encode_fat(z.salt, z.flags, z.normflags, &ents, 14)
+        }
+    };
+    let bs = blocks[0].len() as u64;
+    d.trunc_from = Some(0);
+    d.blocks.clear();
+    d.dn.datablkszsec = (bs / 512) as u16;
+    d.dn.maxblkid = blocks.len() as u64 - 1;
+    for (i, b) in blocks.into_iter().enumerate() {
+        assert_eq!(b.len() as u64, bs, "ZAP blocks of one size");
+        d.blocks.insert(i as u64, b);
+    }
+    Ok(())
+}
+
+/// Free every block of a dnode's tree (object freed).
+fn free_tree(os: &mut ObjsetW, ctx: &mut SyncCtx, dn: &DnodePhys) -> Result<()> {
+    let mut stack: Vec<BlockPointer> = dn.blkptr.iter().filter(|b| !b.is_hole()).cloned().collect();
+    if let Some(sp) = &dn.spill {
+        if !sp.is_hole() {
+            stack.push(sp.clone());
+        }
+    }
+    while let Some(bp) = stack.pop() {
+        if bp.level > 0 {
+            let ind = os.spa.read_bp(&bp)?;
+            for i in 0..ind.len() / BLKPTR_SIZE {
+                let c = BlockPointer::decode(&ind[i * BLKPTR_SIZE..], bp.little_endian)
+                    .map_err(|e| ZfsError::corrupt("indirect block".to_string(), e))?;
+                if !c.is_hole() {
+                    stack.push(c);
+                }
+            }
+        }
+        if !bp.embedded {
+            os.delta.add(&bp, -1, (ctx.dsize)(&bp));
+            ctx.freed.push(bp);
+        }
+    }
+    Ok(())
+}
+
+fn decode_bps(buf: &[u8], le: bool) -> Result<Vec<BlockPointer>> {
+    (0..buf.len() / BLKPTR_SIZE)
+        .map(|i| BlockPointer::decode(&buf[i * BLKPTR_SIZE..], le).map_err(|e| ZfsError::corrupt("indirect block".to_string(), e)))
+        .collect()
+}
+
+fn encode_bps(bps: &[BlockPointer]) -> Vec<u8> {
+    let mut out = vec![0u8; bps.len() * BLKPTR_SIZE];
+    for (i, b) in bps.iter().enumerate() {
+        out[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE].copy_from_slice(&b.encode(true));
+    }
+    out
+}
+
+/// Levels needed for `maxblkid` with `nblkptr` top pointers and `epbs` bits per indirect.
+fn levels_for(maxblkid: u64, nblkptr: u64, epbs: u32) -> u8 {
+    let mut levels = 1u8;
+    let mut cap = nblkptr as u128;
+    while (maxblkid as u128) >= cap {
+        cap <<= epbs;
+        levels += 1;
+    }
+    levels
+}
+
+/// Sync one object's block tree: write its dirty L0 blocks, free truncated ones, rewrite the
+/// indirect blocks on the way up, update dn.blkptr / maxblkid / nlevels / used.
+fn sync_tree(
+    os: &mut ObjsetW,
+    ctx: &mut SyncCtx,
+    _obj: u64,
+    d: &mut DirtyObj,
+    l0: WriteProps,
+    fills: Option<&HashMap<u64, u64>>,
+) -> Result<()> {
+    let old = d.dn.clone();
+    let epbs = (old.indblkshift as u32) - 7;
+    let per = 1u64 << epbs;
+    let nbp = old.nblkptr as u64;
+    let old_tree_empty = old.blkptr.iter().all(|b| b.is_hole());
+    // New shape.
+    let max_needed = d.blocks.keys().next_back().copied().unwrap_or(0).max(if old_tree_empty { 0 } else { d.dn.maxblkid });
+    let mut nlevels = old.nlevels.max(levels_for(max_needed, nbp, epbs));
+    if old_tree_empty && d.trunc_from == Some(0) {
+        nlevels = levels_for(max_needed, nbp, epbs);
+    }
+    let old_nl = old.nlevels;
+    // Dirty indirect blocks: (level, blkid) → entries.
+    let mut ind: BTreeMap<(u8, u64), Vec<BlockPointer>> = BTreeMap::new();
+    let mut top: Vec<BlockPointer> = old.blkptr.clone();
+    let mut used = old.used as i64;
+    let ro = os.ro.clone();
+    // The old bp of block (level, blkid) in the old tree.
+    let old_bp = |level: u8, blkid: u64| -> Result<Option<BlockPointer>> {
+        if old_tree_empty || level >= old_nl {
+            return Ok(None);
+        }
+        match &ro {
+            Some(ro) => ro.block_pointer(&old, level, blkid),
+            None => Ok(None),
+        }
+    };
+    if nlevels > old_nl && !old_tree_empty {
+        // Growth: the old top pointers move into block 0 of level old_nl.
+        let mut v = vec![BlockPointer::hole(); per as usize];
+        v[..old.blkptr.len()].clone_from_slice(&old.blkptr);
+        ind.insert((old_nl, 0), v);
+        for l in old_nl + 1..nlevels {
+            ind.insert((l, 0), vec![BlockPointer::hole(); per as usize]);
+        }
+        top = vec![BlockPointer::hole(); nbp as usize];
+    }
+    // Load (or create) the indirect block at (level, blkid) for modification.
+    fn load(
+        ind: &mut BTreeMap<(u8, u64), Vec<BlockPointer>>,
+        level: u8,
+        blkid: u64,
+        per: u64,
+        spa: &Spa,
+        old_bp: &dyn Fn(u8, u64) -> Result<Option<BlockPointer>>,
+    ) -> Result<()> {
+        if ind.contains_key(&(level, blkid)) {
+            return Ok(());
+        }
+        let v = match old_bp(level, blkid)? {
+            Some(bp) if !bp.is_hole() => {
+                let b = spa.read_bp(&bp)?;
+                let mut v = decode_bps(&b, bp.little_endian)?;
+                v.resize(per as usize, BlockPointer::hole());
+                v
+            }
+            _ => vec![BlockPointer::hole(); per as usize],
+        };
+        ind.insert((level, blkid), v);
+        Ok(())
+    }
+    // Install bp at (level, blkid): into its parent indirect or the dnode's top.
+    let mut changes: Vec<(u8, u64, BlockPointer)> = Vec::new();
+    // Truncation: every old L0 beyond trunc_from becomes a hole (frees gathered by walking).
+    if let Some(t) = d.trunc_from {
+        if !old_tree_empty {
+            let mut stack: Vec<(u8, u64, BlockPointer)> =
+                old.blkptr.iter().enumerate().filter(|(_, b)| !b.is_hole()).map(|(i, b)| (old_nl - 1, i as u64, b.clone())).collect();
+            while let Some((level, blkid, bp)) = stack.pop() {
+                let first = blkid << (epbs as u64 * level as u64);
+                let last = ((blkid + 1) << (epbs as u64 * level as u64)) - 1;
+                if last < t {
+                    continue;
+                }
+                if level == 0 {
+                    if !d.blocks.contains_key(&blkid) {
+                        changes.push((0, blkid, BlockPointer::hole()));
+                    }
+                    continue;
+                }
+                let _ = first;
+                let b = os.spa.read_bp(&bp)?;
+                for (i, c) in decode_bps(&b, bp.little_endian)?.into_iter().enumerate() {
+                    if !c.is_hole() {
+                        stack.push((level - 1, blkid * per + i as u64, c));
+                    }
+                }
+            }
+        }
+    }
+    // Write the dirty L0 blocks.
+    let blocks = std::mem::take(&mut d.blocks);
+    for (blkid, data) in blocks {
+        let mut p = l0;
+        if fills.is_some() {
+            p.embed_ok = false;
+        }
+        let prev = old_bp(0, blkid)?;
+        let w = zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &data, &p, ctx.txg, prev.as_ref())?;
+        let bp = match w {
+            Written::Hole => BlockPointer::hole(),
+            Written::Bp(mut bp) => {
+                if let Some(f) = fills {
+                    bp.fill = f.get(&blkid).copied().unwrap_or(1);
+                }
+                bp
+            }
+        };
+        changes.push((0, blkid, bp));
+    }
+    // Apply changes level by level.
+    let mut level = 0u8;
+    let md_props = |lvl: u8| {
+        let mut p = l0;
+        p.level = lvl;
+        p.embed_ok = false;
+        p.compress = if ctx.pass >= 5 { ZIO_COMPRESS_OFF } else if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
+        if !matches!(p.checksum, 7 | 8 | 11 | 12 | 14) {
+            p.checksum = ZIO_CHECKSUM_FLETCHER_4;
+        }
+        if !ctx.is_mos && !types::ot_is_metadata(l0.typ) {
+            p.copies = (p.copies + 1).min(3);
+        }
+        p.class = AllocClass::Special;
+        p
+    };
+    loop {
+        // Install this level's changes into their parents, freeing replaced blocks.
+        for (lvl, blkid, bp) in changes.drain(..) {
+            debug_assert_eq!(lvl, level);
+            let slot: &mut BlockPointer = if lvl + 1 == nlevels {
+                &mut top[blkid as usize]
+            } else {
+                let pb = blkid / per;
+                load(&mut ind, lvl + 1, pb, per, &os.spa, &old_bp)?;
+                &mut ind.get_mut(&(lvl + 1, pb)).expect("loaded")[(blkid % per) as usize]
+            };
+            let prev = std::mem::replace(slot, bp.clone());
+            // A pointer moved on growth, or a block rewritten in place, stays allocated.
+            let same = !prev.is_hole() && !prev.embedded && !bp.is_hole() && !bp.embedded && prev.dva == bp.dva;
+            if !same {
+                if !prev.is_hole() && !prev.embedded {
+                    used -= (ctx.dsize)(&prev) as i64;
+                    os.delta.add(&prev, -1, (ctx.dsize)(&prev));
+                    ctx.freed.push(prev);
+                }
+                if !bp.is_hole() && !bp.embedded {
+                    used += (ctx.dsize)(&bp) as i64;
+                    os.delta.add(&bp, 1, (ctx.dsize)(&bp));
+                }
+            }
+        }
+        level += 1;
+        if level >= nlevels {
+            break;
+        }
+        // Write the dirty indirect blocks of this level.
+        let keys: Vec<(u8, u64)> = ind.range((level, 0)..(level, u64::MAX)).map(|(k, _)| *k).collect();
+        for k in keys {
+            let entries = ind.remove(&k).expect("listed");
+            let fill: u64 = entries.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
+            let bp = if entries.iter().all(|b| b.is_hole()) {
+                BlockPointer::hole()
+            } else {
+                let bytes = encode_bps(&entries);
+                let prev = old_bp(level, k.1)?;
+                match zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
+                    Written::Hole => BlockPointer::hole(),
+                    Written::Bp(mut bp) => {
+                        bp.fill = fill;
+                        bp
+                    }
+                }
+            };
+            changes.push((level, k.1, bp));
+        }
+        // When growing, the old tree's top pointers were moved, not freed: don't count twice.
+    }
+    // Shrink the tree shape after a truncation to nothing.
+    d.dn.blkptr = top;
+    d.dn.nlevels = nlevels;
+    d.dn.used = used.max(0) as u64;
+    d.dn.flags |= DNODE_FLAG_USED_BYTES;
+    if let Some(t) = d.trunc_from {
+        if t == 0 && d.dn.blkptr.iter().all(|b| b.is_hole()) {
+            d.dn.maxblkid = 0;
+        }
+    }
+    d.trunc_from = None;
+    Ok(())
+}

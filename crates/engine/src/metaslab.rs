@@ -1,0 +1,223 @@
+//! metaslab: the allocator. Each top-level vdev is cut into 2^metaslab_shift metaslabs, each
+//! with a space map object in the MOS (listed by the vdev's metaslab array).
+//!
+//! In memory per metaslab: the free segments; the allocations and frees of the syncing txg
+//! not yet written to its space map (a sync pass writes them: ALLOC then FREE entries after a
+//! debug entry each, as OpenZFS does); frees already written wait two txgs (TXG_DEFER_SIZE)
+//! before they can be allocated again. A block allocated and freed within the same sync pass
+//! never reaches the space map.
+//!
+//! First version: first-fit over the free segments, rotating over the top-level vdevs; ditto
+//! copies go to another vdev when there is one. Histograms count free segments by power of
+//! two, in units of the vdev's sector.
+use crate::vdev::Vdev;
+use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
+use std::collections::BTreeMap;
+
+pub struct MsSync {
+    pub vdev: u64,
+    pub ms_id: u64,
+    pub sm_object: u64,
+    pub words: Vec<u64>,
+    pub new_phys: SpaceMapPhys,
+}
+
+#[derive(Default)]
+struct Ms {
+    start: u64,
+    size: u64,
+    free: BTreeMap<u64, u64>,
+    sm_object: u64,
+    phys: SpaceMapPhys,
+    pend_alloc: Vec<(u64, u64)>,
+    pend_free: Vec<(u64, u64)>,
+    freeing: Vec<(u64, u64)>,
+    defer: [Vec<(u64, u64)>; 2],
+}
+
+fn add(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
+    let mut start = s;
+    let mut end = s + l;
+    if let Some((&ps, &pe)) = t.range(..=s).next_back() {
+        assert!(pe <= s, "double free {s:#x}+{l:#x} overlaps {ps:#x}..{pe:#x}");
+        if pe == s {
+            start = ps;
+            t.remove(&ps);
+        }
+    }
+    if let Some((&ns, &ne)) = t.range(s..).next() {
+        assert!(ns >= end, "double free");
+        if ns == end {
+            end = ne;
+            t.remove(&ns);
+        }
+    }
+    t.insert(start, end);
+}
+
+fn remove(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
+    let (&ps, &pe) = t.range(..=s).next_back().expect("remove of space not free");
+    assert!(pe >= s + l, "remove of space not free {s:#x}+{l:#x}");
+    t.remove(&ps);
+    if ps < s {
+        t.insert(ps, s);
+    }
+    if s + l < pe {
+        t.insert(s + l, pe);
+    }
+}
+
+struct Group {
+    ashift: u8,
+    ms_shift: u64,
+    ms: Vec<Ms>,
+}
+
+pub struct Metaslabs {
+    groups: Vec<Group>,
+    rotor: usize,
+}
+
+impl Metaslabs {
+    pub fn new_pool(root: &Vdev) -> Metaslabs {
+        let groups = root
+            .children
+            .iter()
+            .map(|top| {
+                let shift = if top.metaslab_shift != 0 { top.metaslab_shift } else { crate::txg::metaslab_shift(top.asize) };
+                let count = top.asize >> shift;
+                let ms = (0..count)
+                    .map(|i| {
+                        let mut m = Ms { start: i << shift, size: 1 << shift, ..Default::default() };
+                        m.free.insert(m.start, m.start + m.size);
+                        m
+                    })
+                    .collect();
+                Group { ashift: top.ashift, ms_shift: shift, ms }
+            })
+            .collect();
+        Metaslabs { groups, rotor: 0 }
+    }
+
+    pub fn alloc(&mut self, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[u64]) -> Option<(u64, u64, u64)> {
+        let n = self.groups.len();
+        for k in 0..2 * n {
+            let g = (self.rotor + k) % n;
+            if k < n && avoid.contains(&(g as u64)) {
+                continue;
+            }
+            let asize = asize_of(g as u64);
+            let grp = &mut self.groups[g];
+            for m in grp.ms.iter_mut() {
+                let found = m.free.iter().find(|(s, e)| *e - *s >= asize).map(|(s, _)| *s);
+                if let Some(s) = found {
+                    remove(&mut m.free, s, asize);
+                    m.pend_alloc.push((s, asize));
+                    self.rotor = (g + 1) % n;
+                    return Some((g as u64, s, asize));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, _txg: u64, _birth: u64) {
+        let g = &mut self.groups[vdev as usize];
+        let m = &mut g.ms[(offset >> g.ms_shift) as usize];
+        if let Some(i) = m.pend_alloc.iter().position(|&(s, l)| s == offset && l == asize) {
+            m.pend_alloc.remove(i);
+            add(&mut m.free, offset, asize);
+        } else {
+            m.pend_free.push((offset, asize));
+        }
+    }
+
+    pub fn sync(&mut self, txg: u64, pass: u64) -> Vec<MsSync> {
+        let mut out = Vec::new();
+        for (gi, g) in self.groups.iter_mut().enumerate() {
+            let sh = g.ashift;
+            for (mi, m) in g.ms.iter_mut().enumerate() {
+                if m.pend_alloc.is_empty() && m.pend_free.is_empty() {
+                    continue;
+                }
+                let mut ents = Vec::new();
+                let mut delta: i64 = 0;
+                for (kind, list) in [(0u8, &m.pend_alloc), (1u8, &m.pend_free)] {
+                    if list.is_empty() {
+                        continue;
+                    }
+                    ents.push(SmEntry::Debug { action: kind, syncpass: pass, txg });
+                    let mut l = list.clone();
+                    l.sort();
+                    for (s, len) in l {
+                        ents.push(SmEntry::Range { free: kind == 1, offset: (s - m.start) >> sh, run: len >> sh, vdev: None });
+                        delta += if kind == 0 { len as i64 } else { -(len as i64) };
+                    }
+                }
+                let words = encode_entries(&ents, false);
+                m.phys.length += words.len() as u64 * 8;
+                m.phys.alloc += delta;
+                m.freeing.extend(m.pend_free.drain(..));
+                m.pend_alloc.clear();
+                let mut hist = [0u64; 32];
+                for (s, e) in &m.free {
+                    let len = e - s;
+                    let b = (63 - len.leading_zeros() as i64 - sh as i64).clamp(0, 31) as usize;
+                    hist[b] += 1;
+                }
+                m.phys.histogram = hist;
+                out.push(MsSync { vdev: gi as u64, ms_id: mi as u64, sm_object: m.sm_object, words, new_phys: m.phys.clone() });
+            }
+        }
+        out
+    }
+
+    pub fn set_sm_object(&mut self, vdev: u64, ms: u64, obj: u64) {
+        let m = &mut self.groups[vdev as usize].ms[ms as usize];
+        m.sm_object = obj;
+        m.phys.object = obj;
+    }
+
+    pub fn sync_done(&mut self, txg: u64) {
+        for g in &mut self.groups {
+            for m in &mut g.ms {
+                let slot = (txg % 2) as usize;
+                let old = std::mem::take(&mut m.defer[slot]);
+                for (s, l) in old {
+                    add(&mut m.free, s, l);
+                }
+                m.defer[slot] = std::mem::take(&mut m.freeing);
+            }
+        }
+    }
+
+    pub fn load(&mut self, vdev: u64, ms: u64, sm: u64, phys: SpaceMapPhys, entries: &[SmEntry]) {
+        let g = &mut self.groups[vdev as usize];
+        let sh = g.ashift;
+        let m = &mut g.ms[ms as usize];
+        m.sm_object = sm;
+        m.phys = phys;
+        for e in entries {
+            if let SmEntry::Range { free, offset, run, .. } = *e {
+                let (s, l) = (m.start + (offset << sh), run << sh);
+                if free {
+                    add(&mut m.free, s, l);
+                } else {
+                    remove(&mut m.free, s, l);
+                }
+            }
+        }
+    }
+
+    pub fn space_totals(&self) -> (u64, u64) {
+        let mut size = 0;
+        let mut alloc = 0i64;
+        for g in &self.groups {
+            for m in &g.ms {
+                size += m.size;
+                alloc += m.phys.alloc;
+            }
+        }
+        (size, alloc.max(0) as u64)
+    }
+}

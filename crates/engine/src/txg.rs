@@ -1,0 +1,1303 @@
+//! txg: the pool's write state and the sync of a transaction group — `zpool create`, read-write
+//! import, and the loop that makes one txg durable.
+//!
+//! ```text
+//!   open txg: ObjsetW of the MOS and of every dataset written, dirty in memory
+//!   sync(txg):
+//!     1. each dirty dataset objset → new objset bp → its dsl_dataset bonus in the MOS,
+//!        space deltas into the dataset and up its dsl_dir chain
+//!     2. passes until nothing changes:
+//!          MOS objset sync (pass ≥ 2: blocks born this txg rewritten in place when the size
+//!          is unchanged) → frees to the allocator → metaslab sync appends to space maps
+//!          (space map objects are MOS objects: they dirty the MOS again)
+//!     3. flush; the config (when changed) to the even labels; the uberblock into slot
+//!        txg % slots of every label; flush; the odd labels — OpenZFS's safe order
+//!     4. metaslab sync_done (deferred frees of txg-2 become allocatable)
+//! ```
+//!
+//! One mutex (the pool's) covers the open txg and its sync: writers wait while a txg syncs.
+//! Frees of blocks born in the syncing txg in an earlier pass are recorded as FREE entries,
+//! as OpenZFS does.
+
+use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx};
+use crate::metaslab::{Metaslabs, MsSync};
+use crate::spa::{PoolCandidate, Spa};
+use crate::vdev::{DeviceMap, FileDevice, Vdev, VdevKind};
+use crate::zio::{AllocClass, DvaAllocator};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::{BlockPointer, Dva};
+use oxzfs_format::dnode::DnodePhys;
+use oxzfs_format::dsl::{BpobjPhys, DslDatasetPhys, DslDirPhys, DD_FLAG_USED_BREAKDOWN, DS_FLAG_UNIQUE_ACCURATE};
+use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_LABEL_END_SIZE, VDEV_LABEL_SIZE, VDEV_LABEL_START_SIZE, VDEV_PHYS_OFFSET, VDEV_UBERBLOCK_RING_OFFSET};
+use oxzfs_format::nvlist::{NvList, NvValue};
+use oxzfs_format::objset::{DMU_OST_META, DMU_OST_ZFS};
+use oxzfs_format::types;
+use oxzfs_format::uberblock::{encode_uberblock, uberblock_slot_size, UberblockPhys};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The first txg of a new pool (TXG_INITIAL).
+pub const TXG_INITIAL: u64 = 4;
+pub const SPA_VERSION_FEATURES: u64 = 5000;
+/// Smallest device `zpool create` accepts (SPA_MINDEVSIZE).
+pub const SPA_MINDEVSIZE: u64 = 64 << 20;
+const VDEV_UBERBLOCK_RING: u64 = 128 << 10;
+
+/// Features a new version-5000 pool gets enabled: those whose on-disk effects oxzfs keeps.
+/// (guid, name, for-read, description, active on enable)
+pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
+    ("com.delphix:async_destroy", "async_destroy", false, "Destroy filesystems asynchronously.", false),
+    ("org.illumos:lz4_compress", "lz4_compress", true, "LZ4 compression algorithm support.", true),
+    ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
+    ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
+    ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
+    ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
+];
+
+/// A leaf or interior vdev as `zpool create` was given it.
+#[derive(Clone, Debug)]
+pub enum VdevSpec {
+    File(PathBuf),
+    Mirror(Vec<PathBuf>),
+    Raidz(u8, Vec<PathBuf>),
+}
+
+/// What `zpool create` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct CreateSpec {
+    pub name: String,
+    pub vdevs: Vec<VdevSpec>,
+    pub ashift: Option<u8>,
+    pub version: Option<u64>,
+    /// Features to leave disabled (by name).
+    pub disabled: Vec<String>,
+    /// Root dataset properties (-O).
+    pub fs_props: Vec<(String, String)>,
+    pub hostname: String,
+}
+
+/// The allocator seen by the write pipeline: metaslabs of the top-level vdevs.
+pub struct PoolAlloc<'a> {
+    pub ms: &'a mut Metaslabs,
+    pub root: &'a Vdev,
+    pub min_alloc: u64,
+}
+
+/// asize of `psize` bytes on top-level vdev `top` (vdev_psize_to_asize).
+pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
+    match top.kind {
+        VdevKind::Raidz { nparity } => crate::vdev::raidz::asize(psize, top.ashift, top.children.len(), nparity as usize),
+        _ => psize.div_ceil(1 << top.ashift) << top.ashift,
+    }
+}
+
+impl DvaAllocator for PoolAlloc<'_> {
+    fn alloc_dva(&mut self, _class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva> {
+        let root = self.root;
+        let (vdev, offset, asize) = self.ms.alloc(&|v| psize_to_asize(&root.children[v as usize], psize), txg, avoid)?;
+        Some(Dva { vdev, offset, asize, gang: false })
+    }
+    fn min_alloc(&self) -> u64 {
+        self.min_alloc
+    }
+}
+
+/// Per-dataset write state.
+pub struct DatasetW {
+    pub dsobj: u64,
+    pub os: ObjsetW,
+}
+
+/// The pool opened for writing.
+pub struct PoolW {
+    pub spa: Arc<Spa>,
+    pub mos: ObjsetW,
+    pub datasets: BTreeMap<u64, DatasetW>,
+    pub ms: Metaslabs,
+    /// The open txg.
+    pub txg: u64,
+    pub config_dirty: bool,
+    pub version: u64,
+    /// Features enabled (guid → refcount), for-read flag.
+    pub features: BTreeMap<String, (u64, bool)>,
+    pub feature_objs: Option<(u64, u64)>,
+    /// MOS object of each top-level vdev's metaslab array.
+    pub ms_arrays: Vec<u64>,
+    pub mos_delta: SpaceDelta,
+    pub mos_dir: u64,
+    pub hostname: String,
+    pub ub_timestamp: u64,
+    pub last_sync: std::time::Instant,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// bp_get_dsize: allocated bytes scaled by each vdev's deflate ratio (raidz parity left out).
+fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
+    bp.dvas()
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| (d.asize >> 9) * crate::dsl::deflate_ratio(&root.children[d.vdev as usize]))
+        .sum()
+}
+
+/// Size of a leaf device usable by a vdev: aligned to the label size, minus the labels.
+fn leaf_asize(size: u64) -> u64 {
+    let osize = size & !(VDEV_LABEL_SIZE - 1);
+    osize.saturating_sub(VDEV_LABEL_START_SIZE + VDEV_LABEL_END_SIZE)
+}
+
+/// metaslab_shift for a top-level vdev of `asize` bytes (vdev_metaslab_set_size, 2.1 tunables).
+pub fn metaslab_shift(asize: u64) -> u64 {
+    let highbit = |x: u64| if x == 0 { 0 } else { 64 - x.leading_zeros() as u64 };
+    let ms_count = asize >> 29;
+    let mut shift = if ms_count < 16 {
+        highbit(asize / 16)
+    } else if ms_count > 200 {
+        highbit(asize / 200)
+    } else {
+        29
+    };
+    if shift < 24 {
+        shift = 24;
+    } else if shift > 34 {
+        shift = 34;
+        if (asize >> shift) > 131072 {
+            shift = highbit(asize / 131072);
+        }
+    }
+    shift
+}
+
+struct Leaf {
+    path: PathBuf,
+    guid: u64,
+    dev: Arc<FileDevice>,
+}
+
+impl PoolW {
+    // -------------------------------------------------------------------------------- create
+
+    /// `zpool create`: label the devices, build the MOS and the root dataset, sync txg 4.
+    pub fn create(spec: &CreateSpec, arc_max: u64) -> Result<PoolW> {
+        let version = spec.version.unwrap_or(SPA_VERSION_FEATURES);
+        if !(version == SPA_VERSION_FEATURES || (1..=28).contains(&version)) {
+            return Err(ZfsError::Invalid(format!("invalid property value for 'version': {version}")));
+        }
+        if version < 23 && version != SPA_VERSION_FEATURES {
+            return Err(ZfsError::Unsupported(format!("creating pools of version {version} (use 23 or 5000)")));
+        }
+        let pool_guid = rand_u64();
+        let mut devices: DeviceMap = DeviceMap::new();
+        let mut tree_children = Vec::new();
+        let mut guid_sum = pool_guid;
+        let mut min_ashift = 64u8;
+        let mut leaves_all: Vec<Leaf> = Vec::new();
+        for (id, v) in spec.vdevs.iter().enumerate() {
+            let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
+                VdevSpec::File(p) => ("file", vec![p.clone()], 0),
+                VdevSpec::Mirror(ps) => ("mirror", ps.clone(), 0),
+                VdevSpec::Raidz(p, ps) => ("raidz", ps.clone(), *p),
+            };
+            let mut leaves = Vec::new();
+            for p in &paths {
+                let dev = Arc::new(FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?);
+                use crate::vdev::BlockDevice;
+                if dev.size() < SPA_MINDEVSIZE {
+                    return Err(ZfsError::Invalid(format!("cannot create '{}': one or more devices is less than the minimum size (64M)", spec.name)));
+                }
+                let g = rand_u64();
+                guid_sum = guid_sum.wrapping_add(g);
+                leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: g, dev });
+            }
+            let ashift = spec.ashift.unwrap_or(9);
+            min_ashift = min_ashift.min(ashift);
+            let min_leaf = leaves.iter().map(|l| { use crate::vdev::BlockDevice; leaf_asize(l.dev.size()) }).min().unwrap_or(0);
+            let asize = match typ {
+                "raidz" => min_leaf * leaves.len() as u64,
+                _ => min_leaf,
+            };
+            let ms_shift = metaslab_shift(asize);
+            let mut top = NvList::new();
+            let leaf_nv = |l: &Leaf, lid: u64| {
+                let mut n = NvList::new();
+                n.add_str("type", "file");
+                n.add_u64("id", lid);
+                n.add_u64("guid", l.guid);
+                n.add_str("path", &l.path.display().to_string());
+                n.add_u64("create_txg", TXG_INITIAL);
+                n
+            };
+            if typ == "file" {
+                let l = &leaves[0];
+                top = leaf_nv(l, id as u64);
+            } else {
+                let tg = rand_u64();
+                guid_sum = guid_sum.wrapping_add(tg);
+                top.add_str("type", typ);
+                top.add_u64("id", id as u64);
+                top.add_u64("guid", tg);
+                if typ == "raidz" {
+                    top.add_u64("nparity", nparity as u64);
+                }
+                top.insert("children", NvValue::NvListArray(leaves.iter().enumerate().map(|(i, l)| leaf_nv(l, i as u64)).collect()));
+            }
+            top.add_u64("metaslab_array", 0);
+            top.add_u64("metaslab_shift", ms_shift);
+            top.add_u64("ashift", ashift as u64);
+            top.add_u64("asize", asize);
+            top.add_u64("is_log", 0);
+            top.add_u64("create_txg", TXG_INITIAL);
+            tree_children.push(top);
+            for l in leaves {
+                devices.insert(l.guid, (l.path.clone(), l.dev.clone() as Arc<dyn crate::vdev::BlockDevice>));
+                leaves_all.push(l);
+            }
+        }
+        let mut root = NvList::new();
+        root.add_str("type", "root");
+        root.add_u64("id", 0);
+        root.add_u64("guid", pool_guid);
+        root.add_u64("create_txg", TXG_INITIAL);
+        root.insert("children", NvValue::NvListArray(tree_children));
+        let mut config = NvList::new();
+        config.add_u64("version", version);
+        config.add_str("name", &spec.name);
+        config.add_u64("state", 0);
+        config.add_u64("txg", TXG_INITIAL);
+        config.add_u64("pool_guid", pool_guid);
+        config.add_u64("errata", 0);
+        config.add_str("hostname", &spec.hostname);
+        config.add_u64("vdev_children", spec.vdevs.len() as u64);
+        config.add_nvlist("vdev_tree", root.clone());
+        let root_vdev = Vdev::from_config(&root, &devices, 0)?;
+        let _ = guid_sum;
+        let mut salt = [0u8; 32];
+        for c in salt.chunks_mut(8) {
+            c.copy_from_slice(&rand_u64().to_le_bytes());
+        }
+        let spa = Arc::new(Spa::new_for_write(&spec.name, pool_guid, config, root_vdev, version, salt, devices, arc_max));
+        let ms = Metaslabs::new_pool(&spa.root_vdev);
+        let mut mos = ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default());
+        // The object directory: object 1.
+        let dir = mos.create_zap(types::DMU_OT_OBJECT_DIRECTORY, 0, 0, 0)?;
+        assert_eq!(dir, 1, "the object directory is MOS object 1");
+        let mut pw = PoolW {
+            spa,
+            mos,
+            datasets: BTreeMap::new(),
+            ms,
+            txg: TXG_INITIAL,
+            config_dirty: true,
+            version,
+            features: BTreeMap::new(),
+            feature_objs: None,
+            ms_arrays: Vec::new(),
+            mos_delta: SpaceDelta::default(),
+            mos_dir: 0,
+            hostname: spec.hostname.clone(),
+            ub_timestamp: 0,
+            last_sync: std::time::Instant::now(),
+        };
+        pw.create_mos_contents(spec)?;
+        pw.sync()?;
+        Ok(pw)
+    }
+
+    fn create_mos_contents(&mut self, spec: &CreateSpec) -> Result<()> {
+        let v = self.version;
+        let t = now();
+        let mos = &mut self.mos;
+        // Metaslab arrays, one per top-level vdev.
+        for _ in 0..self.spa.root_vdev.children.len() {
+            let a = mos.alloc_object(types::DMU_OT_OBJECT_ARRAY, 16384, 0, 0, 1)?;
+            self.ms_arrays.push(a);
+        }
+        let dd_flags = if v >= 13 { DD_FLAG_USED_BREAKDOWN } else { 0 };
+        let new_dir = |mos: &mut ObjsetW, parent: u64| -> Result<u64> {
+            let dd = mos.alloc_object(types::DMU_OT_DSL_DIR, 512, types::DMU_OT_DSL_DIR, 256, 1)?;
+            let props = mos.create_zap(types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+            let child = mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
+            let phys = DslDirPhys { creation_time: t, parent_dir_obj: parent, props_zapobj: props, child_dir_zapobj: child, flags: dd_flags, ..Default::default() };
+            mos.set_bonus(dd, &phys.encode())?;
+            Ok(dd)
+        };
+        let root_dir = new_dir(mos, 0)?;
+        mos.zap_add_u64(1, "root_dataset", root_dir)?;
+        let root_child = DslDirPhys::decode(&mos.bonus(root_dir)?, true).map_err(|e| ZfsError::corrupt("root dir".to_string(), e))?.child_dir_zapobj;
+        let mos_dir = new_dir(mos, root_dir)?;
+        mos.zap_add_u64(root_child, "$MOS", mos_dir)?;
+        self.mos_dir = mos_dir;
+        let bpobj_new = |mos: &mut ObjsetW, bs: u64| -> Result<u64> {
+            let o = mos.alloc_object(types::DMU_OT_BPOBJ, bs, types::DMU_OT_BPOBJ_HDR, oxzfs_format::dsl::BPOBJ_SIZE_V2.min(if v >= 5000 { 56 } else { 40 }), 1)?;
+            let len = mos.bonus(o)?.len();
+            mos.set_bonus(o, &BpobjPhys::default().encode(len))?;
+            Ok(o)
+        };
+        if v >= 26 {
+            let free_dir = new_dir(mos, root_dir)?;
+            mos.zap_add_u64(root_child, "$FREE", free_dir)?;
+            let fb = bpobj_new(mos, 128 << 10)?;
+            mos.zap_add_u64(1, "free_bpobj", fb)?;
+        }
+        let deadlist_new = |mos: &mut ObjsetW| -> Result<u64> {
+            if v >= 26 {
+                let o = mos.create_zap(types::DMU_OT_DEADLIST, types::DMU_OT_DEADLIST_HDR, 320, 0)?;
+                Ok(o)
+            } else {
+                bpobj_new(mos, 128 << 10)
+            }
+        };
+        // $ORIGIN and its snapshot (dsl_pool_create_origin).
+        let origin_dir = new_dir(mos, root_dir)?;
+        mos.zap_add_u64(root_child, "$ORIGIN", origin_dir)?;
+        let ohead = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        let osnap = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        let ohead_snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
+        mos.zap_add_u64(ohead_snapnames, "$ORIGIN", osnap)?;
+        let snap_dl = deadlist_new(mos)?;
+        let head_dl = deadlist_new(mos)?;
+        if v >= 26 {
+            let b = bpobj_new(mos, 128 << 10)?;
+            mos.zap_mut(head_dl)?.entries.insert(b"1".to_vec(), (8, vec![b]));
+        }
+        let flags = if v >= 9 { DS_FLAG_UNIQUE_ACCURATE } else { 0 };
+        let blank = |dir: u64| DslDatasetPhys {
+            dir_obj: dir,
+            prev_snap_obj: 0,
+            prev_snap_txg: 0,
+            next_snap_obj: 0,
+            snapnames_zapobj: 0,
+            num_children: 0,
+            creation_time: t,
+            creation_txg: 1,
+            deadlist_obj: 0,
+            referenced_bytes: 0,
+            compressed_bytes: 0,
+            uncompressed_bytes: 0,
+            unique_bytes: 0,
+            fsid_guid: rand_u64() >> 8,
+            guid: rand_u64(),
+            flags,
+            bp: BlockPointer::hole(),
+            next_clones_obj: 0,
+            props_obj: 0,
+            userrefs_obj: 0,
+        };
+        let root_ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        let next_clones = mos.create_zap(types::DMU_OT_NEXT_CLONES, 0, 0, 0)?;
+        mos.zap_add_u64(next_clones, &format!("{root_ds:x}"), root_ds)?;
+        let mut sp = blank(origin_dir);
+        sp.next_snap_obj = ohead;
+        sp.num_children = 2;
+        sp.deadlist_obj = snap_dl;
+        sp.next_clones_obj = next_clones;
+        mos.set_bonus(osnap, &sp.encode())?;
+        let mut hp = blank(origin_dir);
+        hp.prev_snap_obj = osnap;
+        hp.prev_snap_txg = 1;
+        hp.snapnames_zapobj = ohead_snapnames;
+        hp.deadlist_obj = head_dl;
+        mos.set_bonus(ohead, &hp.encode())?;
+        let mut od = DslDirPhys::decode(&mos.bonus(origin_dir)?, true).expect("just encoded");
+        od.head_dataset_obj = ohead;
+        if v >= 19 {
+            let clones = mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
+            mos.zap_add_u64(clones, &format!("{root_ds:x}"), root_ds)?;
+            od.clones = clones;
+        }
+        mos.set_bonus(origin_dir, &od.encode())?;
+        // Features.
+        if v >= SPA_VERSION_FEATURES {
+            let fr = mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+            let fw = mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+            let fd = mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+            mos.zap_add_u64(1, "features_for_read", fr)?;
+            mos.zap_add_u64(1, "features_for_write", fw)?;
+            mos.zap_add_u64(1, "feature_descriptions", fd)?;
+            for (guid, name, read, desc, active) in DEFAULT_FEATURES {
+                if spec.disabled.iter().any(|d| d == name) {
+                    continue;
+                }
+                let refs = if *active { 1 } else { 0 };
+                self.features.insert(guid.to_string(), (refs, *read));
+                let mut d = desc.as_bytes().to_vec();
+                d.push(0);
+                mos.zap_mut(fd)?.entries.insert(guid.as_bytes().to_vec(), (1, d.iter().map(|&b| b as u64).collect()));
+            }
+            self.feature_objs = Some((fr, fw));
+            mos.zap_add_u64(1, "creation_version", v)?;
+            let salt = self.spa.checksum_salt;
+            mos.zap_mut(1)?.entries.insert(b"org.illumos:checksum_salt".to_vec(), (1, salt.iter().map(|&b| b as u64).collect()));
+        } else if v >= 1 {
+            // no feature objects
+        }
+        // Config object (packed nvlist, bonus = its size) and the deferred-free bpobj.
+        let cfg = mos.alloc_object(types::DMU_OT_PACKED_NVLIST, 16384, types::DMU_OT_PACKED_NVLIST_SIZE, 8, 1)?;
+        mos.zap_add_u64(1, "config", cfg)?;
+        if v >= 11 {
+            mos.zap_add_u64(1, "deflate", 1)?;
+        }
+        let sync_bpobj = bpobj_new(mos, 16384)?;
+        mos.dirty_obj(sync_bpobj)?.dn.compress = oxzfs_format::compress::ZIO_COMPRESS_OFF;
+        mos.zap_add_u64(1, "sync_bplist", sync_bpobj)?;
+        // The root dataset: a clone of $ORIGIN@$ORIGIN.
+        let mut rp = blank(root_dir);
+        rp.prev_snap_obj = osnap;
+        rp.prev_snap_txg = 1;
+        rp.snapnames_zapobj = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
+        rp.deadlist_obj = deadlist_new(mos)?;
+        mos.set_bonus(root_ds, &rp.encode())?;
+        let mut rd = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded");
+        rd.head_dataset_obj = root_ds;
+        rd.origin_obj = osnap;
+        mos.set_bonus(root_dir, &rd.encode())?;
+        let root_props = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded").props_zapobj;
+        for (k, val) in &spec.fs_props {
+            set_prop_in(mos, root_props, k, val)?;
+        }
+        // The root file system.
+        let props = OsProps::default();
+        let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
+        crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, self.txg)?;
+        self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os });
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------- open
+
+    /// Import a scanned pool read-write: open the MOS for writing and load the metaslabs.
+    pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
+        let spa = Spa::open_rw(cand, arc_max)?;
+        let version = spa.version;
+        let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
+        let mut pw = PoolW {
+            spa: spa.clone(),
+            mos,
+            datasets: BTreeMap::new(),
+            ms: Metaslabs::new_pool(&spa.root_vdev),
+            txg: spa.uberblock.txg + 1,
+            config_dirty: false,
+            version,
+            features: BTreeMap::new(),
+            feature_objs: None,
+            ms_arrays: Vec::new(),
+            mos_delta: SpaceDelta::default(),
+            mos_dir: 0,
+            hostname: hostname.to_string(),
+            ub_timestamp: 0,
+            last_sync: std::time::Instant::now(),
+        };
+        pw.check_writable()?;
+        pw.load_features()?;
+        pw.load_metaslabs()?;
+        let root_dir = pw.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
+        let rd = DslDirPhys::decode(&pw.mos.bonus(root_dir)?, true).map_err(|e| ZfsError::corrupt("root dir".to_string(), e))?;
+        pw.mos_dir = pw.mos.zap_lookup(rd.child_dir_zapobj, "$MOS")?.unwrap_or(0);
+        Ok(pw)
+    }
+
+    fn check_writable(&mut self) -> Result<()> {
+        // Every feature active for write must be one we keep.
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        for which in ["features_for_read", "features_for_write"] {
+            let Some(obj) = self.mos.zap_lookup(1, which)? else { continue };
+            let z = self.mos.zap(obj)?.clone();
+            for (k, (_, v)) in &z.entries {
+                let name = String::from_utf8_lossy(k).into_owned();
+                let refs = v.first().copied().unwrap_or(0);
+                if refs > 0 && !DEFAULT_FEATURES.iter().any(|f| f.0 == name) {
+                    return Err(ZfsError::Unsupported(format!(
+                        "cannot import '{}' read-write: feature {name} is active and not supported for writing by oxzfs (import with -o readonly=on)",
+                        self.spa.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn load_features(&mut self) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        let fr = self.mos.zap_lookup(1, "features_for_read")?.unwrap_or(0);
+        let fw = self.mos.zap_lookup(1, "features_for_write")?.unwrap_or(0);
+        for (obj, read) in [(fr, true), (fw, false)] {
+            if obj == 0 {
+                continue;
+            }
+            let z = self.mos.zap(obj)?.clone();
+            for (k, (_, v)) in z.entries {
+                self.features.insert(String::from_utf8_lossy(&k).into_owned(), (v.first().copied().unwrap_or(0), read));
+            }
+        }
+        self.feature_objs = Some((fr, fw));
+        Ok(())
+    }
+
+    pub fn feature_enabled(&self, guid: &str) -> bool {
+        self.features.contains_key(guid)
+    }
+
+    fn load_metaslabs(&mut self) -> Result<()> {
+        let root = self.spa.root_vdev.clone();
+        for top in &root.children {
+            self.ms_arrays.push(top.metaslab_array);
+            if top.metaslab_array == 0 {
+                continue;
+            }
+            let count = top.asize >> top.metaslab_shift;
+            let arr = self.mos.read(top.metaslab_array, 0, (count * 8) as usize)?;
+            for ms in 0..count {
+                let sm = u64::from_le_bytes(arr[(ms * 8) as usize..(ms * 8 + 8) as usize].try_into().expect("8"));
+                if sm == 0 {
+                    continue;
+                }
+                let dn = self.mos.dnode(sm)?;
+                let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
+                let words = self.mos.read(sm, 0, phys.length as usize)?;
+                let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
+                self.ms.load(top.id, ms, sm, phys, &entries);
+            }
+        }
+        Ok(())
+    }
+
+    // --------------------------------------------------------------------------------- sync
+
+    /// The MOS-wide config nvlist (the MOS copy and, trimmed per top-level vdev, the labels').
+    pub fn config(&self) -> NvList {
+        let mut c = self.spa.config.clone();
+        c.add_u64("txg", self.txg);
+        c.add_str("hostname", &self.hostname);
+        if let Some(tree) = c.get_nvlist("vdev_tree").cloned() {
+            let mut tree = tree;
+            if let Some(NvValue::NvListArray(children)) = tree.get("children").cloned() {
+                let children: Vec<NvList> = children
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, mut ch)| {
+                        ch.add_u64("metaslab_array", self.ms_arrays.get(i).copied().unwrap_or(0));
+                        ch
+                    })
+                    .collect();
+                tree.insert("children", NvValue::NvListArray(children));
+            }
+            c.add_nvlist("vdev_tree", tree);
+        }
+        c
+    }
+
+    /// Sync the open txg and open the next one.
+    pub fn sync(&mut self) -> Result<()> {
+        let txg = self.txg;
+        let spa = self.spa.clone();
+        let root = spa.root_vdev.clone();
+        // $MOS accounting of the previous txg (applied a txg late, as OpenZFS does).
+        let md = std::mem::take(&mut self.mos_delta);
+        if md != SpaceDelta::default() && self.mos_dir != 0 {
+            self.dir_diduse(self.mos_dir, md, true)?;
+        }
+        // 1. Datasets.
+        let ids: Vec<u64> = self.datasets.iter().filter(|(_, d)| d.os.is_dirty()).map(|(k, _)| *k).collect();
+        for id in ids {
+            let mut ds = self.datasets.remove(&id).expect("listed");
+            let bp = self.sync_objset(&mut ds.os, 1, false)?;
+            let delta = std::mem::take(&mut ds.os.delta);
+            let mut p = DslDatasetPhys::decode(&self.mos.bonus(id)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {id}"), e))?;
+            p.bp = bp;
+            p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
+            p.compressed_bytes = (p.compressed_bytes as i64 + delta.psize).max(0) as u64;
+            p.uncompressed_bytes = (p.uncompressed_bytes as i64 + delta.lsize).max(0) as u64;
+            p.unique_bytes = (p.unique_bytes as i64 + delta.dsize).max(0) as u64;
+            let dir = p.dir_obj;
+            self.mos.set_bonus(id, &p.encode())?;
+            self.dir_diduse(dir, delta, true)?;
+            self.datasets.insert(id, ds);
+        }
+        // 2. The MOS, until the space maps stop changing.
+        if self.config_dirty {
+            let cfg = self.mos.zap_lookup(1, "config")?.ok_or_else(|| ZfsError::Invalid("no config object".into()))?;
+            let packed = self.config().encode_xdr();
+            self.mos.truncate(cfg, 0)?;
+            self.mos.write(cfg, 0, &packed)?;
+            self.mos.set_bonus(cfg, &(packed.len() as u64).to_le_bytes())?;
+        }
+        let mut pass = 1u32;
+        let rootbp;
+        loop {
+            let mut mos = std::mem::replace(&mut self.mos, ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default()));
+            let r = self.sync_objset(&mut mos, pass, true);
+            self.mos = mos;
+            let bp = r?;
+            let d = std::mem::take(&mut self.mos.delta);
+            self.mos_delta.dsize += d.dsize;
+            self.mos_delta.psize += d.psize;
+            self.mos_delta.lsize += d.lsize;
+            let syncs = self.ms.sync(txg, pass as u64);
+            if syncs.is_empty() {
+                rootbp = bp;
+                break;
+            }
+            for s in syncs {
+                self.write_space_map(s)?;
+            }
+            pass += 1;
+            if pass > 100 {
+                return Err(ZfsError::Invalid(format!("txg {txg} did not converge after 100 sync passes")));
+            }
+        }
+        // 3. Labels and uberblock.
+        root.flush()?;
+        let ub = UberblockPhys {
+            magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
+            version: self.version,
+            txg,
+            guid_sum: guid_sum(&root),
+            timestamp: now(),
+            rootbp_raw: rootbp.encode(true),
+            software_version: 5000,
+            mmp_magic: 0,
+            mmp_delay: 0,
+            mmp_config: 0,
+            checkpoint_txg: 0,
+            little_endian: true,
+        };
+        let config_dirty = self.config_dirty;
+        if config_dirty {
+            self.write_labels(&[0, 2], txg, 0)?;
+            root.flush()?;
+        }
+        for leaf in root.leaves() {
+            let Some(dev) = &leaf.dev else { continue };
+            let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
+            let nslots = VDEV_UBERBLOCK_RING / slot;
+            for l in 0..VDEV_LABELS {
+                let off = label_offset(l, dev.size()) + VDEV_UBERBLOCK_RING_OFFSET + (txg % nslots) * slot;
+                let b = encode_uberblock(&ub, slot as usize, off);
+                dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+            }
+        }
+        root.flush()?;
+        if config_dirty {
+            self.write_labels(&[1, 3], txg, 0)?;
+            root.flush()?;
+            self.config_dirty = false;
+        }
+        // 4. Done.
+        self.ms.sync_done(txg);
+        self.spa.set_synced(&rootbp);
+        self.txg = txg + 1;
+        self.last_sync = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Sync one objset (a dataset's, or the MOS in pass `pass`) and free what it replaced.
+    fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool) -> Result<BlockPointer> {
+        let spa = self.spa.clone();
+        let root = spa.root_vdev.clone();
+        let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
+        let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+        let mut ctx = SyncCtx {
+            spa: &spa,
+            alloc: &mut PoolAlloc { ms: &mut self.ms, root: &root, min_alloc },
+            txg: self.txg,
+            freed: Vec::new(),
+            pass,
+            dsize: &dsize,
+            embed: self.features.contains_key("com.delphix:embedded_data"),
+            lz4: self.features.contains_key("org.illumos:lz4_compress"),
+            is_mos,
+        };
+        let bp = os.sync(&mut ctx)?;
+        let freed = std::mem::take(&mut ctx.freed);
+        drop(ctx);
+        for f in &freed {
+            self.free_bp(f, self.txg);
+        }
+        Ok(bp)
+    }
+
+    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) {
+        let root = self.spa.root_vdev.clone();
+        for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
+            let _ = &root;
+            self.ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
+        }
+    }
+
+    /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
+    fn dir_diduse(&mut self, dir: u64, d: SpaceDelta, head: bool) -> Result<()> {
+        let mut cur = dir;
+        let mut first = head;
+        while cur != 0 {
+            let mut p = DslDirPhys::decode(&self.mos.bonus(cur)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {cur}"), e))?;
+            p.used_bytes = (p.used_bytes as i64 + d.dsize).max(0) as u64;
+            p.compressed_bytes = (p.compressed_bytes as i64 + d.psize).max(0) as u64;
+            p.uncompressed_bytes = (p.uncompressed_bytes as i64 + d.lsize).max(0) as u64;
+            if p.flags & DD_FLAG_USED_BREAKDOWN != 0 {
+                let k = if first { 0 } else { 2 };
+                p.used_breakdown[k] = (p.used_breakdown[k] as i64 + d.dsize).max(0) as u64;
+            }
+            self.mos.set_bonus(cur, &p.encode())?;
+            first = false;
+            cur = p.parent_dir_obj;
+        }
+        Ok(())
+    }
+
+    /// Append a metaslab's new entries to its space map object (creating it on first use).
+    fn write_space_map(&mut self, s: MsSync) -> Result<()> {
+        let mut sm = s.sm_object;
+        let histogram = self.feature_enabled("com.delphix:spacemap_histogram");
+        if sm == 0 {
+            let bonus = if histogram { 320 } else { 24 };
+            let blksz = if self.version >= SPA_VERSION_FEATURES { 1 << 16 } else { 4096 };
+            sm = self.mos.alloc_object(types::DMU_OT_SPACE_MAP, blksz, types::DMU_OT_SPACE_MAP_HEADER, bonus, 1)?;
+            self.ms.set_sm_object(s.vdev, s.ms_id, sm);
+            let arr = self.ms_arrays[s.vdev as usize];
+            self.mos.write(arr, s.ms_id * 8, &sm.to_le_bytes())?;
+            if self.version >= SPA_VERSION_FEATURES && self.feature_enabled("com.delphix:spacemap_histogram") {
+                self.feature_incr("com.delphix:spacemap_histogram", 1)?;
+            }
+        }
+        let dn: DnodePhys = self.mos.dnode(sm)?;
+        let mut phys = s.new_phys.clone();
+        phys.object = sm;
+        let start = phys.length - (s.words.len() as u64 * 8);
+        let mut bytes = Vec::with_capacity(s.words.len() * 8);
+        for w in &s.words {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        self.mos.write(sm, start, &bytes)?;
+        let bl = dn.bonuslen as usize;
+        self.mos.set_bonus(sm, &phys.encode(bl))?;
+        Ok(())
+    }
+
+    /// Change a feature's refcount in features_for_read/write.
+    pub fn feature_incr(&mut self, guid: &str, by: i64) -> Result<()> {
+        let Some((fr, fw)) = self.feature_objs else { return Ok(()) };
+        let Some(&(refs, read)) = self.features.get(guid) else {
+            return Err(ZfsError::Invalid(format!("feature {guid} is not enabled")));
+        };
+        let n = (refs as i64 + by).max(0) as u64;
+        self.features.insert(guid.to_string(), (n, read));
+        let obj = if read { fr } else { fw };
+        self.mos.zap_add_u64(obj, guid, n)?;
+        Ok(())
+    }
+
+    /// Write label configs (`which` of the four) for every leaf.
+    fn write_labels(&self, which: &[usize], txg: u64, state: u64) -> Result<()> {
+        let full = self.config();
+        let root = &self.spa.root_vdev;
+        let tree = full.get_nvlist("vdev_tree").cloned().unwrap_or_default();
+        let tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
+        for (ti, top) in root.children.iter().enumerate() {
+            let top_nv = tops.get(ti).cloned().unwrap_or_default();
+            let mut stack: Vec<&Vdev> = vec![top];
+            while let Some(v) = stack.pop() {
+                if !v.is_leaf() {
+                    stack.extend(v.children.iter().map(|c| c.as_ref()));
+                    continue;
+                }
+                let Some(dev) = &v.dev else { continue };
+                let mut c = NvList::new();
+                c.add_u64("version", self.version);
+                c.add_str("name", &self.spa.name);
+                c.add_u64("state", state);
+                c.add_u64("txg", txg);
+                c.add_u64("pool_guid", self.spa.guid);
+                c.add_u64("errata", 0);
+                c.add_str("hostname", &self.hostname);
+                c.add_u64("top_guid", top.guid);
+                c.add_u64("guid", v.guid);
+                c.add_u64("vdev_children", root.children.len() as u64);
+                c.add_nvlist("vdev_tree", top_nv.clone());
+                if self.version >= SPA_VERSION_FEATURES {
+                    let mut f = NvList::new();
+                    for (g, (refs, _)) in &self.features {
+                        if *refs > 0 && g == "com.delphix:embedded_data" {
+                            f.insert(g, NvValue::Boolean);
+                        }
+                    }
+                    c.add_nvlist("features_for_read", f);
+                }
+                for &l in which {
+                    let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
+                    let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
+                    dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Export: sync, then mark the labels exported.
+    pub fn export(&mut self) -> Result<()> {
+        self.sync()?;
+        self.config_dirty = true;
+        let txg = self.txg - 1;
+        let root = self.spa.root_vdev.clone();
+        for which in [[0usize, 2], [1, 3]] {
+            self.write_labels(&which, txg, 1)?;
+            root.flush()?;
+        }
+        self.config_dirty = false;
+        Ok(())
+    }
+
+    /// The writable objset of dataset `dsobj` (opened on first use).
+    pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
+        if !self.datasets.contains_key(&dsobj) {
+            let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
+            let os = ObjsetW::open(&self.spa, dsobj, &p.bp, OsProps::default())?;
+            self.datasets.insert(dsobj, DatasetW { dsobj, os });
+        }
+        Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
+    }
+
+    /// Bytes of dirty data blocks waiting for a sync.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes).sum::<u64>()
+    }
+
+    /// Whether anything is waiting for a sync.
+    pub fn dirty(&self) -> bool {
+        self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
+    }
+}
+
+/// Store property `k` = `val` (validated) in a DSL props ZAP.
+pub fn set_prop_in(mos: &mut ObjsetW, props_obj: u64, k: &str, val: &str) -> Result<()> {
+    match crate::dsl::encode_prop(k, val)? {
+        crate::dsl::PropStore::Num(n) => mos.zap_add_u64(props_obj, k, n),
+        crate::dsl::PropStore::Str(s) => {
+            let mut b: Vec<u64> = s.bytes().map(|c| c as u64).collect();
+            b.push(0);
+            mos.zap_mut(props_obj)?.entries.insert(k.as_bytes().to_vec(), (1, b));
+            Ok(())
+        }
+    }
+}
+
+fn guid_sum(v: &Vdev) -> u64 {
+    v.children.iter().fold(v.guid, |a, c| a.wrapping_add(guid_sum(c)))
+}
+
+fn leaf_ashift(root: &Vdev, leaf: &Vdev) -> u8 {
+    for top in &root.children {
+        if top.leaves().iter().any(|l| std::ptr::eq(*l, leaf)) {
+            return top.ashift;
+        }
+    }
+    leaf.ashift
+}
+
+/// Open the device files named on a `zpool create` command line (existence checked).
+pub fn check_paths(paths: &[&Path]) -> Result<()> {
+    for p in paths {
+        if !p.exists() {
+            return Err(ZfsError::Invalid(format!("cannot open '{}': No such file or directory", p.display())));
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// The handle mounts and commands share: the write state under one lock, and the sync thread.
+
+/// Sync at least this often (zfs_txg_timeout).
+pub const TXG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Dirty bytes that force a sync from the writer (a simple zfs_dirty_data_max).
+pub const DIRTY_MAX: u64 = 256 << 20;
+
+pub struct PoolHandle {
+    pub w: std::sync::Mutex<PoolW>,
+    fs: std::sync::Mutex<std::collections::HashMap<u64, crate::zplw::FsInfo>>,
+    stop: std::sync::atomic::AtomicBool,
+    /// The last sync's error, reported to the next caller.
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+impl PoolHandle {
+    /// Wrap a pool opened for writing and start its sync thread.
+    pub fn start(pw: PoolW) -> Arc<PoolHandle> {
+        let h = Arc::new(PoolHandle {
+            w: std::sync::Mutex::new(pw),
+            fs: std::sync::Mutex::new(std::collections::HashMap::new()),
+            stop: std::sync::atomic::AtomicBool::new(false),
+            failed: std::sync::Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&h);
+        std::thread::Builder::new()
+            .name("txg_sync".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let Some(h) = weak.upgrade() else { return };
+                if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let due = {
+                    let w = h.w.lock().unwrap();
+                    w.dirty() && w.last_sync.elapsed() >= TXG_TIMEOUT
+                };
+                if due {
+                    let _ = h.sync_now();
+                }
+            })
+            .expect("spawn the txg sync thread");
+        h
+    }
+
+    /// Sync everything dirty now (fsync, export).
+    pub fn sync_now(&self) -> Result<()> {
+        let mut w = self.w.lock().unwrap();
+        if !w.dirty() {
+            return Ok(());
+        }
+        let r = w.sync();
+        if let Err(e) = &r {
+            *self.failed.lock().unwrap() = Some(e.to_string());
+        }
+        r
+    }
+
+    /// Run a change on dataset `dsobj` in the open txg.
+    pub fn with_fs<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
+        if let Some(e) = self.failed.lock().unwrap().clone() {
+            return Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name())));
+        }
+        let mut w = self.w.lock().unwrap();
+        let txg = w.txg;
+        let r = f(w.objset(dsobj)?, txg);
+        if w.dirty_bytes() > DIRTY_MAX {
+            if let Err(e) = w.sync() {
+                *self.failed.lock().unwrap() = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        r
+    }
+
+    /// Run a read on dataset `dsobj` (under the same lock: it sees the open txg).
+    pub fn with_fs_ro<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW) -> Result<T>) -> Result<T> {
+        let mut w = self.w.lock().unwrap();
+        f(w.objset(dsobj)?)
+    }
+
+    /// The ZPL's fixed objects of the objset (cached).
+    pub fn fs_info(&self, os: &mut ObjsetW) -> Result<crate::zplw::FsInfo> {
+        if let Some(f) = self.fs.lock().unwrap().get(&os.id) {
+            return Ok(f.clone());
+        }
+        let f = crate::zplw::open_fs(os, 128 << 10)?;
+        self.fs.lock().unwrap().insert(os.id, f.clone());
+        Ok(f)
+    }
+
+    pub fn name(&self) -> String {
+        self.w.lock().unwrap().spa.name.clone()
+    }
+
+    /// (available, used) bytes for statfs of dataset `dsobj`.
+    pub fn space(&self, _dsobj: u64) -> (u64, u64) {
+        let w = self.w.lock().unwrap();
+        let (size, alloc) = w.ms.space_totals();
+        // Keep OpenZFS's slop: 1/32 of the pool, at least 128 MiB but at most half the pool.
+        let slop = (size / 32).max(128 << 20).min(size / 2);
+        (size.saturating_sub(alloc).saturating_sub(slop), alloc)
+    }
+
+    /// Sync, mark the pool exported and stop the sync thread.
+    pub fn export(&self) -> Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.w.lock().unwrap().export()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Datasets: create and destroy file systems (dsl_dir + dsl_dataset + objset + ZPL skeleton).
+
+impl PoolW {
+    fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
+        DslDirPhys::decode(&self.mos.bonus(dir)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {dir}"), e))
+    }
+
+    fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
+        DslDatasetPhys::decode(&self.mos.bonus(ds)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {ds}"), e))
+    }
+
+    /// The dsl_dir of a dataset name ("pool/a/b"), or None.
+    pub fn find_dir(&mut self, name: &str) -> Result<Option<u64>> {
+        let mut parts = name.split('/');
+        if parts.next() != Some(self.spa.name.as_str()) {
+            return Ok(None);
+        }
+        let mut dir = self.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
+        for p in parts {
+            if p.is_empty() {
+                return Ok(None);
+            }
+            let child = self.dir_phys(dir)?.child_dir_zapobj;
+            match self.mos.zap_lookup(child, p)? {
+                Some(d) => dir = d,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(dir))
+    }
+
+    /// The head dataset object of a dataset name.
+    pub fn find_dataset(&mut self, name: &str) -> Result<Option<u64>> {
+        match self.find_dir(name)? {
+            Some(d) => Ok(Some(self.dir_phys(d)?.head_dataset_obj).filter(|&o| o != 0)),
+            None => Ok(None),
+        }
+    }
+
+    /// `zfs create [-p]`: a new file system, a clone of $ORIGIN@$ORIGIN as OpenZFS makes them.
+    pub fn create_dataset(&mut self, name: &str, props: &[(String, String)], parents: bool) -> Result<u64> {
+        if name.len() > 255 {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': name is too long")));
+        }
+        let Some((parent, leaf)) = name.rsplit_once('/') else {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': missing dataset name")));
+        };
+        if leaf.is_empty() || !leaf.chars().all(|c| c.is_ascii_alphanumeric() || "_-:. ".contains(c)) || leaf.starts_with('$') {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': invalid character in dataset name")));
+        }
+        for (k, v) in props {
+            crate::dsl::encode_prop(k, v).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
+        }
+        if self.find_dir(name)?.is_some() {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': dataset already exists")));
+        }
+        let pdir = match self.find_dir(parent)? {
+            Some(d) => d,
+            None if parents && parent.contains('/') => {
+                self.create_dataset(parent, &[], true)?;
+                self.find_dir(parent)?.expect("just created")
+            }
+            None => return Err(ZfsError::Invalid(format!("cannot create '{name}': parent does not exist"))),
+        };
+        let v = self.version;
+        let t = now();
+        let txg = self.txg;
+        // The origin snapshot and its head.
+        let root_dir = self.mos.zap_lookup(1, "root_dataset")?.expect("checked");
+        let root_child = self.dir_phys(root_dir)?.child_dir_zapobj;
+        let origin_dir = self.mos.zap_lookup(root_child, "$ORIGIN")?;
+        let osnap = match origin_dir {
+            Some(od) => {
+                let head = self.dir_phys(od)?.head_dataset_obj;
+                Some((od, self.ds_phys(head)?.prev_snap_obj))
+            }
+            None => None,
+        };
+        let mos = &mut self.mos;
+        let dd = mos.alloc_object(types::DMU_OT_DSL_DIR, 512, types::DMU_OT_DSL_DIR, 256, 1)?;
+        let props_obj = mos.create_zap(types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+        let child = mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
+        let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
+        mos.zap_add_u64(pchild, leaf, dd)?;
+        for (k, val) in props {
+            set_prop_in(mos, props_obj, k, val)?;
+        }
+        let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        let deadlist = if v >= 26 {
+            mos.create_zap(types::DMU_OT_DEADLIST, types::DMU_OT_DEADLIST_HDR, 320, 0)?
+        } else {
+            let o = mos.alloc_object(types::DMU_OT_BPOBJ, 128 << 10, types::DMU_OT_BPOBJ_HDR, 40, 1)?;
+            mos.set_bonus(o, &BpobjPhys::default().encode(40))?;
+            o
+        };
+        let snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
+        let mut dp = DslDatasetPhys {
+            dir_obj: dd,
+            prev_snap_obj: 0,
+            prev_snap_txg: 0,
+            next_snap_obj: 0,
+            snapnames_zapobj: snapnames,
+            num_children: 0,
+            creation_time: t,
+            creation_txg: txg,
+            deadlist_obj: deadlist,
+            referenced_bytes: 0,
+            compressed_bytes: 0,
+            uncompressed_bytes: 0,
+            unique_bytes: 0,
+            fsid_guid: rand_u64() >> 8,
+            guid: rand_u64(),
+            flags: if v >= 9 { DS_FLAG_UNIQUE_ACCURATE } else { 0 },
+            bp: BlockPointer::hole(),
+            next_clones_obj: 0,
+            props_obj: 0,
+            userrefs_obj: 0,
+        };
+        let mut ddp = DslDirPhys {
+            creation_time: t,
+            head_dataset_obj: ds,
+            parent_dir_obj: pdir,
+            child_dir_zapobj: child,
+            props_zapobj: props_obj,
+            flags: if v >= 13 { DD_FLAG_USED_BREAKDOWN } else { 0 },
+            ..Default::default()
+        };
+        if let Some((od, snap)) = osnap {
+            dp.prev_snap_obj = snap;
+            dp.prev_snap_txg = 1;
+            ddp.origin_obj = snap;
+            let mut sp = DslDatasetPhys::decode(&mos.bonus(snap)?, true).map_err(|e| ZfsError::corrupt("origin".to_string(), e))?;
+            sp.num_children += 1;
+            if sp.next_clones_obj == 0 {
+                sp.next_clones_obj = mos.create_zap(types::DMU_OT_NEXT_CLONES, 0, 0, 0)?;
+            }
+            mos.zap_add_u64(sp.next_clones_obj, &format!("{ds:x}"), ds)?;
+            mos.set_bonus(snap, &sp.encode())?;
+            if v >= 19 {
+                let mut odp = DslDirPhys::decode(&mos.bonus(od)?, true).map_err(|e| ZfsError::corrupt("origin dir".to_string(), e))?;
+                if odp.clones == 0 {
+                    odp.clones = mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
+                    mos.set_bonus(od, &odp.encode())?;
+                }
+                mos.zap_add_u64(odp.clones, &format!("{ds:x}"), ds)?;
+            }
+        }
+        mos.set_bonus(ds, &dp.encode())?;
+        mos.set_bonus(dd, &ddp.encode())?;
+        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, OsProps::default());
+        crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
+        self.datasets.insert(ds, DatasetW { dsobj: ds, os });
+        Ok(ds)
+    }
+
+    /// `zfs destroy` of a file system without snapshots or children: every block freed now.
+    pub fn destroy_dataset(&mut self, name: &str) -> Result<()> {
+        let dir = self.find_dir(name)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        let ddp = self.dir_phys(dir)?;
+        if ddp.parent_dir_obj == 0 {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself")));
+        }
+        if !self.mos.zap(ddp.child_dir_zapobj)?.entries.is_empty() {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
+        }
+        let ds = ddp.head_dataset_obj;
+        let dp = self.ds_phys(ds)?;
+        if !self.mos.zap(dp.snapnames_zapobj)?.entries.is_empty() {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
+        }
+        // Free the objset's blocks (all born after the origin).
+        self.sync()?;
+        self.datasets.remove(&ds);
+        let dp = self.ds_phys(ds)?;
+        let mut freed = Vec::new();
+        if !dp.bp.is_hole() {
+            collect_objset_bps(&self.spa, &dp.bp, &mut freed)?;
+        }
+        let txg = self.txg;
+        for bp in &freed {
+            self.free_bp(bp, txg);
+        }
+        let root = self.spa.root_vdev.clone();
+        let mut delta = SpaceDelta::default();
+        for bp in &freed {
+            delta.dsize -= dsize_of(&root, bp) as i64;
+            delta.psize -= bp.psize as i64;
+            delta.lsize -= bp.lsize as i64;
+        }
+        // Unlink from the parent and the origin, then free the MOS objects.
+        let mut ddp = self.dir_phys(dir)?;
+        let parent = ddp.parent_dir_obj;
+        // What the dir held goes from its ancestors' CHILD usage.
+        let used = SpaceDelta { dsize: -(ddp.used_bytes as i64), psize: -(ddp.compressed_bytes as i64), lsize: -(ddp.uncompressed_bytes as i64) };
+        ddp.used_bytes = 0;
+        self.mos.set_bonus(dir, &ddp.encode())?;
+        self.dir_diduse(parent, used, false)?;
+        let pchild = self.dir_phys(parent)?.child_dir_zapobj;
+        let leaf = name.rsplit('/').next().unwrap_or(name).to_string();
+        self.mos.zap_remove(pchild, &leaf)?;
+        if dp.prev_snap_obj != 0 {
+            let mut sp = self.ds_phys(dp.prev_snap_obj)?;
+            sp.num_children = sp.num_children.saturating_sub(1);
+            if sp.next_clones_obj != 0 {
+                self.mos.zap_remove(sp.next_clones_obj, &format!("{ds:x}"))?;
+            }
+            let od = sp.dir_obj;
+            self.mos.set_bonus(dp.prev_snap_obj, &sp.encode())?;
+            let odp = self.dir_phys(od)?;
+            if odp.clones != 0 {
+                self.mos.zap_remove(odp.clones, &format!("{ds:x}"))?;
+            }
+        }
+        let _ = delta;
+        for o in [dp.deadlist_obj, dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
+            if o != 0 {
+                // A deadlist ZAP's bpobjs go with it.
+                if o == dp.deadlist_obj && self.version >= 26 {
+                    let bps: Vec<u64> = self.mos.zap(o)?.entries.values().filter_map(|(_, v)| v.first().copied()).collect();
+                    for b in bps {
+                        self.mos.free_object(b)?;
+                    }
+                }
+                self.mos.free_object(o)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every block pointer of an objset (its own block, the dnode tree, every object's tree).
+fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPointer>) -> Result<()> {
+    use oxzfs_format::blkptr::BLKPTR_SIZE;
+    let os = crate::dmu::Objset::open(spa, osbp)?;
+    out.push(osbp.clone());
+    let mut stack: Vec<BlockPointer> = Vec::new();
+    let mut dn_stack: Vec<DnodePhys> = vec![os.phys.meta_dnode.clone()];
+    while let Some(dn) = dn_stack.pop() {
+        stack.extend(dn.blkptr.iter().filter(|b| !b.is_hole()).cloned());
+        if let Some(sp) = &dn.spill {
+            if !sp.is_hole() {
+                stack.push(sp.clone());
+            }
+        }
+        while let Some(bp) = stack.pop() {
+            if !bp.embedded {
+                out.push(bp.clone());
+            }
+            if bp.embedded {
+                continue;
+            }
+            if bp.level > 0 {
+                let b = spa.read_bp(&bp)?;
+                for i in 0..b.len() / BLKPTR_SIZE {
+                    let c = BlockPointer::decode(&b[i * BLKPTR_SIZE..], bp.little_endian).map_err(|e| ZfsError::corrupt("indirect".to_string(), e))?;
+                    if !c.is_hole() {
+                        stack.push(c);
+                    }
+                }
+            } else if bp.typ == types::DMU_OT_DNODE {
+                let b = spa.read_bp(&bp)?;
+                let mut i = 0;
+                while i + 512 <= b.len() {
+                    if b[i] != 0 {
+                        if let Ok(d) = DnodePhys::decode(&b[i..], bp.little_endian) {
+                            i += d.slots() * 512;
+                            dn_stack.push(d);
+                            continue;
+                        }
+                    }
+                    i += 512;
+                }
+            }
+        }
+    }
+    Ok(())
+}

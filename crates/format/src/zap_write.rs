@@ -1,0 +1,146 @@
+//! ZAP encoders: a whole ZAP object written from its entries (the writer keeps dirty ZAPs in
+//! memory and encodes them once per sync).
+//!
+//! ```text
+//!   micro: one block: mzap_phys (block type, salt, normflags, pad) then 64-byte entries
+//!          (value u64, cd u32, pad u16, name[50])
+//!   fat:   block 0: zap_phys header + the embedded pointer table (second half of the block,
+//!          2^(bs_shift-4) entries, each naming a leaf); then leaves: header, hash buckets
+//!          (2^(bs_shift-5) u16 chunk heads), 24-byte chunks: entries, name and value arrays
+//!          (integers big-endian), free chunks
+//! ```
+//! First version: a fat ZAP has one leaf (every pointer names block 1).
+use crate::zap::{zap_hash, zap_hash_bits, zap_hashbits, ZAP_LEAF_MAGIC, ZAP_MAGIC, ZBT_HEADER, ZBT_LEAF, ZBT_MICRO};
+
+pub struct FatEntry {
+    pub key: Vec<u8>,
+    pub int_size: u8,
+    pub values: Vec<u64>,
+}
+
+pub fn encode_micro(salt: u64, normflags: u64, entries: &[(String, u64)], blksz: usize) -> Vec<u8> {
+    let mut b = vec![0u8; blksz];
+    b[0..8].copy_from_slice(&ZBT_MICRO.to_le_bytes());
+    b[8..16].copy_from_slice(&salt.to_le_bytes());
+    b[16..24].copy_from_slice(&normflags.to_le_bytes());
+    let mut cds: std::collections::HashMap<u64, u32> = Default::default();
+    for (i, (name, v)) in entries.iter().enumerate() {
+        let h = zap_hash(salt, name.as_bytes());
+        let cd = cds.entry(h).or_insert(0);
+        let o = 64 * (i + 1);
+        b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        b[o + 8..o + 12].copy_from_slice(&cd.to_le_bytes());
+        *cd += 1;
+        b[o + 14..o + 14 + name.len()].copy_from_slice(name.as_bytes());
+    }
+    b
+}
+
+pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], leaf_shift: u32) -> Vec<Vec<u8>> {
+    let bs = 1usize << leaf_shift;
+    let mut hdr = vec![0u8; bs];
+    let put = |b: &mut [u8], o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    let ptr_shift = leaf_shift as u64 - 4;
+    put(&mut hdr, 0, ZBT_HEADER);
+    put(&mut hdr, 8, ZAP_MAGIC);
+    put(&mut hdr, 16, 0); // zt_blk
+    put(&mut hdr, 24, 0); // zt_numblks
+    put(&mut hdr, 32, ptr_shift);
+    put(&mut hdr, 40, 0);
+    put(&mut hdr, 48, 0);
+    put(&mut hdr, 56, 2); // freeblk
+    put(&mut hdr, 64, 1); // num_leafs
+    put(&mut hdr, 72, entries.len() as u64);
+    put(&mut hdr, 80, salt);
+    put(&mut hdr, 88, normflags);
+    put(&mut hdr, 96, flags);
+    for i in 0..(1usize << ptr_shift) {
+        put(&mut hdr, bs / 2 + i * 8, 1);
+    }
+    // The leaf.
+    let mut l = vec![0u8; bs];
+    let hash_n = 1usize << (leaf_shift - 5);
+    let chunks0 = 48 + 2 * hash_n;
+    let nchunks = (bs - 2 * hash_n) / 24 - 2;
+    for i in 0..hash_n {
+        l[48 + 2 * i..50 + 2 * i].copy_from_slice(&0xffffu16.to_le_bytes());
+    }
+    let mut next = 0usize;
+    let mut chunk = |n: usize| -> usize {
+        let c = next;
+        next += n;
+        c
+    };
+    let mut heads: Vec<u16> = vec![0xffff; hash_n];
+    let mut cds: std::collections::HashMap<u64, u32> = Default::default();
+    let bits = zap_hashbits(flags);
+    let mut used = 0usize;
+    let write_array = |l: &mut Vec<u8>, first: usize, bytes: &[u8]| {
+        let n = bytes.len().div_ceil(21).max(1);
+        for k in 0..n {
+            let o = chunks0 + (first + k) * 24;
+            l[o] = 251;
+            let part = &bytes[(k * 21).min(bytes.len())..((k + 1) * 21).min(bytes.len())];
+            l[o + 1..o + 1 + part.len()].copy_from_slice(part);
+            let nx: u16 = if k + 1 < n { (first + k + 1) as u16 } else { 0xffff };
+            l[o + 22..o + 24].copy_from_slice(&nx.to_le_bytes());
+        }
+        n
+    };
+    for e in entries {
+        let h = if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 {
+            let words: Vec<u64> = e.key.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+            crate::zap::zap_hash_uint64(salt, &words, bits, flags & crate::zap::ZAP_FLAG_PRE_HASHED_KEY != 0)
+        } else {
+            let k = e.key.strip_suffix(&[0]).unwrap_or(&e.key);
+            zap_hash_bits(salt, k, bits)
+        };
+        let cd = cds.entry(h).or_insert(0);
+        let ec = chunk(1);
+        let name_n = e.key.len().div_ceil(21).max(1);
+        let nc = chunk(name_n);
+        let mut vb = Vec::new();
+        for v in &e.values {
+            vb.extend_from_slice(&v.to_be_bytes()[8 - e.int_size as usize..]);
+        }
+        let vn = vb.len().div_ceil(21).max(1);
+        let vc = chunk(vn);
+        write_array(&mut l, nc, &e.key);
+        write_array(&mut l, vc, &vb);
+        let idx = ((h >> (64 - (leaf_shift - 5))) as usize) & (hash_n - 1);
+        let o = chunks0 + ec * 24;
+        l[o] = 252;
+        l[o + 1] = e.int_size;
+        l[o + 2..o + 4].copy_from_slice(&heads[idx].to_le_bytes());
+        l[o + 4..o + 6].copy_from_slice(&(nc as u16).to_le_bytes());
+        let name_ints = if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 { e.key.len() / 8 } else { e.key.len() };
+        l[o + 6..o + 8].copy_from_slice(&(name_ints as u16).to_le_bytes());
+        l[o + 8..o + 10].copy_from_slice(&(vc as u16).to_le_bytes());
+        l[o + 10..o + 12].copy_from_slice(&(e.values.len() as u16).to_le_bytes());
+        l[o + 12..o + 16].copy_from_slice(&cd.to_le_bytes());
+        l[o + 16..o + 24].copy_from_slice(&h.to_le_bytes());
+        *cd += 1;
+        heads[idx] = ec as u16;
+        used += 1 + name_n + vn;
+    }
+    assert!(next <= nchunks, "shim fat ZAP: {} entries do not fit one leaf", entries.len());
+    for i in 0..hash_n {
+        l[48 + 2 * i..50 + 2 * i].copy_from_slice(&heads[i].to_le_bytes());
+    }
+    // Free chunks chain.
+    for c in next..nchunks {
+        let o = chunks0 + c * 24;
+        l[o] = 253;
+        let nx: u16 = if c + 1 < nchunks { (c + 1) as u16 } else { 0xffff };
+        l[o + 22..o + 24].copy_from_slice(&nx.to_le_bytes());
+    }
+    l[0..8].copy_from_slice(&ZBT_LEAF.to_le_bytes());
+    l[24..28].copy_from_slice(&ZAP_LEAF_MAGIC.to_le_bytes());
+    l[28..30].copy_from_slice(&((nchunks - next) as u16).to_le_bytes());
+    l[30..32].copy_from_slice(&(entries.len() as u16).to_le_bytes());
+    l[32..34].copy_from_slice(&0u16.to_le_bytes());
+    let fl: u16 = if next < nchunks { next as u16 } else { 0xffff };
+    l[34..36].copy_from_slice(&fl.to_le_bytes());
+    let _ = used;
+    vec![hdr, l]
+}

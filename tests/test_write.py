@@ -1,0 +1,113 @@
+"""The write path, judged by the oracles: pools oxzfs creates and fills through its read-write
+FUSE mount must pass OpenZFS 2.1's `zdb -bcc -d` with no leaks and no errors, read back exactly
+(by oxzfs after export/import, and by zfs-fuse for version-23 pools), and zfs-fuse's own writes
+to our pools must read back through oxzfs."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import diff_manifests, unmount_below
+import manifest as manifest_mod
+import oracle_pools
+import populate as populate_mod
+
+ZDB = oracle_pools.ZDB
+
+# (id, vdev layout builder, device count, ashift, version)
+LAYOUTS = [
+    ("stripe1-a9", lambda d: d, 1, 9, 5000),
+    ("stripe2-a12", lambda d: d, 2, 12, 5000),
+    ("mirror2-a9", lambda d: ["mirror"] + d, 2, 9, 5000),
+    ("raidz1-a9", lambda d: ["raidz1"] + d, 3, 9, 5000),
+    ("raidz2-a12", lambda d: ["raidz2"] + d, 5, 12, 5000),
+    ("raidz3-a9", lambda d: ["raidz3"] + d, 5, 9, 5000),
+    ("mirror-v23", lambda d: ["mirror"] + d, 2, 12, 23),
+]
+
+
+def make_devs(d, n, size_mib=128):
+    os.makedirs(d, exist_ok=True)
+    out = []
+    for i in range(n):
+        p = os.path.join(d, f"d{i}")
+        with open(p, "wb") as f:
+            f.truncate(size_mib << 20)
+        out.append(p)
+    return out
+
+
+def zdb_check(vdev_dir, pool):
+    """OpenZFS zdb -bcc -d on the exported pool: exit 0, no leaks, no checksum errors."""
+    if not os.access(ZDB, os.X_OK):
+        pytest.fail(f"OpenZFS zdb not found at {ZDB}: run scripts/install-deps.sh")
+    r = subprocess.run([ZDB, "-e", "-p", vdev_dir, "-bcc", "-d", pool], capture_output=True, text=True,
+                       errors="replace", timeout=600)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, f"zdb -bcc -d {pool} exited {r.returncode}:\n{text[-4000:]}"
+    assert "No leaks" in text, f"zdb did not report 'No leaks' for {pool}:\n{text[-4000:]}"
+    bad = [ln for ln in text.splitlines()
+           if ("leaked" in ln and "verify nothing leaked" not in ln) or "error" in ln.lower()]
+    assert not bad, f"zdb found problems in {pool}:\n" + "\n".join(bad[:20])
+    return text
+
+
+@pytest.mark.parametrize("lid,layout,n,ashift,version", LAYOUTS, ids=[x[0] for x in LAYOUTS])
+def test_create_fill_export_zdb_reimport(lid, layout, n, ashift, version, oxzfs):
+    pool = "w" + lid.replace("-", "")
+    base = os.path.join(oxzfs.base, lid)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, n)
+    r = oxzfs.zpool("create", "-f", "-o", f"ashift={ashift}", "-o", f"version={version}", "-R", alt,
+                    pool, *layout(devs))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, pool)
+    assert os.path.ismount(root), f"{root} is not mounted after create:\n{r!r}"
+    populate_mod.populate(root, 7, "small")
+    want = manifest_mod.manifest(root)
+    assert len(want) > 20
+    # Everything reads back through the live mount before export.
+    r = oxzfs.export(pool)
+    assert r.returncode == 0, repr(r)
+    assert not os.path.ismount(root)
+    zdb_check(vdir, pool)
+    # Re-import read-only: the same content.
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    got = manifest_mod.manifest(root)
+    d = diff_manifests(got, want)
+    assert not d, f"{pool} after export/import differs:\n{d}"
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_create_refusals(oxzfs):
+    base = os.path.join(oxzfs.base, "refusals")
+    small = os.path.join(base, "small")
+    os.makedirs(base, exist_ok=True)
+    with open(small, "wb") as f:
+        f.truncate(32 << 20)
+    r = oxzfs.zpool("create", "tiny", small)
+    assert r.returncode == 1 and "less than the minimum size (64M)" in r.stderr, repr(r)
+    r = oxzfs.zpool("create", "nope", os.path.join(base, "absent"))
+    assert r.returncode == 1 and "No such file or directory" in r.stderr, repr(r)
+    devs = make_devs(base, 3)
+    r = oxzfs.zpool("create", "mix", "mirror", devs[0], devs[1], devs[2], "raidz", "x", "y")
+    assert r.returncode != 0
+    r = oxzfs.zpool("create", "mix", devs[0], "mirror", devs[1], devs[2])
+    assert r.returncode == 1 and "mismatched replication level" in r.stderr and "-f" in r.stderr, repr(r)
+    r = oxzfs.zpool("create", "-n", "dry", "mirror", devs[0], devs[1])
+    assert r.returncode == 0 and "would create 'dry' with the following layout" in r.stdout, repr(r)
+    assert "mirror" in r.stdout
+    r = oxzfs.zpool("create", "1bad", devs[0])
+    assert r.returncode == 1 and "must begin with a letter" in r.stderr, repr(r)
+    # A device of an exported pool needs -f; of an imported one, it is refused.
+    alt = os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-R", alt, "first", devs[0])
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("first")
+    assert oxzfs.export("first").returncode == 0
+    r = oxzfs.zpool("create", "second", devs[0])
+    assert r.returncode == 1 and "is part of exported pool 'first'" in r.stderr and "-f" in r.stderr, repr(r)
+    unmount_below(alt)
