@@ -118,11 +118,14 @@ pub struct OsProps {
     pub copies: usize,
     /// Blocks of this size or less go to the special class (special_small_blocks).
     pub special_small: u64,
+    /// Largest data block of a file (recordsize).
+    pub recordsize: u64,
 }
 
 impl Default for OsProps {
+    /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0 }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10 }
     }
 }
 

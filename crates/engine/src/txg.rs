@@ -459,8 +459,11 @@ impl PoolW {
         for (k, val) in &spec.fs_props {
             set_prop_in(mos, root_props, k, val)?;
         }
-        // The root file system.
-        let props = OsProps::default();
+        // The root file system. Version-5000 pools compress with lz4 unless told otherwise.
+        if v >= SPA_VERSION_FEATURES && !spec.fs_props.iter().any(|(k, _)| k == "compression") && self.features.contains_key("org.illumos:lz4_compress") {
+            set_prop_in(&mut self.mos, root_props, "compression", "lz4")?;
+        }
+        let props = self.effective_props(root_dir)?;
         let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, self.txg)?;
         self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os });
@@ -858,7 +861,8 @@ impl PoolW {
     pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
         if !self.datasets.contains_key(&dsobj) {
             let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
-            let os = ObjsetW::open(&self.spa, dsobj, &p.bp, OsProps::default())?;
+            let props = self.effective_props(p.dir_obj)?;
+            let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
             self.datasets.insert(dsobj, DatasetW { dsobj, os });
         }
         Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
@@ -998,7 +1002,7 @@ impl PoolHandle {
         if let Some(f) = self.fs.lock().unwrap().get(&os.id) {
             return Ok(f.clone());
         }
-        let f = crate::zplw::open_fs(os, 128 << 10)?;
+        let f = crate::zplw::open_fs(os, os.props.recordsize)?;
         self.fs.lock().unwrap().insert(os.id, f.clone());
         Ok(f)
     }
@@ -1173,10 +1177,54 @@ impl PoolW {
         }
         mos.set_bonus(ds, &dp.encode())?;
         mos.set_bonus(dd, &ddp.encode())?;
-        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, OsProps::default());
+        let props = self.effective_props(dd)?;
+        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, props);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
         self.datasets.insert(ds, DatasetW { dsobj: ds, os });
         Ok(ds)
+    }
+
+    /// The write policy of datasets under dsl_dir `dir`: each property from the nearest
+    /// directory that sets it, else OpenZFS's default.
+    pub fn effective_props(&mut self, dir: u64) -> Result<OsProps> {
+        use oxzfs_format::{checksum as ck, compress as cz};
+        let mut found: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        let mut cur = dir;
+        let mut depth = 0;
+        while cur != 0 && depth < 64 {
+            let d = self.dir_phys(cur)?;
+            if d.props_zapobj != 0 {
+                let z = self.mos.zap(d.props_zapobj)?.clone();
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks"] {
+                    if !found.contains_key(name) {
+                        if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
+                            if let Some(x) = v.first() {
+                                found.insert(name, *x);
+                            }
+                        }
+                    }
+                }
+            }
+            cur = d.parent_dir_obj;
+            depth += 1;
+        }
+        let lz4 = self.features.contains_key("org.illumos:lz4_compress");
+        let mut compress = found.get("compression").copied().unwrap_or(cz::ZIO_COMPRESS_OFF as u64);
+        if compress == cz::ZIO_COMPRESS_ON as u64 {
+            compress = if lz4 { cz::ZIO_COMPRESS_LZ4 as u64 } else { cz::ZIO_COMPRESS_LZJB as u64 };
+        }
+        let mut checksum = found.get("checksum").copied().unwrap_or(ck::ZIO_CHECKSUM_ON as u64);
+        if checksum == ck::ZIO_CHECKSUM_ON as u64 {
+            checksum = ck::ZIO_CHECKSUM_FLETCHER_4 as u64;
+        }
+        Ok(OsProps {
+            checksum: checksum as u8,
+            compress: (compress & 0x7f) as u8,
+            complevel: (compress >> 7) as u8,
+            copies: found.get("copies").copied().unwrap_or(1).clamp(1, 3) as usize,
+            special_small: found.get("special_small_blocks").copied().unwrap_or(0),
+            recordsize: found.get("recordsize").copied().unwrap_or(128 << 10),
+        })
     }
 
     /// `zfs destroy` of a file system without snapshots or children: every block freed now.

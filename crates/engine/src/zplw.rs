@@ -238,8 +238,9 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
         if ZNODE_PHYS_SIZE + tg.len() <= BONUS_MAX {
             z.symlink = Some(tg.to_vec());
         } else {
-            os.write(obj, 0, tg)?;
+            // One block holds the whole target (readers take it from block 0).
             grow_blocksize(os, obj, tg.len() as u64, 128 << 10)?;
+            os.write(obj, 0, tg)?;
         }
     }
     put(os, obj, &z)?;

@@ -141,7 +141,7 @@ impl Filesystem for RwFs {
             atime: atime.map(ts),
             mtime: mtime.map(ts),
         };
-        match self.pool.with_fs(self.dsobj, |os, _| zplw::setattr(os, obj, &s, 128 << 10)) {
+        match self.pool.with_fs(self.dsobj, |os, _| zplw::setattr(os, obj, &s, os.props.recordsize)) {
             Ok(a) => reply.attr(&TTL, &self.fattr(&a)),
             Err(e) => reply.error(e.errno()),
         }
@@ -270,7 +270,7 @@ impl Filesystem for RwFs {
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         let obj = obj_of(self.root, ino);
-        match self.pool.with_fs(self.dsobj, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, 128 << 10)) {
+        match self.pool.with_fs(self.dsobj, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e.errno()),
         }
