@@ -189,6 +189,11 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     match (cmd.as_str(), verb.as_str()) {
         ("zpool", "import") => zpool_import(st, rest, cwd),
         ("zpool", "create") => crate::write_cmds::zpool_create(st, rest, cwd),
+        ("zpool", "destroy") => crate::write_cmds::zpool_destroy(st, rest),
+        ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
+        ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
+        ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
+        ("zfs", "inherit") => crate::write_cmds::zfs_inherit(st, rest),
         ("zpool", "export") => zpool_export(st, rest),
         ("zpool", "status") => zpool_status(st, rest),
         ("zpool", "list") => zpool_list(st, rest),
@@ -313,6 +318,9 @@ pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Ve
         if prop_of(&props, "canmount") != "on" || !mp.starts_with('/') {
             continue;
         }
+        if pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ds.name) {
+            continue;
+        }
         let snapdir_visible = prop_of(&props, "snapdir") == "visible";
         todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible, ds.ds_obj));
     }
@@ -354,7 +362,7 @@ impl State {
     }
 }
 
-fn zpool_export(st: &mut State, args: &[String]) -> Out {
+pub fn zpool_export(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "fa") {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{EXPORT_USAGE}")),

@@ -209,3 +209,223 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, altroot: Option<PathBuf>, _force
     let h = PoolHandle::start(pw);
     Ok((Pool::from_spa(spa, altroot, dirs), h))
 }
+
+fn pool_of<'a>(st: &'a mut State, ds: &str) -> Result<&'a mut Imported, Out> {
+    let pool = ds.split('/').next().unwrap_or(ds).split('@').next().unwrap_or(ds);
+    match st.pools.get_mut(pool) {
+        Some(i) => Ok(i),
+        None => Err((String::new(), format!("cannot open '{ds}': dataset does not exist\n"), 1)),
+    }
+}
+
+fn rw_of(imp: &Imported, ds: &str, verb: &str) -> Result<Arc<PoolHandle>, Out> {
+    imp.rw.clone().ok_or_else(|| (String::new(), format!("cannot {verb} '{ds}': pool is read-only\n"), 1))
+}
+
+fn err_out(e: ZfsError, ctx: &str) -> Out {
+    let m = e.to_string();
+    (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("{ctx}: {m}") }), 1)
+}
+
+const ZFS_CREATE_USAGE: &str = "usage:\n\tcreate [-Pnpuv] [-o property=value] ... <filesystem>\n\tcreate [-Pnpsv] [-b blocksize] [-o property=value] ... -V <size> <volume>";
+
+/// `zfs create [-p] [-o prop=val]... FS`
+pub fn zfs_create(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "o", "pu") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ZFS_CREATE_USAGE}\n"), 2),
+    };
+    if o.operands.len() != 1 {
+        return (String::new(), format!("{} filesystem argument\n{ZFS_CREATE_USAGE}\n", if o.operands.is_empty() { "missing" } else { "too many" }), 2);
+    }
+    let name = o.operands[0].clone();
+    let mut props = Vec::new();
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some((k, v)) => props.push((k.to_string(), v.to_string())),
+            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_CREATE_USAGE}\n"), 2),
+        }
+    }
+    let imp = match pool_of(st, &name) {
+        Ok(i) => i,
+        Err(_) => return (String::new(), format!("cannot create '{name}': no such pool '{}'\n", name.split('/').next().unwrap_or("")), 1),
+    };
+    let h = match rw_of(imp, &name, "create") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = {
+        let mut w = h.w.lock().unwrap();
+        w.create_dataset(&name, &props, o.has('p')).and_then(|_| w.sync())
+    };
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot create '{name}'"));
+    }
+    let mut err = String::new();
+    let code = if !o.has('u') && mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
+    (String::new(), err, code)
+}
+
+/// `zfs destroy [-r] [-f] FS`
+pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "rRfnpv") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n"), 2),
+    };
+    if o.operands.len() != 1 {
+        return (String::new(), "missing dataset argument\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n".into(), 2);
+    }
+    let name = o.operands[0].clone();
+    if name.contains('@') {
+        return (String::new(), format!("cannot destroy '{name}': snapshots are not supported yet by the writer\n"), 1);
+    }
+    let imp = match pool_of(st, &name) {
+        Ok(i) => i,
+        Err(o) => return o,
+    };
+    let h = match rw_of(imp, &name, "destroy") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    // The dataset and (with -r) its descendants, deepest first.
+    let mut victims: Vec<String> = match imp.pool.datasets() {
+        Ok(l) => l.into_iter().map(|d| d.name).filter(|n| *n == name || (o.has('r') && n.starts_with(&format!("{name}/")))).collect(),
+        Err(e) => return err_out(e, &format!("cannot destroy '{name}'")),
+    };
+    if victims.is_empty() {
+        return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
+    }
+    victims.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
+    for v in &victims {
+        // Unmount first.
+        if let Some(i) = imp.mounts.iter().position(|m| &m.dataset == v) {
+            let m = imp.mounts.remove(i);
+            if let Err((m, e)) = m.unmount(o.has('f')) {
+                imp.mounts.insert(i, m);
+                return (String::new(), format!("cannot unmount '{}': {e}\n", v), 1);
+            }
+            imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(v);
+        }
+        let r = {
+            let mut w = h.w.lock().unwrap();
+            w.destroy_dataset(v).and_then(|_| w.sync())
+        };
+        if let Err(e) = r {
+            return err_out(e, &format!("cannot destroy '{v}'"));
+        }
+    }
+    (String::new(), String::new(), 0)
+}
+
+/// `zfs set prop=val... FS...`
+pub fn zfs_set(st: &mut State, args: &[String]) -> Out {
+    let usage = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";
+    let assigns: Vec<&String> = args.iter().take_while(|a| a.contains('=')).collect();
+    let targets: Vec<String> = args[assigns.len()..].to_vec();
+    if assigns.is_empty() {
+        return (String::new(), format!("missing property=value argument(s)\n{usage}"), 2);
+    }
+    if targets.is_empty() {
+        return (String::new(), format!("missing dataset name(s)\n{usage}"), 2);
+    }
+    for t in &targets {
+        let imp = match pool_of(st, t) {
+            Ok(i) => i,
+            Err(o) => return o,
+        };
+        let h = match rw_of(imp, t, "set property for") {
+            Ok(h) => h,
+            Err(o) => return o,
+        };
+        let r = {
+            let mut w = h.w.lock().unwrap();
+            let mut r = Ok(());
+            for a in &assigns {
+                let (k, v) = a.split_once('=').expect("filtered");
+                r = w.set_prop(t, k, Some(v));
+                if r.is_err() {
+                    break;
+                }
+            }
+            r.and_then(|_| w.sync())
+        };
+        if let Err(e) = r {
+            return err_out(e, &format!("cannot set property for '{t}'"));
+        }
+    }
+    (String::new(), String::new(), 0)
+}
+
+/// `zfs inherit [-r] prop FS...`
+pub fn zfs_inherit(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "rS") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\nusage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n"), 2),
+    };
+    if o.operands.len() < 2 {
+        return (String::new(), "missing property or dataset argument\nusage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n".into(), 2);
+    }
+    let prop = o.operands[0].clone();
+    for t in &o.operands[1..] {
+        let imp = match pool_of(st, t) {
+            Ok(i) => i,
+            Err(o) => return o,
+        };
+        let h = match rw_of(imp, t, "inherit property for") {
+            Ok(h) => h,
+            Err(o) => return o,
+        };
+        let mut names = vec![t.clone()];
+        if o.has('r') {
+            if let Ok(l) = imp.pool.datasets() {
+                names.extend(l.into_iter().map(|d| d.name).filter(|n| n.starts_with(&format!("{t}/"))));
+            }
+        }
+        let r = {
+            let mut w = h.w.lock().unwrap();
+            let mut r = Ok(());
+            for n in &names {
+                r = w.set_prop(n, &prop, None);
+                if r.is_err() {
+                    break;
+                }
+            }
+            r.and_then(|_| w.sync())
+        };
+        if let Err(e) = r {
+            return err_out(e, &format!("cannot inherit property for '{t}'"));
+        }
+    }
+    (String::new(), String::new(), 0)
+}
+
+/// `zpool destroy [-f] POOL`: unmount, mark the labels destroyed.
+pub fn zpool_destroy(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "f") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\nusage:\n\tdestroy [-f] <pool>\n"), 2),
+    };
+    if o.operands.len() != 1 {
+        return (String::new(), "missing pool argument\nusage:\n\tdestroy [-f] <pool>\n".into(), 2);
+    }
+    let name = o.operands[0].clone();
+    let Some(imp) = st.pools.get(&name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot destroy '{name}': pool is read-only\n"), 1);
+    };
+    let mut args = vec![name.clone()];
+    if o.has('f') {
+        args.insert(0, "-f".into());
+    }
+    // Export (unmount, sync, labels) then mark destroyed.
+    let r = crate::commands::zpool_export(st, &args);
+    if r.2 != 0 {
+        return (String::new(), r.1.replace("cannot export", "cannot destroy"), r.2);
+    }
+    match h.mark_destroyed() {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot destroy '{name}'")),
+    }
+}

@@ -247,6 +247,14 @@ pub enum PropStore {
     Str(String),
 }
 
+/// Properties `zfs set`/`zfs inherit` accept (besides user properties, which contain ':').
+pub const SETTABLE: &[&str] = &[
+    "mountpoint", "compression", "checksum", "atime", "relatime", "readonly", "setuid", "exec", "devices", "nbmand", "overlay",
+    "vscan", "zoned", "jailed", "canmount", "snapdir", "xattr", "logbias", "sync", "primarycache", "secondarycache",
+    "redundant_metadata", "acltype", "copies", "recordsize", "quota", "refquota", "reservation", "refreservation",
+    "special_small_blocks",
+];
+
 /// Parse `zfs set`/`-O` input for a property into its stored form, with OpenZFS's messages.
 pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
     use oxzfs_format::{checksum, compress};

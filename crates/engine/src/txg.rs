@@ -846,14 +846,40 @@ impl PoolW {
     /// Export: sync, then mark the labels exported.
     pub fn export(&mut self) -> Result<()> {
         self.sync()?;
-        self.config_dirty = true;
+        self.set_label_state(1)
+    }
+
+    /// Rewrite every label with pool state `state` (1 exported, 2 destroyed).
+    pub fn set_label_state(&mut self, state: u64) -> Result<()> {
         let txg = self.txg - 1;
         let root = self.spa.root_vdev.clone();
         for which in [[0usize, 2], [1, 3]] {
-            self.write_labels(&which, txg, 1)?;
+            self.write_labels(&which, txg, state)?;
             root.flush()?;
         }
-        self.config_dirty = false;
+        Ok(())
+    }
+
+    /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
+    pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
+        let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
+        let props = self.dir_phys(dir)?.props_zapobj;
+        match v {
+            Some(v) => set_prop_in(&mut self.mos, props, k, v)?,
+            None => {
+                if !crate::dsl::SETTABLE.contains(&k) && !k.contains(':') {
+                    return Err(ZfsError::Invalid(format!("invalid property '{k}'")));
+                }
+                self.mos.zap_remove(props, k)?;
+            }
+        }
+        // Open objsets follow the new policy.
+        let ids: Vec<u64> = self.datasets.keys().copied().collect();
+        for id in ids {
+            let d = self.ds_phys(id)?.dir_obj;
+            let p = self.effective_props(d)?;
+            self.datasets.get_mut(&id).expect("listed").os.props = p;
+        }
         Ok(())
     }
 
@@ -1018,6 +1044,11 @@ impl PoolHandle {
         // Keep OpenZFS's slop: 1/32 of the pool, at least 128 MiB but at most half the pool.
         let slop = (size / 32).max(128 << 20).min(size / 2);
         (size.saturating_sub(alloc).saturating_sub(slop), alloc)
+    }
+
+    /// After export: mark the labels destroyed (zpool destroy).
+    pub fn mark_destroyed(&self) -> Result<()> {
+        self.w.lock().unwrap().set_label_state(2)
     }
 
     /// Sync, mark the pool exported and stop the sync thread.
