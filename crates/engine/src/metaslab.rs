@@ -191,6 +191,20 @@ impl Metaslabs {
         }
     }
 
+    /// Make space freed in synced txgs allocatable now, before its two-txg deferral ends
+    /// (when the pool is full: the deferral only protects rewinding to older uberblocks).
+    pub fn release_deferred(&mut self) {
+        for g in &mut self.groups {
+            for m in &mut g.ms {
+                for slot in 0..2 {
+                    for (s, l) in std::mem::take(&mut m.defer[slot]) {
+                        add(&mut m.free, s, l);
+                    }
+                }
+            }
+        }
+    }
+
     pub fn load(&mut self, vdev: u64, ms: u64, sm: u64, phys: SpaceMapPhys, entries: &[SmEntry]) {
         let g = &mut self.groups[vdev as usize];
         let sh = g.ashift;
@@ -209,6 +223,8 @@ impl Metaslabs {
         }
     }
 
+    /// (size, allocated) bytes over every metaslab; space freed but still deferred counts as
+    /// allocated (it cannot be allocated yet).
     pub fn space_totals(&self) -> (u64, u64) {
         let mut size = 0;
         let mut alloc = 0i64;
@@ -216,6 +232,8 @@ impl Metaslabs {
             for m in &g.ms {
                 size += m.size;
                 alloc += m.phys.alloc;
+                let held: u64 = m.defer.iter().flatten().chain(m.freeing.iter()).map(|(_, l)| *l).sum();
+                alloc += held as i64;
             }
         }
         (size, alloc.max(0) as u64)

@@ -894,6 +894,31 @@ impl PoolW {
         Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
     }
 
+    /// Raw bytes allocated per byte of data on the worst top-level vdev (raidz parity and
+    /// padding, sector rounding of a 128K block), for space estimates.
+    fn raw_per_byte(&self) -> f64 {
+        self.spa
+            .root_vdev
+            .children
+            .iter()
+            .map(|t| psize_to_asize(t, 128 << 10) as f64 / (128u64 << 10) as f64)
+            .fold(1.0, f64::max)
+    }
+
+    /// Refuse a change that would need `incoming` more bytes of data when the pool cannot take
+    /// it and still keep OpenZFS's slop space (ENOSPC). Space freed in the last two txgs is
+    /// not yet allocatable and does not count as free.
+    pub fn space_check(&self, incoming: u64, copies: usize) -> Result<()> {
+        let (size, alloc) = self.ms.space_totals();
+        let per = self.raw_per_byte();
+        let slop = crate::dsl::slop_space(size, 0);
+        let dirty = ((self.dirty_bytes() + incoming) as f64 * per * copies.max(1) as f64 * 1.05) as u64 + (1 << 20);
+        if alloc.saturating_add(dirty).saturating_add(slop) > size {
+            return Err(ZfsError::Posix(libc::ENOSPC, format!("pool '{}' is out of space", self.spa.name)));
+        }
+        Ok(())
+    }
+
     /// Bytes of dirty data blocks waiting for a sync.
     pub fn dirty_bytes(&self) -> u64 {
         self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes).sum::<u64>()
@@ -1015,6 +1040,24 @@ impl PoolHandle {
             }
         }
         r
+    }
+
+    /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
+    /// ENOSPC when the pool is full (keeping the slop space).
+    pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
+        {
+            let mut w = self.w.lock().unwrap();
+            let copies = w.objset(dsobj)?.props.copies;
+            if w.space_check(incoming, copies).is_err() {
+                // Frees waiting in the open txg or deferred in the last two give space back.
+                if w.dirty() {
+                    w.sync()?;
+                }
+                w.ms.release_deferred();
+            }
+            w.space_check(incoming, copies)?;
+        }
+        self.with_fs(dsobj, f)
     }
 
     /// Run a read on dataset `dsobj` (under the same lock: it sees the open txg).

@@ -75,7 +75,7 @@ impl RwFs {
 
     fn entry(&self, parent: u64, name: &OsStr, mode: u32, uid: u32, gid: u32, rdev: u64, target: Option<&[u8]>) -> Result<FileAttr, ZfsError> {
         let dir = obj_of(self.root, parent);
-        let a = self.pool.with_fs(self.dsobj, |os, txg| {
+        let a = self.pool.with_fs_space(self.dsobj, 4096, |os, txg| {
             let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
             zplw::getattr(os, o)
         })?;
@@ -226,7 +226,7 @@ impl Filesystem for RwFs {
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         let (o, d) = (obj_of(self.root, ino), obj_of(self.root, newparent));
-        match self.pool.with_fs(self.dsobj, |os, _| zplw::link(os, o, d, newname.as_bytes())) {
+        match self.pool.with_fs_space(self.dsobj, 512, |os, _| zplw::link(os, o, d, newname.as_bytes())) {
             Ok(a) => reply.entry(&TTL, &self.fattr(&a), 0),
             Err(e) => reply.error(e.errno()),
         }
@@ -270,7 +270,7 @@ impl Filesystem for RwFs {
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         let obj = obj_of(self.root, ino);
-        match self.pool.with_fs(self.dsobj, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
+        match self.pool.with_fs_space(self.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e.errno()),
         }
@@ -335,7 +335,7 @@ impl Filesystem for RwFs {
 
     fn setxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
         let obj = obj_of(self.root, ino);
-        match self.pool.with_fs(self.dsobj, |os, txg| zplw::setxattr(os, obj, name.as_bytes(), value, flags, txg)) {
+        match self.pool.with_fs_space(self.dsobj, value.len() as u64 + 4096, |os, txg| zplw::setxattr(os, obj, name.as_bytes(), value, flags, txg)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
