@@ -23,6 +23,9 @@ LAYOUTS = [
     ("raidz2-a12", lambda d: ["raidz2"] + d, 5, 12, 5000),
     ("raidz3-a9", lambda d: ["raidz3"] + d, 5, 9, 5000),
     ("mirror-v23", lambda d: ["mirror"] + d, 2, 12, 23),
+    # The hybrid pool: raidz data, a mirrored special vdev, a log and a cache device.
+    ("hybrid-a12", lambda d: ["raidz1"] + d[:3] + ["special", "mirror"] + d[3:5] + ["log", d[5], "cache", d[6]],
+     7, 12, 5000),
 ]
 
 

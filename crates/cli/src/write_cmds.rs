@@ -5,7 +5,7 @@ use crate::commands::{getopt, mount_all, Imported, Out, State};
 use crate::vdevspec::{self, Group};
 use oxzfs::pool::Pool;
 use oxzfs::spa;
-use oxzfs::txg::{CreateSpec, PoolHandle, PoolW, VdevSpec};
+use oxzfs::txg::{CreateSpec, PoolHandle, PoolW, VdevClass, VdevSpec};
 use oxzfs::ZfsError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -143,9 +143,6 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if let Some(m) = o.values('m').pop() {
         cs.fs_props.push(("mountpoint".into(), m));
     }
-    if !spec.log.is_empty() || !spec.special.is_empty() || !spec.dedup.is_empty() || !spec.cache.is_empty() || !spec.spare.is_empty() {
-        return (String::new(), format!("cannot create '{name}': log, special, dedup, cache and spare devices are not supported yet by the writer\n"), 1);
-    }
     // Every device must exist and not belong to a pool.
     for d in spec.all_devices() {
         if !d.exists() {
@@ -174,12 +171,22 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if o.has('n') {
         return (layout_text(&name, &spec), String::new(), 0);
     }
-    for g in &spec.data {
-        cs.vdevs.push(match g {
-            Group::Disk(p) => VdevSpec::File(p.clone()),
-            Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
-            Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
-        });
+    for (class, groups) in [(VdevClass::Normal, &spec.data), (VdevClass::Special, &spec.special), (VdevClass::Dedup, &spec.dedup), (VdevClass::Log, &spec.log)] {
+        for g in groups {
+            cs.vdevs.push((
+                class,
+                match g {
+                    Group::Disk(p) => VdevSpec::File(p.clone()),
+                    Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
+                    Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
+                },
+            ));
+        }
+    }
+    cs.cache = spec.cache.clone();
+    cs.spares = spec.spare.clone();
+    if (!spec.special.is_empty() || !spec.dedup.is_empty()) && cs.disabled.iter().any(|d| d == "allocation_classes") {
+        return (String::new(), format!("cannot create '{name}': operation not supported on this type of pool\n"), 1);
     }
     let pw = match PoolW::create(&cs, arc_max()) {
         Ok(p) => p,

@@ -11,6 +11,7 @@
 //! copies go to another vdev when there is one. Histograms count free segments by power of
 //! two, in units of the vdev's sector.
 use crate::vdev::Vdev;
+use crate::zio::AllocClass;
 use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
 use std::collections::BTreeMap;
 
@@ -68,6 +69,7 @@ fn remove(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
 }
 
 struct Group {
+    class: AllocClass,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -93,17 +95,27 @@ impl Metaslabs {
                         m
                     })
                     .collect();
-                Group { ashift: top.ashift, ms_shift: shift, ms }
+                let class = if top.is_log {
+                    AllocClass::Log
+                } else {
+                    match top.alloc_bias.as_str() {
+                        "special" => AllocClass::Special,
+                        "dedup" => AllocClass::Dedup,
+                        _ => AllocClass::Normal,
+                    }
+                };
+                Group { class, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
     }
 
-    pub fn alloc(&mut self, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[u64]) -> Option<(u64, u64, u64)> {
+    /// Allocate from a top-level vdev of `class` (rotating; avoiding `avoid` when possible).
+    pub fn alloc(&mut self, class: AllocClass, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[u64]) -> Option<(u64, u64, u64)> {
         let n = self.groups.len();
         for k in 0..2 * n {
             let g = (self.rotor + k) % n;
-            if k < n && avoid.contains(&(g as u64)) {
+            if self.groups[g].class != class || (k < n && avoid.contains(&(g as u64))) {
                 continue;
             }
             let asize = asize_of(g as u64);
@@ -228,7 +240,7 @@ impl Metaslabs {
     pub fn space_totals(&self) -> (u64, u64) {
         let mut size = 0;
         let mut alloc = 0i64;
-        for g in &self.groups {
+        for g in self.groups.iter().filter(|g| g.class != AllocClass::Log) {
             for m in &g.ms {
                 size += m.size;
                 alloc += m.phys.alloc;

@@ -370,7 +370,8 @@ impl Spa {
         }
         let mut config = cand.config.clone();
         let mut root = cand.root.clone();
-        if let Some(cfg) = read_mos_config(&mos0) {
+        if let Some(mut cfg) = read_mos_config(&mos0) {
+            add_alloc_bias(&mos0, &mut cfg);
             if let Some(tree) = cfg.get_nvlist("vdev_tree") {
                 if let Ok(r) = Vdev::from_config(tree, &cand.devices, 0) {
                     if r.children.len() >= root.children.len() {
@@ -542,6 +543,23 @@ impl Spa {
     pub fn errors(&self) -> Vec<(u64, u64, u64)> {
         self.errlog.lock().unwrap().iter().copied().collect()
     }
+}
+
+/// OpenZFS keeps a top-level vdev's allocation class (special, dedup, log) in the vdev's
+/// own ZAP, not in the config: copy it into the in-memory config as `alloc_bias`.
+fn add_alloc_bias(mos: &Objset, cfg: &mut NvList) {
+    use oxzfs_format::nvlist::NvValue;
+    let Some(mut tree) = cfg.get_nvlist("vdev_tree").cloned() else { return };
+    let Some(mut tops) = tree.get_nvlist_array("children").map(|a| a.to_vec()) else { return };
+    for t in tops.iter_mut() {
+        let Some(z) = t.get_u64("com.delphix:vdev_zap_top") else { continue };
+        if let Ok(Some(e)) = crate::zap::zap_lookup(mos, z, b"org.zfsonlinux:allocation_bias") {
+            let b = e.value.split(|&c| c == 0).next().unwrap_or(&[]);
+            t.add_str("alloc_bias", &String::from_utf8_lossy(b));
+        }
+    }
+    tree.insert("children", NvValue::NvListArray(tops));
+    cfg.add_nvlist("vdev_tree", tree);
 }
 
 /// The MOS `config` object: a packed nvlist whose size is the u64 in the dnode's bonus.

@@ -53,6 +53,7 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
     ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
     ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
+    ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
 ];
 
 /// A leaf or interior vdev as `zpool create` was given it.
@@ -63,11 +64,25 @@ pub enum VdevSpec {
     Raidz(u8, Vec<PathBuf>),
 }
 
+/// The allocation class of a top-level vdev.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum VdevClass {
+    #[default]
+    Normal,
+    Log,
+    Special,
+    Dedup,
+}
+
 /// What `zpool create` asks for.
 #[derive(Clone, Debug, Default)]
 pub struct CreateSpec {
     pub name: String,
-    pub vdevs: Vec<VdevSpec>,
+    pub vdevs: Vec<(VdevClass, VdevSpec)>,
+    /// L2ARC devices.
+    pub cache: Vec<PathBuf>,
+    /// Hot spares.
+    pub spares: Vec<PathBuf>,
     pub ashift: Option<u8>,
     pub version: Option<u64>,
     /// Features to leave disabled (by name).
@@ -93,9 +108,14 @@ pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
 }
 
 impl DvaAllocator for PoolAlloc<'_> {
-    fn alloc_dva(&mut self, _class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva> {
+    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva> {
         let root = self.root;
-        let (vdev, offset, asize) = self.ms.alloc(&|v| psize_to_asize(&root.children[v as usize], psize), txg, avoid)?;
+        let asize_of = |v: u64| psize_to_asize(&root.children[v as usize], psize);
+        // Special (and dedup) blocks fall back to the normal class when it is full or absent.
+        let (vdev, offset, asize) = match class {
+            AllocClass::Normal => self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
+            c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
+        }?;
         Some(Dva { vdev, offset, asize, gang: false })
     }
     fn min_alloc(&self) -> u64 {
@@ -129,6 +149,8 @@ pub struct PoolW {
     pub hostname: String,
     pub ub_timestamp: u64,
     pub last_sync: std::time::Instant,
+    /// The pool config as written (vdev ZAPs and metaslab arrays filled in).
+    pub config_nv: NvList,
 }
 
 fn now() -> u64 {
@@ -196,7 +218,7 @@ impl PoolW {
         let mut guid_sum = pool_guid;
         let mut min_ashift = 64u8;
         let mut leaves_all: Vec<Leaf> = Vec::new();
-        for (id, v) in spec.vdevs.iter().enumerate() {
+        for (id, (class, v)) in spec.vdevs.iter().enumerate() {
             let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
                 VdevSpec::File(p) => ("file", vec![p.clone()], 0),
                 VdevSpec::Mirror(ps) => ("mirror", ps.clone(), 0),
@@ -224,7 +246,7 @@ impl PoolW {
             let mut top = NvList::new();
             let leaf_nv = |l: &Leaf, lid: u64| {
                 let mut n = NvList::new();
-                n.add_str("type", "file");
+                n.add_str("type", leaf_type(&l.path));
                 n.add_u64("id", lid);
                 n.add_u64("guid", l.guid);
                 n.add_str("path", &l.path.display().to_string());
@@ -249,13 +271,44 @@ impl PoolW {
             top.add_u64("metaslab_shift", ms_shift);
             top.add_u64("ashift", ashift as u64);
             top.add_u64("asize", asize);
-            top.add_u64("is_log", 0);
+            top.add_u64("is_log", (*class == VdevClass::Log) as u64);
             top.add_u64("create_txg", TXG_INITIAL);
+            // In memory only: OpenZFS keeps the bias in the top-level vdev's ZAP.
+            match class {
+                VdevClass::Special => top.add_str("alloc_bias", "special"),
+                VdevClass::Dedup => top.add_str("alloc_bias", "dedup"),
+                VdevClass::Log => top.add_str("alloc_bias", "log"),
+                VdevClass::Normal => {}
+            }
             tree_children.push(top);
             for l in leaves {
                 devices.insert(l.guid, (l.path.clone(), l.dev.clone() as Arc<dyn crate::vdev::BlockDevice>));
                 leaves_all.push(l);
             }
+        }
+        // Cache and spare devices: labelled as aux devices, listed in their MOS objects.
+        let mut aux: Vec<(u64, Vec<NvList>)> = Vec::new();
+        for (state, paths) in [(4u64, &spec.cache), (3u64, &spec.spares)] {
+            let mut list = Vec::new();
+            for p in paths {
+                let dev = FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
+                let g = rand_u64();
+                let path = std::fs::canonicalize(p).unwrap_or(p.clone());
+                let mut n = NvList::new();
+                n.add_str("type", leaf_type(&path));
+                n.add_u64("guid", g);
+                n.add_str("path", &path.display().to_string());
+                if state == 3 {
+                    n.add_u64("is_spare", 1);
+                }
+                let mut label = NvList::new();
+                label.add_u64("version", version);
+                label.add_u64("state", state);
+                label.add_u64("guid", g);
+                write_aux_labels(&dev, &label)?;
+                list.push(n);
+            }
+            aux.push((state, list));
         }
         let mut root = NvList::new();
         root.add_str("type", "root");
@@ -279,7 +332,7 @@ impl PoolW {
         for c in salt.chunks_mut(8) {
             c.copy_from_slice(&rand_u64().to_le_bytes());
         }
-        let spa = Arc::new(Spa::new_for_write(&spec.name, pool_guid, config, root_vdev, version, salt, devices, arc_max));
+        let spa = Arc::new(Spa::new_for_write(&spec.name, pool_guid, config.clone(), root_vdev, version, salt, devices, arc_max));
         let ms = Metaslabs::new_pool(&spa.root_vdev);
         let mut mos = ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default());
         // The object directory: object 1.
@@ -301,8 +354,22 @@ impl PoolW {
             hostname: spec.hostname.clone(),
             ub_timestamp: 0,
             last_sync: std::time::Instant::now(),
+            config_nv: config,
         };
         pw.create_mos_contents(spec)?;
+        pw.create_vdev_zaps()?;
+        for (state, list) in aux {
+            if !list.is_empty() {
+                let (key, what) = if state == 4 { ("l2cache", "l2cache") } else { ("spares", "spares") };
+                let mut nv = NvList::new();
+                nv.insert(what, NvValue::NvListArray(list));
+                let packed = nv.encode_xdr();
+                let obj = pw.mos.alloc_object(types::DMU_OT_PACKED_NVLIST, 16384, types::DMU_OT_PACKED_NVLIST_SIZE, 8, 1)?;
+                pw.mos.write(obj, 0, &packed)?;
+                pw.mos.set_bonus(obj, &(packed.len() as u64).to_le_bytes())?;
+                pw.mos.zap_add_u64(1, key, obj)?;
+            }
+        }
         pw.sync()?;
         Ok(pw)
     }
@@ -470,6 +537,60 @@ impl PoolW {
         Ok(())
     }
 
+    /// Per-vdev ZAPs (OpenZFS 0.7+): one per top-level vdev (holding its allocation bias) and
+    /// one per leaf, all listed in the MOS's vdev ZAP map; their object numbers go into the
+    /// config as com.delphix:vdev_zap_top / _leaf.
+    fn create_vdev_zaps(&mut self) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        let avz = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+        self.mos.zap_add_u64(1, "com.delphix:vdev_zap_map", avz)?;
+        let mut cfg = self.config_nv.clone();
+        let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
+        let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
+        let mut special = false;
+        for top in tops.iter_mut() {
+            let new_zap = |mos: &mut ObjsetW| -> Result<u64> {
+                let z = mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+                mos.zap_add_u64(avz, &format!("{z:x}"), z)?;
+                Ok(z)
+            };
+            let tz = new_zap(&mut self.mos)?;
+            top.add_u64("com.delphix:vdev_zap_top", tz);
+            if let Some(bias) = top.get_str("alloc_bias").map(|b| b.to_string()) {
+                let mut v: Vec<u64> = bias.bytes().map(|c| c as u64).collect();
+                v.push(0);
+                self.mos.zap_mut(tz)?.entries.insert(b"org.zfsonlinux:allocation_bias".to_vec(), (1, v));
+                special |= bias == "special" || bias == "dedup";
+            }
+            match top.get_nvlist_array("children").map(|a| a.to_vec()) {
+                Some(mut kids) => {
+                    for k in kids.iter_mut() {
+                        let lz = new_zap(&mut self.mos)?;
+                        k.add_u64("com.delphix:vdev_zap_leaf", lz);
+                    }
+                    top.insert("children", NvValue::NvListArray(kids));
+                }
+                None => {
+                    let lz = new_zap(&mut self.mos)?;
+                    top.add_u64("com.delphix:vdev_zap_leaf", lz);
+                }
+            }
+        }
+        tree.insert("children", NvValue::NvListArray(tops));
+        cfg.add_nvlist("vdev_tree", tree);
+        cfg.insert("com.delphix:has_per_vdev_zaps", NvValue::Boolean);
+        self.config_nv = cfg;
+        if special {
+            if !self.features.contains_key("org.zfsonlinux:allocation_classes") {
+                return Err(ZfsError::Unsupported("special and dedup vdevs need the allocation_classes feature".into()));
+            }
+            self.feature_incr("org.zfsonlinux:allocation_classes", 1)?;
+        }
+        Ok(())
+    }
+
     // ---------------------------------------------------------------------------------- open
 
     /// Import a scanned pool read-write: open the MOS for writing and load the metaslabs.
@@ -493,6 +614,7 @@ impl PoolW {
             hostname: hostname.to_string(),
             ub_timestamp: 0,
             last_sync: std::time::Instant::now(),
+            config_nv: spa.config.clone(),
         };
         pw.check_writable()?;
         pw.load_features()?;
@@ -576,7 +698,7 @@ impl PoolW {
 
     /// The MOS-wide config nvlist (the MOS copy and, trimmed per top-level vdev, the labels').
     pub fn config(&self) -> NvList {
-        let mut c = self.spa.config.clone();
+        let mut c = self.config_nv.clone();
         c.add_u64("txg", self.txg);
         c.add_str("hostname", &self.hostname);
         if let Some(tree) = c.get_nvlist("vdev_tree").cloned() {
@@ -587,6 +709,7 @@ impl PoolW {
                     .enumerate()
                     .map(|(i, mut ch)| {
                         ch.add_u64("metaslab_array", self.ms_arrays.get(i).copied().unwrap_or(0));
+                        ch.remove("alloc_bias");
                         ch
                     })
                     .collect();
@@ -941,6 +1064,26 @@ pub fn set_prop_in(mos: &mut ObjsetW, props_obj: u64, k: &str, val: &str) -> Res
             Ok(())
         }
     }
+}
+
+/// "disk" for block devices, "file" for files (the leaf types OpenZFS records).
+fn leaf_type(p: &Path) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(p) {
+        Ok(m) if m.file_type().is_block_device() => "disk",
+        _ => "file",
+    }
+}
+
+/// The four labels of an aux (cache or spare) device: a config naming only its guid and state.
+fn write_aux_labels(dev: &FileDevice, label: &NvList) -> Result<()> {
+    use crate::vdev::BlockDevice;
+    for l in 0..VDEV_LABELS {
+        let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
+        let b = oxzfs_format::label::encode_label_config(label, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
+        dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+    }
+    dev.flush().map_err(|e| ZfsError::Io { device: dev.name(), offset: 0, source: e })
 }
 
 fn guid_sum(v: &Vdev) -> u64 {
