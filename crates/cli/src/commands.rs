@@ -327,12 +327,23 @@ pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Ve
     todo.sort_by(|a, b| a.1.components().count().cmp(&b.1.components().count()).then(a.1.cmp(&b.1)));
     let mut failures = 0;
     for (name, mp, snapdir_visible, dsobj) in todo {
-        let res = match rw {
-            Some(h) => oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp),
-            None => pool.open_fs(&name).and_then(|fs| {
+        let ro_mount = || {
+            pool.open_fs(&name).and_then(|fs| {
                 let opts = MountOpts { snapdir_visible, ..MountOpts::default() };
                 oxzfs_fuse::mount(fs, pool.clone(), name.clone(), &mp, &opts)
-            }),
+            })
+        };
+        let res = match rw {
+            // A dataset the writer cannot change yet (snapshots, system attributes) is served
+            // read-only, with a note.
+            Some(h) => match oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp) {
+                Err(e) if e.errno() == libc::EROFS || matches!(e, oxzfs::ZfsError::Unsupported(_)) => {
+                    let _ = writeln!(err, "note: '{name}' is mounted read-only: {e}");
+                    ro_mount()
+                }
+                r => r,
+            },
+            None => ro_mount(),
         };
         match res {
             Ok(h) => {

@@ -1010,6 +1010,14 @@ impl PoolW {
     pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
         if !self.datasets.contains_key(&dsobj) {
             let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
+            // Blocks shared with a snapshot (or a clone's origin) must go to a deadlist, not be
+            // freed: until the writer keeps deadlists, such datasets stay read-only.
+            if p.prev_snap_txg > 1 {
+                return Err(ZfsError::Posix(
+                    libc::EROFS,
+                    format!("dataset {dsobj} has snapshots or is a clone: writing to it is not supported yet (mount it read-only)"),
+                ));
+            }
             let props = self.effective_props(p.dir_obj)?;
             let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
             self.datasets.insert(dsobj, DatasetW { dsobj, os });
