@@ -8,15 +8,12 @@
 #              OXZFS_SOCKET (daemon socket), OXZFS_BIN (use this oxzfs binary instead of building
 #              target/release/oxzfs).
 #
-# On the first run it makes the pool: a mirror of two 128 MiB files for data, a separate
-# intent-log device and an L2ARC cache device, with sample content in two filesystems and a
-# snapshot. Every later run just imports it (read-only, for now) and mounts it. Stop with:
+# On the first run oxzfs makes the pool itself, a small hybrid storage pool of sparse files under
+# $OXZFS_DATA/pool: a raidz1 of three 512 MiB files for data, a mirrored special vdev for metadata
+# and small blocks, a separate intent-log device and an L2ARC cache device; plus a file system
+# "tank/docs" with gzip compression and some sample files. Every later run imports it read-write
+# and mounts it. Stop with:
 #   target/release/oxzfs daemon stop          (unmounts everything and exports the pool)
-#
-# >>> TEMPORARY: until oxzfs has its write path, the pool is CREATED BY zfs-fuse (installed by
-# >>> install-deps.sh), which doubles as an independent check that oxzfs reads what another ZFS
-# >>> wrote. Once the write path lands, creation moves to `oxzfs zpool create` / `oxzfs zfs create`
-# >>> and the import below loses `-o readonly=on`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -41,51 +38,36 @@ else
   bin=$repo/target/release/oxzfs
 fi
 
-# ---- first run: make the pool (with zfs-fuse until `oxzfs zpool create` exists) ----
-if [ ! -f "$data/vdevs/.complete" ]; then
-  echo "making the default pool '$pool' under $data/vdevs ..."
-  rm -rf "$data/vdevs" "$data/gen"
-  mkdir -p "$data/vdevs" "$data/gen"
-  for f in d0 d1 log0 cache0; do truncate -s 128M "$data/vdevs/$f"; done
-  # zfs-fuse takes cache devices only if they are block devices: back one by the file, so that
-  # scanning $data/vdevs later finds its label like the others'.
-  loop=$(losetup --find --show "$data/vdevs/cache0" 2>/dev/null || true)
-  [ -n "$loop" ] || echo "(no loop device available: making the pool without a cache device)"
-  python3 - "$data" "$pool" "$loop" <<'PY'
-import os, subprocess, sys
+# ---- first run: make the pool with oxzfs ----
+"$bin" daemon start
+if [ ! -f "$data/pool/.complete" ]; then
+  echo "making the default pool '$pool' under $data/pool ..."
+  rm -rf "$data/pool"
+  mkdir -p "$data/pool"
+  for f in d0 d1 d2; do truncate -s 512M "$data/pool/$f"; done
+  for f in special0 special1 log0 cache0; do truncate -s 128M "$data/pool/$f"; done
+  "$bin" zpool create -f -R "$mnt" "$pool" raidz1 "$data/pool/d0" "$data/pool/d1" "$data/pool/d2" \
+    special mirror "$data/pool/special0" "$data/pool/special1" log "$data/pool/log0" cache "$data/pool/cache0"
+  "$bin" zfs create -o compression=gzip "$pool/docs"
+  python3 - "$mnt/$pool" <<'PY'
+import os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "tools"))
-import oracle_pools, populate
-data, pool, loop = sys.argv[1], sys.argv[2], sys.argv[3]
-v = os.path.join(data, "vdevs")
-gen = os.path.join(data, "gen")
-def run(*c):
-    subprocess.run(c, check=True)
-with oracle_pools.ZfsFuse(data):
-    cache = ["cache", loop] if loop else []
-    run("zpool", "create", "-f", "-R", gen, "-m", "/" + pool, pool,
-        "mirror", f"{v}/d0", f"{v}/d1", "log", f"{v}/log0", *cache)
-    run("zfs", "create", "-o", "compression=gzip", f"{pool}/docs")
-    populate.populate(os.path.join(gen, pool), 1, "small")
-    populate.populate(os.path.join(gen, pool, "docs"), 2, "wide")
-    subprocess.run(["sync"])
-    run("zfs", "snapshot", "-r", f"{pool}@first")
-    populate.populate(os.path.join(gen, pool), 1, "change")
-    subprocess.run(["sync"])
-    run("zpool", "export", pool)
+import populate
+root = sys.argv[1]
+populate.populate(root, 1, "small")
+populate.populate(os.path.join(root, "docs"), 2, "wide")
 PY
-  [ -n "$loop" ] && losetup -d "$loop"
-  touch "$data/vdevs/.complete"
+  touch "$data/pool/.complete"
 fi
 
-# ---- every run: import read-only and mount ----
-"$bin" daemon start
+# ---- every run: import read-write and mount ----
 if "$bin" zpool list -H -o name 2>/dev/null | grep -qx "$pool"; then
-  echo "'$pool' is already imported"
+  echo "'$pool' is imported"
 else
-  "$bin" zpool import -d "$data/vdevs" -o readonly=on -R "$mnt" "$pool"
+  "$bin" zpool import -d "$data/pool" -R "$mnt" "$pool"
 fi
 "$bin" zpool status "$pool"
 "$bin" zfs list -r -t all "$pool"
 echo
-echo "oxzfs is serving '$pool' (read-only) under $mnt:"
+echo "oxzfs is serving '$pool' under $mnt:"
 "$bin" zfs mount | sed 's/^/  /'

@@ -262,7 +262,7 @@ pub fn zfs_create(st: &mut State, args: &[String]) -> Out {
         Err(o) => return o,
     };
     let r = {
-        let mut w = h.w.lock().unwrap();
+        let mut w = h.lock();
         w.create_dataset(&name, &props, o.has('p')).and_then(|_| w.sync())
     };
     if let Err(e) = r {
@@ -314,7 +314,7 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
             imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(v);
         }
         let r = {
-            let mut w = h.w.lock().unwrap();
+            let mut w = h.lock();
             w.destroy_dataset(v).and_then(|_| w.sync())
         };
         if let Err(e) = r {
@@ -345,7 +345,7 @@ pub fn zfs_set(st: &mut State, args: &[String]) -> Out {
             Err(o) => return o,
         };
         let r = {
-            let mut w = h.w.lock().unwrap();
+            let mut w = h.lock();
             let mut r = Ok(());
             for a in &assigns {
                 let (k, v) = a.split_once('=').expect("filtered");
@@ -389,7 +389,7 @@ pub fn zfs_inherit(st: &mut State, args: &[String]) -> Out {
             }
         }
         let r = {
-            let mut w = h.w.lock().unwrap();
+            let mut w = h.lock();
             let mut r = Ok(());
             for n in &names {
                 r = w.set_prop(n, &prop, None);

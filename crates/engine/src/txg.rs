@@ -1117,6 +1117,17 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
     Ok(())
 }
 
+/// Sync, turning a panic (a bug) into an error so the pool is suspended, not wedged.
+fn catch_sync(w: &mut PoolW) -> Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.sync())) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            Err(ZfsError::Invalid(format!("txg sync failed: {msg}")))
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // The handle mounts and commands share: the write state under one lock, and the sync thread.
 
@@ -1152,7 +1163,7 @@ impl PoolHandle {
                     return;
                 }
                 let due = {
-                    let w = h.w.lock().unwrap();
+                    let w = h.lock();
                     w.dirty() && w.last_sync.elapsed() >= TXG_TIMEOUT
                 };
                 if due {
@@ -1163,15 +1174,21 @@ impl PoolHandle {
         h
     }
 
+    /// The write state (a panic elsewhere does not make it unusable: the error is recorded
+    /// and the pool suspended instead).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, PoolW> {
+        self.w.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Sync everything dirty now (fsync, export).
     pub fn sync_now(&self) -> Result<()> {
-        let mut w = self.w.lock().unwrap();
+        let mut w = self.lock();
         if !w.dirty() {
             return Ok(());
         }
-        let r = w.sync();
+        let r = catch_sync(&mut w);
         if let Err(e) = &r {
-            *self.failed.lock().unwrap() = Some(e.to_string());
+            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         }
         r
     }
@@ -1181,11 +1198,11 @@ impl PoolHandle {
         if let Some(e) = self.failed.lock().unwrap().clone() {
             return Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name())));
         }
-        let mut w = self.w.lock().unwrap();
+        let mut w = self.lock();
         let txg = w.txg;
         let r = f(w.objset(dsobj)?, txg);
         if w.dirty_bytes() > DIRTY_MAX {
-            if let Err(e) = w.sync() {
+            if let Err(e) = catch_sync(&mut w) {
                 *self.failed.lock().unwrap() = Some(e.to_string());
                 return Err(e);
             }
@@ -1197,7 +1214,7 @@ impl PoolHandle {
     /// ENOSPC when the pool is full (keeping the slop space).
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
         {
-            let mut w = self.w.lock().unwrap();
+            let mut w = self.lock();
             let copies = w.objset(dsobj)?.props.copies;
             if w.space_check(incoming, copies).is_err() {
                 // Frees waiting in the open txg or deferred in the last two give space back.
@@ -1213,7 +1230,7 @@ impl PoolHandle {
 
     /// Run a read on dataset `dsobj` (under the same lock: it sees the open txg).
     pub fn with_fs_ro<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW) -> Result<T>) -> Result<T> {
-        let mut w = self.w.lock().unwrap();
+        let mut w = self.lock();
         f(w.objset(dsobj)?)
     }
 
@@ -1228,12 +1245,12 @@ impl PoolHandle {
     }
 
     pub fn name(&self) -> String {
-        self.w.lock().unwrap().spa.name.clone()
+        self.lock().spa.name.clone()
     }
 
     /// (available, used) bytes for statfs of dataset `dsobj`.
     pub fn space(&self, _dsobj: u64) -> (u64, u64) {
-        let w = self.w.lock().unwrap();
+        let w = self.lock();
         let (size, alloc) = w.ms.space_totals();
         // Keep OpenZFS's slop: 1/32 of the pool, at least 128 MiB but at most half the pool.
         let slop = (size / 32).max(128 << 20).min(size / 2);
@@ -1242,13 +1259,13 @@ impl PoolHandle {
 
     /// After export: mark the labels destroyed (zpool destroy).
     pub fn mark_destroyed(&self) -> Result<()> {
-        self.w.lock().unwrap().set_label_state(2)
+        self.lock().set_label_state(2)
     }
 
     /// Sync, mark the pool exported and stop the sync thread.
     pub fn export(&self) -> Result<()> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.w.lock().unwrap().export()
+        self.lock().export()
     }
 }
 

@@ -36,45 +36,85 @@ pub fn encode_micro(salt: u64, normflags: u64, entries: &[(String, u64)], blksz:
     b
 }
 
+/// Chunks one entry takes in a leaf: the entry chunk, its name and its value arrays.
+fn entry_chunks(e: &FatEntry) -> usize {
+    1 + e.key.len().div_ceil(21).max(1) + (e.values.len() * e.int_size as usize).div_ceil(21).max(1)
+}
+
+fn entry_hash(salt: u64, flags: u64, e: &FatEntry) -> u64 {
+    let bits = zap_hashbits(flags);
+    if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 {
+        let words: Vec<u64> = e.key.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        crate::zap::zap_hash_uint64(salt, &words, bits, flags & crate::zap::ZAP_FLAG_PRE_HASHED_KEY != 0)
+    } else {
+        let k = e.key.strip_suffix(&[0]).unwrap_or(&e.key);
+        zap_hash_bits(salt, k, bits)
+    }
+}
+
+/// A fat ZAP: header block with the embedded pointer table, then 2^p leaves, leaf v holding
+/// the entries whose hash starts with the p bits of v (the smallest p for which all fit).
 pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], leaf_shift: u32) -> Vec<Vec<u8>> {
     let bs = 1usize << leaf_shift;
+    let hash_n = 1usize << (leaf_shift - 5);
+    let nchunks = (bs - 2 * hash_n) / 24 - 2;
+    let ptr_shift = leaf_shift as u64 - 4;
+    let hashes: Vec<u64> = entries.iter().map(|e| entry_hash(salt, flags, e)).collect();
+    let mut p = 0u32;
+    loop {
+        let mut used = vec![0usize; 1 << p];
+        for (e, h) in entries.iter().zip(&hashes) {
+            let v = if p == 0 { 0 } else { (h >> (64 - p)) as usize };
+            used[v] += entry_chunks(e);
+        }
+        if used.iter().all(|&u| u <= nchunks) {
+            break;
+        }
+        p += 1;
+        assert!(p as u64 <= ptr_shift, "fat ZAP of {} entries needs an external pointer table", entries.len());
+    }
+    let nleaves = 1usize << p;
     let mut hdr = vec![0u8; bs];
     let put = |b: &mut [u8], o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-    let ptr_shift = leaf_shift as u64 - 4;
     put(&mut hdr, 0, ZBT_HEADER);
     put(&mut hdr, 8, ZAP_MAGIC);
-    put(&mut hdr, 16, 0); // zt_blk
+    put(&mut hdr, 16, 0); // zt_blk: embedded
     put(&mut hdr, 24, 0); // zt_numblks
     put(&mut hdr, 32, ptr_shift);
     put(&mut hdr, 40, 0);
     put(&mut hdr, 48, 0);
-    put(&mut hdr, 56, 2); // freeblk
-    put(&mut hdr, 64, 1); // num_leafs
+    put(&mut hdr, 56, 1 + nleaves as u64); // freeblk
+    put(&mut hdr, 64, nleaves as u64);
     put(&mut hdr, 72, entries.len() as u64);
     put(&mut hdr, 80, salt);
     put(&mut hdr, 88, normflags);
     put(&mut hdr, 96, flags);
     for i in 0..(1usize << ptr_shift) {
-        put(&mut hdr, bs / 2 + i * 8, 1);
+        let leaf = 1 + (i >> (ptr_shift as u32 - p));
+        put(&mut hdr, bs / 2 + i * 8, leaf as u64);
     }
-    // The leaf.
-    let mut l = vec![0u8; bs];
-    let hash_n = 1usize << (leaf_shift - 5);
+    let mut out = vec![hdr];
+    for v in 0..nleaves {
+        let members: Vec<(&FatEntry, u64)> = entries
+            .iter()
+            .zip(hashes.iter().copied())
+            .filter(|(_, h)| if p == 0 { true } else { (h >> (64 - p)) as usize == v })
+            .collect();
+        out.push(encode_leaf(&members, leaf_shift, v as u64, p, flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0));
+    }
+    out
+}
+
+fn encode_leaf(members: &[(&FatEntry, u64)], leaf_shift: u32, prefix: u64, prefix_len: u32, uint64_keys: bool) -> Vec<u8> {
+    let bs = 1usize << leaf_shift;
+    let hash_shift = leaf_shift - 5;
+    let hash_n = 1usize << hash_shift;
     let chunks0 = 48 + 2 * hash_n;
     let nchunks = (bs - 2 * hash_n) / 24 - 2;
-    for i in 0..hash_n {
-        l[48 + 2 * i..50 + 2 * i].copy_from_slice(&0xffffu16.to_le_bytes());
-    }
+    let mut l = vec![0u8; bs];
     let mut next = 0usize;
-    let mut chunk = |n: usize| -> usize {
-        let c = next;
-        next += n;
-        c
-    };
     let mut heads: Vec<u16> = vec![0xffff; hash_n];
     let mut cds: std::collections::HashMap<u64, u32> = Default::default();
-    let bits = zap_hashbits(flags);
-    let mut used = 0usize;
     let write_array = |l: &mut Vec<u8>, first: usize, bytes: &[u8]| {
         let n = bytes.len().div_ceil(21).max(1);
         for k in 0..n {
@@ -87,33 +127,26 @@ pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], l
         }
         n
     };
-    for e in entries {
-        let h = if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 {
-            let words: Vec<u64> = e.key.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
-            crate::zap::zap_hash_uint64(salt, &words, bits, flags & crate::zap::ZAP_FLAG_PRE_HASHED_KEY != 0)
-        } else {
-            let k = e.key.strip_suffix(&[0]).unwrap_or(&e.key);
-            zap_hash_bits(salt, k, bits)
-        };
+    for (e, h) in members {
+        let h = *h;
         let cd = cds.entry(h).or_insert(0);
-        let ec = chunk(1);
-        let name_n = e.key.len().div_ceil(21).max(1);
-        let nc = chunk(name_n);
+        let ec = next;
+        next += 1;
+        let nc = next;
+        next += write_array(&mut l, nc, &e.key);
         let mut vb = Vec::new();
         for v in &e.values {
             vb.extend_from_slice(&v.to_be_bytes()[8 - e.int_size as usize..]);
         }
-        let vn = vb.len().div_ceil(21).max(1);
-        let vc = chunk(vn);
-        write_array(&mut l, nc, &e.key);
-        write_array(&mut l, vc, &vb);
-        let idx = ((h >> (64 - (leaf_shift - 5))) as usize) & (hash_n - 1);
+        let vc = next;
+        next += write_array(&mut l, vc, &vb);
+        let idx = ((h >> (64 - hash_shift - prefix_len)) as usize) & (hash_n - 1);
         let o = chunks0 + ec * 24;
         l[o] = 252;
         l[o + 1] = e.int_size;
         l[o + 2..o + 4].copy_from_slice(&heads[idx].to_le_bytes());
         l[o + 4..o + 6].copy_from_slice(&(nc as u16).to_le_bytes());
-        let name_ints = if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 { e.key.len() / 8 } else { e.key.len() };
+        let name_ints = if uint64_keys { e.key.len() / 8 } else { e.key.len() };
         l[o + 6..o + 8].copy_from_slice(&(name_ints as u16).to_le_bytes());
         l[o + 8..o + 10].copy_from_slice(&(vc as u16).to_le_bytes());
         l[o + 10..o + 12].copy_from_slice(&(e.values.len() as u16).to_le_bytes());
@@ -121,13 +154,11 @@ pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], l
         l[o + 16..o + 24].copy_from_slice(&h.to_le_bytes());
         *cd += 1;
         heads[idx] = ec as u16;
-        used += 1 + name_n + vn;
     }
-    assert!(next <= nchunks, "shim fat ZAP: {} entries do not fit one leaf", entries.len());
+    assert!(next <= nchunks, "leaf overflow");
     for i in 0..hash_n {
         l[48 + 2 * i..50 + 2 * i].copy_from_slice(&heads[i].to_le_bytes());
     }
-    // Free chunks chain.
     for c in next..nchunks {
         let o = chunks0 + c * 24;
         l[o] = 253;
@@ -135,12 +166,12 @@ pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], l
         l[o + 22..o + 24].copy_from_slice(&nx.to_le_bytes());
     }
     l[0..8].copy_from_slice(&ZBT_LEAF.to_le_bytes());
+    l[16..24].copy_from_slice(&prefix.to_le_bytes());
     l[24..28].copy_from_slice(&ZAP_LEAF_MAGIC.to_le_bytes());
     l[28..30].copy_from_slice(&((nchunks - next) as u16).to_le_bytes());
-    l[30..32].copy_from_slice(&(entries.len() as u16).to_le_bytes());
-    l[32..34].copy_from_slice(&0u16.to_le_bytes());
+    l[30..32].copy_from_slice(&(members.len() as u16).to_le_bytes());
+    l[32..34].copy_from_slice(&(prefix_len as u16).to_le_bytes());
     let fl: u16 = if next < nchunks { next as u16 } else { 0xffff };
     l[34..36].copy_from_slice(&fl.to_le_bytes());
-    let _ = used;
-    vec![hdr, l]
+    l
 }
