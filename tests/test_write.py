@@ -272,3 +272,38 @@ def test_kill9_keeps_everything_fsynced(seed, oxzfs_bin, work_dir):
     finally:
         ox2.teardown()
     zdb_check(vdir, pool)
+
+
+def test_zpool_add_log_cache_special_and_data(oxzfs):
+    """zpool add of a log device, a cache device, a special mirror and a data mirror to a live
+    pool: writes after each go on, the pool lists them, zdb is clean and uses both classes."""
+    pool = "wadd"
+    base = os.path.join(oxzfs.base, "add")
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    d = make_devs(vdir, 8)
+    r = oxzfs.zpool("create", "-R", alt, pool, "mirror", d[0], d[1])
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, pool)
+    populate_mod.populate(os.path.join(root, "before"), 1, "small")
+    for args in (["log", d[2]], ["cache", d[3]], ["special", "mirror", d[4], d[5]]):
+        r = oxzfs.zpool("add", pool, *args)
+        assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("add", pool, d[6])
+    assert r.returncode == 1 and "mismatched replication level" in r.stderr, repr(r)
+    r = oxzfs.zpool("add", pool, "mirror", d[6], d[7])
+    assert r.returncode == 0, repr(r)
+    populate_mod.populate(os.path.join(root, "after"), 2, "small")
+    want = manifest_mod.manifest(root)
+    st = oxzfs.zpool("status", pool).stdout
+    for word in ("logs", "cache", "special", "mirror-3"):
+        assert word in st, st
+    assert oxzfs.export(pool).returncode == 0
+    text = zdb_check(vdir, pool)
+    assert "Special class" in text, text[-2000:]
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    d2 = diff_manifests(manifest_mod.manifest(root), want)
+    assert not d2, d2
+    assert oxzfs.export(pool).returncode == 0

@@ -190,6 +190,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         ("zpool", "import") => zpool_import(st, rest, cwd),
         ("zpool", "create") => crate::write_cmds::zpool_create(st, rest, cwd),
         ("zpool", "destroy") => crate::write_cmds::zpool_destroy(st, rest),
+        ("zpool", "add") => crate::write_cmds::zpool_add(st, rest, cwd),
         ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),

@@ -436,3 +436,128 @@ pub fn zpool_destroy(st: &mut State, args: &[String]) -> Out {
         Err(e) => err_out(e, &format!("cannot destroy '{name}'")),
     }
 }
+
+const ADD_USAGE: &str = "usage:\n\tadd [-fgLnP] [-o property=value] <pool> <vdev> ...";
+
+/// `zpool add [-f] [-n] [-o ashift=N] POOL VDEV...`
+pub fn zpool_add(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "o", "fgLnP") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ADD_USAGE}\n"), 2),
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing pool name argument\n{ADD_USAGE}\n"), 2);
+    }
+    if o.operands.len() < 2 {
+        return (String::new(), format!("missing vdev specification\n{ADD_USAGE}\n"), 2);
+    }
+    let name = o.operands[0].clone();
+    let mut ashift = None;
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some(("ashift", v)) => match v.parse::<u8>() {
+                Ok(a) if (9..=16).contains(&a) => ashift = Some(a),
+                _ => return (String::new(), format!("property 'ashift' number {v} is invalid, only values between 9 and 16 are allowed.\n"), 1),
+            },
+            _ => return (String::new(), format!("property '{p}' is not a valid pool property for 'add'\n"), 1),
+        }
+    }
+    // The new vdevs parse like create's, but a lone cache/log/special section is allowed.
+    let mut operands = o.operands[1..].to_vec();
+    let mut data_missing = false;
+    if matches!(operands.first().map(|s| s.as_str()), Some("log" | "cache" | "special" | "dedup" | "spare")) {
+        operands.insert(0, "/dev/null".into());
+        data_missing = true;
+    }
+    let mut spec = match vdevspec::parse(&operands, cwd, o.has('f')) {
+        Ok(s) => s,
+        Err(e) => return (String::new(), format!("{e}\n"), 1),
+    };
+    if data_missing {
+        spec.data.clear();
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot add to '{name}': pool is read-only\n"), 1);
+    };
+    // Replication level of new data vdevs against the pool's (needs -f to differ).
+    if !o.has('f') {
+        let pool_kind: Vec<String> = imp
+            .pool
+            .spa
+            .root_vdev
+            .children
+            .iter()
+            .filter(|t| !t.is_log && t.alloc_bias.is_empty())
+            .map(|t| match &t.kind {
+                oxzfs::vdev::VdevKind::Mirror => "mirror".to_string(),
+                oxzfs::vdev::VdevKind::Raidz { .. } => "raidz".to_string(),
+                _ => "disk".to_string(),
+            })
+            .collect();
+        for g in &spec.data {
+            let k = match g {
+                Group::Disk(_) => "disk",
+                Group::Mirror(_) => "mirror",
+                Group::Raidz(..) => "raidz",
+            };
+            if let Some(pk) = pool_kind.first() {
+                if pk != k {
+                    return (
+                        String::new(),
+                        format!("invalid vdev specification\nuse '-f' to override the following errors:\nmismatched replication level: pool uses {pk} and new vdev is {k}\n"),
+                        1,
+                    );
+                }
+            }
+        }
+    }
+    for d in spec.all_devices() {
+        if !d.exists() {
+            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
+        }
+        if let Ok(p) = spa::probe(&d) {
+            let pname = p.config.get_str("name").unwrap_or("").to_string();
+            if p.state == 0 || (p.state == 1 && !o.has('f')) {
+                return (String::new(), format!("invalid vdev specification\n{} is part of {} pool '{pname}'\n", d.display(), if p.state == 0 { "active" } else { "exported" }), 1);
+            }
+        }
+    }
+    if o.has('n') {
+        return (layout_text(&name, &spec).replace("would create", "would update"), String::new(), 0);
+    }
+    let mut vdevs = Vec::new();
+    for (class, groups) in [(VdevClass::Normal, &spec.data), (VdevClass::Special, &spec.special), (VdevClass::Dedup, &spec.dedup), (VdevClass::Log, &spec.log)] {
+        for g in groups {
+            vdevs.push((
+                class,
+                match g {
+                    Group::Disk(p) => VdevSpec::File(p.clone()),
+                    Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
+                    Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
+                },
+            ));
+        }
+    }
+    let r = h.lock().add_vdevs(&vdevs, &spec.cache, ashift);
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot add to '{name}'"));
+    }
+    // Reopen over every device directory: the new vdevs join the allocator.
+    let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+    dirs.extend(spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())));
+    dirs.sort();
+    dirs.dedup();
+    match h.reopen(&dirs) {
+        Ok(spa) => {
+            let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
+            let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), &dirs);
+            *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
+            imp.pool = pool;
+            (String::new(), String::new(), 0)
+        }
+        Err(e) => err_out(e, &format!("cannot add to '{name}': reopening the pool")),
+    }
+}

@@ -151,6 +151,8 @@ pub struct PoolW {
     pub last_sync: std::time::Instant,
     /// The pool config as written (vdev ZAPs and metaslab arrays filled in).
     pub config_nv: NvList,
+    /// Leaves being added by `zpool add` (until the pool is reopened).
+    pub added: std::collections::HashMap<u64, Arc<dyn crate::vdev::BlockDevice>>,
 }
 
 fn now() -> u64 {
@@ -215,100 +217,17 @@ impl PoolW {
         let pool_guid = rand_u64();
         let mut devices: DeviceMap = DeviceMap::new();
         let mut tree_children = Vec::new();
-        let mut guid_sum = pool_guid;
         let mut min_ashift = 64u8;
         let mut leaves_all: Vec<Leaf> = Vec::new();
         for (id, (class, v)) in spec.vdevs.iter().enumerate() {
-            let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
-                VdevSpec::File(p) => ("file", vec![p.clone()], 0),
-                VdevSpec::Mirror(ps) => ("mirror", ps.clone(), 0),
-                VdevSpec::Raidz(p, ps) => ("raidz", ps.clone(), *p),
-            };
-            let mut leaves = Vec::new();
-            for p in &paths {
-                let dev = Arc::new(FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?);
-                use crate::vdev::BlockDevice;
-                if dev.size() < SPA_MINDEVSIZE {
-                    return Err(ZfsError::Invalid(format!("cannot create '{}': one or more devices is less than the minimum size (64M)", spec.name)));
-                }
-                let g = rand_u64();
-                guid_sum = guid_sum.wrapping_add(g);
-                leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: g, dev });
-            }
             let ashift = spec.ashift.unwrap_or(9);
             min_ashift = min_ashift.min(ashift);
-            let min_leaf = leaves.iter().map(|l| { use crate::vdev::BlockDevice; leaf_asize(l.dev.size()) }).min().unwrap_or(0);
-            let asize = match typ {
-                "raidz" => min_leaf * leaves.len() as u64,
-                _ => min_leaf,
-            };
-            let ms_shift = metaslab_shift(asize);
-            let mut top = NvList::new();
-            let leaf_nv = |l: &Leaf, lid: u64| {
-                let mut n = NvList::new();
-                n.add_str("type", leaf_type(&l.path));
-                n.add_u64("id", lid);
-                n.add_u64("guid", l.guid);
-                n.add_str("path", &l.path.display().to_string());
-                n.add_u64("create_txg", TXG_INITIAL);
-                n
-            };
-            if typ == "file" {
-                let l = &leaves[0];
-                top = leaf_nv(l, id as u64);
-            } else {
-                let tg = rand_u64();
-                guid_sum = guid_sum.wrapping_add(tg);
-                top.add_str("type", typ);
-                top.add_u64("id", id as u64);
-                top.add_u64("guid", tg);
-                if typ == "raidz" {
-                    top.add_u64("nparity", nparity as u64);
-                }
-                top.insert("children", NvValue::NvListArray(leaves.iter().enumerate().map(|(i, l)| leaf_nv(l, i as u64)).collect()));
-            }
-            top.add_u64("metaslab_array", 0);
-            top.add_u64("metaslab_shift", ms_shift);
-            top.add_u64("ashift", ashift as u64);
-            top.add_u64("asize", asize);
-            top.add_u64("is_log", (*class == VdevClass::Log) as u64);
-            top.add_u64("create_txg", TXG_INITIAL);
-            // In memory only: OpenZFS keeps the bias in the top-level vdev's ZAP.
-            match class {
-                VdevClass::Special => top.add_str("alloc_bias", "special"),
-                VdevClass::Dedup => top.add_str("alloc_bias", "dedup"),
-                VdevClass::Log => top.add_str("alloc_bias", "log"),
-                VdevClass::Normal => {}
-            }
+            let (top, leaves) = build_top(&spec.name, id as u64, *class, v, ashift, TXG_INITIAL)?;
             tree_children.push(top);
             for l in leaves {
                 devices.insert(l.guid, (l.path.clone(), l.dev.clone() as Arc<dyn crate::vdev::BlockDevice>));
                 leaves_all.push(l);
             }
-        }
-        // Cache and spare devices: labelled as aux devices, listed in their MOS objects.
-        let mut aux: Vec<(u64, Vec<NvList>)> = Vec::new();
-        for (state, paths) in [(4u64, &spec.cache), (3u64, &spec.spares)] {
-            let mut list = Vec::new();
-            for p in paths {
-                let dev = FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
-                let g = rand_u64();
-                let path = std::fs::canonicalize(p).unwrap_or(p.clone());
-                let mut n = NvList::new();
-                n.add_str("type", leaf_type(&path));
-                n.add_u64("guid", g);
-                n.add_str("path", &path.display().to_string());
-                if state == 3 {
-                    n.add_u64("is_spare", 1);
-                }
-                let mut label = NvList::new();
-                label.add_u64("version", version);
-                label.add_u64("state", state);
-                label.add_u64("guid", g);
-                write_aux_labels(&dev, &label)?;
-                list.push(n);
-            }
-            aux.push((state, list));
         }
         let mut root = NvList::new();
         root.add_str("type", "root");
@@ -327,7 +246,6 @@ impl PoolW {
         config.add_u64("vdev_children", spec.vdevs.len() as u64);
         config.add_nvlist("vdev_tree", root.clone());
         let root_vdev = Vdev::from_config(&root, &devices, 0)?;
-        let _ = guid_sum;
         let mut salt = [0u8; 32];
         for c in salt.chunks_mut(8) {
             c.copy_from_slice(&rand_u64().to_le_bytes());
@@ -355,20 +273,15 @@ impl PoolW {
             ub_timestamp: 0,
             last_sync: std::time::Instant::now(),
             config_nv: config,
+            added: Default::default(),
         };
         pw.create_mos_contents(spec)?;
         pw.create_vdev_zaps()?;
-        for (state, list) in aux {
-            if !list.is_empty() {
-                let (key, what) = if state == 4 { ("l2cache", "l2cache") } else { ("spares", "spares") };
-                let mut nv = NvList::new();
-                nv.insert(what, NvValue::NvListArray(list));
-                let packed = nv.encode_xdr();
-                let obj = pw.mos.alloc_object(types::DMU_OT_PACKED_NVLIST, 16384, types::DMU_OT_PACKED_NVLIST_SIZE, 8, 1)?;
-                pw.mos.write(obj, 0, &packed)?;
-                pw.mos.set_bonus(obj, &(packed.len() as u64).to_le_bytes())?;
-                pw.mos.zap_add_u64(1, key, obj)?;
-            }
+        if !spec.cache.is_empty() {
+            pw.add_aux(4, "l2cache", &spec.cache)?;
+        }
+        if !spec.spares.is_empty() {
+            pw.add_aux(3, "spares", &spec.spares)?;
         }
         pw.sync()?;
         Ok(pw)
@@ -491,6 +404,8 @@ impl PoolW {
                 }
                 let refs = if *active { 1 } else { 0 };
                 self.features.insert(guid.to_string(), (refs, *read));
+                // Enabled features are listed with their refcount (0 = enabled, not active).
+                mos.zap_add_u64(if *read { fr } else { fw }, guid, refs)?;
                 let mut d = desc.as_bytes().to_vec();
                 d.push(0);
                 mos.zap_mut(fd)?.entries.insert(guid.as_bytes().to_vec(), (1, d.iter().map(|&b| b as u64).collect()));
@@ -544,13 +459,19 @@ impl PoolW {
         if self.version < SPA_VERSION_FEATURES {
             return Ok(());
         }
-        let avz = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
-        self.mos.zap_add_u64(1, "com.delphix:vdev_zap_map", avz)?;
+        let avz = match self.mos.zap_lookup(1, "com.delphix:vdev_zap_map")? {
+            Some(a) => a,
+            None => {
+                let a = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+                self.mos.zap_add_u64(1, "com.delphix:vdev_zap_map", a)?;
+                a
+            }
+        };
         let mut cfg = self.config_nv.clone();
         let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
         let mut special = false;
-        for top in tops.iter_mut() {
+        for top in tops.iter_mut().filter(|t| t.get_u64("com.delphix:vdev_zap_top").is_none()) {
             let new_zap = |mos: &mut ObjsetW| -> Result<u64> {
                 let z = mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
                 mos.zap_add_u64(avz, &format!("{z:x}"), z)?;
@@ -586,7 +507,9 @@ impl PoolW {
             if !self.features.contains_key("org.zfsonlinux:allocation_classes") {
                 return Err(ZfsError::Unsupported("special and dedup vdevs need the allocation_classes feature".into()));
             }
-            self.feature_incr("org.zfsonlinux:allocation_classes", 1)?;
+            if self.features.get("org.zfsonlinux:allocation_classes").map_or(0, |f| f.0) == 0 {
+                self.feature_incr("org.zfsonlinux:allocation_classes", 1)?;
+            }
         }
         Ok(())
     }
@@ -615,6 +538,7 @@ impl PoolW {
             ub_timestamp: 0,
             last_sync: std::time::Instant::now(),
             config_nv: spa.config.clone(),
+            added: Default::default(),
         };
         pw.check_writable()?;
         pw.load_features()?;
@@ -923,18 +847,21 @@ impl PoolW {
     /// Write label configs (`which` of the four) for every leaf.
     fn write_labels(&self, which: &[usize], txg: u64, state: u64) -> Result<()> {
         let full = self.config();
-        let root = &self.spa.root_vdev;
         let tree = full.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
-        for (ti, top) in root.children.iter().enumerate() {
-            let top_nv = tops.get(ti).cloned().unwrap_or_default();
-            let mut stack: Vec<&Vdev> = vec![top];
-            while let Some(v) = stack.pop() {
-                if !v.is_leaf() {
-                    stack.extend(v.children.iter().map(|c| c.as_ref()));
-                    continue;
+        for top_nv in &tops {
+            let top_guid = top_nv.get_u64("guid").unwrap_or(0);
+            let mut leaves: Vec<&NvList> = Vec::new();
+            let mut stack: Vec<&NvList> = vec![top_nv];
+            while let Some(n) = stack.pop() {
+                match n.get_nvlist_array("children") {
+                    Some(kids) => stack.extend(kids.iter()),
+                    None => leaves.push(n),
                 }
-                let Some(dev) = &v.dev else { continue };
+            }
+            for leaf in leaves {
+                let guid = leaf.get_u64("guid").unwrap_or(0);
+                let Some(dev) = self.device(guid) else { continue };
                 let mut c = NvList::new();
                 c.add_u64("version", self.version);
                 c.add_str("name", &self.spa.name);
@@ -943,9 +870,9 @@ impl PoolW {
                 c.add_u64("pool_guid", self.spa.guid);
                 c.add_u64("errata", 0);
                 c.add_str("hostname", &self.hostname);
-                c.add_u64("top_guid", top.guid);
-                c.add_u64("guid", v.guid);
-                c.add_u64("vdev_children", root.children.len() as u64);
+                c.add_u64("top_guid", top_guid);
+                c.add_u64("guid", guid);
+                c.add_u64("vdev_children", tops.len() as u64);
                 c.add_nvlist("vdev_tree", top_nv.clone());
                 if self.version >= SPA_VERSION_FEATURES {
                     let mut f = NvList::new();
@@ -956,6 +883,9 @@ impl PoolW {
                     }
                     c.add_nvlist("features_for_read", f);
                 }
+                if full.get("com.delphix:has_per_vdev_zaps").is_some() {
+                    c.insert("com.delphix:has_per_vdev_zaps", NvValue::Boolean);
+                }
                 for &l in which {
                     let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
                     let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
@@ -963,6 +893,87 @@ impl PoolW {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The open device of leaf `guid` (the pool's, or one being added).
+    fn device(&self, guid: u64) -> Option<Arc<dyn crate::vdev::BlockDevice>> {
+        if let Some(d) = self.added.get(&guid) {
+            return Some(d.clone());
+        }
+        self.spa.root_vdev.leaves().into_iter().find(|l| l.guid == guid).and_then(|l| l.dev.clone())
+    }
+
+    /// `zpool add`: new top-level vdevs (any class), cache and spare devices. The caller
+    /// reopens the pool afterwards so that the new vdevs take part in allocation.
+    pub fn add_vdevs(&mut self, vdevs: &[(VdevClass, VdevSpec)], cache: &[PathBuf], ashift: Option<u8>) -> Result<()> {
+        let mut cfg = self.config_nv.clone();
+        let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
+        let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
+        let default_ashift = self.spa.root_vdev.children.iter().map(|c| c.ashift).max().unwrap_or(9);
+        for (class, v) in vdevs {
+            if matches!(class, VdevClass::Special | VdevClass::Dedup) && !self.features.contains_key("org.zfsonlinux:allocation_classes") {
+                return Err(ZfsError::Invalid(format!("cannot add to '{}': operation not supported on this type of pool", self.spa.name)));
+            }
+            let id = tops.len() as u64;
+            let (top, leaves) = build_top(&self.spa.name, id, *class, v, ashift.unwrap_or(default_ashift), self.txg)?;
+            let arr = self.mos.alloc_object(types::DMU_OT_OBJECT_ARRAY, 16384, 0, 0, 1)?;
+            self.ms_arrays.push(arr);
+            for l in leaves {
+                self.added.insert(l.guid, l.dev.clone());
+            }
+            tops.push(top);
+        }
+        tree.insert("children", NvValue::NvListArray(tops.clone()));
+        cfg.add_nvlist("vdev_tree", tree);
+        cfg.add_u64("vdev_children", tops.len() as u64);
+        self.config_nv = cfg;
+        if self.version >= SPA_VERSION_FEATURES {
+            self.create_vdev_zaps()?;
+        }
+        if !cache.is_empty() {
+            self.add_aux(4, "l2cache", cache)?;
+        }
+        self.config_dirty = true;
+        self.sync()
+    }
+
+    /// Label cache (4) or spare (3) devices and list them in their MOS object.
+    fn add_aux(&mut self, state: u64, key: &str, paths: &[PathBuf]) -> Result<()> {
+        let mut list: Vec<NvList> = Vec::new();
+        if let Some(obj) = self.mos.zap_lookup(1, key)? {
+            let size = u64::from_le_bytes(self.mos.bonus(obj)?.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
+            let bytes = self.mos.read(obj, 0, size as usize)?;
+            if let Ok(nv) = NvList::decode_packed(&bytes) {
+                list = nv.get_nvlist_array(key).map(|a| a.to_vec()).unwrap_or_default();
+            }
+            self.mos.free_object(obj)?;
+        }
+        for p in paths {
+            let dev = FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
+            let g = rand_u64();
+            let path = std::fs::canonicalize(p).unwrap_or(p.clone());
+            let mut n = NvList::new();
+            n.add_str("type", leaf_type(&path));
+            n.add_u64("guid", g);
+            n.add_str("path", &path.display().to_string());
+            if state == 3 {
+                n.add_u64("is_spare", 1);
+            }
+            let mut label = NvList::new();
+            label.add_u64("version", self.version);
+            label.add_u64("state", state);
+            label.add_u64("guid", g);
+            write_aux_labels(&dev, &label)?;
+            list.push(n);
+        }
+        let mut nv = NvList::new();
+        nv.insert(key, NvValue::NvListArray(list));
+        let packed = nv.encode_xdr();
+        let obj = self.mos.alloc_object(types::DMU_OT_PACKED_NVLIST, 16384, types::DMU_OT_PACKED_NVLIST_SIZE, 8, 1)?;
+        self.mos.write(obj, 0, &packed)?;
+        self.mos.set_bonus(obj, &(packed.len() as u64).to_le_bytes())?;
+        self.mos.zap_add_u64(1, key, obj)?;
         Ok(())
     }
 
@@ -1072,6 +1083,62 @@ pub fn set_prop_in(mos: &mut ObjsetW, props_obj: u64, k: &str, val: &str) -> Res
             Ok(())
         }
     }
+}
+
+/// The config of a new top-level vdev (and its opened leaves), as `zpool create/add` make it.
+fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ashift: u8, txg: u64) -> Result<(NvList, Vec<Leaf>)> {
+    use crate::vdev::BlockDevice;
+    let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
+        VdevSpec::File(p) => ("file", vec![p.clone()], 0),
+        VdevSpec::Mirror(ps) => ("mirror", ps.clone(), 0),
+        VdevSpec::Raidz(p, ps) => ("raidz", ps.clone(), *p),
+    };
+    let mut leaves = Vec::new();
+    for p in &paths {
+        let dev = Arc::new(FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?);
+        if dev.size() < SPA_MINDEVSIZE {
+            return Err(ZfsError::Invalid(format!("cannot create '{pool}': one or more devices is less than the minimum size (64M)")));
+        }
+        leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: rand_u64(), dev });
+    }
+    let min_leaf = leaves.iter().map(|l| leaf_asize(l.dev.size())).min().unwrap_or(0);
+    let asize = if typ == "raidz" { min_leaf * leaves.len() as u64 } else { min_leaf };
+    let leaf_nv = |l: &Leaf, lid: u64| {
+        let mut n = NvList::new();
+        n.add_str("type", leaf_type(&l.path));
+        n.add_u64("id", lid);
+        n.add_u64("guid", l.guid);
+        n.add_str("path", &l.path.display().to_string());
+        n.add_u64("create_txg", txg);
+        n
+    };
+    let mut top = if typ == "file" {
+        leaf_nv(&leaves[0], id)
+    } else {
+        let mut t = NvList::new();
+        t.add_str("type", typ);
+        t.add_u64("id", id);
+        t.add_u64("guid", rand_u64());
+        if typ == "raidz" {
+            t.add_u64("nparity", nparity as u64);
+        }
+        t.insert("children", NvValue::NvListArray(leaves.iter().enumerate().map(|(i, l)| leaf_nv(l, i as u64)).collect()));
+        t
+    };
+    top.add_u64("metaslab_array", 0);
+    top.add_u64("metaslab_shift", metaslab_shift(asize));
+    top.add_u64("ashift", ashift as u64);
+    top.add_u64("asize", asize);
+    top.add_u64("is_log", (class == VdevClass::Log) as u64);
+    top.add_u64("create_txg", txg);
+    // In memory only: OpenZFS keeps the bias in the top-level vdev's ZAP.
+    match class {
+        VdevClass::Special => top.add_str("alloc_bias", "special"),
+        VdevClass::Dedup => top.add_str("alloc_bias", "dedup"),
+        VdevClass::Log => top.add_str("alloc_bias", "log"),
+        VdevClass::Normal => {}
+    }
+    Ok((top, leaves))
 }
 
 /// "disk" for block devices, "file" for files (the leaf types OpenZFS records).
@@ -1260,6 +1327,22 @@ impl PoolHandle {
     /// After export: mark the labels destroyed (zpool destroy).
     pub fn mark_destroyed(&self) -> Result<()> {
         self.lock().set_label_state(2)
+    }
+
+    /// Open the pool again from its devices (after `zpool add` changed the vdev tree), keeping
+    /// the mounts: they go through this handle.
+    pub fn reopen(&self, dirs: &[PathBuf]) -> Result<Arc<Spa>> {
+        let mut w = self.lock();
+        w.sync()?;
+        let guid = w.spa.guid;
+        let hostname = w.hostname.clone();
+        let scan = crate::spa::scan(dirs);
+        let cand = crate::pool::choose(&scan, &guid.to_string())?;
+        let arc_max = w.spa.arc.stats().c_max;
+        let nw = PoolW::open(cand, arc_max, &hostname)?;
+        let spa = nw.spa.clone();
+        *w = nw;
+        Ok(spa)
     }
 
     /// Sync, mark the pool exported and stop the sync thread.
