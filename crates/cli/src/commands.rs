@@ -20,6 +20,8 @@ pub struct Imported {
     pub mounts: Vec<MountHandle>,
     /// The write state of a pool imported read-write.
     pub rw: Option<Arc<PoolHandle>>,
+    /// When it was imported (iostat averages over the time since).
+    pub since: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -191,6 +193,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         ("zpool", "create") => crate::write_cmds::zpool_create(st, rest, cwd),
         ("zpool", "destroy") => crate::write_cmds::zpool_destroy(st, rest),
         ("zpool", "add") => crate::write_cmds::zpool_add(st, rest, cwd),
+        ("zpool", "iostat") => zpool_iostat(st, rest),
         ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
@@ -263,7 +266,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
                         out.2 = 1;
                     }
-                    st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h) });
+                    st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
                 }
                 Err(e) => {
                     let msg = e.to_string();
@@ -287,7 +290,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         if !o.has('N') && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
             out.2 = 1;
         }
-        st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None });
+        st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None, since: std::time::Instant::now() });
     }
     out
 }
@@ -464,6 +467,88 @@ fn zpool_status(st: &mut State, args: &[String]) -> Out {
         });
     }
     ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+}
+
+/// `zpool iostat [-v] [-H] [-p] [pool]...`: capacity, operations and bandwidth per pool (and
+/// per vdev with -v), averaged since import, in OpenZFS's layout.
+fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
+    use oxzfs::vdev::Vdev;
+    use std::sync::atomic::Ordering::Relaxed;
+    let o = match getopt(args, "", "vHpgLPy") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\nusage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if pools.is_empty() {
+        return fail("no pools available");
+    }
+    let p = o.has('p');
+    let num = |n: u64| if p || n < 1024 { n.to_string() } else { oxzfs::dsl::nicebytes(n).trim_end_matches('B').to_string() };
+    fn sums(v: &Vdev) -> (u64, u64, u64, u64) {
+        if v.is_leaf() {
+            let s = &v.stats;
+            return (s.read_ops.load(Relaxed), s.write_ops.load(Relaxed), s.read_bytes.load(Relaxed), s.write_bytes.load(Relaxed));
+        }
+        v.children.iter().map(|c| sums(c)).fold((0, 0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3))
+    }
+    let mut rows: Vec<(String, String, String, [u64; 4])> = Vec::new();
+    for imp in &pools {
+        let secs = imp.since.elapsed().as_secs_f64().max(1.0);
+        let rate = |x: (u64, u64, u64, u64)| [(x.0 as f64 / secs) as u64, (x.1 as f64 / secs) as u64, (x.2 as f64 / secs) as u64, (x.3 as f64 / secs) as u64];
+        let pool = &imp.pool;
+        let lr = pool.list_row();
+        rows.push((pool.name().to_string(), nice(lr.alloc, p), nice(lr.free, p), rate(sums(&pool.spa.root_vdev))));
+        if o.has('v') {
+            let section = |label: Option<&str>, tops: Vec<&Arc<Vdev>>, rows: &mut Vec<(String, String, String, [u64; 4])>| {
+                if tops.is_empty() {
+                    return;
+                }
+                if let Some(l) = label {
+                    rows.push((l.to_string(), String::new(), String::new(), [u64::MAX; 4]));
+                }
+                for t in tops {
+                    let alloc = pool.vdev_alloc(t).unwrap_or(0);
+                    rows.push((format!("  {}", t.display_name()), nice(alloc, p), nice(t.asize.saturating_sub(alloc), p), rate(sums(t))));
+                    let mut stack: Vec<(&Arc<Vdev>, usize)> = t.children.iter().rev().map(|c| (c, 2)).collect();
+                    while let Some((c, d)) = stack.pop() {
+                        rows.push((format!("{}{}", "  ".repeat(d), c.display_name()), "-".into(), "-".into(), rate(sums(c))));
+                        stack.extend(c.children.iter().rev().map(|k| (k, d + 1)));
+                    }
+                }
+            };
+            let kids = &pool.spa.root_vdev.children;
+            section(None, kids.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty()).collect(), &mut rows);
+            section(Some("dedup"), kids.iter().filter(|t| t.alloc_bias == "dedup").collect(), &mut rows);
+            section(Some("special"), kids.iter().filter(|t| t.alloc_bias == "special").collect(), &mut rows);
+            section(Some("logs"), kids.iter().filter(|t| t.is_log).collect(), &mut rows);
+        }
+    }
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(10);
+    let mut out = String::new();
+    if !o.has('H') {
+        let _ = writeln!(out, "{:w$}    capacity     operations     bandwidth ", "");
+        let _ = writeln!(out, "{:<w$}  alloc   free   read  write   read  write", "pool");
+        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
+    }
+    for (name, a, f, r) in rows {
+        if r[0] == u64::MAX {
+            let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "", "", "", "", "", "");
+            continue;
+        }
+        let bw = |x: u64| if p || x < 1024 { x.to_string() } else { oxzfs::dsl::nicebytes(x) };
+        if o.has('H') {
+            let _ = writeln!(out, "{}\t{a}\t{f}\t{}\t{}\t{}\t{}", name.trim(), num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
+        } else {
+            let _ = writeln!(out, "{name:<w$}  {a:>5}  {f:>5}  {:>5}  {:>5}  {:>5}  {:>5}", num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
+        }
+    }
+    if !o.has('H') {
+        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
+    }
+    ok(out)
 }
 
 fn nice(n: u64, parsable: bool) -> String {

@@ -203,7 +203,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let mut mounts = Vec::new();
     let mut err = String::new();
     let code = if mount_all(&pool, Some(&h), &mut mounts, &mut err) > 0 { 1 } else { 0 };
-    st.pools.insert(name, Imported { pool, mounts, rw: Some(h) });
+    st.pools.insert(name, Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
     (String::new(), err, code)
 }
 
