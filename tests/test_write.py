@@ -307,3 +307,47 @@ def test_zpool_add_log_cache_special_and_data(oxzfs):
     d2 = diff_manifests(manifest_mod.manifest(root), want)
     assert not d2, d2
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_quotas_readonly_fallocate(oxzfs):
+    """quota and refquota end in EDQUOT, readonly=on in EROFS, fallocate grows and punches;
+    zdb is clean afterwards."""
+    import errno
+    pool = "wquota"
+    base = os.path.join(oxzfs.base, "quota")
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, 1, 512)
+    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    oxzfs.imported.append(pool)
+    for args in (["-o", "quota=20M", f"{pool}/q"], ["-o", "refquota=10M", f"{pool}/r"]):
+        r = oxzfs.zfs("create", *args)
+        assert r.returncode == 0, repr(r)
+    root = os.path.join(alt, pool)
+    chunk = os.urandom(1 << 20)
+    for ds, limit in (("q", 20), ("r", 10)):
+        n = 0
+        with pytest.raises(OSError) as ei:
+            with open(os.path.join(root, ds, "f"), "wb") as f:
+                for _ in range(64):
+                    f.write(chunk)
+                    f.flush()
+                    n += 1
+        assert ei.value.errno == errno.EDQUOT, ei.value
+        assert limit - 2 <= n <= limit, (ds, n)
+    r = oxzfs.zfs("set", "readonly=on", f"{pool}/r")
+    assert r.returncode == 0, repr(r)
+    with pytest.raises(OSError) as ei:
+        open(os.path.join(root, "r", "new"), "wb").close()
+    assert ei.value.errno == errno.EROFS
+    p = os.path.join(root, "holey")
+    with open(p, "wb") as f:
+        f.write(chunk * 4)
+        os.posix_fallocate(f.fileno(), 0, 6 << 20)
+    assert os.path.getsize(p) == 6 << 20
+    subprocess.run(["fallocate", "-p", "-o", str(1 << 20), "-l", str(2 << 20), p], check=True)
+    with open(p, "rb") as f:
+        data = f.read()
+    assert data[: 1 << 20] == chunk and data[1 << 20: 3 << 20] == bytes(2 << 20) and data[3 << 20: 4 << 20] == chunk
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

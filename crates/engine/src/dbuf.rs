@@ -70,6 +70,8 @@ pub struct DirtyObj {
     pub trunc_from: Option<u64>,
     /// The object is freed at sync.
     pub freed: bool,
+    /// Whole blocks punched out (become holes at sync).
+    pub holes: std::collections::BTreeSet<u64>,
 }
 
 /// Space accounting of what a sync wrote and freed (for the dataset and dsl_dir).
@@ -120,12 +122,16 @@ pub struct OsProps {
     pub special_small: u64,
     /// Largest data block of a file (recordsize).
     pub recordsize: u64,
+    /// readonly=on: every change is refused with EROFS.
+    pub readonly: bool,
+    /// atime=on (updated with relatime's rule).
+    pub atime: bool,
 }
 
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10 }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true }
     }
 }
 
@@ -248,7 +254,7 @@ impl ObjsetW {
     pub fn dirty_obj(&mut self, obj: u64) -> Result<&mut DirtyObj> {
         if !self.dirty.contains_key(&obj) {
             let dn = self.dnode(obj)?;
-            self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false });
+            self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() });
         }
         let d = self.dirty.get_mut(&obj).expect("just inserted");
         if d.freed {
@@ -299,7 +305,7 @@ impl ObjsetW {
             bonus: vec![0u8; bonuslen],
             spill: None,
         };
-        self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false });
+        self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() });
         Ok(obj)
     }
 
@@ -367,7 +373,7 @@ impl ObjsetW {
             if let Some(b) = d.blocks.get(&blkid) {
                 return Ok(b.clone());
             }
-            if d.trunc_from.map_or(false, |t| blkid >= t) {
+            if d.trunc_from.map_or(false, |t| blkid >= t) || d.holes.contains(&blkid) {
                 return Ok(vec![0u8; bs]);
             }
         }
@@ -424,6 +430,7 @@ impl ObjsetW {
                 Some(self.read_l0(obj, &dn, blkid)?)
             };
             let d = self.dirty_obj(obj)?;
+            d.holes.remove(&blkid);
             let fresh = !have;
             if whole {
                 d.blocks.insert(blkid, data[src..src + n].to_vec());
@@ -459,6 +466,29 @@ impl ObjsetW {
         d.blocks.retain(|&k, _| k < first_free);
         d.trunc_from = Some(d.trunc_from.map_or(first_free, |t| t.min(first_free)));
         d.dn.maxblkid = first_free.saturating_sub(1).min(d.dn.maxblkid);
+        Ok(())
+    }
+
+    /// Punch out `len` bytes at `offset` (fallocate PUNCH_HOLE): whole blocks become holes,
+    /// the partial blocks at either end are zeroed. The size is unchanged.
+    pub fn punch(&mut self, obj: u64, offset: u64, len: u64) -> Result<()> {
+        let dn = self.dnode(obj)?;
+        let bs = dn.data_block_size();
+        let end = offset.saturating_add(len).min((dn.maxblkid + 1) * bs);
+        let mut pos = offset;
+        while pos < end {
+            let blkid = pos / bs;
+            let boff = pos % bs;
+            let n = (bs - boff).min(end - pos);
+            if boff == 0 && n == bs {
+                let d = self.dirty_obj(obj)?;
+                d.blocks.remove(&blkid);
+                d.holes.insert(blkid);
+            } else {
+                self.write(obj, pos, &vec![0u8; n as usize])?;
+            }
+            pos += n;
+        }
         Ok(())
     }
 
@@ -574,7 +604,7 @@ impl ObjsetW {
             dnodes.insert(obj, Some(d.dn));
         }
         // The meta dnode: dirty dnodes go into their 16K blocks.
-        let mut md = DirtyObj { dn: self.phys.meta_dnode.clone(), blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false };
+        let mut md = DirtyObj { dn: self.phys.meta_dnode.clone(), blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() };
         let mut fills: HashMap<u64, u64> = HashMap::new();
         let mut touched: Vec<u64> = dnodes.keys().map(|o| o / DNODES_PER_BLOCK).collect();
         touched.dedup();
@@ -911,6 +941,12 @@ fn sync_tree(
                     }
                 }
             }
+        }
+    }
+    // Punched blocks become holes.
+    for blkid in std::mem::take(&mut d.holes) {
+        if !d.blocks.contains_key(&blkid) && old_bp(0, blkid)?.map_or(false, |b| !b.is_hole()) {
+            changes.push((0, blkid, BlockPointer::hole()));
         }
     }
     // Write the dirty L0 blocks.

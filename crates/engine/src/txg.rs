@@ -1061,6 +1061,32 @@ impl PoolW {
         Ok(())
     }
 
+    /// refquota of the dataset and quota of its directory and every ancestor: EDQUOT when
+    /// `incoming` more bytes (plus what is dirty) would pass one.
+    pub fn quota_check(&mut self, dsobj: u64, incoming: u64) -> Result<()> {
+        let dirty = self.datasets.get(&dsobj).map_or(0, |d| d.os.dirty_bytes) + incoming;
+        let p = self.ds_phys(dsobj)?;
+        let mut dir = p.dir_obj;
+        let mut first = true;
+        while dir != 0 {
+            let d = self.dir_phys(dir)?;
+            if d.props_zapobj != 0 {
+                let z = self.mos.zap(d.props_zapobj)?;
+                let get = |k: &str| z.entries.get(k.as_bytes()).and_then(|(i, v)| if *i == 8 { v.first().copied() } else { None }).unwrap_or(0);
+                let (refquota, quota) = (get("refquota"), get("quota"));
+                if first && refquota > 0 && p.referenced_bytes + dirty > refquota {
+                    return Err(ZfsError::Posix(libc::EDQUOT, "refquota exceeded".into()));
+                }
+                if quota > 0 && d.used_bytes + dirty > quota {
+                    return Err(ZfsError::Posix(libc::EDQUOT, "quota exceeded".into()));
+                }
+            }
+            first = false;
+            dir = d.parent_dir_obj;
+        }
+        Ok(())
+    }
+
     /// Bytes of dirty data blocks waiting for a sync.
     pub fn dirty_bytes(&self) -> u64 {
         self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes).sum::<u64>()
@@ -1267,7 +1293,11 @@ impl PoolHandle {
         }
         let mut w = self.lock();
         let txg = w.txg;
-        let r = f(w.objset(dsobj)?, txg);
+        let os = w.objset(dsobj)?;
+        if os.props.readonly {
+            return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+        }
+        let r = f(os, txg);
         if w.dirty_bytes() > DIRTY_MAX {
             if let Err(e) = catch_sync(&mut w) {
                 *self.failed.lock().unwrap() = Some(e.to_string());
@@ -1282,7 +1312,11 @@ impl PoolHandle {
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
         {
             let mut w = self.lock();
-            let copies = w.objset(dsobj)?.props.copies;
+            let os = w.objset(dsobj)?;
+            if os.props.readonly {
+                return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+            }
+            let copies = os.props.copies;
             if w.space_check(incoming, copies).is_err() {
                 // Frees waiting in the open txg or deferred in the last two give space back.
                 if w.dirty() {
@@ -1291,6 +1325,11 @@ impl PoolHandle {
                 w.ms.release_deferred();
             }
             w.space_check(incoming, copies)?;
+            if incoming > 0 && w.quota_check(dsobj, incoming).is_err() {
+                // What is dirty may be overwrites: sync and measure again.
+                w.sync()?;
+                w.quota_check(dsobj, incoming)?;
+            }
         }
         self.with_fs(dsobj, f)
     }
@@ -1520,7 +1559,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -1549,6 +1588,8 @@ impl PoolW {
             copies: found.get("copies").copied().unwrap_or(1).clamp(1, 3) as usize,
             special_small: found.get("special_small_blocks").copied().unwrap_or(0),
             recordsize: found.get("recordsize").copied().unwrap_or(128 << 10),
+            readonly: found.get("readonly").copied().unwrap_or(0) != 0,
+            atime: found.get("atime").copied().unwrap_or(1) != 0,
         })
     }
 

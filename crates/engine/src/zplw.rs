@@ -642,3 +642,42 @@ pub fn removexattr(os: &mut ObjsetW, fs: &FsInfo, obj: u64, name: &[u8]) -> Resu
     lookup(os, d, name)?.ok_or_else(none)?;
     unlink(os, fs, d, name, &|_| false)
 }
+
+/// fallocate(2): mode 0 or KEEP_SIZE reserve (ZFS allocates at write; only the size may grow),
+/// PUNCH_HOLE|KEEP_SIZE frees a range. Other modes: EOPNOTSUPP, as OpenZFS answers.
+pub fn fallocate(os: &mut ObjsetW, obj: u64, offset: u64, len: u64, mode: i32, recordsize: u64) -> Result<()> {
+    const KEEP_SIZE: i32 = 0x01;
+    const PUNCH_HOLE: i32 = 0x02;
+    let mut z = get(os, obj)?;
+    if z.mode & S_IFMT != S_IFREG {
+        return Err(posix(libc::ENODEV, "not a regular file"));
+    }
+    let end = offset.checked_add(len).ok_or_else(|| posix(libc::EFBIG, "range overflows"))?;
+    if mode == PUNCH_HOLE | KEEP_SIZE {
+        if offset < z.size {
+            os.punch(obj, offset, end.min(z.size) - offset)?;
+        }
+    } else if mode == 0 || mode == KEEP_SIZE {
+        if mode == 0 && end > z.size {
+            grow_blocksize(os, obj, end, recordsize)?;
+            z.size = end;
+        }
+    } else {
+        return Err(posix(libc::EOPNOTSUPP, "fallocate mode"));
+    }
+    let t = now_ts();
+    z.mtime = t;
+    z.ctime = t;
+    put(os, obj, &z)
+}
+
+/// relatime: a read updates atime when it is not newer than mtime/ctime or a day old.
+pub fn touch_atime(os: &mut ObjsetW, obj: u64) -> Result<()> {
+    let mut z = get(os, obj)?;
+    let now = now_ts();
+    if z.atime <= z.mtime || z.atime <= z.ctime || now.0.saturating_sub(z.atime.0) >= 86400 {
+        z.atime = now;
+        put(os, obj, &z)?;
+    }
+    Ok(())
+}

@@ -262,7 +262,14 @@ impl Filesystem for RwFs {
 
     fn read(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
         let obj = obj_of(self.root, ino);
-        match self.pool.with_fs_ro(self.dsobj, |os| zplw::read(os, obj, offset.max(0) as u64, size as u64)) {
+        let r = self.pool.with_fs_ro(self.dsobj, |os| {
+            let d = zplw::read(os, obj, offset.max(0) as u64, size as u64)?;
+            if os.props.atime && !os.props.readonly {
+                zplw::touch_atime(os, obj)?;
+            }
+            Ok(d)
+        });
+        match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e.errno()),
         }
@@ -272,6 +279,13 @@ impl Filesystem for RwFs {
         let obj = obj_of(self.root, ino);
         match self.pool.with_fs_space(self.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
             Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e.errno()),
+        }
+    }
+
+    fn fallocate(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, length: i64, mode: i32, reply: ReplyEmpty) {
+        match self.fallocate_impl(ino, offset, length, mode) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
     }
@@ -374,6 +388,14 @@ impl Filesystem for RwFs {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
+    }
+}
+
+impl RwFs {
+    fn fallocate_impl(&self, ino: u64, offset: i64, length: i64, mode: i32) -> Result<(), ZfsError> {
+        let obj = obj_of(self.root, ino);
+        let need = if mode & 0x02 != 0 { 0 } else { length.max(0) as u64 };
+        self.pool.with_fs_space(self.dsobj, need, |os, _| zplw::fallocate(os, obj, offset.max(0) as u64, length.max(0) as u64, mode, os.props.recordsize))
     }
 }
 
