@@ -88,4 +88,15 @@ or a current toolchain from rustup, then re-run.
 MSG
   exit 1
 fi
+# pjdfstest (the POSIX test suite, a crate on crates.io) and the dummy user it switches to.
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest" ]; then
+  if ! dpkg-query -W -f='${Status}' libacl1-dev 2>/dev/null | grep -q "ok installed"; then
+    apt_update
+    apt-get install -y -qq libacl1-dev acl >/dev/null
+  fi
+  cargo install -q --locked pjdfstest || cargo install -q pjdfstest
+fi
+id tests >/dev/null 2>&1 || echo 'tests:x:::Dummy User for pjdfstest:/:/usr/sbin/nologin' | newusers
+
 echo "deps: zfs-fuse $(dpkg-query -W -f='${Version}' zfs-fuse), OpenZFS userspace $(cat "$OPENZFS/VERSION" 2>/dev/null || echo '?'), $(zstd --version | head -1), pytest $(python3 -c 'import pytest; print(pytest.__version__)')"

@@ -179,6 +179,9 @@ fn name_str(name: &[u8]) -> Result<&str> {
 /// The object `name` refers to in `dir`.
 pub fn lookup(os: &mut ObjsetW, dir: u64, name: &[u8]) -> Result<Option<u64>> {
     dir_check(os, dir)?;
+    if name.len() > MAXNAMELEN {
+        return Err(posix(libc::ENAMETOOLONG, "name too long"));
+    }
     let z = os.zap(dir)?;
     Ok(z.entries.get(name).and_then(|(_, v)| v.first()).map(|v| fz::dirent_obj(*v)))
 }
