@@ -139,3 +139,19 @@ def test_ztest_oracle_pools_are_whole(ztest_pools):
         z = zdbparse.parse(open(os.path.join(d, "zdb-blocks.txt")).read())
         assert z.bp_count and z.bp_count > 100, f"{name}: OpenZFS zdb -bb"
         assert pool_info(d)["datasets"], f"{name}: no datasets seen by zdb -d"
+
+
+def test_workload_model_checks_and_catches_a_planted_difference(tmp_path):
+    """The model workload passes on a kernel file system, and its verifier notices a file changed
+    behind the model's back."""
+    import workload
+    root = str(tmp_path / "root")
+    os.makedirs(root)
+    model = workload.run(root, 3, 200)
+    assert workload.verify(root, model) == []
+    files = [p for p, n in model.nodes.items() if n["type"] == "file"]
+    assert files
+    with open(os.path.join(root, files[0]), "ab") as f:
+        f.write(b"planted")
+    diffs = workload.verify(root, model)
+    assert diffs and files[0] in diffs[0], diffs
