@@ -388,3 +388,33 @@ def test_model_workload(wid, kind, n, ashift, opts, oxzfs):
     diffs = workload.verify(root, model)
     assert not diffs, f"seed {seed}: the re-imported pool differs from the model:\n" + "\n".join(diffs[:10])
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_unlinked_open_file_lives_until_close(oxzfs):
+    """A file unlinked while open keeps its data for the open descriptor (it waits on the delete
+    queue) and is freed at the last close; zdb is clean afterwards."""
+    pool = "wdq"
+    base = os.path.join(oxzfs.base, "dq")
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, 1)
+    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    oxzfs.imported.append(pool)
+    p = os.path.join(alt, pool, "doomed")
+    data = os.urandom(3 << 20)
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, data)
+        os.unlink(p)
+        assert not os.path.exists(p)
+        os.fsync(fd)
+        os.write(fd, b"more")
+        assert os.pread(fd, len(data) + 4, 0) == data + b"more"
+    finally:
+        os.close(fd)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # The file's object is gone: the dataset holds no plain file any more.
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-dd", pool], capture_output=True, text=True, errors="replace")
+    assert r.returncode == 0, r.stderr
+    assert "ZFS plain file" not in r.stdout, r.stdout[-3000:]

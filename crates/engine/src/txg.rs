@@ -1346,7 +1346,11 @@ impl PoolHandle {
             return Ok(f.clone());
         }
         let f = crate::zplw::open_fs(os, os.props.recordsize)?;
-        self.fs.lock().unwrap().insert(os.id, f.clone());
+        // Files unlinked while open before a crash or export are freed now (zfs_unlinked_drain).
+        if !os.props.readonly {
+            crate::zplw::drain_delete_queue(os, &f)?;
+        }
+        self.fs.lock().unwrap_or_else(|p| p.into_inner()).insert(os.id, f.clone());
         Ok(f)
     }
 
