@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""The benchmark driver: the same workloads, in one run, on oxzfs (FUSE), zfs-fuse, and kernel ext4
+and btrfs (each over a loop device), printed as a table of figures and of oxzfs's ratios.
+
+    sudo python3 bench/run.py [--targets oxzfs,zfs-fuse,ext4,btrfs] [--quick] [--out FILE]
+
+Every target gets the same sparse backing files under --work (default /var/tmp/oxzfs-bench), one
+device of --size-mib. Between writing and reading, each file system is unmounted (oxzfs and
+zfs-fuse: pool export and import) and the page cache dropped, so reads come from the device.
+Workloads:
+  seq-write   1 MiB writes of a file, then fsync                         MB/s
+  seq-read    the same file read back in 1 MiB reads                     MB/s
+  rand-read   4 KiB reads at random offsets of that file                  IOPS
+  fsync-write 4 KiB writes, each followed by fsync                        ops/s
+  create/stat/delete  N small files (N = 10000, 2000 with --quick)        ops/s each
+  walk        os.walk + lstat of the tree of small files                  entries/s
+Needs root (loop devices, mounts). oxzfs is target/release/oxzfs (built if missing).
+"""
+import argparse
+import datetime
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
+
+
+def sh(*cmd, check=True, **kw):
+    return subprocess.run([str(c) for c in cmd], check=check, capture_output=True, text=True, **kw)
+
+
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
+class Target:
+    name = "?"
+
+    def __init__(self, work, size_mib):
+        self.work = os.path.join(work, self.name)
+        self.size = size_mib << 20
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.dev = os.path.join(self.work, "dev0")
+        with open(self.dev, "wb") as f:
+            f.truncate(self.size)
+        self.mnt = os.path.join(self.work, "mnt")
+        os.makedirs(self.mnt)
+
+    def remount(self):
+        self.unmount()
+        drop_caches()
+        self.mount()
+
+
+class Kernel(Target):
+    fs = "ext4"
+
+    def setup(self):
+        self.loop = sh("losetup", "--find", "--show", self.dev).stdout.strip()
+        mk = ["mkfs.ext4", "-q", "-F"] if self.fs == "ext4" else ["mkfs.btrfs", "-q", "-f"]
+        sh(*mk, self.loop)
+        self.mount()
+
+    def mount(self):
+        sh("mount", self.loop, self.mnt)
+
+    def unmount(self):
+        sh("umount", self.mnt)
+
+    def teardown(self):
+        sh("umount", self.mnt, check=False)
+        sh("losetup", "-d", getattr(self, "loop", ""), check=False)
+
+
+class Ext4(Kernel):
+    name = "ext4"
+    fs = "ext4"
+
+
+class Btrfs(Kernel):
+    name = "btrfs"
+    fs = "btrfs"
+
+
+class Oxzfs(Target):
+    name = "oxzfs"
+
+    def setup(self):
+        self.bin = os.environ.get("OXZFS_BIN") or os.path.join(REPO, "target", "release", "oxzfs")
+        if not os.access(self.bin, os.X_OK):
+            sh("cargo", "build", "--release", "-q", "-p", "oxzfs-cli", cwd=REPO)
+        self.env = dict(os.environ, OXZFS_SOCKET=os.path.join(self.work, "sock"))
+        subprocess.run([self.bin, "daemon", "start"], env=self.env, check=True, capture_output=True)
+        self.ox("zpool", "create", "-f", "-R", self.alt(), "bench", self.dev)
+        self.mnt = os.path.join(self.alt(), "bench")
+
+    def alt(self):
+        return os.path.join(self.work, "alt")
+
+    def ox(self, *a, check=True):
+        r = subprocess.run([self.bin, *a], env=self.env, capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"oxzfs {' '.join(a)}: {r.stderr}")
+        return r
+
+    def mount(self):
+        self.ox("zpool", "import", "-d", self.work, "-R", self.alt(), "bench")
+
+    def unmount(self):
+        self.ox("zpool", "export", "bench")
+
+    def teardown(self):
+        self.ox("zpool", "export", "-f", "bench", check=False)
+        self.ox("daemon", "stop", check=False)
+
+
+class ZfsFuse(Target):
+    name = "zfs-fuse"
+
+    def setup(self):
+        import oracle_pools
+        self.zf = oracle_pools.ZfsFuse(self.work)
+        self.zf.__enter__()
+        sh("zpool", "create", "-f", "-R", self.alt(), "zbench", self.dev)
+        self.find_mnt()
+
+    def find_mnt(self):
+        # zfs-fuse mounts the pool's root file system at the altroot itself
+        self.mnt = sh("zfs", "get", "-H", "-o", "value", "mountpoint", "zbench").stdout.strip()
+
+    def alt(self):
+        return os.path.join(self.work, "alt")
+
+    def mount(self):
+        sh("zpool", "import", "-d", self.work, "-R", self.alt(), "zbench")
+        self.find_mnt()
+
+    def unmount(self):
+        sh("zpool", "export", "zbench")
+
+    def teardown(self):
+        sh("zpool", "export", "-f", "zbench", check=False)
+        self.zf.__exit__(None, None, None)
+
+
+TARGETS = {"oxzfs": Oxzfs, "zfs-fuse": ZfsFuse, "ext4": Ext4, "btrfs": Btrfs}
+
+
+def workloads(t, quick):
+    out = {}
+    big = (128 if quick else 512) << 20
+    block = os.urandom(1 << 20)
+    path = os.path.join(t.mnt, "big")
+    start = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(big >> 20):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    out["seq-write MB/s"] = big / (time.perf_counter() - start) / 1e6
+    t.remount()
+    path = os.path.join(t.mnt, "big")
+    start = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(1 << 20):
+            pass
+    out["seq-read MB/s"] = big / (time.perf_counter() - start) / 1e6
+    t.remount()
+    path = os.path.join(t.mnt, "big")
+    rng = random.Random(1)
+    n = 2000 if quick else 10000
+    fd = os.open(path, os.O_RDONLY)
+    start = time.perf_counter()
+    for _ in range(n):
+        os.pread(fd, 4096, rng.randrange(big >> 12) << 12)
+    out["rand-read 4K IOPS"] = n / (time.perf_counter() - start)
+    os.close(fd)
+    fd = os.open(os.path.join(t.mnt, "sync"), os.O_CREAT | os.O_WRONLY, 0o644)
+    n = 50 if quick else 200
+    small = os.urandom(4096)
+    start = time.perf_counter()
+    for i in range(n):
+        os.pwrite(fd, small, i * 4096)
+        os.fsync(fd)
+    out["fsync-write 4K ops/s"] = n / (time.perf_counter() - start)
+    os.close(fd)
+    nfiles = 2000 if quick else 10000
+    tree = os.path.join(t.mnt, "tree")
+    os.mkdir(tree)
+    start = time.perf_counter()
+    for i in range(nfiles):
+        d = os.path.join(tree, f"d{i // 500}")
+        if i % 500 == 0:
+            os.mkdir(d)
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(b"x" * 100)
+    out["create ops/s"] = nfiles / (time.perf_counter() - start)
+    t.remount()
+    tree = os.path.join(t.mnt, "tree")
+    start = time.perf_counter()
+    for i in range(nfiles):
+        os.stat(os.path.join(tree, f"d{i // 500}", f"f{i}"))
+    out["stat ops/s"] = nfiles / (time.perf_counter() - start)
+    t.remount()
+    tree = os.path.join(t.mnt, "tree")
+    start = time.perf_counter()
+    count = 0
+    for d, dirs, files in os.walk(tree):
+        for x in dirs + files:
+            os.lstat(os.path.join(d, x))
+            count += 1
+    out["walk entries/s"] = count / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for i in range(nfiles):
+        os.unlink(os.path.join(tree, f"d{i // 500}", f"f{i}"))
+    out["delete ops/s"] = nfiles / (time.perf_counter() - start)
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--targets", default="oxzfs,zfs-fuse,ext4,btrfs")
+    ap.add_argument("--size-mib", type=int, default=2048)
+    ap.add_argument("--work", default="/var/tmp/oxzfs-bench")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out")
+    a = ap.parse_args(argv[1:])
+    names = [x for x in a.targets.split(",") if x]
+    results, errors = {}, {}
+    for name in names:
+        t = TARGETS[name](a.work, a.size_mib)
+        try:
+            t.setup()
+            results[name] = workloads(t, a.quick)
+        except Exception as e:  # a target that fails is reported, the others still run
+            errors[name] = f"{type(e).__name__}: {e}"
+        finally:
+            try:
+                t.teardown()
+            except Exception:
+                pass
+    rows = list(next(iter(results.values())).keys()) if results else []
+    refs = [n for n in names if n != "oxzfs" and n in results]
+    head = "| workload | " + " | ".join(names) + " | " + " | ".join(f"oxzfs/{r}" for r in refs) + " |"
+    lines = [head, "|" + "---|" * (1 + len(names) + len(refs))]
+    for row in rows:
+        cells = [f"{results[n][row]:.1f}" if n in results else "error" for n in names]
+        ratios = [f"{results['oxzfs'][row] / results[r][row]:.2f}" if "oxzfs" in results and results[r][row] else "-" for r in refs]
+        lines.append(f"| {row} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+    report = [f"# Benchmarks, {datetime.date.today().isoformat()}", "",
+              f"Machine: {os.cpu_count()} CPUs, {mem} GiB, Linux {platform.release()}.",
+              f"Command: `sudo python3 bench/run.py {' '.join(argv[1:])}`", "",
+              "Higher is better everywhere. Each file system sits on one sparse file of "
+              f"{a.size_mib} MiB on the same disk (kernel file systems through a loop device).", ""] + lines
+    for n, e in errors.items():
+        report.append(f"\n{n}: failed: {e}")
+    text = "\n".join(report) + "\n"
+    print(text)
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0 if not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
