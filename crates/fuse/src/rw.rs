@@ -32,6 +32,8 @@ pub struct RwFs {
     root: u64,
     /// Open handles per object (for the delete queue).
     open: Arc<Mutex<HashMap<u64, u32>>>,
+    /// Objects unlinked while open: their last release frees them.
+    orphans: Arc<Mutex<std::collections::HashSet<u64>>>,
 }
 
 fn obj_of(root: u64, ino: u64) -> u64 {
@@ -73,6 +75,19 @@ impl RwFs {
         crate::file_attr(ino_of(self.root, a.ino), a)
     }
 
+    /// "Is this object open?" for unlink/rename; an open one is remembered as an orphan, to be
+    /// freed at its last release.
+    fn open_marker(&self) -> impl Fn(u64) -> bool {
+        let (open, orphans) = (self.open.clone(), self.orphans.clone());
+        move |o: u64| {
+            let yes = open.lock().unwrap().get(&o).copied().unwrap_or(0) > 0;
+            if yes {
+                orphans.lock().unwrap().insert(o);
+            }
+            yes
+        }
+    }
+
     fn entry(&self, parent: u64, name: &OsStr, mode: u32, uid: u32, gid: u32, rdev: u64, target: Option<&[u8]>) -> Result<FileAttr, ZfsError> {
         let dir = obj_of(self.root, parent);
         let a = self.pool.with_fs_space(self.dsobj, 4096, |os, txg| {
@@ -102,6 +117,13 @@ impl Filesystem for RwFs {
         });
         match r {
             Ok(a) => reply.entry(&TTL, &self.fattr(&a), 0),
+            // A negative entry (inode 0) the kernel may cache: every change of a name comes
+            // through this mount, and the kernel drops the entry when it creates the name.
+            Err(e) if e.errno() == libc::ENOENT => {
+                let mut a = self.fattr(&Attr::default());
+                a.ino = 0;
+                reply.entry(&TTL, &a, 0)
+            }
             Err(e) => reply.error(e.errno()),
         }
     }
@@ -188,10 +210,10 @@ impl Filesystem for RwFs {
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let dir = obj_of(self.root, parent);
-        let open = self.open.clone();
+        let is_open = self.open_marker();
         let r = self.pool.with_fs(self.dsobj, |os, _| {
             let fs = self.pool.fs_info(os)?;
-            zplw::unlink(os, &fs, dir, name.as_bytes(), &|o| open.lock().unwrap().get(&o).copied().unwrap_or(0) > 0)
+            zplw::unlink(os, &fs, dir, name.as_bytes(), &is_open)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -213,10 +235,10 @@ impl Filesystem for RwFs {
 
     fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
         let (s, d) = (obj_of(self.root, parent), obj_of(self.root, newparent));
-        let open = self.open.clone();
+        let is_open = self.open_marker();
         let r = self.pool.with_fs(self.dsobj, |os, _| {
             let fs = self.pool.fs_info(os)?;
-            zplw::rename(os, &fs, s, name.as_bytes(), d, newname.as_bytes(), flags, &|o| open.lock().unwrap().get(&o).copied().unwrap_or(0) > 0)
+            zplw::rename(os, &fs, s, name.as_bytes(), d, newname.as_bytes(), flags, &is_open)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -251,7 +273,7 @@ impl Filesystem for RwFs {
                 false
             }
         };
-        if last {
+        if last && self.orphans.lock().unwrap().remove(&obj) {
             let _ = self.pool.with_fs(self.dsobj, |os, _| {
                 let fs = self.pool.fs_info(os)?;
                 zplw::release(os, &fs, obj)
@@ -414,7 +436,7 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
     let root = pool.with_fs(dsobj, |os, _| Ok(pool.fs_info(os)?.root))?;
-    let fs = RwFs { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())) };
+    let fs = RwFs { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())), orphans: Arc::new(Mutex::new(Default::default())) };
     let root_user = unsafe { libc::geteuid() } == 0;
     let mut mo = vec![
         MountOption::RW,
