@@ -154,6 +154,8 @@ pub struct ObjsetW {
     pub delta: SpaceDelta,
     /// Bytes of dirty blocks (for the writer throttle).
     pub dirty_bytes: u64,
+    /// Decoded clean dnodes of the synced tree (emptied at every sync; bounded).
+    dncache: std::sync::Mutex<HashMap<u64, DnodePhys>>,
 }
 
 fn new_meta_dnode() -> DnodePhys {
@@ -201,6 +203,7 @@ impl ObjsetW {
             next_obj: 1,
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dncache: Default::default(),
         }
     }
 
@@ -221,6 +224,7 @@ impl ObjsetW {
             next_obj: max.max(1),
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dncache: Default::default(),
         })
     }
 
@@ -240,10 +244,19 @@ impl ObjsetW {
             }
             return Ok(d.dn.clone());
         }
-        match self.ro() {
-            Some(ro) => ro.dnode(obj),
-            None => Err(ZfsError::NotFound(format!("objset {} object {obj}", self.id))),
+        if let Some(d) = self.dncache.lock().unwrap_or_else(|p| p.into_inner()).get(&obj) {
+            return Ok(d.clone());
         }
+        let d = match self.ro() {
+            Some(ro) => ro.dnode(obj)?,
+            None => return Err(ZfsError::NotFound(format!("objset {} object {obj}", self.id))),
+        };
+        let mut c = self.dncache.lock().unwrap_or_else(|p| p.into_inner());
+        if c.len() >= 65536 {
+            c.clear();
+        }
+        c.insert(obj, d.clone());
+        Ok(d)
     }
 
     pub fn exists(&self, obj: u64) -> bool {
@@ -585,6 +598,7 @@ impl ObjsetW {
     pub fn sync(&mut self, ctx: &mut SyncCtx) -> Result<BlockPointer> {
         let dirty = std::mem::take(&mut self.dirty);
         self.dirty_bytes = 0;
+        self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
         for (obj, mut d) in dirty {
             if d.freed {
