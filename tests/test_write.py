@@ -418,3 +418,31 @@ def test_unlinked_open_file_lives_until_close(oxzfs):
     r = subprocess.run([ZDB, "-e", "-p", vdir, "-dd", pool], capture_output=True, text=True, errors="replace")
     assert r.returncode == 0, r.stderr
     assert "ZFS plain file" not in r.stdout, r.stdout[-3000:]
+
+
+def test_zpool_set_get_persist(oxzfs):
+    """zpool set of the comment (config) and of pool_props values, read back after export and
+    import, and bad values refused."""
+    pool = "wprops"
+    base = os.path.join(oxzfs.base, "props")
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, 1)
+    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    oxzfs.imported.append(pool)
+    for kv in ("comment=hello", "autoexpand=on", "failmode=continue"):
+        r = oxzfs.zpool("set", kv, pool)
+        assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("set", "failmode=sometimes", pool)
+    assert r.returncode == 1 and "failmode" in r.stderr, repr(r)
+    r = oxzfs.zpool("set", "size=1", pool)
+    assert r.returncode == 1 and "readonly" in r.stderr, repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = oxzfs.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("get", "-H", "-o", "property,value,source", "comment,autoexpand,failmode,delegation", pool)
+    assert r.returncode == 0, repr(r)
+    assert r.stdout.splitlines() == ["comment\thello\tlocal", "autoexpand\ton\tlocal", "failmode\tcontinue\tlocal",
+                                     "delegation\ton\tdefault"], r.stdout
+    assert oxzfs.export(pool).returncode == 0

@@ -194,6 +194,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         ("zpool", "destroy") => crate::write_cmds::zpool_destroy(st, rest),
         ("zpool", "add") => crate::write_cmds::zpool_add(st, rest, cwd),
         ("zpool", "iostat") => zpool_iostat(st, rest),
+        ("zpool", "set") => crate::write_cmds::zpool_set(st, rest),
         ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
@@ -588,7 +589,12 @@ fn zpool_value(imp: &Imported, prop: &str, p: bool) -> String {
         "guid" => imp.pool.guid().to_string(),
         "version" => if imp.pool.spa.version >= 5000 { "-".into() } else { imp.pool.spa.version.to_string() },
         "readonly" => if imp.pool.spa.readonly { "on".into() } else { "off".into() },
-        "comment" => imp.pool.spa.config.get_str("comment").unwrap_or("-").to_string(),
+        "comment" => imp.rw.as_ref().map(|h| h.lock().config_nv.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| imp.pool.spa.config.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| "-".into()),
+        "autoexpand" | "autoreplace" | "listsnapshots" | "autotrim" | "multihost" | "delegation" => {
+            let d = if prop == "delegation" { 1 } else { 0 };
+            if imp.pool.pool_props().get(prop).copied().unwrap_or(d) != 0 { "on".into() } else { "off".into() }
+        }
+        "failmode" => ["wait", "continue", "panic"].get(imp.pool.pool_props().get("failmode").copied().unwrap_or(0) as usize).unwrap_or(&"wait").to_string(),
         "freeing" | "leaked" => "0".into(),
         "cachefile" | "bootfs" => "-".into(),
         _ => "-".into(),
@@ -662,7 +668,10 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
         Err(e) => return usage(format!("{e}\n{ZPOOL_GET_USAGE}")),
     };
     let Some(spec) = o.operands.first() else { return usage(format!("missing property argument\n{ZPOOL_GET_USAGE}")) };
-    let all = ["size", "capacity", "altroot", "health", "guid", "version", "readonly", "comment", "free", "allocated", "dedupratio", "fragmentation"];
+    let all = [
+        "size", "capacity", "altroot", "health", "guid", "version", "readonly", "comment", "free", "allocated", "dedupratio", "fragmentation",
+        "autoexpand", "autoreplace", "failmode", "listsnapshots", "delegation", "autotrim", "multihost",
+    ];
     let wanted: Vec<String> = if spec == "all" {
         all.iter().map(|s| s.to_string()).collect()
     } else {
@@ -688,13 +697,36 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
                 "readonly" => "-",
                 // OpenZFS: "default" only at the default version (5000, shown as "-").
                 "version" => if v == "-" { "default" } else { "local" },
-                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" => "default",
+                "comment" if v != "-" => "local",
+                "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "autotrim" | "multihost"
+                    if imp.pool.pool_props().contains_key(n.as_str()) =>
+                {
+                    "local"
+                }
+                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" | "autotrim" | "multihost" => "default",
                 _ => "-",
             };
             rows.push(vec![imp.pool.name().to_string(), n.clone(), v, source.to_string()]);
         }
     }
-    let cols: Vec<Col> = ["NAME", "PROPERTY", "VALUE", "SOURCE"].iter().map(|h| Col::left(h)).collect();
+    // -o: the columns to show, in order (name, property, value, source; "all").
+    let fields = ["name", "property", "value", "source"];
+    let sel: Vec<usize> = match o.values('o').pop() {
+        None => (0..4).collect(),
+        Some(list) if list == "all" => (0..4).collect(),
+        Some(list) => {
+            let mut v = Vec::new();
+            for f in list.split(',') {
+                match fields.iter().position(|x| *x == f) {
+                    Some(i) => v.push(i),
+                    None => return usage(format!("invalid field '{f}'\n{ZPOOL_GET_USAGE}")),
+                }
+            }
+            v
+        }
+    };
+    let cols: Vec<Col> = sel.iter().map(|&i| Col::left(["NAME", "PROPERTY", "VALUE", "SOURCE"][i])).collect();
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| sel.iter().map(|&i| r[i].clone()).collect()).collect();
     ok(table::render(&cols, &rows, o.has('H'), true))
 }
 

@@ -561,3 +561,29 @@ pub fn zpool_add(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Err(e) => err_out(e, &format!("cannot add to '{name}': reopening the pool")),
     }
 }
+
+/// `zpool set prop=value POOL`
+pub fn zpool_set(st: &mut State, args: &[String]) -> Out {
+    let usage = "usage:\n\tset <property=value> <pool> \n";
+    if args.len() != 2 {
+        return (String::new(), format!("{} argument\n{usage}", if args.is_empty() { "missing property=value" } else if args.len() == 1 { "missing pool name" } else { "too many" }), 2);
+    }
+    let Some((k, v)) = args[0].split_once('=') else {
+        return (String::new(), format!("missing value in property=value argument\n{usage}"), 2);
+    };
+    let name = &args[1];
+    let Some(imp) = st.pools.get(name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot set property for '{name}': pool is read-only\n"), 1);
+    };
+    let r = {
+        let mut w = h.lock();
+        w.set_pool_prop(k, v).and_then(|_| w.sync())
+    };
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot set property for '{name}'")),
+    }
+}

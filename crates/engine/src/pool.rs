@@ -108,6 +108,15 @@ impl Pool {
         &self.spa.name
     }
 
+    /// Numeric pool properties set with `zpool set` (the MOS pool_props ZAP).
+    pub fn pool_props(&self) -> std::collections::BTreeMap<String, u64> {
+        let mos = self.spa.mos();
+        match crate::zap::zap_lookup_u64(&mos, 1, "pool_props") {
+            Ok(Some(obj)) => crate::zap::zap_list_u64(&mos, obj).unwrap_or_default().into_iter().collect(),
+            _ => Default::default(),
+        }
+    }
+
     pub fn guid(&self) -> u64 {
         self.spa.guid
     }

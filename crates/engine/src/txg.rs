@@ -994,6 +994,48 @@ impl PoolW {
         Ok(())
     }
 
+    /// `zpool set`: the comment goes into the config; the other properties into the MOS's
+    /// pool_props ZAP (as spa_sync_props stores them). Values are OpenZFS's.
+    pub fn set_pool_prop(&mut self, k: &str, v: &str) -> Result<()> {
+        let bad = || ZfsError::Invalid(format!("invalid value '{v}' for property '{k}'"));
+        let onoff = |v: &str| match v {
+            "on" => Ok(1u64),
+            "off" => Ok(0),
+            _ => Err(bad()),
+        };
+        let num = match k {
+            "comment" => {
+                if v.len() > 32 || v.chars().any(|c| c.is_control()) {
+                    return Err(ZfsError::Invalid("comment must be at most 32 printable characters".into()));
+                }
+                self.config_nv.add_str("comment", v);
+                self.config_dirty = true;
+                return Ok(());
+            }
+            "cachefile" => return Ok(()), // no cache file: pools are found by scanning
+            "autoexpand" | "autoreplace" | "listsnapshots" | "delegation" | "autotrim" | "multihost" => onoff(v)?,
+            "failmode" => match v {
+                "wait" => 0,
+                "continue" => 1,
+                "panic" => 2,
+                _ => return Err(bad()),
+            },
+            "ashift" | "size" | "free" | "allocated" | "capacity" | "health" | "guid" | "version" | "readonly" | "altroot" => {
+                return Err(ZfsError::Invalid(format!("property '{k}' is readonly")))
+            }
+            _ => return Err(ZfsError::Invalid(format!("property '{k}' is not a valid pool property"))),
+        };
+        let obj = match self.mos.zap_lookup(1, "pool_props")? {
+            Some(o) => o,
+            None => {
+                let o = self.mos.create_zap(types::DMU_OT_POOL_PROPS, 0, 0, 0)?;
+                self.mos.zap_add_u64(1, "pool_props", o)?;
+                o
+            }
+        };
+        self.mos.zap_add_u64(obj, k, num)
+    }
+
     /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
     pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
