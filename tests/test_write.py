@@ -40,6 +40,20 @@ def make_devs(d, n, size_mib=128):
     return out
 
 
+
+def new_pool(oxzfs, pool, tag, ndevs, *create_args, size_mib=128):
+    """Create POOL from NDEVS fresh files under the module's run dir, mounted under an altroot:
+    (vdev dir, altroot, root mountpoint)."""
+    base = os.path.join(oxzfs.base, tag)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, ndevs, size_mib)
+    r = oxzfs.zpool("create", *create_args, "-R", alt, pool, *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    return vdir, alt, os.path.join(alt, pool)
+
+
 def zdb_check(vdev_dir, pool):
     """OpenZFS zdb -bcc -d on the exported pool: exit 0, no leaks, no checksum errors."""
     if not os.access(ZDB, os.X_OK):
@@ -314,12 +328,7 @@ def test_quotas_readonly_fallocate(oxzfs):
     zdb is clean afterwards."""
     import errno
     pool = "wquota"
-    base = os.path.join(oxzfs.base, "quota")
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 512)
-    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, "quota", 1, size_mib=512)
     for args in (["-o", "quota=20M", f"{pool}/q"], ["-o", "refquota=10M", f"{pool}/r"]):
         r = oxzfs.zfs("create", *args)
         assert r.returncode == 0, repr(r)
@@ -394,12 +403,7 @@ def test_unlinked_open_file_lives_until_close(oxzfs):
     """A file unlinked while open keeps its data for the open descriptor (it waits on the delete
     queue) and is freed at the last close; zdb is clean afterwards."""
     pool = "wdq"
-    base = os.path.join(oxzfs.base, "dq")
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1)
-    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, "dq", 1)
     p = os.path.join(alt, pool, "doomed")
     data = os.urandom(3 << 20)
     fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
@@ -424,12 +428,7 @@ def test_zpool_set_get_persist(oxzfs):
     """zpool set of the comment (config) and of pool_props values, read back after export and
     import, and bad values refused."""
     pool = "wprops"
-    base = os.path.join(oxzfs.base, "props")
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1)
-    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, "props", 1)
     for kv in ("comment=hello", "autoexpand=on", "failmode=continue"):
         r = oxzfs.zpool("set", kv, pool)
         assert r.returncode == 0, repr(r)
