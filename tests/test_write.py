@@ -445,3 +445,20 @@ def test_zpool_set_get_persist(oxzfs):
     assert r.stdout.splitlines() == ["comment\thello\tlocal", "autoexpand\ton\tlocal", "failmode\tcontinue\tlocal",
                                      "delegation\ton\tdefault"], r.stdout
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_zpool_history_records_changes(oxzfs):
+    """Commands that change a pool are logged to its history, which OpenZFS's zdb -h reads."""
+    pool = "whist"
+    vdir, alt, _ = new_pool(oxzfs, pool, "hist", 1)
+    assert oxzfs.zfs("create", f"{pool}/a").returncode == 0
+    assert oxzfs.zpool("set", "comment=hi", pool).returncode == 0
+    r = oxzfs.zpool("history", pool)
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"History for '{pool}':", r.stdout
+    cmds = [ln.split(" ", 1)[1] for ln in lines[1:] if ln.strip()]
+    assert cmds[0].startswith("zpool create ") and cmds[1:] == [f"zfs create {pool}/a", f"zpool set comment=hi {pool}"], cmds
+    assert oxzfs.export(pool).returncode == 0
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-h", pool], capture_output=True, text=True)
+    assert r.returncode == 0 and f"zfs create {pool}/a" in r.stdout and f"zpool set comment=hi {pool}" in r.stdout, r.stdout

@@ -188,13 +188,35 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return usage(format!("usage: {cmd} command args ..."));
     };
     let rest = &argv[2..];
-    match (cmd.as_str(), verb.as_str()) {
+    let out = dispatch(st, cmd, verb, rest, cwd);
+    // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit")) {
+        let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
+        if let Some(t) = target {
+            let pool = if cmd == "zpool" && verb != "set" {
+                rest.iter().filter(|a| !a.starts_with('-')).find(|a| st.pools.contains_key(a.as_str())).cloned()
+            } else {
+                Some(t.split('/').next().unwrap_or(t).to_string())
+            };
+            if let Some(h) = pool.and_then(|p| st.pools.get(&p)).and_then(|i| i.rw.clone()) {
+                if h.lock().log_history(&argv.join(" ")).is_ok() {
+                    let _ = h.sync_now();
+                }
+            }
+        }
+    }
+    out
+}
+
+fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) -> Out {
+    match (cmd, verb) {
         ("zpool", "import") => zpool_import(st, rest, cwd),
         ("zpool", "create") => crate::write_cmds::zpool_create(st, rest, cwd),
         ("zpool", "destroy") => crate::write_cmds::zpool_destroy(st, rest),
         ("zpool", "add") => crate::write_cmds::zpool_add(st, rest, cwd),
         ("zpool", "iostat") => zpool_iostat(st, rest),
         ("zpool", "set") => crate::write_cmds::zpool_set(st, rest),
+        ("zpool", "history") => zpool_history(st, rest),
         ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
@@ -548,6 +570,32 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
     }
     if !o.has('H') {
         let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
+    }
+    ok(out)
+}
+
+/// `zpool history [pool]...`
+fn zpool_history(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "il") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\nusage:\n\thistory [-il] [<pool>] ...")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let mut out = String::new();
+    for imp in pools {
+        let _ = writeln!(out, "History for '{}':", imp.pool.name());
+        match imp.pool.history() {
+            Ok(recs) => {
+                for (t, cmd) in recs {
+                    let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(t));
+                }
+            }
+            Err(e) => return fail(format!("cannot read history of '{}': {e}", imp.pool.name())),
+        }
+        out.push('\n');
     }
     ok(out)
 }

@@ -801,6 +801,20 @@ pub fn prop_applies(prop: &str, kind: DatasetKind) -> bool {
 
 /// `Sun Nov 22 11:39 2026`, as zfs get prints creation (UTC; ctime format without seconds).
 pub fn chrono_like(secs: u64) -> String {
+    let (y, mo, d, h, m, _, wd) = civil(secs);
+    const WD: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MO: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    format!("{} {} {:>2} {:02}:{:02} {}", WD[wd as usize], MO[(mo - 1) as usize], d, h, m, y)
+}
+
+/// `zpool history`'s time stamp: "2026-11-22.16:14:00" (UTC).
+pub fn history_time(secs: u64) -> String {
+    let (y, mo, d, h, m, s, _) = civil(secs);
+    format!("{y:04}-{mo:02}-{d:02}.{h:02}:{m:02}:{s:02}")
+}
+
+/// (year, month, day, hour, minute, second, weekday) of a time in seconds since the epoch, UTC.
+fn civil(secs: u64) -> (i64, i64, i64, u64, u64, u64, i64) {
     let days = (secs / 86400) as i64;
     let rem = secs % 86400;
     let (h, m) = (rem / 3600, (rem % 3600) / 60);
@@ -816,9 +830,7 @@ pub fn chrono_like(secs: u64) -> String {
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if mo <= 2 { y + 1 } else { y };
     let wd = (days + 4).rem_euclid(7);
-    const WD: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
-    const MO: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    format!("{} {} {:>2} {:02}:{:02} {}", WD[wd as usize], MO[(mo - 1) as usize], d, h, m, y)
+    (y, mo, d, h, m, rem % 60, wd)
 }
 
 #[cfg(test)]

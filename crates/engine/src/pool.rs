@@ -11,6 +11,7 @@ use crate::{Result, ZfsError};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::PathBuf;
+use oxzfs_format::nvlist::NvList;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -106,6 +107,56 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.spa.name
+    }
+
+    /// `zpool history`: every record's (time, command) from the MOS history object.
+    pub fn history(&self) -> Result<Vec<(u64, String)>> {
+        let mos = self.spa.mos();
+        let Some(obj) = crate::zap::zap_lookup_u64(&mos, 1, "history")? else { return Ok(Vec::new()) };
+        let (dn, le) = mos.dnode_with_order(obj)?;
+        let w = |i: usize| -> u64 {
+            dn.bonus.get(i * 8..i * 8 + 8).map(|b| {
+                let a: [u8; 8] = b.try_into().expect("8");
+                if le { u64::from_le_bytes(a) } else { u64::from_be_bytes(a) }
+            }).unwrap_or(0)
+        };
+        let (create_len, max, bof, eof) = (w(0), w(1), w(2), w(3));
+        if eof > 64 << 20 || max > 1 << 40 {
+            return Err(ZfsError::Invalid(format!("history object {obj}: offsets out of range")));
+        }
+        // Logical offsets past the creation records wrap around the ring of max bytes.
+        let phys = |off: u64| -> u64 { if off < create_len || max <= create_len { off } else { create_len + (off - create_len) % (max - create_len) } };
+        let mut out = Vec::new();
+        let mut off = 0u64;
+        let read = |at: u64, n: u64| -> Result<Vec<u8>> {
+            let p = phys(at);
+            let room = if at < create_len || max <= create_len { n } else { max - p };
+            if n <= room {
+                return mos.read(&dn, p, n);
+            }
+            let mut v = mos.read(&dn, p, room)?;
+            v.extend_from_slice(&mos.read(&dn, create_len, n - room)?);
+            Ok(v)
+        };
+        while off + 8 <= eof {
+            if off >= create_len && off < bof {
+                off = bof;
+                continue;
+            }
+            let lb = read(off, 8)?;
+            let len = u64::from_le_bytes(lb[..8].try_into().expect("8"));
+            if len == 0 || len > 1 << 20 || off + 8 + len > eof {
+                break;
+            }
+            let rec = read(off + 8, len)?;
+            if let Ok(nv) = NvList::decode_packed(&rec) {
+                if let Some(cmd) = nv.get_str("history command") {
+                    out.push((nv.get_u64("history time").unwrap_or(0), cmd.to_string()));
+                }
+            }
+            off += 8 + len;
+        }
+        Ok(out)
     }
 
     /// Numeric pool properties set with `zpool set` (the MOS pool_props ZAP).
