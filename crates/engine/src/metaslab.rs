@@ -110,23 +110,31 @@ impl Metaslabs {
         Metaslabs { groups, rotor: 0 }
     }
 
-    /// Allocate from a top-level vdev of `class` (rotating; avoiding `avoid` when possible).
-    pub fn alloc(&mut self, class: AllocClass, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[u64]) -> Option<(u64, u64, u64)> {
+    /// Allocate from a top-level vdev of `class`, rotating over them. `avoid` lists the
+    /// (vdev, offset) of the block's other copies: another vdev is preferred, then another
+    /// metaslab of the same vdev (ditto blocks survive the loss of a region), then anything.
+    pub fn alloc(&mut self, class: AllocClass, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[(u64, u64)]) -> Option<(u64, u64, u64)> {
         let n = self.groups.len();
-        for k in 0..2 * n {
-            let g = (self.rotor + k) % n;
-            if self.groups[g].class != class || (k < n && avoid.contains(&(g as u64))) {
-                continue;
-            }
-            let asize = asize_of(g as u64);
-            let grp = &mut self.groups[g];
-            for m in grp.ms.iter_mut() {
-                let found = m.free.iter().find(|(s, e)| *e - *s >= asize).map(|(s, _)| *s);
-                if let Some(s) = found {
-                    remove(&mut m.free, s, asize);
-                    m.pend_alloc.push((s, asize));
-                    self.rotor = (g + 1) % n;
-                    return Some((g as u64, s, asize));
+        for pass in 0..3 {
+            for k in 0..n {
+                let g = (self.rotor + k) % n;
+                if self.groups[g].class != class || (pass == 0 && avoid.iter().any(|a| a.0 == g as u64)) {
+                    continue;
+                }
+                let asize = asize_of(g as u64);
+                let grp = &mut self.groups[g];
+                let shift = grp.ms_shift;
+                for (mi, m) in grp.ms.iter_mut().enumerate() {
+                    if pass == 1 && avoid.iter().any(|a| a.0 == g as u64 && (a.1 >> shift) as usize == mi) {
+                        continue;
+                    }
+                    let found = m.free.iter().find(|(s, e)| *e - *s >= asize).map(|(s, _)| *s);
+                    if let Some(s) = found {
+                        remove(&mut m.free, s, asize);
+                        m.pend_alloc.push((s, asize));
+                        self.rotor = (g + 1) % n;
+                        return Some((g as u64, s, asize));
+                    }
                 }
             }
         }

@@ -108,7 +108,9 @@ pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
 }
 
 impl DvaAllocator for PoolAlloc<'_> {
-    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva> {
+    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva> {
+        let avoid: Vec<(u64, u64)> = avoid.iter().map(|d| (d.vdev, d.offset)).collect();
+        let avoid = &avoid[..];
         let root = self.root;
         let asize_of = |v: u64| psize_to_asize(&root.children[v as usize], psize);
         // Special (and dedup) blocks fall back to the normal class when it is full or absent.

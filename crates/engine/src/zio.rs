@@ -196,9 +196,10 @@ pub enum AllocClass {
 
 /// Where blocks go: the write pipeline asks for one DVA at a time.
 pub trait DvaAllocator {
-    /// Allocate room for `psize` physical bytes, on a top-level vdev not in `avoid` when
-    /// possible. Returns the DVA (vdev, offset, asize) or None when the pool is full.
-    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[u64]) -> Option<Dva>;
+    /// Allocate room for `psize` physical bytes away from the block's other copies in `avoid`
+    /// (another top-level vdev, else another metaslab, when possible). Returns the DVA
+    /// (vdev, offset, asize) or None when the pool is full.
+    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva>;
     /// The smallest allocation unit of the class (1 << min ashift).
     fn min_alloc(&self) -> u64;
 }
@@ -287,12 +288,12 @@ pub fn write_block_over(
             return Ok(Written::Bp(bp));
         }
     }
-    let mut used: Vec<u64> = Vec::new();
+    let mut used: Vec<Dva> = Vec::new();
     for i in 0..p.copies.clamp(1, 3) {
         let dva = alloc.alloc_dva(p.class, psize, txg, &used);
         match dva {
             Some(d) => {
-                used.push(d.vdev);
+                used.push(d);
                 bp.dva[i] = d;
             }
             None if i == 0 => return Err(ZfsError::Posix(28, "out of space".into())),
@@ -325,7 +326,7 @@ mod write_tests {
         top: Arc<Vdev>,
     }
     impl DvaAllocator for Bump {
-        fn alloc_dva(&mut self, _c: AllocClass, psize: u64, _txg: u64, _avoid: &[u64]) -> Option<Dva> {
+        fn alloc_dva(&mut self, _c: AllocClass, psize: u64, _txg: u64, _avoid: &[Dva]) -> Option<Dva> {
             let asize = match self.top.kind {
                 crate::vdev::VdevKind::Raidz { nparity } => crate::vdev::raidz::asize(psize, self.top.ashift, self.top.children.len(), nparity as usize),
                 _ => psize.div_ceil(1 << self.top.ashift) << self.top.ashift,
