@@ -462,3 +462,35 @@ def test_zpool_history_records_changes(oxzfs):
     assert oxzfs.export(pool).returncode == 0
     r = subprocess.run([ZDB, "-e", "-p", vdir, "-h", pool], capture_output=True, text=True)
     assert r.returncode == 0 and f"zfs create {pool}/a" in r.stdout and f"zpool set comment=hi {pool}" in r.stdout, r.stdout
+
+
+def test_zfs_mount_unmount_and_mountpoint_changes(oxzfs):
+    """zfs unmount / mount of a file system, canmount=off keeps it unmounted, and a new mountpoint
+    moves the mount (children follow); the data stays."""
+    pool = "wmnt"
+    vdir, alt, root = new_pool(oxzfs, pool, "mnt", 1)
+    assert oxzfs.zfs("create", "-p", f"{pool}/a/b").returncode == 0
+    with open(os.path.join(root, "a", "b", "f"), "w") as f:
+        f.write("data")
+    r = oxzfs.zfs("unmount", f"{pool}/a")
+    assert r.returncode == 1 and "busy" in r.stderr, repr(r)  # a file system is mounted below it
+    for ds in (f"{pool}/a/b", f"{pool}/a"):
+        r = oxzfs.zfs("unmount", ds)
+        assert r.returncode == 0, repr(r)
+    assert not os.path.ismount(os.path.join(root, "a")) and not os.path.ismount(os.path.join(root, "a", "b"))
+    r = oxzfs.zfs("unmount", f"{pool}/a")
+    assert r.returncode == 1 and "not currently mounted" in r.stderr, repr(r)
+    assert oxzfs.zfs("mount", f"{pool}/a").returncode == 0
+    assert os.path.ismount(os.path.join(root, "a"))
+    assert oxzfs.zfs("mount", "-a").returncode == 0
+    assert os.path.ismount(os.path.join(root, "a", "b"))
+    r = oxzfs.zfs("set", f"mountpoint=/moved", f"{pool}/a")
+    assert r.returncode == 0, repr(r)
+    assert os.path.ismount(os.path.join(alt, "moved")) and os.path.ismount(os.path.join(alt, "moved", "b"))
+    with open(os.path.join(alt, "moved", "b", "f")) as f:
+        assert f.read() == "data"
+    r = oxzfs.zfs("set", "canmount=off", f"{pool}/a")
+    assert r.returncode == 0, repr(r)
+    assert not os.path.ismount(os.path.join(alt, "moved"))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

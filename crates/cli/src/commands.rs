@@ -228,6 +228,7 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "list") => zfs_list(st, rest),
         ("zfs", "get") => zfs_get(st, rest),
         ("zfs", "mount") => zfs_mount(st, rest),
+        ("zfs", "unmount") | ("zfs", "umount") => zfs_unmount(st, rest),
         ("zpool", v) => usage(format!("unrecognized command '{v}'\nusage: zpool command args ...\nwhere 'command' is one of the following:\n\n\timport\n\texport\n\tstatus\n\tlist\n\tget")),
         ("zfs", v) => usage(format!("unrecognized command '{v}'\nusage: zfs command args ...\nwhere 'command' is one of the following:\n\n\tlist\n\tget\n\tmount")),
         (c, _) => usage(format!("unrecognized command '{c}'")),
@@ -325,6 +326,11 @@ fn prop_of(props: &[PropValue], name: &str) -> String {
 /// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
 /// the engine's properties), parents before children. Returns the number of failures.
 pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
+    mount_some(pool, rw, mounts, err, None)
+}
+
+/// `mount_all`, limited to one dataset when `only` names it.
+pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String, only: Option<&str>) -> usize {
     let list = match pool.datasets() {
         Ok(l) => l,
         Err(e) => {
@@ -333,7 +339,7 @@ pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Ve
         }
     };
     let mut todo = Vec::new();
-    for ds in list.iter().filter(|d| d.kind == DatasetKind::Filesystem) {
+    for ds in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && only.map_or(true, |o| o == d.name)) {
         let props = match pool.props(&ds.name) {
             Ok(p) => p,
             Err(e) => {
@@ -1082,16 +1088,88 @@ fn zfs_mount(st: &mut State, args: &[String]) -> Out {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\nusage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>")),
     };
-    if !o.operands.is_empty() || o.has('a') {
-        return fail("zfs mount of a single dataset is not supported yet; datasets mount at import");
+    if o.operands.is_empty() && !o.has('a') {
+        let mut s = String::new();
+        for imp in st.pools.values() {
+            for h in &imp.mounts {
+                let _ = writeln!(s, "{:<30}  {}", h.dataset, h.mountpoint.display());
+            }
+        }
+        return ok(s);
     }
-    let mut s = String::new();
-    for imp in st.pools.values() {
-        for h in &imp.mounts {
-            let _ = writeln!(s, "{:<30}  {}", h.dataset, h.mountpoint.display());
+    let mut err = String::new();
+    let mut failures = 0;
+    if o.has('a') {
+        for imp in st.pools.values_mut() {
+            let rw = imp.rw.clone();
+            failures += mount_all(&imp.pool, rw.as_ref(), &mut imp.mounts, &mut err);
+        }
+    } else {
+        for name in &o.operands {
+            let pool = name.split('/').next().unwrap_or(name);
+            let Some(imp) = st.pools.get_mut(pool) else {
+                let _ = writeln!(err, "cannot open '{name}': dataset does not exist");
+                failures += 1;
+                continue;
+            };
+            if imp.mounts.iter().any(|m| &m.dataset == name) {
+                let _ = writeln!(err, "cannot mount '{name}': filesystem already mounted");
+                failures += 1;
+                continue;
+            }
+            let rw = imp.rw.clone();
+            let before = imp.mounts.len();
+            failures += mount_some(&imp.pool, rw.as_ref(), &mut imp.mounts, &mut err, Some(name));
+            if imp.mounts.len() == before && err.is_empty() {
+                let _ = writeln!(err, "cannot mount '{name}': not a mountable filesystem (canmount or mountpoint)");
+                failures += 1;
+            }
         }
     }
-    ok(s)
+    (String::new(), err, (failures > 0) as i32)
+}
+
+/// `zfs unmount [-f] <-a | filesystem | mountpoint>`
+fn zfs_unmount(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "fau") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\nusage:\n\tunmount [-fu] <-a | filesystem|mountpoint>")),
+    };
+    if o.operands.is_empty() && !o.has('a') {
+        return usage("missing filesystem argument\nusage:\n\tunmount [-fu] <-a | filesystem|mountpoint>");
+    }
+    let wanted = |m: &MountHandle| o.has('a') || o.operands.iter().any(|x| *x == m.dataset || Path::new(x) == m.mountpoint);
+    let mut err = String::new();
+    let mut code = 0;
+    let mut found: Vec<String> = Vec::new();
+    for imp in st.pools.values_mut() {
+        let (mut chosen, mut keep): (Vec<MountHandle>, Vec<MountHandle>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| wanted(m));
+        // Children before parents.
+        chosen.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
+        for m in chosen {
+            let ds = m.dataset.clone();
+            found.push(ds.clone());
+            found.push(m.mountpoint.display().to_string());
+            match m.unmount(o.has('f')) {
+                Ok(()) => {
+                    imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                }
+                Err((m, e)) => {
+                    let why = if e.raw_os_error() == Some(libc::EBUSY) { "pool or dataset is busy".to_string() } else { e.to_string() };
+                    let _ = writeln!(err, "cannot unmount '{}': {why}", m.mountpoint.display());
+                    code = 1;
+                    keep.push(m);
+                }
+            }
+        }
+        keep.sort_by_key(|m| m.mountpoint.components().count());
+        imp.mounts = keep;
+    }
+    for x in o.operands.iter().filter(|x| !found.contains(x)) {
+        let _ = writeln!(err, "cannot unmount '{x}': not currently mounted");
+        code = 1;
+    }
+    (String::new(), err, code)
 }
 
 #[cfg(test)]

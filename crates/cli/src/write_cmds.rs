@@ -359,6 +359,30 @@ pub fn zfs_set(st: &mut State, args: &[String]) -> Out {
         if let Err(e) = r {
             return err_out(e, &format!("cannot set property for '{t}'"));
         }
+        // A new mountpoint or canmount: remount the file system and those below it.
+        if assigns.iter().any(|a| a.starts_with("mountpoint=") || a.starts_with("canmount=")) {
+            let below = |d: &str| d == t.as_str() || d.starts_with(&format!("{t}/"));
+            let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
+            imp.mounts = keep;
+            gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
+            let mut err = String::new();
+            for m in gone {
+                let ds = m.dataset.clone();
+                match m.unmount(false) {
+                    Ok(()) => {
+                        imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                    }
+                    Err((m, e)) => {
+                        err.push_str(&format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
+                        imp.mounts.push(m);
+                    }
+                }
+            }
+            let n = mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err);
+            if n > 0 || !err.is_empty() {
+                return (String::new(), err, 1);
+            }
+        }
     }
     (String::new(), String::new(), 0)
 }
