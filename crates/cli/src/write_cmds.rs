@@ -196,9 +196,18 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
     };
     let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
-    let dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
-    let spa = pw.spa.clone();
+    let mut dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
+    dirs.sort();
+    dirs.dedup();
     let h = PoolHandle::start(pw);
+    // Open the new pool as an import would: the vdev tree and config as they are on disk.
+    let spa = match h.reopen(&dirs) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = h.export();
+            return err_out(e, &format!("cannot create '{name}': the new pool does not open"));
+        }
+    };
     let pool = Pool::from_spa(spa, altroot, &dirs);
     let mut mounts = Vec::new();
     let mut err = String::new();

@@ -238,7 +238,7 @@ impl Pool {
             size,
             alloc,
             free: size.saturating_sub(alloc),
-            frag: None,
+            frag: self.fragmentation(),
             cap: if size > 0 { alloc * 100 / size } else { 0 },
             dedup: dsl::dedup_ratio_x100(&self.spa) as f64 / 100.0,
             health: self.health().as_str().into(),
@@ -276,6 +276,67 @@ impl Pool {
             total += if le { i64::from_le_bytes(b) } else { i64::from_be_bytes(b) };
         }
         Some(total.max(0) as u64)
+    }
+
+    /// Fragmentation of a top-level vdev as OpenZFS computes it (metaslab_group_fragmentation):
+    /// each metaslab's from its space map histogram through zfs_frag_table, weighted by the
+    /// metaslab's free space, over the vdev's space. None without histograms (old pools).
+    pub fn vdev_frag(&self, top: &Vdev) -> Option<u64> {
+        const TABLE: [u64; 16] = [100, 100, 98, 95, 90, 80, 70, 60, 50, 40, 30, 20, 15, 10, 5, 0];
+        if top.metaslab_array == 0 || top.metaslab_shift == 0 || top.metaslab_shift > 40 {
+            return None;
+        }
+        let mos = self.spa.mos();
+        let (dn, _) = mos.dnode_with_order(top.metaslab_array).ok()?;
+        let count = (top.asize >> top.metaslab_shift).min(1 << 20);
+        let ms_size = 1u64 << top.metaslab_shift;
+        let arr = mos.read(&dn, 0, count * 8).ok()?;
+        let (mut weighted, mut valid) = (0u128, 0u64);
+        for w in arr.chunks_exact(8) {
+            let obj = u64::from_le_bytes(w.try_into().ok()?);
+            if obj == 0 {
+                valid += 1; // never used: fragmentation 0
+                continue;
+            }
+            let (sdn, le) = mos.dnode_with_order(obj).ok()?;
+            if sdn.bonus.len() < 320 {
+                continue; // no histogram: invalid
+            }
+            let rd = |i: usize| -> u64 {
+                let b: [u8; 8] = sdn.bonus[i..i + 8].try_into().expect("8");
+                if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) }
+            };
+            let alloc = rd(16);
+            let (mut frag, mut total) = (0u128, 0u128);
+            for i in 0..32usize {
+                let h = rd(64 + i * 8);
+                if h == 0 {
+                    continue;
+                }
+                let idx = (top.ashift as usize + i).saturating_sub(9).min(TABLE.len() - 1);
+                let space = (h as u128) << (i as u32 + top.ashift as u32);
+                total += space;
+                frag += space * TABLE[idx] as u128;
+            }
+            let ms_frag = if total > 0 { frag / total } else { 0 };
+            weighted += ms_frag * ms_size.saturating_sub(alloc) as u128;
+            valid += 1;
+        }
+        if valid < count / 2 || count == 0 {
+            return None;
+        }
+        Some((weighted / (count * ms_size) as u128) as u64)
+    }
+
+    /// Fragmentation of the pool (the normal class): the vdevs' weighted by their space.
+    pub fn fragmentation(&self) -> Option<u64> {
+        let (mut f, mut sp) = (0u128, 0u128);
+        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty() && t.kind != VdevKind::Hole) {
+            let space = ((top.asize >> top.metaslab_shift.max(1)) << top.metaslab_shift) as u128;
+            f += self.vdev_frag(top)? as u128 * space;
+            sp += space;
+        }
+        (sp > 0).then(|| (f / sp) as u64)
     }
 
     /// Rows of `zpool list -v` below the pool: (indented name, size, alloc, health).
