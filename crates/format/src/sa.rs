@@ -42,31 +42,68 @@ pub struct SaRegistry {
     pub layouts: BTreeMap<u64, Vec<u16>>,
 }
 
-/// The ZPL attribute table (zfs_attr_table): name, fixed length (0 = variable), in attr order.
-pub const ZPL_ATTRS: &[(&str, u16)] = &[
-    ("ZPL_ATIME", 16),
-    ("ZPL_MTIME", 16),
-    ("ZPL_CTIME", 16),
-    ("ZPL_CRTIME", 16),
-    ("ZPL_GEN", 8),
-    ("ZPL_MODE", 8),
-    ("ZPL_SIZE", 8),
-    ("ZPL_PARENT", 8),
-    ("ZPL_LINKS", 8),
-    ("ZPL_XATTR", 8),
-    ("ZPL_RDEV", 8),
-    ("ZPL_FLAGS", 8),
-    ("ZPL_UID", 8),
-    ("ZPL_GID", 8),
-    ("ZPL_PAD", 32),
-    ("ZPL_ZNODE_ACL", 88),
-    ("ZPL_DACL_COUNT", 8),
-    ("ZPL_SYMLINK", 0),
-    ("ZPL_SCANSTAMP", 32),
-    ("ZPL_DACL_ACES", 0),
-    ("ZPL_DXATTR", 0),
-    ("ZPL_PROJID", 8),
+/// The ZPL attribute table (zfs_attr_table): name, fixed length (0 = variable) and byteswap
+/// type (sa_bswap_type_t: 0 uint64 array, 3 uint8 array, 4 ACL), in attribute order. A ZPL
+/// objset numbers them by their index here: the 16 legacy attributes keep their legacy numbers
+/// and sa_setup numbers the others, in this order, from 16.
+pub const ZPL_ATTRS: &[(&str, u16, u8)] = &[
+    ("ZPL_ATIME", 16, 0),
+    ("ZPL_MTIME", 16, 0),
+    ("ZPL_CTIME", 16, 0),
+    ("ZPL_CRTIME", 16, 0),
+    ("ZPL_GEN", 8, 0),
+    ("ZPL_MODE", 8, 0),
+    ("ZPL_SIZE", 8, 0),
+    ("ZPL_PARENT", 8, 0),
+    ("ZPL_LINKS", 8, 0),
+    ("ZPL_XATTR", 8, 0),
+    ("ZPL_RDEV", 8, 0),
+    ("ZPL_FLAGS", 8, 0),
+    ("ZPL_UID", 8, 0),
+    ("ZPL_GID", 8, 0),
+    ("ZPL_PAD", 32, 0),
+    ("ZPL_ZNODE_ACL", 88, 3),
+    ("ZPL_DACL_COUNT", 8, 0),
+    ("ZPL_SYMLINK", 0, 3),
+    ("ZPL_SCANSTAMP", 32, 3),
+    ("ZPL_DACL_ACES", 0, 4),
+    ("ZPL_DXATTR", 0, 3),
+    ("ZPL_PROJID", 8, 0),
 ];
+
+/// Attribute numbers of the ZPL table (indexes into [`ZPL_ATTRS`]).
+pub mod zpl_attr {
+    pub const ATIME: u16 = 0;
+    pub const MTIME: u16 = 1;
+    pub const CTIME: u16 = 2;
+    pub const CRTIME: u16 = 3;
+    pub const GEN: u16 = 4;
+    pub const MODE: u16 = 5;
+    pub const SIZE: u16 = 6;
+    pub const PARENT: u16 = 7;
+    pub const LINKS: u16 = 8;
+    pub const XATTR: u16 = 9;
+    pub const RDEV: u16 = 10;
+    pub const FLAGS: u16 = 11;
+    pub const UID: u16 = 12;
+    pub const GID: u16 = 13;
+    pub const DACL_COUNT: u16 = 16;
+    pub const SYMLINK: u16 = 17;
+    pub const DACL_ACES: u16 = 19;
+    pub const DXATTR: u16 = 20;
+    pub const PROJID: u16 = 21;
+}
+
+/// A REGISTRY ZAP value (ATTR_ENCODE): attr number in bits 0-15, byteswap type in 16-23,
+/// length in 24-39.
+pub fn registration_value(num: u16, length: u16, byteswap: u8) -> u64 {
+    num as u64 | (byteswap as u64) << 16 | (length as u64) << 24
+}
+
+/// The REGISTRY entries a new ZPL objset gets (every attribute of [`ZPL_ATTRS`]).
+pub fn zpl_registrations() -> Vec<(String, u64)> {
+    ZPL_ATTRS.iter().enumerate().map(|(i, (n, len, bs))| (n.to_string(), registration_value(i as u16, *len, *bs))).collect()
+}
 
 /// Layout 0: a legacy znode_phys_t read as SA (attributes 0..=15 of the legacy table).
 pub const SA_LEGACY_ZPL_LAYOUT: [u16; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
@@ -99,8 +136,8 @@ impl SaRegistry {
     pub fn legacy() -> SaRegistry {
         let mut r = SaRegistry::default();
         r.add_builtin_layouts();
-        for (i, (name, len)) in ZPL_ATTRS.iter().enumerate() {
-            r.attrs.insert(i as u16, SaAttr { name: name.to_string(), num: i as u16, length: *len, byteswap: 0 });
+        for (i, (name, len, bs)) in ZPL_ATTRS.iter().enumerate() {
+            r.attrs.insert(i as u16, SaAttr { name: name.to_string(), num: i as u16, length: *len, byteswap: *bs });
         }
         r
     }
@@ -189,6 +226,96 @@ pub fn decode_attrs<'a>(buf: &'a [u8], le: bool, reg: &SaRegistry) -> Result<Vec
     Ok(out)
 }
 
+/// Size of a block pointer: the room a spill pointer takes at the end of the bonus area.
+const SA_BLKPTR_SIZE: usize = 128;
+/// Largest SA buffer (SPA_OLD_MAXBLOCKSIZE).
+pub const SA_MAX_SIZE: usize = 128 << 10;
+
+/// Where a set of attributes goes (sa_find_sizes): the header size of the bonus buffer, the
+/// index of the first attribute that moves to the spill block (None: all fit the bonus) and the
+/// total size of all attributes (each after the first starting 8-byte aligned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SaPlan {
+    pub hdrsize: usize,
+    pub spill_idx: Option<usize>,
+    pub total: usize,
+}
+
+/// Plan an SA buffer for attributes of `lens` bytes (`var`: variable-length) in `space` bytes.
+/// For the bonus buffer (`bonus`), attributes past the point where a spill pointer would no
+/// longer fit, or whose header growth does not fit, go to the spill block; a spill buffer holds
+/// everything. The header has 8 bytes (magic, layout info, first variable length) plus 2 for
+/// each further variable-length attribute, rounded up to 8.
+pub fn plan(lens: &[(usize, bool)], space: usize, bonus: bool) -> SaPlan {
+    let mut hdrsize = 8usize;
+    let mut extra = 0usize;
+    let mut total = 0usize;
+    let mut index: Option<usize> = None;
+    let mut will_spill = false;
+    let mut nvar = 0usize;
+    let r8 = |x: usize| (x + 7) & !7;
+    for (i, &(len, var)) in lens.iter().enumerate() {
+        total = r8(total) + len;
+        if will_spill {
+            continue;
+        }
+        if var {
+            nvar += 1;
+        }
+        let grows = var && nvar > 1;
+        let tmp_hdr = hdrsize + if grows { 2 } else { 0 };
+        let might_spill_here = bonus && index.is_none() && total + r8(tmp_hdr) > space - SA_BLKPTR_SIZE;
+        if grows {
+            if !bonus || tmp_hdr + total < space {
+                hdrsize = tmp_hdr;
+                if index.is_some() || might_spill_here {
+                    extra += 2;
+                }
+            } else {
+                index.get_or_insert(i);
+                will_spill = true;
+                continue;
+            }
+        }
+        if might_spill_here {
+            index = Some(i);
+        }
+        if bonus && total + r8(hdrsize) > space {
+            will_spill = true;
+        }
+    }
+    if will_spill {
+        hdrsize -= extra;
+    }
+    SaPlan { hdrsize: r8(hdrsize), spill_idx: if will_spill { index } else { None }, total }
+}
+
+/// Lay out one SA buffer of `buflen` bytes (sa_build_layouts): the header (magic, `layout`,
+/// `hdrsize`, the lengths of the variable-length attributes in order), then each attribute
+/// 8-byte aligned. `attrs` are (registered length, bytes); little-endian.
+pub fn encode_buf(layout: u16, hdrsize: usize, attrs: &[(u16, &[u8])], buflen: usize) -> Vec<u8> {
+    assert!(layout < 1024 && hdrsize % 8 == 0 && hdrsize >= 8 && hdrsize < 512, "SA header {layout}/{hdrsize}");
+    let mut b = vec![0u8; buflen.max(hdrsize)];
+    b[0..4].copy_from_slice(&SA_MAGIC.to_le_bytes());
+    let info = layout | ((hdrsize / 8) as u16) << 10;
+    b[4..6].copy_from_slice(&info.to_le_bytes());
+    let mut li = 6;
+    let mut off = hdrsize;
+    for (reglen, data) in attrs {
+        if *reglen == 0 {
+            assert!(li + 2 <= hdrsize, "SA header too small for the variable lengths");
+            b[li..li + 2].copy_from_slice(&(data.len() as u16).to_le_bytes());
+            li += 2;
+        } else {
+            assert_eq!(*reglen as usize, data.len(), "fixed-size SA attribute of the wrong size");
+        }
+        assert!(off + data.len() <= b.len(), "SA buffer of {buflen} bytes overflows");
+        b[off..off + data.len()].copy_from_slice(data);
+        off = (off + data.len() + 7) & !7;
+    }
+    b
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ZnodeAttrs {
     pub mode: u64,
@@ -263,15 +390,7 @@ mod tests {
     /// The registry a ZPL 5 objset writes: zfs_attr_table in order, numbered from 0,
     /// ATTR_ENCODE(num, length, byteswap).
     fn zpl_registry(layouts: Vec<(u64, Vec<u16>)>) -> SaRegistry {
-        let regs = ZPL_ATTRS
-            .iter()
-            .enumerate()
-            .map(|(i, (n, len))| {
-                let bswap: u64 = if *len == 0 || *n == "ZPL_ZNODE_ACL" { 0 } else { 3 };
-                (n.to_string(), i as u64 | (bswap << 16) | ((*len as u64) << 24))
-            })
-            .collect();
-        SaRegistry::new(regs, layouts)
+        SaRegistry::new(zpl_registrations(), layouts)
     }
 
     /// An SA buffer as sa_build_layouts lays it out: header (magic, layout info, the lengths of
@@ -301,14 +420,15 @@ mod tests {
     #[test]
     fn zpl_symlink_layout_in_both_byte_orders() {
         use std::collections::BTreeMap;
-        let n: BTreeMap<&str, u16> = ZPL_ATTRS.iter().enumerate().map(|(i, (nm, _))| (*nm, i as u16)).collect();
+        let n: BTreeMap<&str, u16> = ZPL_ATTRS.iter().enumerate().map(|(i, (nm, _, _))| (*nm, i as u16)).collect();
         let names = [
             "ZPL_MODE", "ZPL_SIZE", "ZPL_GEN", "ZPL_UID", "ZPL_GID", "ZPL_PARENT", "ZPL_FLAGS", "ZPL_ATIME", "ZPL_MTIME", "ZPL_CTIME",
             "ZPL_CRTIME", "ZPL_LINKS", "ZPL_DACL_COUNT", "ZPL_DACL_ACES", "ZPL_SYMLINK", "ZPL_PROJID",
         ];
         let reg = zpl_registry(vec![(2, names.iter().map(|x| n[x]).collect())]);
         assert_eq!(reg.num_of("ZPL_SYMLINK"), Some(17));
-        assert_eq!(reg.attr(5).map(|a| (a.length, a.byteswap)), Some((8, 3)));
+        assert_eq!(reg.attr(5).map(|a| (a.length, a.byteswap)), Some((8, 0)));
+        assert_eq!(reg.attr(19).map(|a| (a.length, a.byteswap)), Some((0, 4)));
         for le in [true, false] {
             let aces = [0xaau8; 12];
             let target = b"../some/where/else";
@@ -350,6 +470,52 @@ mod tests {
         }
     }
 
+    /// What we encode decodes back, and the header matches the layout sa_build_layouts makes.
+    #[test]
+    fn encode_round_trip() {
+        let reg = SaRegistry::new(zpl_registrations(), vec![(2, vec![5, 6, 17, 19])]);
+        let mode = 0o120777u64.to_le_bytes();
+        let size = 5u64.to_le_bytes();
+        let aces = [0x11u8; 48];
+        let attrs: Vec<(u16, &[u8])> = vec![(8, &mode), (8, &size), (0, b"hello"), (0, &aces)];
+        let p = plan(&[(8, false), (8, false), (5, true), (48, true)], 320, true);
+        // Two variable attributes: the header has 8 + 2 bytes, rounded to 16.
+        assert_eq!(p, SaPlan { hdrsize: 16, spill_idx: None, total: 8 + 8 + 8 + 48 });
+        let b = encode_buf(2, p.hdrsize, &attrs, p.total + p.hdrsize);
+        assert_eq!(b.len(), 88);
+        let h = decode_hdr(&b, true).unwrap();
+        assert_eq!((h.layout, h.hdrsz, &h.var_lengths[..2]), (2, 16, &[5u16, 48][..]));
+        assert_eq!(plan(&[(8, false), (5, true)], 320, true).hdrsize, 8);
+        let z = decode_znode_sa(&b, true, &reg).unwrap();
+        assert_eq!((z.mode, z.size, z.symlink.as_deref()), (0o120777, 5, Some(&b"hello"[..])));
+    }
+
+    /// A long symlink target does not fit a 512-byte dnode's 320-byte bonus: the attributes from
+    /// the one that would cover the spill pointer on move to the spill block.
+    #[test]
+    fn plan_spills_what_does_not_fit() {
+        // MODE SIZE GEN UID GID PARENT FLAGS (8 each) ATIME MTIME CTIME CRTIME (16) LINKS
+        // DACL_COUNT (8) DACL_ACES (48) SYMLINK (300)
+        let mut lens = vec![(8, false); 7];
+        lens.extend([(16, false); 4]);
+        lens.extend([(8, false), (8, false), (48, true), (300, true)]);
+        let p = plan(&lens, 320, true);
+        // Up to DACL_ACES: 184 bytes + an 8-byte header = 192, just clear of the spill pointer.
+        assert_eq!(p.spill_idx, Some(14), "the symlink target moves to the spill block");
+        assert_eq!(p.hdrsize, 8);
+        assert_eq!(p.total, 7 * 8 + 64 + 16 + 48 + 300);
+        // With a 1K dnode (832-byte bonus area) everything stays in the bonus.
+        let p = plan(&lens, 832, true);
+        assert_eq!((p.spill_idx, p.hdrsize), (None, 16));
+        // A spill buffer never spills.
+        let p = plan(&lens[13..], 512, false);
+        assert_eq!((p.spill_idx, p.hdrsize, p.total), (None, 16, 48 + 300));
+        // One more fixed attribute before DACL_ACES pushes it over: it spills from there.
+        let mut lens2 = lens.clone();
+        lens2.insert(0, (8, false));
+        assert_eq!(plan(&lens2, 320, true).spill_idx, Some(14));
+    }
+
     #[test]
     fn builtin_layouts() {
         let reg = SaRegistry::legacy();
@@ -371,9 +537,13 @@ mod tests {
 
     #[test]
     fn registration_values() {
-        // ZPL_SIZE as a ZPL 5 objset registers it: attr 6, 8 bytes, uint64 byteswap.
-        let a = SaAttr::from_registration("ZPL_SIZE", 0x0800_0000 | (3 << 16) | 6);
-        assert_eq!((a.num, a.length, a.byteswap, a.name.as_str()), (6, 8, 3, "ZPL_SIZE"));
+        // ZPL_SIZE as a ZPL 5 objset registers it: attr 6, 8 bytes, uint64 array byteswap (0).
+        let a = SaAttr::from_registration("ZPL_SIZE", 0x0800_0006);
+        assert_eq!((a.num, a.length, a.byteswap, a.name.as_str()), (6, 8, 0, "ZPL_SIZE"));
+        assert_eq!(registration_value(6, 8, 0), 0x0800_0006);
+        // ZPL_ZNODE_ACL: 88 bytes, uint8 array; ZPL_DACL_ACES: variable, ACL byteswap.
+        assert_eq!(zpl_registrations()[15].1, 0x5803_000f);
+        assert_eq!(zpl_registrations()[19].1, 0x0004_0013);
         let a = SaAttr::from_registration("ZPL_DXATTR", 20);
         assert_eq!((a.num, a.length, a.byteswap), (20, 0, 0));
     }
