@@ -26,7 +26,7 @@ use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::checksum::ZIO_CHECKSUM_FLETCHER_4;
 use oxzfs_format::compress::{ZIO_COMPRESS_LZ4, ZIO_COMPRESS_LZJB, ZIO_COMPRESS_OFF};
-use oxzfs_format::dnode::{DnodePhys, DNODE_FLAG_USED_BYTES, DNODE_SIZE};
+use oxzfs_format::dnode::{DnodePhys, DNODE_FLAG_SPILL_BLKPTR, DNODE_FLAG_USED_BYTES, DNODE_SIZE};
 use oxzfs_format::objset::{ObjsetPhys, ZilHeaderPhys};
 use oxzfs_format::types;
 use std::collections::{BTreeMap, HashMap};
@@ -126,12 +126,16 @@ pub struct OsProps {
     pub readonly: bool,
     /// atime=on (updated with relatime's rule).
     pub atime: bool,
+    /// xattr=sa: xattrs of SA znodes go into their DXATTR attribute.
+    pub xattr_sa: bool,
+    /// Bytes per new znode's dnode (dnodesize: 512 for legacy, 1K for auto).
+    pub dnodesize: usize,
 }
 
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512 }
     }
 }
 
@@ -156,6 +160,12 @@ pub struct ObjsetW {
     pub dirty_bytes: u64,
     /// Decoded clean dnodes of the synced tree (emptied at every sync; bounded).
     dncache: std::sync::Mutex<HashMap<u64, DnodePhys>>,
+    /// The objset's system-attribute registry and layouts once the ZPL loaded them (os_sa).
+    pub sa: Option<oxzfs_format::sa::SaRegistry>,
+    /// Spill blocks changed in the open txg: new content, or None when the spill goes away.
+    spills: BTreeMap<u64, Option<Vec<u8>>>,
+    /// A dnode of more than one slot was allocated (the dataset uses large_dnode).
+    pub large_dnode_used: bool,
 }
 
 fn new_meta_dnode() -> DnodePhys {
@@ -204,6 +214,9 @@ impl ObjsetW {
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
             dncache: Default::default(),
+            sa: None,
+            spills: BTreeMap::new(),
+            large_dnode_used: false,
         }
     }
 
@@ -225,6 +238,9 @@ impl ObjsetW {
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
             dncache: Default::default(),
+            sa: None,
+            spills: BTreeMap::new(),
+            large_dnode_used: false,
         })
     }
 
@@ -300,6 +316,7 @@ impl ObjsetW {
             }
         }
         self.next_obj = obj + slots as u64;
+        self.large_dnode_used |= slots > 1;
         let dn = DnodePhys {
             typ,
             indblkshift: DEFAULT_INDBLKSHIFT,
@@ -357,6 +374,7 @@ impl ObjsetW {
         d.zap = None;
         d.trunc_from = Some(0);
         self.zcache.remove(&obj);
+        self.spills.remove(&obj);
         if obj < self.next_obj {
             self.next_obj = obj.max(1);
         }
@@ -377,6 +395,33 @@ impl ObjsetW {
 
     pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
         Ok(self.dnode(obj)?.bonus)
+    }
+
+    /// Replace (Some) or remove (None) the object's spill block (its system attributes that
+    /// do not fit the bonus). Written at sync as one DMU_OT_SA block of the buffer's size.
+    pub fn set_spill(&mut self, obj: u64, spill: Option<Vec<u8>>) -> Result<()> {
+        if let Some(b) = &spill {
+            assert!(!b.is_empty() && b.len() % 512 == 0 && b.len() <= 128 << 10, "spill block of {} bytes", b.len());
+        }
+        let had = self.dirty_obj(obj)?.dn.spill.is_some();
+        if spill.is_none() && !had {
+            self.spills.remove(&obj);
+        } else {
+            self.spills.insert(obj, spill);
+        }
+        Ok(())
+    }
+
+    /// The object's spill block as the open txg sees it.
+    pub fn spill(&self, obj: u64) -> Result<Option<Vec<u8>>> {
+        if let Some(s) = self.spills.get(&obj) {
+            return Ok(s.clone());
+        }
+        let dn = self.dnode(obj)?;
+        match (&dn.spill, self.ro()) {
+            (Some(bp), Some(ro)) if !bp.is_hole() => Ok(ro.read_spill(&dn)?.map(|b| b.to_vec())),
+            _ => Ok(None),
+        }
     }
 
     /// Read a whole level-0 block (zeros for a hole or beyond the end).
@@ -573,7 +618,12 @@ impl ObjsetW {
 
     /// Create a new, empty ZAP object of type `typ` (micro until it needs to be fat).
     pub fn create_zap(&mut self, typ: u8, bonustype: u8, bonuslen: usize, normflags: u64) -> Result<u64> {
-        let obj = self.alloc_object(typ, 512, bonustype, bonuslen, 1)?;
+        self.create_zap_slots(typ, bonustype, bonuslen, normflags, 1)
+    }
+
+    /// [`ObjsetW::create_zap`] in a dnode of `slots` slots (large_dnode).
+    pub fn create_zap_slots(&mut self, typ: u8, bonustype: u8, bonuslen: usize, normflags: u64, slots: usize) -> Result<u64> {
+        let obj = self.alloc_object(typ, 512, bonustype, bonuslen, slots)?;
         let salt = rand_u64() | 1;
         self.dirty.get_mut(&obj).expect("new").zap = Some(ZapObj { salt, normflags, flags: 0, entries: BTreeMap::new() });
         Ok(obj)
@@ -602,6 +652,7 @@ impl ObjsetW {
         let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
         for (obj, mut d) in dirty {
             if d.freed {
+                self.spills.remove(&obj);
                 let old = d.dn.clone();
                 free_tree(self, ctx, &old)?;
                 dnodes.insert(obj, None);
@@ -615,6 +666,9 @@ impl ObjsetW {
             let meta = types::ot_is_metadata(typ);
             let props = self.block_props(ctx, typ, 0, meta, d.dn.data_block_size(), d.dn.compress, d.dn.checksum);
             sync_tree(self, ctx, obj, &mut d, props, None)?;
+            if let Some(spill) = self.spills.remove(&obj) {
+                sync_spill(self, ctx, &mut d.dn, spill)?;
+            }
             dnodes.insert(obj, Some(d.dn));
         }
         // The meta dnode: dirty dnodes go into their 16K blocks.
@@ -802,6 +856,35 @@ fn encode_zap_into(d: &mut DirtyObj, z: &ZapObj) -> Result<()> {
         assert_eq!(b.len() as u64, bs, "ZAP blocks of one size");
         d.blocks.insert(i as u64, b);
     }
+    Ok(())
+}
+
+/// Write a changed spill block (or drop it): the old one is freed, the dnode points at the new
+/// one with DNODE_FLAG_SPILL_BLKPTR, and its used bytes follow.
+fn sync_spill(os: &mut ObjsetW, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Option<Vec<u8>>) -> Result<()> {
+    let mut used = dn.used as i64;
+    if let Some(old) = dn.spill.take() {
+        if !old.is_hole() && !old.embedded {
+            used -= (ctx.dsize)(&old) as i64;
+            os.delta.add(&old, -1, (ctx.dsize)(&old));
+            ctx.freed.push(old);
+        }
+    }
+    dn.flags &= !DNODE_FLAG_SPILL_BLKPTR;
+    if let Some(data) = spill {
+        let props = os.block_props(ctx, types::DMU_OT_SA, 0, true, data.len() as u64, dn.compress, dn.checksum);
+        let bp = match zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &data, &props, ctx.txg, None)? {
+            Written::Bp(bp) => bp,
+            Written::Hole => unreachable!("an SA spill block starts with its magic"),
+        };
+        if !bp.embedded {
+            used += (ctx.dsize)(&bp) as i64;
+            os.delta.add(&bp, 1, (ctx.dsize)(&bp));
+        }
+        dn.spill = Some(bp);
+        dn.flags |= DNODE_FLAG_SPILL_BLKPTR;
+    }
+    dn.used = used.max(0) as u64;
     Ok(())
 }
 

@@ -54,6 +54,8 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
     ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
     ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
+    ("com.delphix:extensible_dataset", "extensible_dataset", true, "Enhanced dataset functionality, used by other features.", false),
+    ("org.zfsonlinux:large_dnode", "large_dnode", true, "Variable on-disk size of dnodes.", false),
 ];
 
 /// A leaf or interior vdev as `zpool create` was given it.
@@ -441,6 +443,7 @@ impl PoolW {
         mos.set_bonus(root_dir, &rd.encode())?;
         let root_props = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded").props_zapobj;
         for (k, val) in &spec.fs_props {
+            check_prop_feature(&self.features, &spec.name, k, val)?;
             set_prop_in(mos, root_props, k, val)?;
         }
         // The root file system. Version-5000 pools compress with lz4 unless told otherwise.
@@ -661,6 +664,9 @@ impl PoolW {
         for id in ids {
             let mut ds = self.datasets.remove(&id).expect("listed");
             let bp = self.sync_objset(&mut ds.os, 1, false)?;
+            if std::mem::take(&mut ds.os.large_dnode_used) {
+                self.activate_dataset_feature(id, "org.zfsonlinux:large_dnode")?;
+            }
             let delta = std::mem::take(&mut ds.os.delta);
             let mut p = DslDatasetPhys::decode(&self.mos.bonus(id)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {id}"), e))?;
             p.bp = bp;
@@ -844,6 +850,38 @@ impl PoolW {
         let obj = if read { fr } else { fw };
         self.mos.zap_add_u64(obj, guid, n)?;
         Ok(())
+    }
+
+    /// Activate per-dataset feature `guid` on dataset `dsobj` (dsl_dataset_activate_feature):
+    /// the dataset object becomes a ZAP (dmu_object_zapify, counted by extensible_dataset) that
+    /// holds `guid` → 0, and the feature's refcount counts the dataset. Idempotent.
+    pub fn activate_dataset_feature(&mut self, dsobj: u64, guid: &str) -> Result<()> {
+        let d = self.mos.dirty_obj(dsobj)?;
+        if d.dn.typ != types::DMU_OTN_ZAP_METADATA {
+            d.dn.typ = types::DMU_OTN_ZAP_METADATA;
+            d.zap = Some(crate::dbuf::ZapObj { salt: crate::dbuf::rand_u64() | 1, ..Default::default() });
+            self.feature_incr("com.delphix:extensible_dataset", 1)?;
+        }
+        if self.mos.zap_lookup(dsobj, guid)?.is_none() {
+            self.mos.zap_add_u64(dsobj, guid, 0)?;
+            self.feature_incr(guid, 1)?;
+        }
+        Ok(())
+    }
+
+    /// A destroyed dataset's per-dataset features (the entries of its zapified object) and
+    /// its extensible_dataset count go back.
+    fn deactivate_dataset_features(&mut self, dsobj: u64) -> Result<()> {
+        if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
+            return Ok(());
+        }
+        let guids: Vec<String> = self.mos.zap(dsobj)?.entries.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        for g in guids {
+            if self.features.contains_key(&g) {
+                self.feature_incr(&g, -1)?;
+            }
+        }
+        self.feature_incr("com.delphix:extensible_dataset", -1)
     }
 
     /// Write label configs (`which` of the four) for every leaf.
@@ -1088,7 +1126,10 @@ impl PoolW {
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
         let props = self.dir_phys(dir)?.props_zapobj;
         match v {
-            Some(v) => set_prop_in(&mut self.mos, props, k, v)?,
+            Some(v) => {
+                check_prop_feature(&self.features, ds, k, v)?;
+                set_prop_in(&mut self.mos, props, k, v)?
+            }
             None => {
                 if !crate::dsl::SETTABLE.contains(&k) && !k.contains(':') {
                     return Err(ZfsError::Invalid(format!("invalid property '{k}'")));
@@ -1185,6 +1226,15 @@ impl PoolW {
     pub fn dirty(&self) -> bool {
         self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
     }
+}
+
+/// A property value that needs a pool feature (dnodesize other than legacy: large_dnode) is
+/// refused on a pool without it, with OpenZFS's message.
+fn check_prop_feature(features: &BTreeMap<String, (u64, bool)>, ds: &str, k: &str, val: &str) -> Result<()> {
+    if k == "dnodesize" && val != "legacy" && !features.contains_key("org.zfsonlinux:large_dnode") {
+        return Err(ZfsError::Invalid(format!("cannot set property for '{ds}': pool and or dataset must be upgraded to set this property or value")));
+    }
+    Ok(())
 }
 
 /// Store property `k` = `val` (validated) in a DSL props ZAP.
@@ -1570,6 +1620,7 @@ impl PoolW {
         let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
         mos.zap_add_u64(pchild, leaf, dd)?;
         for (k, val) in props {
+            check_prop_feature(&self.features, name, k, val)?;
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
@@ -1652,7 +1703,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -1683,6 +1734,13 @@ impl PoolW {
             recordsize: found.get("recordsize").copied().unwrap_or(128 << 10),
             readonly: found.get("readonly").copied().unwrap_or(0) != 0,
             atime: found.get("atime").copied().unwrap_or(1) != 0,
+            xattr_sa: found.get("xattr").copied() == Some(2),
+            // dnodesize=auto is 1K (dnodesize_changed_cb); legacy 512.
+            dnodesize: match found.get("dnodesize").copied().unwrap_or(0) {
+                0 => 512,
+                1 => 1024,
+                n => n.clamp(512, 16384) as usize,
+            },
         })
     }
 
@@ -1745,6 +1803,7 @@ impl PoolW {
             }
         }
         let _ = delta;
+        self.deactivate_dataset_features(ds)?;
         for o in [dp.deadlist_obj, dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
             if o != 0 {
                 // A deadlist ZAP's bpobjs go with it.

@@ -13,15 +13,31 @@
 //!     xattrs    directory-based: the znode's xattr object is a hidden directory of files
 //! ```
 //!
-//! ZPL version 4 keeps each znode in a 264-byte `znode_phys_t` bonus (pools of version ≤ 23
-//! need it; newer pools accept it too). A directory's size is its entry count plus 2.
-//! Every operation runs under the pool's write lock (the caller holds the `PoolW`), so the
-//! functions here take `&mut ObjsetW` and are single-threaded by construction.
+//! ZPL version 4 (pools of version < 24) keeps each znode in a 264-byte `znode_phys_t` bonus.
+//! ZPL version 5 (version-24+ pools, as OpenZFS creates them) keeps system attributes:
+//!
+//! ```text
+//!   master node SA_ATTRS → SA master ZAP { REGISTRY: name → num | bswap << 16 | len << 24,
+//!                                          LAYOUTS: "n" → u16[] attribute numbers }
+//!   znode bonus (type SA, dnodesize - 192 bytes of room): sa_hdr (magic, layout, header size,
+//!     variable lengths) + the attributes of its layout; a new znode's layout is
+//!     MODE SIZE GEN UID GID PARENT FLAGS ATIME MTIME CTIME CRTIME LINKS [RDEV] DACL_COUNT
+//!     DACL_ACES, and attributes added later (SYMLINK, XATTR, DXATTR) go at the end
+//!   spill block (DMU_OT_SA, DNODE_FLAG_SPILL_BLKPTR): the attributes from the first one that
+//!     would cover the spill pointer on, with their own header and layout
+//! ```
+//! Symlink targets of SA znodes are always the SYMLINK attribute (long ones spill); xattr=sa
+//! puts xattrs in DXATTR (a packed nvlist name → byte array) and falls back to the xattr
+//! directory for values over 32K or when the nvlist already exceeds 64K. dnodesize gives new
+//! znodes more dnode slots, so more attributes stay in the bonus. A directory's size is its
+//! entry count plus 2. Every operation runs under the pool's write lock (the caller holds the
+//! `PoolW`), so the functions here take `&mut ObjsetW` and are single-threaded by construction.
 
 use crate::dbuf::ObjsetW;
 use crate::zpl::{Attr, DirEntry};
 use crate::{Result, ZfsError};
-use oxzfs_format::sa::ZnodeAttrs;
+use oxzfs_format::nvlist::{NvList, NvValue};
+use oxzfs_format::sa::{self as fsa, zpl_attr as za, SaRegistry, ZnodeAttrs};
 use oxzfs_format::types;
 use oxzfs_format::znode::{self as fz, ZNODE_PHYS_SIZE};
 
@@ -35,6 +51,24 @@ pub const S_IFLNK: u64 = 0o120000;
 const BONUS_MAX: usize = 320;
 /// Longest name (ZAP_MAXNAMELEN - 1).
 pub const MAXNAMELEN: usize = 255;
+/// First ZPL version with system attributes (ZPL_VERSION_SA).
+pub const ZPL_VERSION_SA: u64 = 5;
+/// znode pflags: an extended attribute (directory or file), the ACL is trivial, nobody is
+/// denied execute, and the DOS-style archive / AV-modified bits new znodes get with FUIDs.
+const ZFS_XATTR: u64 = 0x1;
+const ZFS_ACL_TRIVIAL: u64 = 0x4;
+const ZFS_NO_EXECS_DENIED: u64 = 0x100;
+const ZFS_ARCHIVE: u64 = 0x0000_0008_0000_0000;
+const ZFS_AV_MODIFIED: u64 = 0x0000_0400_0000_0000;
+/// xattr=sa limits (DXATTR_MAX_ENTRY_SIZE, DXATTR_MAX_SA_SIZE): larger go to the directory.
+const DXATTR_MAX_ENTRY_SIZE: usize = 32768;
+const DXATTR_MAX_SA_SIZE: usize = 64 << 10;
+
+/// Room for system attributes in a dnode of `dnsize` bytes with one block pointer
+/// (DN_BONUS_SIZE).
+fn dn_bonus_size(dnsize: usize) -> usize {
+    dnsize - 64 - 128
+}
 
 /// A directory entry's value: IFTODT(mode) << 60 | object.
 pub fn dirent(obj: u64, mode: u64) -> u64 {
@@ -118,40 +152,299 @@ pub fn now_ts() -> (u64, u64) {
     (d.as_secs(), d.subsec_nanos() as u64)
 }
 
-/// Create the skeleton of a new file system in `os` (zfs_create_fs).
+/// Create the skeleton of a new file system in `os` (zfs_create_fs): version 5 (SA znodes)
+/// on pools that have system attributes, else version 4.
 pub fn create_fs(os: &mut ObjsetW, zpl_version: u64, txg: u64) -> Result<u64> {
-    let zpl_version = zpl_version.min(4); // SA layouts come with the SA encoder
     let master = os.create_zap(types::DMU_OT_MASTER_NODE, 0, 0, 0)?;
     assert_eq!(master, MASTER_NODE_OBJ, "the master node is object 1");
     os.zap_add_u64(master, "VERSION", zpl_version)?;
     os.zap_add_u64(master, "normalization", 0)?;
     os.zap_add_u64(master, "utf8only", 0)?;
     os.zap_add_u64(master, "casesensitivity", 0)?;
+    let use_sa = zpl_version >= ZPL_VERSION_SA;
+    if use_sa {
+        let sa = os.create_zap(types::DMU_OT_SA_MASTER_NODE, 0, 0, 0)?;
+        os.zap_add_u64(master, "SA_ATTRS", sa)?;
+    }
     let dq = os.create_zap(types::DMU_OT_UNLINKED_SET, 0, 0, 0)?;
     os.zap_add_u64(master, "DELETE_QUEUE", dq)?;
-    let t = now_ts();
-    let mk = |os: &mut ObjsetW, mode: u64| -> Result<u64> {
-        let d = os.create_zap(types::DMU_OT_DIRECTORY_CONTENTS, types::DMU_OT_ZNODE, ZNODE_PHYS_SIZE, 0)?;
-        let z = ZnodeAttrs { mode, links: 2, size: 2, parent: d, gen: txg, atime: t, mtime: t, ctime: t, crtime: t, ..Default::default() };
-        os.set_bonus(d, &encode_znode_phys(&z))?;
-        Ok(d)
-    };
-    let root = mk(os, S_IFDIR | 0o755)?;
+    let root = mknode(os, use_sa, None, S_IFDIR | 0o755, 0, 0, 0, txg)?;
     os.zap_add_u64(master, "ROOT", root)?;
-    let shares = mk(os, S_IFDIR | 0o555)?;
-    os.zap_add_u64(master, "SHARES", shares)?;
+    if !use_sa {
+        // zfs-fuse's file systems have a SHARES directory from the start.
+        let shares = mknode(os, false, None, S_IFDIR | 0o555, 0, 0, 0, txg)?;
+        os.zap_add_u64(master, "SHARES", shares)?;
+    }
     Ok(root)
 }
 
-/// Read the fixed objects of a file system (version 4 znodes only, for now).
+/// Read the fixed objects of a file system.
 pub fn open_fs(os: &mut ObjsetW, recordsize: u64) -> Result<FsInfo> {
     let version = os.zap_lookup(MASTER_NODE_OBJ, "VERSION")?.ok_or_else(|| ZfsError::Invalid("no ZPL VERSION".into()))?;
-    if os.zap_lookup(MASTER_NODE_OBJ, "SA_ATTRS")?.is_some() || version >= 5 {
-        return Err(ZfsError::Unsupported(format!("writing ZPL version {version} file systems (system attributes) is not supported yet; mount read-only")));
+    if version > ZPL_VERSION_SA {
+        return Err(ZfsError::Unsupported(format!("writing ZPL version {version} file systems is not supported; mount read-only")));
+    }
+    if os.zap_lookup(MASTER_NODE_OBJ, "SA_ATTRS")?.is_some() {
+        with_sa(os, |_, _| Ok(()))?;
     }
     let root = os.zap_lookup(MASTER_NODE_OBJ, "ROOT")?.ok_or_else(|| ZfsError::Invalid("no ROOT".into()))?;
     let delete_queue = os.zap_lookup(MASTER_NODE_OBJ, "DELETE_QUEUE")?.unwrap_or(0);
     Ok(FsInfo { root, delete_queue, version, recordsize })
+}
+
+// ------------------------------------------------------------------------ system attributes
+
+/// Run `f` with the objset's SA registry, loading it first (sa_setup). A file system we write
+/// registers every ZPL attribute under the numbers OpenZFS gives them (missing ones are
+/// registered now, as sa_attr_register_sync does on the first SA write).
+fn with_sa<T>(os: &mut ObjsetW, f: impl FnOnce(&mut ObjsetW, &mut SaRegistry) -> Result<T>) -> Result<T> {
+    let mut reg = match os.sa.take() {
+        Some(r) => r,
+        None => load_sa(os)?,
+    };
+    let r = f(os, &mut reg);
+    os.sa = Some(reg);
+    r
+}
+
+fn sa_master(os: &mut ObjsetW) -> Result<u64> {
+    os.zap_lookup(MASTER_NODE_OBJ, "SA_ATTRS")?.ok_or_else(|| ZfsError::Invalid(format!("objset {}: SA znodes but no SA_ATTRS", os.id)))
+}
+
+fn load_sa(os: &mut ObjsetW) -> Result<SaRegistry> {
+    let sa = sa_master(os)?;
+    let mut regs: Vec<(String, u64)> = Vec::new();
+    let reg_obj = os.zap_lookup(sa, "REGISTRY")?;
+    if let Some(o) = reg_obj {
+        regs = os.zap(o)?.entries.iter().filter_map(|(k, (_, v))| Some((String::from_utf8_lossy(k).into_owned(), *v.first()?))).collect();
+    }
+    let mut layouts: Vec<(u64, Vec<u16>)> = Vec::new();
+    let id = os.id;
+    if let Some(o) = os.zap_lookup(sa, "LAYOUTS")? {
+        for (k, (_, v)) in &os.zap(o)?.entries {
+            let n: u64 = std::str::from_utf8(k).ok().and_then(|s| s.parse().ok()).ok_or_else(|| ZfsError::Invalid(format!("objset {}: SA layout named {k:?}", id)))?;
+            layouts.push((n, v.iter().map(|x| *x as u16).collect()));
+        }
+    }
+    let mut reg = SaRegistry::new(regs, layouts);
+    let mut missing = Vec::new();
+    for (i, (name, len, bswap)) in fsa::ZPL_ATTRS.iter().enumerate() {
+        match reg.num_of(name) {
+            Some(n) if n as usize == i && reg.attr(n).map(|a| a.length) == Some(*len) => {}
+            None if reg.attr(i as u16).is_none() => missing.push((name.to_string(), fsa::registration_value(i as u16, *len, *bswap))),
+            _ => return Err(ZfsError::Unsupported(format!("objset {}: attribute {name} is not registered as OpenZFS numbers it; mount read-only", os.id))),
+        }
+    }
+    if !missing.is_empty() {
+        let ro = match reg_obj {
+            Some(o) => o,
+            None => {
+                let o = os.create_zap(types::DMU_OT_SA_ATTR_REGISTRATION, 0, 0, 0)?;
+                os.zap_add_u64(sa, "REGISTRY", o)?;
+                o
+            }
+        };
+        for (name, v) in missing {
+            os.zap_add_u64(ro, &name, v)?;
+            let a = fsa::SaAttr::from_registration(&name, v);
+            reg.attrs.insert(a.num, a);
+        }
+    }
+    Ok(reg)
+}
+
+/// The layout number of attribute list `attrs`, adding it to LAYOUTS when new (sa_find_layout:
+/// new layouts are numbered by how many exist, the two built-in ones included).
+fn sa_layout(os: &mut ObjsetW, reg: &mut SaRegistry, attrs: &[u16]) -> Result<u16> {
+    if let Some((n, _)) = reg.layouts.iter().find(|(n, l)| **n >= 2 && l.as_slice() == attrs) {
+        return Ok(*n as u16);
+    }
+    let mut n = reg.layouts.len() as u64;
+    while reg.layouts.contains_key(&n) {
+        n += 1;
+    }
+    if n >= 1024 {
+        return Err(ZfsError::Posix(libc::ENOSPC, format!("objset {}: no SA layout numbers left", os.id)));
+    }
+    let sa = sa_master(os)?;
+    let lo = match os.zap_lookup(sa, "LAYOUTS")? {
+        Some(o) => o,
+        None => {
+            let o = os.create_zap(types::DMU_OT_SA_ATTR_LAYOUTS, 0, 0, 0)?;
+            os.zap_add_u64(sa, "LAYOUTS", o)?;
+            o
+        }
+    };
+    os.zap_mut(lo)?.entries.insert(n.to_string().into_bytes(), (2, attrs.iter().map(|a| *a as u64).collect()));
+    reg.layouts.insert(n, attrs.to_vec());
+    Ok(n as u16)
+}
+
+/// The bytes of the trivial ACL of `mode` (zfs_ace_hdr_t entries: type, flags, access mask).
+fn trivial_acl_bytes(mode: u64) -> Vec<u8> {
+    trivial_acl(mode).iter().flat_map(|(t, f, m)| t.to_le_bytes().into_iter().chain(f.to_le_bytes()).chain(m.to_le_bytes())).collect()
+}
+
+/// pflags a new SA znode gets (zfs_mknode with FUIDs and a trivial ACL, zfs_mode_compute).
+fn new_pflags(mode: u64) -> u64 {
+    ZFS_ARCHIVE | ZFS_AV_MODIFIED | ZFS_ACL_TRIVIAL | exec_bits(mode)
+}
+
+fn exec_bits(mode: u64) -> u64 {
+    if mode & 0o111 == 0o111 {
+        ZFS_NO_EXECS_DENIED
+    } else {
+        0
+    }
+}
+
+/// The value of attribute `a` for `z`; None keeps what is stored (attributes we do not model).
+fn attr_value(a: u16, z: &ZnodeAttrs, acl_stale: bool) -> Option<Vec<u8>> {
+    let u = |v: u64| Some(v.to_le_bytes().to_vec());
+    let t = |v: (u64, u64)| Some([v.0.to_le_bytes(), v.1.to_le_bytes()].concat());
+    match a {
+        za::MODE => u(z.mode),
+        za::SIZE => u(z.size),
+        za::GEN => u(z.gen),
+        za::UID => u(z.uid),
+        za::GID => u(z.gid),
+        za::PARENT => u(z.parent),
+        za::FLAGS => u(z.flags),
+        za::LINKS => u(z.links),
+        za::XATTR => u(z.xattr),
+        za::RDEV => u(z.rdev),
+        za::PROJID => u(z.projid),
+        za::ATIME => t(z.atime),
+        za::MTIME => t(z.mtime),
+        za::CTIME => t(z.ctime),
+        za::CRTIME => t(z.crtime),
+        za::SYMLINK => z.symlink.clone(),
+        za::DXATTR => z.dxattr.clone(),
+        za::DACL_COUNT if acl_stale => u(trivial_acl(z.mode).len() as u64),
+        za::DACL_ACES if acl_stale => Some(trivial_acl_bytes(z.mode)),
+        _ => None,
+    }
+}
+
+/// The attributes stored for `obj` now, in layout order (bonus, then spill), with their bytes.
+fn stored_attrs(os: &ObjsetW, obj: u64, bonus: &[u8], reg: &SaRegistry) -> Result<Vec<(u16, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut bufs = vec![bonus.to_vec()];
+    if let Some(sp) = os.spill(obj)? {
+        bufs.push(sp);
+    }
+    for b in &bufs {
+        for (name, d) in fsa::decode_attrs(b, true, reg).map_err(|e| ZfsError::corrupt(format!("objset {} znode {obj}", os.id), e))? {
+            let n = reg.num_of(&name).expect("decoded attributes are registered");
+            out.push((n, d.to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+/// Write the attributes `attrs` (in this order) of `obj`: the bonus up to where a spill
+/// pointer would no longer fit, the rest in a spill block (sa_build_layouts).
+fn write_sa(os: &mut ObjsetW, reg: &mut SaRegistry, obj: u64, attrs: &[(u16, Vec<u8>)]) -> Result<()> {
+    let dn = os.dnode(obj)?;
+    let space = dn_bonus_size(dn.slots() * 512);
+    let reglen = |a: u16| reg.attr(a).map_or(0, |x| x.length);
+    let lens: Vec<(usize, bool)> = attrs.iter().map(|(a, d)| (d.len(), reglen(*a) == 0)).collect();
+    let p = fsa::plan(&lens, space, true);
+    if p.total > fsa::SA_MAX_SIZE {
+        return Err(posix(libc::EFBIG, format!("object {obj}: {} bytes of system attributes", p.total)));
+    }
+    let k = p.spill_idx.unwrap_or(attrs.len());
+    let nums: Vec<u16> = attrs.iter().map(|(a, _)| *a).collect();
+    let items: Vec<(u16, &[u8])> = attrs.iter().map(|(a, d)| (reglen(*a), d.as_slice())).collect();
+    let bl = sa_layout(os, reg, &nums[..k])?;
+    let bonuslen = if k < attrs.len() { (space - 128).min(p.total + p.hdrsize) } else { p.total + p.hdrsize };
+    let bonus = fsa::encode_buf(bl, p.hdrsize, &items[..k], bonuslen);
+    let spill = if k < attrs.len() {
+        let sp = fsa::plan(&lens[k..], 0, false);
+        let need = sp.total + sp.hdrsize;
+        if need > fsa::SA_MAX_SIZE {
+            return Err(posix(libc::EFBIG, format!("object {obj}: spill of {need} bytes")));
+        }
+        // A spill block only grows (sa_resize_spill), from 512 bytes.
+        let have = os.spill(obj)?.map_or(512, |b| b.len());
+        let size = have.max(need.div_ceil(512) * 512);
+        let sl = sa_layout(os, reg, &nums[k..])?;
+        Some(fsa::encode_buf(sl, sp.hdrsize, &items[k..], size))
+    } else {
+        None
+    };
+    os.set_bonus(obj, &bonus)?;
+    os.set_spill(obj, spill)
+}
+
+/// Store `z` in SA znode `obj`: its stored attributes keep their order, attributes it gained
+/// (SYMLINK, XATTR, DXATTR) are appended as sa_update does, a mode change rewrites the ACL.
+fn put_sa(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
+    let bonus = os.dnode(obj)?.bonus;
+    with_sa(os, |os, reg| {
+        let stored = stored_attrs(os, obj, &bonus, reg)?;
+        let old_mode = stored.iter().find(|(a, _)| *a == za::MODE).and_then(|(_, d)| d.get(..8)).map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+        let acl_stale = old_mode != Some(z.mode);
+        let mut z = z.clone();
+        if acl_stale {
+            z.flags = (z.flags & !ZFS_NO_EXECS_DENIED) | exec_bits(z.mode);
+        }
+        let mut attrs: Vec<(u16, Vec<u8>)> = stored.into_iter().map(|(a, d)| (a, attr_value(a, &z, acl_stale).unwrap_or(d))).collect();
+        for (a, want) in [(za::SYMLINK, z.symlink.is_some()), (za::XATTR, z.xattr != 0), (za::DXATTR, z.dxattr.is_some())] {
+            if want && !attrs.iter().any(|(x, _)| *x == a) {
+                attrs.push((a, attr_value(a, &z, true).expect("modelled")));
+            }
+        }
+        write_sa(os, reg, obj, &attrs)
+    })
+}
+
+/// Allocate and initialize a znode (zfs_mknode): a directory ZAP or a plain-file object with
+/// the znode's attributes in its bonus, legacy or SA. `parent` (object, pflags) is None for
+/// the root, which is its own parent.
+#[allow(clippy::too_many_arguments)]
+fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64, uid: u64, gid: u64, rdev: u64, txg: u64) -> Result<u64> {
+    let is_dir = mode & S_IFMT == S_IFDIR;
+    let dnsize = if use_sa { os.props.dnodesize } else { 512 };
+    let slots = dnsize / 512;
+    let (bonustype, bonuslen) = if use_sa { (types::DMU_OT_SA, dn_bonus_size(dnsize)) } else { (types::DMU_OT_ZNODE, ZNODE_PHYS_SIZE) };
+    let obj = if is_dir {
+        os.create_zap_slots(types::DMU_OT_DIRECTORY_CONTENTS, bonustype, bonuslen, 0, slots)?
+    } else {
+        os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 512, bonustype, bonuslen, slots)?
+    };
+    let t = now_ts();
+    let (pobj, pflags) = parent.unwrap_or((obj, 0));
+    let xattr_flag = pflags & ZFS_XATTR;
+    let z = ZnodeAttrs {
+        mode,
+        uid,
+        gid,
+        links: if is_dir { 2 } else { 1 },
+        size: if is_dir { 2 } else { 0 },
+        parent: pobj,
+        gen: txg,
+        rdev,
+        flags: if use_sa { new_pflags(mode) | xattr_flag } else { xattr_flag },
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        ..Default::default()
+    };
+    if !use_sa {
+        os.set_bonus(obj, &encode_znode_phys(&z))?;
+        return Ok(obj);
+    }
+    let is_dev = matches!(mode & S_IFMT, 0o060000 | 0o020000);
+    let mut list = vec![za::MODE, za::SIZE, za::GEN, za::UID, za::GID, za::PARENT, za::FLAGS, za::ATIME, za::MTIME, za::CTIME, za::CRTIME, za::LINKS];
+    if is_dev {
+        list.push(za::RDEV);
+    }
+    list.extend([za::DACL_COUNT, za::DACL_ACES]);
+    let attrs: Vec<(u16, Vec<u8>)> = list.iter().map(|a| (*a, attr_value(*a, &z, true).expect("modelled"))).collect();
+    with_sa(os, |os, reg| write_sa(os, reg, obj, &attrs))?;
+    Ok(obj)
 }
 
 /// The znode attributes of `obj`.
@@ -160,14 +453,30 @@ pub fn get(os: &mut ObjsetW, obj: u64) -> Result<ZnodeAttrs> {
         ZfsError::NotFound(m) => posix(libc::ENOENT, m),
         e => e,
     })?;
-    if dn.bonustype != types::DMU_OT_ZNODE {
-        return Err(ZfsError::Unsupported(format!("object {obj}: bonus type {} (system attributes)", dn.bonustype)));
+    match dn.bonustype {
+        types::DMU_OT_ZNODE => fz::decode_znode_phys(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("znode {obj}"), e)),
+        types::DMU_OT_SA => with_sa(os, |os, reg| {
+            let mut z = ZnodeAttrs::default();
+            z.merge_sa(&dn.bonus, true, reg).map_err(|e| ZfsError::corrupt(format!("objset {} znode {obj}", os.id), e))?;
+            if let Some(sp) = os.spill(obj)? {
+                z.merge_sa(&sp, true, reg).map_err(|e| ZfsError::corrupt(format!("objset {} znode {obj} spill", os.id), e))?;
+            }
+            Ok(z)
+        }),
+        t => Err(ZfsError::Unsupported(format!("object {obj}: bonus type {t} is not a znode"))),
     }
-    fz::decode_znode_phys(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("znode {obj}"), e))
+}
+
+fn is_sa(os: &ObjsetW, obj: u64) -> Result<bool> {
+    Ok(os.dnode(obj)?.bonustype == types::DMU_OT_SA)
 }
 
 fn put(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
-    os.set_bonus(obj, &encode_znode_phys(z))
+    if is_sa(os, obj)? {
+        put_sa(os, obj, z)
+    } else {
+        os.set_bonus(obj, &encode_znode_phys(z))
+    }
 }
 
 pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
@@ -247,36 +556,18 @@ fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> 
 #[allow(clippy::too_many_arguments)]
 pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid: u64, rdev: u64, target: Option<&[u8]>, txg: u64) -> Result<u64> {
     let n = name_str(name)?;
-    dir_check(os, dir)?;
+    let pz = dir_check(os, dir)?;
     if lookup(os, dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
-    let t = now_ts();
     let is_dir = mode & S_IFMT == S_IFDIR;
-    let obj = if is_dir {
-        os.create_zap(types::DMU_OT_DIRECTORY_CONTENTS, types::DMU_OT_ZNODE, ZNODE_PHYS_SIZE, 0)?
-    } else {
-        let bl = ZNODE_PHYS_SIZE + target.map_or(0, |t| if ZNODE_PHYS_SIZE + t.len() <= BONUS_MAX { t.len() } else { 0 });
-        os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 512, types::DMU_OT_ZNODE, bl, 1)?
-    };
-    let mut z = ZnodeAttrs {
-        mode,
-        uid,
-        gid,
-        links: if is_dir { 2 } else { 1 },
-        size: if is_dir { 2 } else { 0 },
-        parent: dir,
-        gen: txg,
-        rdev,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        ..Default::default()
-    };
+    let use_sa = is_sa(os, dir)?;
+    let obj = mknode(os, use_sa, Some((dir, pz.flags)), mode, uid, gid, rdev, txg)?;
+    let mut z = get(os, obj)?;
     if let Some(tg) = target {
         z.size = tg.len() as u64;
-        if ZNODE_PHYS_SIZE + tg.len() <= BONUS_MAX {
+        if use_sa || ZNODE_PHYS_SIZE + tg.len() <= BONUS_MAX {
+            // SA znodes keep every target in the SYMLINK attribute (long ones spill).
             z.symlink = Some(tg.to_vec());
         } else {
             // One block holds the whole target (readers take it from block 0).
@@ -613,55 +904,82 @@ fn xattr_dir(os: &mut ObjsetW, obj: u64, create: bool, txg: u64) -> Result<Optio
     if !create {
         return Ok(None);
     }
-    let d = os.create_zap(types::DMU_OT_DIRECTORY_CONTENTS, types::DMU_OT_ZNODE, ZNODE_PHYS_SIZE, 0)?;
-    let t = now_ts();
-    let xz = ZnodeAttrs {
-        mode: S_IFDIR | 0o755,
-        links: 2,
-        size: 2,
-        parent: obj,
-        gen: txg,
-        uid: z.uid,
-        gid: z.gid,
-        flags: 0x0000_0008_0000_0000, // ZFS_XATTR: an extended attribute directory
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        ..Default::default()
-    };
-    put(os, d, &xz)?;
+    let use_sa = is_sa(os, obj)?;
+    // The hidden directory and the files in it carry ZFS_XATTR.
+    let d = mknode(os, use_sa, Some((obj, ZFS_XATTR)), S_IFDIR | 0o755, z.uid, z.gid, 0, txg)?;
     z.xattr = d;
     put(os, obj, &z)?;
     Ok(Some(d))
 }
 
-pub fn listxattr(os: &mut ObjsetW, obj: u64) -> Result<Vec<Vec<u8>>> {
-    match xattr_dir(os, obj, false, 0)? {
-        None => Ok(Vec::new()),
-        Some(d) => Ok(readdir(os, d)?.into_iter().map(|e| e.name).collect()),
+/// The SA xattrs of a znode (its DXATTR nvlist; empty when it has none).
+fn sa_xattrs(z: &ZnodeAttrs, obj: u64) -> Result<NvList> {
+    match &z.dxattr {
+        Some(raw) => NvList::decode_packed(raw).map_err(|e| ZfsError::corrupt(format!("znode {obj} SA xattrs"), e)),
+        None => Ok(NvList::new()),
     }
+}
+
+fn nv_bytes(v: &NvValue) -> Option<&[u8]> {
+    match v {
+        NvValue::ByteArray(b) | NvValue::Uint8Array(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Option<u64>> {
+    match xattr_dir(os, obj, false, 0)? {
+        Some(d) => lookup(os, d, name),
+        None => Ok(None),
+    }
+}
+
+/// xattr names: those in the SA first, then the xattr directory's.
+pub fn listxattr(os: &mut ObjsetW, obj: u64) -> Result<Vec<Vec<u8>>> {
+    let z = get(os, obj)?;
+    let mut names: Vec<Vec<u8>> = sa_xattrs(&z, obj)?.pairs.iter().map(|(k, _)| k.as_bytes().to_vec()).collect();
+    if let Some(d) = xattr_dir(os, obj, false, 0)? {
+        names.extend(readdir(os, d)?.into_iter().map(|e| e.name));
+    }
+    Ok(names)
 }
 
 pub fn getxattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Vec<u8>> {
-    let none = || posix(libc::ENODATA, "no such attribute");
-    let d = xattr_dir(os, obj, false, 0)?.ok_or_else(none)?;
-    let f = lookup(os, d, name)?.ok_or_else(none)?;
+    let z = get(os, obj)?;
+    let nv = sa_xattrs(&z, obj)?;
+    if let Some(v) = std::str::from_utf8(name).ok().and_then(|n| nv.get(n)).and_then(nv_bytes) {
+        return Ok(v.to_vec());
+    }
+    let f = dir_xattr(os, obj, name)?.ok_or_else(|| posix(libc::ENODATA, "no such attribute"))?;
     read(os, f, 0, u64::MAX / 2)
 }
 
-/// flags: XATTR_CREATE (1), XATTR_REPLACE (2).
-pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
-    name_str(name)?;
+/// Set (Some) or remove (None) xattr `name` in the SA nvlist of `obj` (zpl_xattr_set_sa);
+/// EFBIG when the value or the nvlist is too big for the SA (the caller then uses the
+/// directory). The DXATTR attribute stays once it exists, possibly an empty nvlist.
+fn set_sa_xattr(os: &mut ObjsetW, obj: u64, name: &str, value: Option<&[u8]>) -> Result<()> {
+    let mut z = get(os, obj)?;
+    let mut nv = sa_xattrs(&z, obj)?;
+    if let Some(v) = value {
+        if v.len() > DXATTR_MAX_ENTRY_SIZE {
+            return Err(posix(libc::EFBIG, "xattr value too big for the SA"));
+        }
+        if nv.encode_xdr().len() > DXATTR_MAX_SA_SIZE {
+            return Err(posix(libc::EFBIG, "SA xattrs full"));
+        }
+    }
+    nv.remove(name);
+    if let Some(v) = value {
+        nv.pairs.push((name.to_string(), NvValue::ByteArray(v.to_vec())));
+    }
+    z.dxattr = Some(nv.encode_xdr());
+    z.ctime = now_ts();
+    put(os, obj, &z)
+}
+
+fn set_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], txg: u64) -> Result<()> {
     let d = xattr_dir(os, obj, true, txg)?.expect("created");
-    let existing = lookup(os, d, name)?;
-    if flags & 1 != 0 && existing.is_some() {
-        return Err(posix(libc::EEXIST, "attribute exists"));
-    }
-    if flags & 2 != 0 && existing.is_none() {
-        return Err(posix(libc::ENODATA, "no such attribute"));
-    }
-    let f = match existing {
+    let f = match lookup(os, d, name)? {
         Some(f) => {
             os.truncate(f, 0)?;
             f
@@ -677,11 +995,53 @@ pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i3
     put(os, obj, &oz)
 }
 
-pub fn removexattr(os: &mut ObjsetW, fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
-    let none = || posix(libc::ENODATA, "no such attribute");
-    let d = xattr_dir(os, obj, false, 0)?.ok_or_else(none)?;
-    lookup(os, d, name)?.ok_or_else(none)?;
-    unlink(os, fs, d, name, &|_| false)
+/// flags: XATTR_CREATE (1), XATTR_REPLACE (2). With xattr=sa on an SA znode the value goes
+/// into the SA when it fits, else into the xattr directory; a stale copy in the other place
+/// is removed (zpl_xattr_set).
+pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
+    let n = name_str(name)?;
+    let z = get(os, obj)?;
+    let in_sa = sa_xattrs(&z, obj)?.get(n).is_some();
+    let in_dir = dir_xattr(os, obj, name)?.is_some();
+    if flags & 1 != 0 && (in_sa || in_dir) {
+        return Err(posix(libc::EEXIST, "attribute exists"));
+    }
+    if flags & 2 != 0 && !(in_sa || in_dir) {
+        return Err(posix(libc::ENODATA, "no such attribute"));
+    }
+    if os.props.xattr_sa && is_sa(os, obj)? {
+        match set_sa_xattr(os, obj, n, Some(value)) {
+            Ok(()) => {
+                if in_dir {
+                    remove_dir_xattr(os, obj, name)?;
+                }
+                return Ok(());
+            }
+            Err(ZfsError::Posix(e, _)) if e == libc::EFBIG => {}
+            Err(e) => return Err(e),
+        }
+    }
+    set_dir_xattr(os, obj, name, value, txg)?;
+    if in_sa {
+        set_sa_xattr(os, obj, n, None)?;
+    }
+    Ok(())
+}
+
+fn remove_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<()> {
+    let d = xattr_dir(os, obj, false, 0)?.ok_or_else(|| posix(libc::ENODATA, "no such attribute"))?;
+    let fs = FsInfo { root: 0, delete_queue: 0, version: 0, recordsize: 0 };
+    unlink(os, &fs, d, name, &|_| false)
+}
+
+pub fn removexattr(os: &mut ObjsetW, _fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
+    let n = name_str(name)?;
+    let z = get(os, obj)?;
+    if sa_xattrs(&z, obj)?.get(n).is_some() {
+        return set_sa_xattr(os, obj, n, None);
+    }
+    dir_xattr(os, obj, name)?.ok_or_else(|| posix(libc::ENODATA, "no such attribute"))?;
+    remove_dir_xattr(os, obj, name)
 }
 
 /// fallocate(2): mode 0 or KEEP_SIZE reserve (ZFS allocates at write; only the size may grow),
