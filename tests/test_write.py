@@ -368,6 +368,8 @@ WORKLOADS = [
     ("stripe-a9-off-sha256", [], 2, 9, ["-O", "compression=off", "-O", "checksum=sha256"]),
     ("raidz1-hybrid-zle", ["raidz1"], 3, 12, ["-O", "compression=zle", "-O", "recordsize=16K"]),
     ("v23-mirror-lzjb", ["mirror"], 2, 9, ["-o", "version=23", "-O", "compression=lzjb"]),
+    # ZPL 5: xattrs in the SA (large ones in the xattr directory), 1K dnodes (large_dnode).
+    ("stripe-a9-xattrsa-dnauto", [], 1, 9, ["-O", "xattr=sa", "-O", "dnodesize=auto"]),
 ]
 
 

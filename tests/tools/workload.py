@@ -320,7 +320,7 @@ def step(root, model, rng, i):
         ino = model.inodes[model.nodes[p]["ino"]]
         name = "user." + rng.choice(["a", "b", "comment", "x" * 50])
         if op == "setxattr":
-            val = rand_data(rng, rng.choice([0, 10, 300, 700]))
+            val = rand_data(rng, rng.choice([0, 10, 300, 700, 5000, 40000]))
             expect(lambda: os.setxattr(real(root, p), name, val), None, f"op {i} setxattr {p} {name}")
             ino["xattrs"][name] = val
         else:

@@ -141,6 +141,46 @@ def zpl_paths(text):
     return paths
 
 
+def znodes(text):
+    """{object: {"type", "dnsize", "bonus", attribute: value, "sa_xattrs": {name: value}}} from
+    `zdb -dddd POOL/DS`: the znode attributes zdb decodes (uid, gid, times, gen, mode, size,
+    parent, links, pflags, xattr, rdev, target) as the strings it prints."""
+    out, cur, header, in_sa = {}, None, False, False
+    for line in text.splitlines():
+        if line.strip().startswith("Object  lvl"):
+            header, in_sa = True, False
+            continue
+        if header:
+            header = False
+            f = line.split()
+            if len(f) >= 9 and f[0].lstrip("-").isdigit():
+                cur = out.setdefault(int(f[0]), {"type": " ".join(f[8:]), "dnsize": f[5], "sa_xattrs": {}})
+            else:
+                cur = None
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"^\s+(\d+)\s+bonus\s+(.*)$", line)
+        if m:
+            cur["bonus"] = m.group(2).strip()
+            cur["bonuslen"] = int(m.group(1))
+            continue
+        if line.startswith("\tSA xattrs:"):
+            in_sa = True
+            continue
+        if in_sa and line.startswith("\t\t") and " = " in line:
+            k, v = line[2:].split(" = ", 1)
+            cur["sa_xattrs"][k] = v
+            continue
+        if line.startswith("\t") and not line.startswith("\t\t"):
+            in_sa = False
+            f = line[1:].split(None, 1)
+            if len(f) == 2 and f[0] in ("uid", "gid", "atime", "mtime", "ctime", "crtime", "gen", "mode", "size",
+                                        "parent", "links", "pflags", "xattr", "rdev", "target", "path"):
+                cur[f[0]] = f[1].strip() if f[0] != "target" else f[1].rstrip("\n")
+    return out
+
+
 _L0_RE = re.compile(r"^\s+([0-9a-f]+)\s+L0\s+((?:\d+:[0-9a-f]+:[0-9a-f]+\s+)+)(\S+)L/(\S+)P")
 
 
