@@ -402,8 +402,15 @@ impl PoolW {
             mos.zap_add_u64(1, "features_for_read", fr)?;
             mos.zap_add_u64(1, "features_for_write", fw)?;
             mos.zap_add_u64(1, "feature_descriptions", fd)?;
+            // A feature's dependencies are enabled with it (feature_enable_sync), even when asked off.
+            let needed: Vec<&str> = DEFAULT_FEATURES
+                .iter()
+                .filter(|f| !spec.disabled.iter().any(|d| d == f.1))
+                .flat_map(|f| oxzfs_format::features::lookup(f.0).map_or(&[][..], |i| i.deps))
+                .copied()
+                .collect();
             for (guid, name, read, desc, active) in DEFAULT_FEATURES {
-                if spec.disabled.iter().any(|d| d == name) {
+                if spec.disabled.iter().any(|d| d == name) && !needed.contains(guid) {
                     continue;
                 }
                 let refs = if *active { 1 } else { 0 };
