@@ -226,7 +226,7 @@ def punch(fd, off, n):
 def hole_lines(out):
     """(level, lsize, birth) of the holes with a birth that zdb -ddddd lists."""
     return [(int(m.group(1)), int(m.group(2), 16), int(m.group(3)))
-            for m in re.finditer(r"^\s+\w+\s+L(\d+)\s+(?:HOLE\s+)?(\w+)L B=(\d+)$", out, re.M)]
+            for m in re.finditer(r"^\s+\w+\s+L(\d+)\s+0:0:0 (\w+)L B=(\d+)$", out, re.M)]
 
 
 def test_hole_birth_holes_pass_zdb(oxzfs):
@@ -237,8 +237,9 @@ def test_hole_birth_holes_pass_zdb(oxzfs):
     assert oxzfs.zfs("create", "-o", "recordsize=8K", f"{pool}/h").returncode == 0
     d = os.path.join(root, "h")
     model = {}
-    for name in ("punched", "truncated", "zeroed", "mixed"):
-        data = bytearray(os.urandom(3 << 20))
+    for name in ("punched", "truncated", "zeroed", "mixed", "bigtrunc"):
+        # bigtrunc spans two L1 indirects (1024 8K blocks each); the second goes at truncate.
+        data = bytearray(os.urandom((10 if name == "bigtrunc" else 3) << 20))
         p = os.path.join(d, name)
         with open(p, "wb") as f:
             f.write(data)
@@ -253,6 +254,8 @@ def test_hole_birth_holes_pass_zdb(oxzfs):
     model["punched"][(2 << 20) + 100:(2 << 20) + 5100] = bytes(5000)
     os.truncate(os.path.join(d, "truncated"), 100000)
     model["truncated"] = model["truncated"][:100000]
+    os.truncate(os.path.join(d, "bigtrunc"), 1 << 20)
+    model["bigtrunc"] = model["bigtrunc"][:1 << 20]
     with open(os.path.join(d, "zeroed"), "r+b") as f:
         f.seek(8192 * 3)
         f.write(bytes(8192 * 5))
@@ -278,6 +281,9 @@ def test_hole_birth_holes_pass_zdb(oxzfs):
         holes = hole_lines(out)
         assert holes and all(b > 0 for _, _, b in holes), f"{n}: no holes with a birth txg:\n{out[-3000:]}"
         assert any(lvl == 0 and ls == 8192 for lvl, ls, _ in holes), f"{n}: {holes[:5]}"
+    # An indirect block whose children were all freed is a hole of its own size and level.
+    out = zdb("-e", "-p", vdir, "-ddddd", f"{pool}/h", str(objs["bigtrunc"]))
+    assert (1, 128 << 10) in [(lvl, ls) for lvl, ls, _ in hole_lines(out)], out[-2000:]
     r = oxzfs.import_ro(vdir, pool, alt)
     assert r.returncode == 0, repr(r)
     for n, want in model.items():
