@@ -330,3 +330,25 @@ def test_blake3_round_trip_and_corruption(oxzfs):
     with open(os.path.join(root, "b", "text"), "rb") as f:
         assert f.read() == files["text"]
     assert oxzfs.export(pool).returncode == 0
+
+
+@pytest.mark.parametrize("opts", [["-O", "compression=zstd-fast-3", "-O", "checksum=skein", "-O", "recordsize=16K"],
+                                  ["-O", "compression=zstd-7", "-O", "checksum=edonr", "-O", "recordsize=1M"]],
+                         ids=["zstdfast-skein-16k", "zstd7-edonr-1m"])
+def test_model_workload_with_features(opts, oxzfs):
+    """The random workload (writes, truncates, holes, renames) on the root file system of a pool
+    created with these properties: checked against the model as it runs, then zdb clean with the
+    feature refcounts zdb verifies, and the re-imported pool equals the model."""
+    import workload
+    pool = "fwl" + opts[1].split("=")[1].replace("-", "")[:8]
+    vdir, alt, root = new_pool(oxzfs, pool, "wl-" + pool, 2, "-o", "ashift=12", *opts, size_mib=256)
+    seed = sum(map(ord, pool))
+    model = workload.run(root, seed, 250)
+    assert oxzfs.export(pool).returncode == 0
+    refs, _ = feature_refcounts(vdir, pool)
+    assert refs.get("zstd_compress") == 1, refs
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    diffs = workload.verify(root, model)
+    assert not diffs, f"seed {seed}: the re-imported pool differs from the model:\n" + "\n".join(diffs[:10])
+    assert oxzfs.export(pool).returncode == 0
