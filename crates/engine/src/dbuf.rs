@@ -16,6 +16,12 @@
 //! walk the on-disk tree. Every block replaced or freed is handed to the `SyncCtx` for the
 //! allocator (and the dataset's space accounting).
 //!
+//! Holes: a block freed (truncate, punch) or rewritten as zeros, and an indirect left with holes
+//! only, becomes a hole; under hole_birth one that replaces a written block keeps its lsize, type
+//! and level and records the txg (`SyncCtx::hole_for`), as OpenZFS's free_blocks and
+//! zio_write_compress do. Blocks born in a sync note the per-dataset features they use
+//! (`born_features`: large_blocks, the checksum's, zstd) for the pool to activate.
+//!
 //! Locking: an `ObjsetW` is owned by the pool's write state, under its one lock; sync runs
 //! under the same lock (the txg engine stops the world for the sync of a txg).
 
