@@ -154,9 +154,19 @@ def test_feature_refusals_and_recordsize_limits(oxzfs):
     assert r.returncode == 1 and "can only be set to 'enabled'" in r.stderr, repr(r)
     r = oxzfs.zpool("set", "feature@nosuch=enabled", pool)
     assert r.returncode == 1 and "feature 'nosuch' unsupported" in r.stderr, repr(r)
+    # A dataset that used features gives its counts back when destroyed.
+    r = oxzfs.zfs("create", "-o", "compression=zstd", "-o", "checksum=sha512", "-o", "recordsize=1M", f"{pool}/gone")
+    assert r.returncode == 0, repr(r)
+    write_synced(os.path.join(root, "gone", "f"), text_bytes(3 << 20))
+    r = oxzfs.zpool("get", "-H", "-o", "value", "feature@zstd_compress,feature@sha512,feature@large_blocks", pool)
+    assert r.stdout.split() == ["active"] * 3, repr(r)
+    r = oxzfs.zfs("destroy", f"{pool}/gone")
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("get", "-H", "-o", "value", "feature@zstd_compress,feature@sha512,feature@large_blocks,feature@extensible_dataset", pool)
+    assert r.stdout.split() == ["enabled"] * 4, repr(r)
     assert oxzfs.export(pool).returncode == 0
     refs, _ = feature_refcounts(vdir, pool)
-    # Nothing used them: enabled, not active.
+    # Nothing uses them now: enabled, not active.
     assert refs.get("zstd_compress") == 0 and refs.get("large_blocks") == 0 and refs.get("sha512") == 0, refs
     # A pool without features: no large blocks, no zstd.
     base = os.path.join(oxzfs.base, "lim-d")
