@@ -726,11 +726,16 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
         "size", "capacity", "altroot", "health", "guid", "version", "readonly", "comment", "free", "allocated", "dedupratio", "fragmentation",
         "autoexpand", "autoreplace", "failmode", "listsnapshots", "delegation", "autotrim", "multihost",
     ];
+    let features: Vec<String> = oxzfs::txg::DEFAULT_FEATURES.iter().chain(oxzfs::txg::OPTIONAL_FEATURES).map(|f| format!("feature@{}", f.1)).collect();
     let wanted: Vec<String> = if spec == "all" {
-        all.iter().map(|s| s.to_string()).collect()
+        all.iter().map(|s| s.to_string()).chain(features).collect()
     } else {
         let mut v = Vec::new();
         for p in spec.split(',') {
+            if p.starts_with("feature@") && oxzfs_format::features::lookup_name(&p[8..]).is_some() {
+                v.push(p.to_string());
+                continue;
+            }
             match props::zpool_prop(p) {
                 Some(n) => v.push(n),
                 None => return usage(format!("bad property list: invalid property '{p}'\n{ZPOOL_GET_USAGE}")),
@@ -744,7 +749,22 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
     };
     let mut rows = Vec::new();
     for imp in pools {
+        let enabled: std::collections::HashMap<String, u64> = match &imp.rw {
+            Some(h) => h.lock().features.iter().map(|(g, (refs, _))| (g.clone(), *refs)).collect(),
+            None => imp.pool.spa.features_enabled().into_iter().collect(),
+        };
         for n in &wanted {
+            if let Some(f) = n.strip_prefix("feature@") {
+                // Each feature: active (in use), enabled, or disabled; source local.
+                let guid = oxzfs_format::features::lookup_name(f).map(|i| i.guid).unwrap_or("");
+                let v = match enabled.get(guid) {
+                    Some(&r) if r > 0 => "active",
+                    Some(_) => "enabled",
+                    None => "disabled",
+                };
+                rows.push(vec![imp.pool.name().to_string(), n.clone(), v.to_string(), "local".to_string()]);
+                continue;
+            }
             let v = zpool_value(imp, n, o.has('p'));
             let source = match n.as_str() {
                 "altroot" => if v == "-" { "default" } else { "local" },

@@ -121,12 +121,15 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
             },
             _ if k.starts_with("feature@") => {
                 let f = &k["feature@".len()..];
-                if !oxzfs::txg::DEFAULT_FEATURES.iter().any(|x| x.1 == f) {
+                if oxzfs::txg::supported_feature(f).is_none() {
                     return (String::new(), format!("cannot create '{name}': feature '{f}' unsupported by oxzfs\n"), 1);
                 }
                 match v {
                     "disabled" => cs.disabled.push(f.to_string()),
-                    "enabled" => cs.disabled.retain(|d| d != f),
+                    "enabled" => {
+                        cs.disabled.retain(|d| d != f);
+                        cs.enabled.push(f.to_string());
+                    }
                     _ => return (String::new(), format!("property '{k}' can only be set to 'enabled' or 'disabled'\n"), 1),
                 }
             }

@@ -16,6 +16,12 @@
 //! walk the on-disk tree. Every block replaced or freed is handed to the `SyncCtx` for the
 //! allocator (and the dataset's space accounting).
 //!
+//! Holes: a block freed (truncate, punch) or rewritten as zeros, and an indirect left with holes
+//! only, becomes a hole; under hole_birth one that replaces a written block keeps its lsize, type
+//! and level and records the txg (`SyncCtx::hole_for`), as OpenZFS's free_blocks and
+//! zio_write_compress do. Blocks born in a sync note the per-dataset features they use
+//! (`born_features`: large_blocks, the checksum's, zstd) for the pool to activate.
+//!
 //! Locking: an `ObjsetW` is owned by the pool's write state, under its one lock; sync runs
 //! under the same lock (the txg engine stops the world for the sync of a txg).
 
@@ -109,6 +115,23 @@ pub struct SyncCtx<'a> {
     pub lz4: bool,
     /// Whether this is the MOS (3 copies of everything).
     pub is_mos: bool,
+    /// hole_birth active: holes made in this txg keep their size, type, level and birth txg.
+    pub hole_birth: bool,
+}
+
+impl SyncCtx<'_> {
+    /// The bp of a block that is a hole from this txg on, where `prev` was (zio_write_compress
+    /// for a block compressed away, free_blocks for a freed one): with hole_birth active and a
+    /// `prev` that was ever written (birth ≠ 0), the hole keeps lsize, type and level and
+    /// records this txg; otherwise all zeros.
+    pub fn hole_for(&self, prev: Option<&BlockPointer>, lsize: u64, typ: u8, level: u8) -> BlockPointer {
+        match prev {
+            Some(p) if self.hole_birth && p.birth != 0 => {
+                BlockPointer { lsize, typ, level, birth: self.txg, ..BlockPointer::hole() }
+            }
+            _ => BlockPointer::hole(),
+        }
+    }
 }
 
 /// Dataset-level write policy (from properties).
@@ -164,8 +187,9 @@ pub struct ObjsetW {
     pub sa: Option<oxzfs_format::sa::SaRegistry>,
     /// Spill blocks changed in the open txg: new content, or None when the spill goes away.
     spills: BTreeMap<u64, Option<Vec<u8>>>,
-    /// A dnode of more than one slot was allocated (the dataset uses large_dnode).
-    pub large_dnode_used: bool,
+    /// Per-dataset features the blocks born in this sync use (dsl_dataset_block_born's
+    /// ds_feature_activation); the pool activates them on the dataset and empties the set.
+    pub born_features: std::collections::BTreeSet<&'static str>,
 }
 
 fn new_meta_dnode() -> DnodePhys {
@@ -216,7 +240,7 @@ impl ObjsetW {
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
-            large_dnode_used: false,
+            born_features: Default::default(),
         }
     }
 
@@ -240,7 +264,7 @@ impl ObjsetW {
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
-            large_dnode_used: false,
+            born_features: Default::default(),
         })
     }
 
@@ -316,7 +340,10 @@ impl ObjsetW {
             }
         }
         self.next_obj = obj + slots as u64;
-        self.large_dnode_used |= slots > 1;
+        if slots > 1 {
+            // A dnode of more than one slot: the dataset uses large_dnode.
+            self.born_features.insert("org.zfsonlinux:large_dnode");
+        }
         let dn = DnodePhys {
             typ,
             indblkshift: DEFAULT_INDBLKSHIFT,
@@ -733,6 +760,7 @@ impl ObjsetW {
             Written::Hole => unreachable!("an objset block is never all zeros"),
         };
         bp.fill = fill;
+        self.note_born(&bp);
         if let Some(old) = prev {
             if old.dva != bp.dva {
                 self.delta.add(&old, -1, (ctx.dsize)(&old));
@@ -746,6 +774,21 @@ impl ObjsetW {
         // Reads now go through the new tree.
         self.ro = Some(Arc::new(Objset { spa: self.spa.clone(), phys: self.phys.clone(), bp: bp.clone(), id: self.id }));
         Ok(bp)
+    }
+
+    /// dsl_dataset_block_born's feature side: the per-dataset features block `bp`, born in
+    /// this sync, uses (large_blocks above 128K, its checksum's and its compression's).
+    fn note_born(&mut self, bp: &BlockPointer) {
+        if bp.is_hole() {
+            return;
+        }
+        if bp.lsize > 128 << 10 {
+            self.born_features.insert("org.open-zfs:large_blocks");
+        }
+        if !bp.embedded {
+            self.born_features.extend(crate::txg::checksum_feature(bp.checksum));
+        }
+        self.born_features.extend(crate::txg::compress_feature(bp.compress));
     }
 
     /// The zio properties of a block of this objset (dmu_write_policy).
@@ -764,9 +807,7 @@ impl ObjsetW {
             if dn_compress != ZIO_COMPRESS_OFF {
                 compress = md_compress;
             }
-            if !matches!(checksum, 7 | 8 | 11 | 12 | 14) {
-                checksum = ZIO_CHECKSUM_FLETCHER_4;
-            }
+            checksum = md_checksum(checksum);
             copies += 1;
         }
         if ctx.is_mos {
@@ -790,6 +831,15 @@ impl ObjsetW {
             embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
             class,
         }
+    }
+}
+
+/// The checksum of a metadata block when the data checksum is `c` (dmu_write_policy): `c`
+/// itself when it is strong enough for metadata and kept in the bp, else fletcher4.
+fn md_checksum(c: u8) -> u8 {
+    match oxzfs_format::checksum::checksum_info(c) {
+        Some(i) if i.metadata() && !i.embedded() => c,
+        _ => ZIO_CHECKSUM_FLETCHER_4,
     }
 }
 
@@ -961,10 +1011,12 @@ fn sync_tree(
     if old_tree_empty && d.trunc_from == Some(0) {
         nlevels = levels_for(max_needed, nbp, epbs);
     }
+    // A tree of holes only is rebuilt from nothing (its holes' levels may not fit the shape).
+    let fresh_top = old_tree_empty && nlevels != old.nlevels;
     let old_nl = old.nlevels;
     // Dirty indirect blocks: (level, blkid) → entries.
     let mut ind: BTreeMap<(u8, u64), Vec<BlockPointer>> = BTreeMap::new();
-    let mut top: Vec<BlockPointer> = old.blkptr.clone();
+    let mut top: Vec<BlockPointer> = if fresh_top { vec![BlockPointer::hole(); nbp as usize] } else { old.blkptr.clone() };
     let mut used = old.used as i64;
     let ro = os.ro.clone();
     // The old bp of block (level, blkid) in the old tree.
@@ -1026,7 +1078,7 @@ fn sync_tree(
                 }
                 if level == 0 {
                     if !d.blocks.contains_key(&blkid) {
-                        changes.push((0, blkid, BlockPointer::hole()));
+                        changes.push((0, blkid, ctx.hole_for(Some(&bp), bp.lsize, bp.typ, 0)));
                     }
                     continue;
                 }
@@ -1042,8 +1094,8 @@ fn sync_tree(
     }
     // Punched blocks become holes.
     for blkid in std::mem::take(&mut d.holes) {
-        if !d.blocks.contains_key(&blkid) && old_bp(0, blkid)?.map_or(false, |b| !b.is_hole()) {
-            changes.push((0, blkid, BlockPointer::hole()));
+        if let Some(b) = old_bp(0, blkid)?.filter(|b| !b.is_hole() && !d.blocks.contains_key(&blkid)) {
+            changes.push((0, blkid, ctx.hole_for(Some(&b), b.lsize, b.typ, 0)));
         }
     }
     // Write the dirty L0 blocks.
@@ -1056,7 +1108,7 @@ fn sync_tree(
         let prev = old_bp(0, blkid)?;
         let w = zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &data, &p, ctx.txg, prev.as_ref())?;
         let bp = match w {
-            Written::Hole => BlockPointer::hole(),
+            Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
             Written::Bp(mut bp) => {
                 if let Some(f) = fills {
                     bp.fill = f.get(&blkid).copied().unwrap_or(1);
@@ -1073,9 +1125,7 @@ fn sync_tree(
         p.level = lvl;
         p.embed_ok = false;
         p.compress = if ctx.pass >= 5 { ZIO_COMPRESS_OFF } else if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
-        if !matches!(p.checksum, 7 | 8 | 11 | 12 | 14) {
-            p.checksum = ZIO_CHECKSUM_FLETCHER_4;
-        }
+        p.checksum = md_checksum(p.checksum);
         if !ctx.is_mos && !types::ot_is_metadata(l0.typ) {
             p.copies = (p.copies + 1).min(3);
         }
@@ -1106,6 +1156,7 @@ fn sync_tree(
                     used += (ctx.dsize)(&bp) as i64;
                     os.delta.add(&bp, 1, (ctx.dsize)(&bp));
                 }
+                os.note_born(&bp);
             }
         }
         level += 1;
@@ -1117,8 +1168,9 @@ fn sync_tree(
         for k in keys {
             let entries = ind.remove(&k).expect("listed");
             let fill: u64 = entries.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
+            // An indirect of holes only is a hole itself (dbuf_write_children_ready).
             let bp = if entries.iter().all(|b| b.is_hole()) {
-                BlockPointer::hole()
+                ctx.hole_for(old_bp(level, k.1)?.as_ref(), 1 << old.indblkshift, l0.typ, level)
             } else {
                 let bytes = encode_bps(&entries);
                 let prev = old_bp(level, k.1)?;

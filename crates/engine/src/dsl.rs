@@ -201,7 +201,8 @@ fn index_name(prop: &str, v: u64) -> String {
             let level = v >> 7;
             match alg {
                 compress::ZIO_COMPRESS_ZSTD => match level {
-                    0 | 3 => "zstd".into(),
+                    0 => "zstd".into(),
+                    103 => "zstd-fast".into(),
                     l => compress::zstd_level_name(l as u8).unwrap_or_else(|| format!("zstd-{l}")),
                 },
                 a if a == compress::ZIO_COMPRESS_GZIP_1 + 5 => "gzip".into(),
@@ -238,6 +239,14 @@ fn index_name(prop: &str, v: u64) -> String {
         "casesensitivity" => ["sensitive", "insensitive", "mixed"].get(v as usize).unwrap_or(&"sensitive").to_string(),
         _ => onoff(v),
     }
+}
+
+/// Largest recordsize a pool with large_blocks accepts (SPA_MAXBLOCKSIZE).
+pub const MAX_RECORDSIZE: u64 = 16 << 20;
+
+/// The stored compression value of zstd at `zio_zstd_levels` value `level`.
+fn zstd_prop(level: u8) -> u64 {
+    oxzfs_format::compress::ZIO_COMPRESS_ZSTD as u64 | (level as u64) << 7
 }
 
 /// How a property value is stored in a DSL props ZAP (the inverse of what `zfs get` shows).
@@ -297,7 +306,14 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
                 Ok(l @ 1..=9) => PropStore::Num((compress::ZIO_COMPRESS_GZIP_1 + l - 1) as u64),
                 _ => return Err(bad()),
             },
-            _ => return Err(bad()),
+            // zstd keeps its zio_zstd_levels value above the 7 bits of the function
+            // (ZIO_COMPLEVEL_ZSTD); plain "zstd" is the default level (0).
+            "zstd" => PropStore::Num(compress::ZIO_COMPRESS_ZSTD as u64),
+            "zstd-fast" => PropStore::Num(zstd_prop(compress::zstd::ZIO_ZSTD_LEVEL_FAST_1)),
+            v => match (1..=compress::zstd::ZIO_ZSTD_LEVEL_FAST_1000).find(|&l| compress::zstd_level_name(l).as_deref() == Some(v)) {
+                Some(l) => PropStore::Num(zstd_prop(l)),
+                None => return Err(bad()),
+            },
         },
         "checksum" => match value {
             "on" => PropStore::Num(checksum::ZIO_CHECKSUM_ON as u64),
@@ -305,6 +321,10 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
             "fletcher2" => PropStore::Num(checksum::ZIO_CHECKSUM_FLETCHER_2 as u64),
             "fletcher4" => PropStore::Num(checksum::ZIO_CHECKSUM_FLETCHER_4 as u64),
             "sha256" => PropStore::Num(checksum::ZIO_CHECKSUM_SHA256 as u64),
+            "sha512" => PropStore::Num(checksum::ZIO_CHECKSUM_SHA512 as u64),
+            "skein" => PropStore::Num(checksum::ZIO_CHECKSUM_SKEIN as u64),
+            "edonr" => PropStore::Num(checksum::ZIO_CHECKSUM_EDONR as u64),
+            "blake3" => PropStore::Num(checksum::ZIO_CHECKSUM_BLAKE3 as u64),
             _ => return Err(bad()),
         },
         "atime" | "relatime" | "readonly" | "setuid" | "exec" | "devices" | "nbmand" | "overlay" | "utf8only" | "vscan" | "zoned" | "jailed" => {
@@ -337,9 +357,10 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
             "1" | "2" | "3" => PropStore::Num(value.parse().expect("digit")),
             _ => return Err(bad()),
         },
+        // Up to SPA_MAXBLOCKSIZE here; the pool narrows it (large_blocks, zfs_max_recordsize).
         "recordsize" => match size(value) {
-            Some(n) if n.is_power_of_two() && (512..=(128 << 10)).contains(&n) => PropStore::Num(n),
-            _ => return Err(ZfsError::Invalid(format!("cannot set property for '{prop}': 'recordsize' must be power of 2 from 512B to 128K"))),
+            Some(n) if n.is_power_of_two() && (512..=MAX_RECORDSIZE).contains(&n) => PropStore::Num(n),
+            _ => return Err(ZfsError::Invalid("'recordsize' must be power of 2 from 512B to 16M".into())),
         },
         "quota" | "refquota" | "reservation" | "refreservation" => match value {
             "none" => PropStore::Num(0),

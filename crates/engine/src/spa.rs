@@ -491,6 +491,18 @@ impl Spa {
         }
     }
 
+    /// Every enabled feature with its refcount (features_for_read and features_for_write).
+    pub fn features_enabled(&self) -> Vec<(String, u64)> {
+        let mos = self.mos();
+        let mut v = Vec::new();
+        for which in ["features_for_read", "features_for_write"] {
+            if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, which) {
+                v.extend(crate::zap::zap_list_u64(&mos, obj).unwrap_or_default());
+            }
+        }
+        v
+    }
+
     fn check_features(&self) -> Result<()> {
         let unknown: Vec<String> = self
             .features_for_read()

@@ -44,19 +44,58 @@ pub const SPA_VERSION_FEATURES: u64 = 5000;
 pub const SPA_MINDEVSIZE: u64 = 64 << 20;
 const VDEV_UBERBLOCK_RING: u64 = 128 << 10;
 
-/// Features a new version-5000 pool gets enabled: those whose on-disk effects oxzfs keeps.
+/// Features a new version-5000 pool gets enabled: those whose on-disk effects oxzfs keeps, in
+/// OpenZFS's feature order (spa_feature_t), the order `zpool create` enables them in — which
+/// decides the ones enabled_txg records (those after it).
 /// (guid, name, for-read, description, active on enable)
 pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:async_destroy", "async_destroy", false, "Destroy filesystems asynchronously.", false),
     ("org.illumos:lz4_compress", "lz4_compress", true, "LZ4 compression algorithm support.", true),
-    ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
-    ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
-    ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
     ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
-    ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
+    ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
+    ("com.delphix:enabled_txg", "enabled_txg", false, "Record txg at which a feature is enabled", false),
+    ("com.delphix:hole_birth", "hole_birth", true, "Retain hole birth txg for more precise zfs send", true),
     ("com.delphix:extensible_dataset", "extensible_dataset", true, "Enhanced dataset functionality, used by other features.", false),
+    ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
+    ("org.open-zfs:large_blocks", "large_blocks", true, "Support for blocks larger than 128KB.", false),
     ("org.zfsonlinux:large_dnode", "large_dnode", true, "Variable on-disk size of dnodes.", false),
+    ("org.illumos:sha512", "sha512", true, "SHA-512/256 hash algorithm.", false),
+    ("org.illumos:skein", "skein", true, "Skein hash algorithm.", false),
+    ("org.illumos:edonr", "edonr", true, "Edon-R hash algorithm.", false),
+    ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
+    ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
+    ("org.freebsd:zstd_compress", "zstd_compress", true, "zstd compression algorithm support.", false),
 ];
+
+/// Features oxzfs implements but leaves disabled on new pools, because OpenZFS 2.1 (whose zdb
+/// checks our pools) does not know them: enabled with `-o feature@NAME=enabled` at create or
+/// `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
+pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[("org.openzfs:blake3", "blake3", true, "BLAKE3 hash algorithm.", false)];
+
+/// The row of a feature oxzfs can enable, by guid or short name.
+pub fn supported_feature(key: &str) -> Option<&'static (&'static str, &'static str, bool, &'static str, bool)> {
+    DEFAULT_FEATURES.iter().chain(OPTIONAL_FEATURES).find(|f| f.0 == key || f.1 == key)
+}
+
+/// The feature whose use a block's checksum function counts (zio_checksum_to_feature).
+pub fn checksum_feature(c: u8) -> Option<&'static str> {
+    use oxzfs_format::checksum as ck;
+    match c {
+        ck::ZIO_CHECKSUM_SHA512 => Some("org.illumos:sha512"),
+        ck::ZIO_CHECKSUM_SKEIN => Some("org.illumos:skein"),
+        ck::ZIO_CHECKSUM_EDONR => Some("org.illumos:edonr"),
+        ck::ZIO_CHECKSUM_BLAKE3 => Some("org.openzfs:blake3"),
+        _ => None,
+    }
+}
+
+/// The feature a compression function needs per dataset (zio_compress_to_feature).
+pub fn compress_feature(c: u8) -> Option<&'static str> {
+    (c == oxzfs_format::compress::ZIO_COMPRESS_ZSTD).then_some("org.freebsd:zstd_compress")
+}
+
+const ENABLED_TXG: &str = "com.delphix:enabled_txg";
+const EXTENSIBLE_DATASET: &str = "com.delphix:extensible_dataset";
 
 /// A leaf or interior vdev as `zpool create` was given it.
 #[derive(Clone, Debug)]
@@ -89,6 +128,8 @@ pub struct CreateSpec {
     pub version: Option<u64>,
     /// Features to leave disabled (by name).
     pub disabled: Vec<String>,
+    /// Optional features to enable (by name; see [`OPTIONAL_FEATURES`]).
+    pub enabled: Vec<String>,
     /// Root dataset properties (-O).
     pub fs_props: Vec<(String, String)>,
     pub hostname: String,
@@ -402,32 +443,24 @@ impl PoolW {
             mos.zap_add_u64(1, "features_for_read", fr)?;
             mos.zap_add_u64(1, "features_for_write", fw)?;
             mos.zap_add_u64(1, "feature_descriptions", fd)?;
-            // A feature's dependencies are enabled with it (feature_enable_sync), even when asked off.
-            let needed: Vec<&str> = DEFAULT_FEATURES
+            self.feature_objs = Some((fr, fw));
+            // As `zpool create` asks: every default feature not disabled, then the optional
+            // ones asked for, each after its dependencies (spa_feature_enable).
+            let wanted: Vec<&str> = DEFAULT_FEATURES
                 .iter()
                 .filter(|f| !spec.disabled.iter().any(|d| d == f.1))
-                .flat_map(|f| oxzfs_format::features::lookup(f.0).map_or(&[][..], |i| i.deps))
-                .copied()
+                .chain(OPTIONAL_FEATURES.iter().filter(|f| spec.enabled.iter().any(|e| e == f.1)))
+                .map(|f| f.0)
                 .collect();
-            for (guid, name, read, desc, active) in DEFAULT_FEATURES {
-                if spec.disabled.iter().any(|d| d == name) && !needed.contains(guid) {
-                    continue;
-                }
-                let refs = if *active { 1 } else { 0 };
-                self.features.insert(guid.to_string(), (refs, *read));
-                // Enabled features are listed with their refcount (0 = enabled, not active).
-                mos.zap_add_u64(if *read { fr } else { fw }, guid, refs)?;
-                let mut d = desc.as_bytes().to_vec();
-                d.push(0);
-                mos.zap_mut(fd)?.entries.insert(guid.as_bytes().to_vec(), (1, d.iter().map(|&b| b as u64).collect()));
+            for guid in wanted {
+                self.feature_enable(guid)?;
             }
-            self.feature_objs = Some((fr, fw));
+            let mos = &mut self.mos;
             mos.zap_add_u64(1, "creation_version", v)?;
             let salt = self.spa.checksum_salt;
             mos.zap_mut(1)?.entries.insert(b"org.illumos:checksum_salt".to_vec(), (1, salt.iter().map(|&b| b as u64).collect()));
-        } else if v >= 1 {
-            // no feature objects
         }
+        let mos = &mut self.mos;
         // Config object (packed nvlist, bonus = its size) and the deferred-free bpobj.
         let cfg = mos.alloc_object(types::DMU_OT_PACKED_NVLIST, 16384, types::DMU_OT_PACKED_NVLIST_SIZE, 8, 1)?;
         mos.zap_add_u64(1, "config", cfg)?;
@@ -450,8 +483,11 @@ impl PoolW {
         mos.set_bonus(root_dir, &rd.encode())?;
         let root_props = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded").props_zapobj;
         for (k, val) in &spec.fs_props {
-            check_prop_feature(&self.features, &spec.name, k, val)?;
             set_prop_in(mos, root_props, k, val)?;
+        }
+        for (k, val) in &spec.fs_props {
+            self.prop_feature_check(k, val, true)?;
+            self.prop_feature_activate(root_ds, k, val)?;
         }
         // The root file system. Version-5000 pools compress with lz4 unless told otherwise.
         if v >= SPA_VERSION_FEATURES && !spec.fs_props.iter().any(|(k, _)| k == "compression") && self.features.contains_key("org.illumos:lz4_compress") {
@@ -572,7 +608,7 @@ impl PoolW {
             for (k, (_, v)) in &z.entries {
                 let name = String::from_utf8_lossy(k).into_owned();
                 let refs = v.first().copied().unwrap_or(0);
-                if refs > 0 && !DEFAULT_FEATURES.iter().any(|f| f.0 == name) {
+                if refs > 0 && supported_feature(&name).is_none() {
                     return Err(ZfsError::Unsupported(format!(
                         "cannot import '{}' read-write: feature {name} is active and not supported for writing by oxzfs (import with -o readonly=on)",
                         self.spa.name
@@ -671,10 +707,11 @@ impl PoolW {
         for id in ids {
             let mut ds = self.datasets.remove(&id).expect("listed");
             let bp = self.sync_objset(&mut ds.os, 1, false)?;
-            if std::mem::take(&mut ds.os.large_dnode_used) {
-                self.activate_dataset_feature(id, "org.zfsonlinux:large_dnode")?;
-            }
             let delta = std::mem::take(&mut ds.os.delta);
+            // dsl_dataset_sync: features the blocks born this txg use become active here.
+            for guid in std::mem::take(&mut ds.os.born_features) {
+                self.ds_feature_activate(id, guid)?;
+            }
             let mut p = DslDatasetPhys::decode(&self.mos.bonus(id)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {id}"), e))?;
             p.bp = bp;
             p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
@@ -769,6 +806,7 @@ impl PoolW {
         let root = spa.root_vdev.clone();
         let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
         let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+        let hole_birth = self.feature_active("com.delphix:hole_birth");
         let mut ctx = SyncCtx {
             spa: &spa,
             alloc: &mut PoolAlloc { ms: &mut self.ms, root: &root, min_alloc },
@@ -779,6 +817,7 @@ impl PoolW {
             embed: self.features.contains_key("com.delphix:embedded_data"),
             lz4: self.features.contains_key("org.illumos:lz4_compress"),
             is_mos,
+            hole_birth,
         };
         let bp = os.sync(&mut ctx)?;
         let freed = std::mem::take(&mut ctx.freed);
@@ -854,41 +893,111 @@ impl PoolW {
         };
         let n = (refs as i64 + by).max(0) as u64;
         self.features.insert(guid.to_string(), (n, read));
+        if (refs == 0) != (n == 0) && oxzfs_format::features::lookup(guid).is_some_and(|f| f.mos) {
+            self.config_dirty = true; // spa_activate/deactivate_mos_feature: the label lists it
+        }
         let obj = if read { fr } else { fw };
         self.mos.zap_add_u64(obj, guid, n)?;
         Ok(())
     }
 
-    /// Activate per-dataset feature `guid` on dataset `dsobj` (dsl_dataset_activate_feature):
-    /// the dataset object becomes a ZAP (dmu_object_zapify, counted by extensible_dataset) that
-    /// holds `guid` → 0, and the feature's refcount counts the dataset. Idempotent.
-    pub fn activate_dataset_feature(&mut self, dsobj: u64, guid: &str) -> Result<()> {
-        let d = self.mos.dirty_obj(dsobj)?;
-        if d.dn.typ != types::DMU_OTN_ZAP_METADATA {
-            d.dn.typ = types::DMU_OTN_ZAP_METADATA;
-            d.zap = Some(crate::dbuf::ZapObj { salt: crate::dbuf::rand_u64() | 1, ..Default::default() });
-            self.feature_incr("com.delphix:extensible_dataset", 1)?;
+    /// spa_feature_enable (feature_enable_sync): enable feature `guid` in the open txg after
+    /// its dependencies — its description, its count (1 when active on enable) in
+    /// features_for_read/write, and, once enabled_txg is enabled, the txg in the MOS's
+    /// feature_enabled_txg ZAP (enabled_txg counting one more). Enabling it twice does nothing.
+    pub fn feature_enable(&mut self, guid: &str) -> Result<()> {
+        if self.features.contains_key(guid) {
+            return Ok(());
         }
-        if self.mos.zap_lookup(dsobj, guid)?.is_none() {
-            self.mos.zap_add_u64(dsobj, guid, 0)?;
-            self.feature_incr(guid, 1)?;
+        let Some(&(_, name, read, desc, active)) = supported_feature(guid) else {
+            return Err(ZfsError::Unsupported(format!("feature '{guid}' unsupported by oxzfs")));
+        };
+        let Some((fr, fw)) = self.feature_objs else {
+            return Err(ZfsError::Unsupported(format!("pool must be upgraded to enable feature '{name}'")));
+        };
+        let info = oxzfs_format::features::lookup(guid).ok_or_else(|| ZfsError::Invalid(format!("unknown feature {guid}")))?;
+        for dep in info.deps {
+            self.feature_enable(dep)?;
+        }
+        let fd = match self.mos.zap_lookup(1, "feature_descriptions")? {
+            Some(o) => o,
+            None => return Err(ZfsError::Invalid("no feature_descriptions object".into())),
+        };
+        let mut d: Vec<u64> = desc.bytes().map(u64::from).collect();
+        d.push(0);
+        self.mos.zap_mut(fd)?.entries.insert(guid.as_bytes().to_vec(), (1, d));
+        let refs = u64::from(active);
+        self.features.insert(guid.to_string(), (refs, read));
+        self.mos.zap_add_u64(if read { fr } else { fw }, guid, refs)?;
+        if active && info.mos {
+            self.config_dirty = true; // the label's features_for_read lists it
+        }
+        if self.features.contains_key(ENABLED_TXG) {
+            let obj = match self.mos.zap_lookup(1, "feature_enabled_txg")? {
+                Some(o) => o,
+                None => {
+                    let o = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+                    self.mos.zap_add_u64(1, "feature_enabled_txg", o)?;
+                    o
+                }
+            };
+            self.feature_incr(ENABLED_TXG, 1)?;
+            let txg = self.txg;
+            self.mos.zap_add_u64(obj, guid, txg)?;
         }
         Ok(())
     }
 
-    /// A destroyed dataset's per-dataset features (the entries of its zapified object) and
-    /// its extensible_dataset count go back.
-    fn deactivate_dataset_features(&mut self, dsobj: u64) -> Result<()> {
+    /// Whether feature `guid` is active (enabled with a non-zero count).
+    pub fn feature_active(&self, guid: &str) -> bool {
+        self.features.get(guid).is_some_and(|f| f.0 > 0)
+    }
+
+    /// Per-dataset features of dataset `dsobj` (the guids in its ZAP, once it is zapified).
+    pub fn ds_features(&mut self, dsobj: u64) -> Result<Vec<String>> {
         if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
+            return Ok(Vec::new());
+        }
+        let z = self.mos.zap(dsobj)?;
+        Ok(z.entries.keys().map(|k| String::from_utf8_lossy(k).into_owned()).filter(|k| oxzfs_format::features::lookup(k).is_some_and(|f| f.per_dataset)).collect())
+    }
+
+    /// dsl_dataset_activate_feature: count per-dataset feature `guid` as used by dataset
+    /// `dsobj` — the dataset object becomes a ZAP (dmu_object_zapify, counted by
+    /// extensible_dataset) holding `guid` = 0, and the pool's refcount goes up by one. Already
+    /// active on the dataset: nothing changes.
+    pub fn ds_feature_activate(&mut self, dsobj: u64, guid: &str) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES || self.ds_features(dsobj)?.iter().any(|g| g == guid) {
             return Ok(());
         }
-        let guids: Vec<String> = self.mos.zap(dsobj)?.entries.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
-        for g in guids {
-            if self.features.contains_key(&g) {
-                self.feature_incr(&g, -1)?;
-            }
+        if !self.features.contains_key(guid) {
+            return Err(ZfsError::Unsupported(format!("feature {guid} is not enabled")));
         }
-        self.feature_incr("com.delphix:extensible_dataset", -1)
+        self.feature_incr(guid, 1)?;
+        if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
+            let salt = rand_u64() | 1;
+            let d = self.mos.dirty_obj(dsobj)?;
+            d.dn.typ = types::DMU_OTN_ZAP_METADATA;
+            d.zap = Some(crate::dbuf::ZapObj { salt, ..Default::default() });
+            self.feature_incr(EXTENSIBLE_DATASET, 1)?;
+        }
+        self.mos.zap_add_u64(dsobj, guid, 0)
+    }
+
+    /// Before dataset `dsobj` is freed: each per-dataset feature it counts is released
+    /// (dsl_dataset_deactivate_feature), and so is its extensible_dataset count
+    /// (dmu_object_free_zapified).
+    fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        for g in self.ds_features(dsobj)? {
+            self.feature_incr(&g, -1)?;
+        }
+        if self.mos.dnode(dsobj)?.typ == types::DMU_OTN_ZAP_METADATA {
+            self.feature_incr(EXTENSIBLE_DATASET, -1)?;
+        }
+        Ok(())
     }
 
     /// Write label configs (`which` of the four) for every leaf.
@@ -924,7 +1033,7 @@ impl PoolW {
                 if self.version >= SPA_VERSION_FEATURES {
                     let mut f = NvList::new();
                     for (g, (refs, _)) in &self.features {
-                        if *refs > 0 && g == "com.delphix:embedded_data" {
+                        if *refs > 0 && oxzfs_format::features::lookup(g).is_some_and(|f| f.mos) {
                             f.insert(g, NvValue::Boolean);
                         }
                     }
@@ -1089,6 +1198,19 @@ impl PoolW {
     /// `zpool set`: the comment goes into the config; the other properties into the MOS's
     /// pool_props ZAP (as spa_sync_props stores them). Values are OpenZFS's.
     pub fn set_pool_prop(&mut self, k: &str, v: &str) -> Result<()> {
+        if let Some(f) = k.strip_prefix("feature@") {
+            // zpool_valid_proplist's words; then spa_feature_enable in the open txg.
+            let Some(&(guid, ..)) = supported_feature(f) else {
+                return Err(ZfsError::Invalid(format!("feature '{f}' unsupported by kernel")));
+            };
+            if v != "enabled" {
+                return Err(ZfsError::Invalid(format!("property '{k}' can only be set to 'enabled'")));
+            }
+            if self.version < SPA_VERSION_FEATURES {
+                return Err(ZfsError::Invalid("pool must be upgraded to enable features".into()));
+            }
+            return self.feature_enable(guid);
+        }
         let bad = || ZfsError::Invalid(format!("invalid value '{v}' for property '{k}'"));
         let onoff = |v: &str| match v {
             "on" => Ok(1u64),
@@ -1128,14 +1250,59 @@ impl PoolW {
         self.mos.zap_add_u64(obj, k, num)
     }
 
+    /// What the pool's features allow of a property value (zfs_check_settable and libzfs's
+    /// zfs_valid_proplist), with OpenZFS's messages for `zfs create` (`creating`) or `zfs set`.
+    pub fn prop_feature_check(&self, k: &str, v: &str, creating: bool) -> Result<()> {
+        let upgrade = || {
+            ZfsError::Invalid(if creating { "pool must be upgraded to set this property or value" } else { "pool and or dataset must be upgraded to set this property or value" }.into())
+        };
+        let needs = |guid: Option<&str>| match guid {
+            Some(g) if !self.features.contains_key(g) => Err(upgrade()),
+            _ => Ok(()),
+        };
+        match (k, crate::dsl::encode_prop(k, v)?) {
+            ("compression", crate::dsl::PropStore::Num(n)) => needs(compress_feature((n & 0x7f) as u8)),
+            ("checksum", crate::dsl::PropStore::Num(n)) => needs(checksum_feature(n as u8)),
+            ("dnodesize", _) if v != "legacy" => needs(Some("org.zfsonlinux:large_dnode")),
+            ("recordsize", crate::dsl::PropStore::Num(n)) if n > 128 << 10 => {
+                if !self.features.contains_key("org.open-zfs:large_blocks") {
+                    // libzfs bounds it by the pool's maxblocksize: 128K without large_blocks.
+                    return Err(ZfsError::Invalid("'recordsize' must be power of 2 from 512B to 128K".into()));
+                }
+                if n > zfs_max_recordsize() {
+                    // ERANGE from the kernel, as libzfs words it.
+                    return Err(ZfsError::Invalid(if creating { "invalid property value(s) specified" } else { "property setting is not allowed on bootable datasets" }.into()));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// dsl_dataset_set_compression: compression=zstd set on a dataset makes zstd_compress
+    /// active on it at once (other features wait for the blocks that use them).
+    fn prop_feature_activate(&mut self, dsobj: u64, k: &str, v: &str) -> Result<()> {
+        if k != "compression" || dsobj == 0 {
+            return Ok(());
+        }
+        if let crate::dsl::PropStore::Num(n) = crate::dsl::encode_prop(k, v)? {
+            if let Some(g) = compress_feature((n & 0x7f) as u8) {
+                self.ds_feature_activate(dsobj, g)?;
+            }
+        }
+        Ok(())
+    }
+
     /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
     pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
         let props = self.dir_phys(dir)?.props_zapobj;
         match v {
             Some(v) => {
-                check_prop_feature(&self.features, ds, k, v)?;
-                set_prop_in(&mut self.mos, props, k, v)?
+                self.prop_feature_check(k, v, false)?;
+                set_prop_in(&mut self.mos, props, k, v)?;
+                let head = self.dir_phys(dir)?.head_dataset_obj;
+                self.prop_feature_activate(head, k, v)?;
             }
             None => {
                 if !crate::dsl::SETTABLE.contains(&k) && !k.contains(':') {
@@ -1235,13 +1402,10 @@ impl PoolW {
     }
 }
 
-/// A property value that needs a pool feature (dnodesize other than legacy: large_dnode) is
-/// refused on a pool without it, with OpenZFS's message.
-fn check_prop_feature(features: &BTreeMap<String, (u64, bool)>, ds: &str, k: &str, val: &str) -> Result<()> {
-    if k == "dnodesize" && val != "legacy" && !features.contains_key("org.zfsonlinux:large_dnode") {
-        return Err(ZfsError::Invalid(format!("cannot set property for '{ds}': pool and or dataset must be upgraded to set this property or value")));
-    }
-    Ok(())
+/// The zfs_max_recordsize tunable: the largest recordsize `zfs set` accepts (1M, as in
+/// OpenZFS 2.1; up to 16M from $OXZFS_ZFS_MAX_RECORDSIZE, read by the daemon).
+pub fn zfs_max_recordsize() -> u64 {
+    std::env::var("OXZFS_ZFS_MAX_RECORDSIZE").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1 << 20).clamp(128 << 10, crate::dsl::MAX_RECORDSIZE)
 }
 
 /// Store property `k` = `val` (validated) in a DSL props ZAP.
@@ -1593,7 +1757,7 @@ impl PoolW {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': invalid character in dataset name")));
         }
         for (k, v) in props {
-            crate::dsl::encode_prop(k, v).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
+            self.prop_feature_check(k, v, true).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
         }
         if self.find_dir(name)?.is_some() {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': dataset already exists")));
@@ -1627,7 +1791,6 @@ impl PoolW {
         let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
         mos.zap_add_u64(pchild, leaf, dd)?;
         for (k, val) in props {
-            check_prop_feature(&self.features, name, k, val)?;
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
@@ -1692,10 +1855,13 @@ impl PoolW {
         }
         mos.set_bonus(ds, &dp.encode())?;
         mos.set_bonus(dd, &ddp.encode())?;
-        let props = self.effective_props(dd)?;
-        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, props);
+        let osprops = self.effective_props(dd)?;
+        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
         self.datasets.insert(ds, DatasetW { dsobj: ds, os });
+        for (k, val) in props {
+            self.prop_feature_activate(ds, k, val)?;
+        }
         Ok(ds)
     }
 
@@ -1810,7 +1976,7 @@ impl PoolW {
             }
         }
         let _ = delta;
-        self.deactivate_dataset_features(ds)?;
+        self.ds_features_release(ds)?;
         for o in [dp.deadlist_obj, dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
             if o != 0 {
                 // A deadlist ZAP's bpobjs go with it.

@@ -433,4 +433,53 @@ mod write_tests {
             assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt }, &bp).unwrap(), blk);
         }
     }
+
+    /// zstd blocks in OpenZFS's framing: bp compress = ZIO_COMPRESS_ZSTD, the physical block
+    /// begins with the BE32 frame length and the BE32 level/version word (the zio_zstd_levels
+    /// value, 3 for the default), and blocks that would not save 1/8 are written uncompressed.
+    #[test]
+    fn zstd_blocks_carry_openzfs_header_and_level() {
+        let salt = [5u8; 32];
+        let (_d, root, _) = pool("mirror", 2, 0, 9);
+        let top = root.children[0].clone();
+        let mut alloc = Bump { next: 0, top };
+        let ctx = ZioCtx { root: &root, salt: &salt };
+        let text: Vec<u8> = (0..4000).flat_map(|i| format!("record {i} of a compressible text\n").into_bytes()).collect();
+        let mut data = text[..131072].to_vec();
+        data.resize(131072, 0);
+        for (complevel, want_level) in [(0u8, 3u8), (1, 1), (19, 19), (103, 103), (112, 112)] {
+            let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SHA512, compress: compress::ZIO_COMPRESS_ZSTD, complevel, copies: 1, embed_ok: false, class: AllocClass::Normal };
+            let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 7).unwrap() else { panic!("hole") };
+            assert_eq!((bp.compress, bp.checksum), (compress::ZIO_COMPRESS_ZSTD, checksum::ZIO_CHECKSUM_SHA512), "level {complevel}");
+            assert!(bp.psize <= 131072 - 131072 / 8, "level {complevel}: psize {}", bp.psize);
+            let phys = read_physical(&ctx, &bp).unwrap();
+            let c_len = u32::from_be_bytes(phys[0..4].try_into().unwrap()) as u64;
+            let word = u32::from_be_bytes(phys[4..8].try_into().unwrap());
+            assert_eq!((word >> 24) as u8, want_level, "level byte for complevel {complevel}");
+            assert!(word & 0xff_ffff >= 10405, "zstd version {}", word & 0xff_ffff);
+            assert!(c_len + 8 <= bp.psize && bp.psize - (c_len + 8) < 512, "c_len {c_len} psize {}", bp.psize);
+            assert!(phys[8 + c_len as usize..].iter().all(|&b| b == 0), "zero padding");
+            assert_eq!(compress::zstd::header_level(&phys).unwrap(), want_level);
+            assert_eq!(read_bp(&ctx, &bp).unwrap(), data, "level {complevel} reads back");
+        }
+        // Random bytes do not save 12.5%: stored uncompressed, still checksummed.
+        let mut seed = 99u64;
+        let rnd: Vec<u8> = (0..65536)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (seed >> 56) as u8
+            })
+            .collect();
+        let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SKEIN, compress: compress::ZIO_COMPRESS_ZSTD, complevel: 19, copies: 1, embed_ok: false, class: AllocClass::Normal };
+        let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &rnd, &props, 7).unwrap() else { panic!("hole") };
+        assert_eq!((bp.compress, bp.psize), (compress::ZIO_COMPRESS_OFF, 65536));
+        assert_eq!(read_bp(&ctx, &bp).unwrap(), rnd);
+        // A block that compresses to just over 7/8 of its size is not compressed either.
+        let mut half = rnd.clone();
+        half[..6000].iter_mut().for_each(|b| *b = b'a');
+        let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &half, &props, 7).unwrap() else { panic!("hole") };
+        assert_eq!(bp.compress, compress::ZIO_COMPRESS_OFF, "saving under 1/8 is not taken");
+        // The skein checksum is keyed with the pool's salt: another salt fails to verify.
+        assert!(read_bp(&ZioCtx { root: &root, salt: &[6u8; 32] }, &bp).is_err());
+    }
 }

@@ -227,7 +227,8 @@ impl BlockPointer {
 
     /// An all-zero block pointer: a hole that was never written.
     pub fn hole() -> BlockPointer {
-        BlockPointer::default()
+        // BP_ZERO: not even the byte-order bit is set.
+        BlockPointer { little_endian: false, ..BlockPointer::default() }
     }
 
     /// BP_IS_HOLE: not embedded and DVA 0 holds nothing.
