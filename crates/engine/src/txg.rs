@@ -22,7 +22,7 @@
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx};
 use crate::metaslab::{Metaslabs, MsSync};
 use crate::spa::{PoolCandidate, Spa};
-use crate::vdev::{DeviceMap, FileDevice, Vdev, VdevKind};
+use crate::vdev::{DeviceMap, FileDevice, Vdev};
 use crate::zio::{AllocClass, DvaAllocator};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
@@ -101,10 +101,7 @@ pub struct PoolAlloc<'a> {
 
 /// asize of `psize` bytes on top-level vdev `top` (vdev_psize_to_asize).
 pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
-    match top.kind {
-        VdevKind::Raidz { nparity } => crate::vdev::raidz::asize(psize, top.ashift, top.children.len(), nparity as usize),
-        _ => psize.div_ceil(1 << top.ashift) << top.ashift,
-    }
+    top.psize_to_asize(psize)
 }
 
 impl DvaAllocator for PoolAlloc<'_> {
@@ -119,6 +116,9 @@ impl DvaAllocator for PoolAlloc<'_> {
             c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
         }?;
         Some(Dva { vdev, offset, asize, gang: false })
+    }
+    fn unalloc_dva(&mut self, dva: &Dva, txg: u64) {
+        self.ms.free(dva.vdev, dva.offset, dva.asize, txg, txg);
     }
     fn min_alloc(&self) -> u64 {
         self.min_alloc
@@ -771,17 +771,19 @@ impl PoolW {
         let freed = std::mem::take(&mut ctx.freed);
         drop(ctx);
         for f in &freed {
-            self.free_bp(f, self.txg);
+            self.free_bp(f, self.txg)?;
         }
         Ok(bp)
     }
 
-    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) {
-        let root = self.spa.root_vdev.clone();
-        for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
-            let _ = &root;
+    /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
+    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
+        let mut dvas = Vec::new();
+        crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt }, bp, &mut dvas)?;
+        for d in dvas {
             self.ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
         }
+        Ok(())
     }
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
@@ -1711,7 +1713,7 @@ impl PoolW {
         }
         let txg = self.txg;
         for bp in &freed {
-            self.free_bp(bp, txg);
+            self.free_bp(bp, txg)?;
         }
         let root = self.spa.root_vdev.clone();
         let mut delta = SpaceDelta::default();
