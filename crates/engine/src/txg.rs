@@ -663,6 +663,7 @@ impl PoolW {
             let bp = self.sync_objset(&mut ds.os, 1, false)?;
             let delta = std::mem::take(&mut ds.os.delta);
             let mut p = DslDatasetPhys::decode(&self.mos.bonus(id)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {id}"), e))?;
+            let unique = p.unique_bytes;
             p.bp = bp;
             p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
             p.compressed_bytes = (p.compressed_bytes as i64 + delta.psize).max(0) as u64;
@@ -670,7 +671,7 @@ impl PoolW {
             p.unique_bytes = (p.unique_bytes as i64 + delta.dsize).max(0) as u64;
             let dir = p.dir_obj;
             self.mos.set_bonus(id, &p.encode())?;
-            self.dir_diduse(dir, delta, true)?;
+            self.ds_diduse(dir, unique, &delta)?;
             self.datasets.insert(id, ds);
         }
         // 2. The MOS, until the space maps stop changing.
@@ -788,22 +789,8 @@ impl PoolW {
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
     fn dir_diduse(&mut self, dir: u64, d: SpaceDelta, head: bool) -> Result<()> {
-        let mut cur = dir;
-        let mut first = head;
-        while cur != 0 {
-            let mut p = DslDirPhys::decode(&self.mos.bonus(cur)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {cur}"), e))?;
-            p.used_bytes = (p.used_bytes as i64 + d.dsize).max(0) as u64;
-            p.compressed_bytes = (p.compressed_bytes as i64 + d.psize).max(0) as u64;
-            p.uncompressed_bytes = (p.uncompressed_bytes as i64 + d.lsize).max(0) as u64;
-            if p.flags & DD_FLAG_USED_BREAKDOWN != 0 {
-                let k = if first { 0 } else { 2 };
-                p.used_breakdown[k] = (p.used_breakdown[k] as i64 + d.dsize).max(0) as u64;
-            }
-            self.mos.set_bonus(cur, &p.encode())?;
-            first = false;
-            cur = p.parent_dir_obj;
-        }
-        Ok(())
+        let k = if head { oxzfs_format::dsl::DD_USED_HEAD } else { oxzfs_format::dsl::DD_USED_CHILD };
+        self.dir_transfer(dir, d.dsize, d.psize, d.lsize, d.dsize, k, k)
     }
 
     /// Append a metaslab's new entries to its space map object (creating it on first use).
@@ -1088,6 +1075,11 @@ impl PoolW {
     /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
     pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
+        if crate::dsl_space::is_space_prop(k) {
+            let Some(v) = v else { return Err(ZfsError::Invalid(format!("'{k}' property cannot be inherited"))) };
+            let crate::dsl::PropStore::Num(n) = crate::dsl::encode_prop(k, v)? else { unreachable!("sizes are numbers") };
+            return self.set_space_prop(dir, k, n);
+        }
         let props = self.dir_phys(dir)?.props_zapobj;
         match v {
             Some(v) => set_prop_in(&mut self.mos, props, k, v)?,
@@ -1421,6 +1413,10 @@ impl PoolHandle {
                 w.sync()?;
                 w.quota_check(dsobj, incoming)?;
             }
+            if w.reservation_check(dsobj, incoming, copies).is_err() {
+                w.sync()?;
+                w.reservation_check(dsobj, incoming, copies)?;
+            }
         }
         self.with_fs(dsobj, f)
     }
@@ -1540,6 +1536,7 @@ impl PoolW {
         for (k, v) in props {
             crate::dsl::encode_prop(k, v).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
         }
+        let requested = props;
         if self.find_dir(name)?.is_some() {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': dataset already exists")));
         }
@@ -1571,7 +1568,8 @@ impl PoolW {
         let child = mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
         let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
         mos.zap_add_u64(pchild, leaf, dd)?;
-        for (k, val) in props {
+        // quota, reservation and the like are set once the dataset exists (they are checked).
+        for (k, val) in props.iter().filter(|(k, _)| !crate::dsl_space::is_space_prop(k)) {
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
@@ -1640,6 +1638,7 @@ impl PoolW {
         let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, props);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
         self.datasets.insert(ds, DatasetW { dsobj: ds, os });
+        self.create_space_props(name, dd, requested)?;
         Ok(ds)
     }
 
@@ -1704,6 +1703,7 @@ impl PoolW {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
         }
         // Free the objset's blocks (all born after the origin).
+        self.release_reservations(dir)?;
         self.sync()?;
         self.datasets.remove(&ds);
         let dp = self.ds_phys(ds)?;
