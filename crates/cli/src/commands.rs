@@ -650,9 +650,44 @@ fn zpool_value(imp: &Imported, prop: &str, p: bool) -> String {
         }
         "failmode" => ["wait", "continue", "panic"].get(imp.pool.pool_props().get("failmode").copied().unwrap_or(0) as usize).unwrap_or(&"wait").to_string(),
         "freeing" | "leaked" => "0".into(),
-        "cachefile" | "bootfs" => "-".into(),
+        "cachefile" => imp.pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| "-".into()),
+        "bootfs" => "-".into(),
+        "ashift" => imp.pool.pool_props().get("ashift").copied().unwrap_or(0).to_string(),
+        "load_guid" => imp.pool.load_guid.to_string(),
+        "compatibility" => "off".into(),
+        _ if prop.starts_with("feature@") => feature_state(imp, &prop["feature@".len()..]),
         _ => "-".into(),
     }
+}
+
+/// OpenZFS 2.1's features in spa_feature_t order (the order `zpool get all` lists them in).
+const FEATURES_2_1: &[&str] = &[
+    "async_destroy", "empty_bpobj", "lz4_compress", "multi_vdev_crash_dump", "spacemap_histogram", "enabled_txg", "hole_birth",
+    "extensible_dataset", "embedded_data", "bookmarks", "filesystem_limits", "large_blocks", "large_dnode", "sha512", "skein", "edonr",
+    "userobj_accounting", "encryption", "project_quota", "device_removal", "obsolete_counts", "zpool_checkpoint", "spacemap_v2",
+    "allocation_classes", "resilver_defer", "bookmark_v2", "redaction_bookmarks", "redacted_datasets", "bookmark_written", "log_spacemap",
+    "livelist", "device_rebuild", "zstd_compress", "draid",
+];
+
+/// feature@NAME of a pool: disabled, enabled (refcount 0) or active (zpool_prop_get_feature).
+fn feature_state(imp: &Imported, name: &str) -> String {
+    let Some(f) = oxzfs_format::features::lookup_name(name) else { return "-".into() };
+    let spa = &imp.pool.spa;
+    let mos = spa.mos();
+    let mut refcount = None;
+    for zap in ["features_for_read", "features_for_write"] {
+        if let Ok(Some(obj)) = oxzfs::zap::zap_lookup_u64(&mos, 1, zap) {
+            if let Some((_, n)) = oxzfs::zap::zap_list_u64(&mos, obj).unwrap_or_default().into_iter().find(|(g, _)| g == f.guid) {
+                refcount = Some(n);
+            }
+        }
+    }
+    match refcount {
+        None => "disabled",
+        Some(0) => "enabled",
+        Some(_) => "active",
+    }
+    .into()
 }
 
 fn zpool_list(st: &mut State, args: &[String]) -> Out {
@@ -722,22 +757,22 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
         Err(e) => return usage(format!("{e}\n{ZPOOL_GET_USAGE}")),
     };
     let Some(spec) = o.operands.first() else { return usage(format!("missing property argument\n{ZPOOL_GET_USAGE}")) };
+    // OpenZFS 2.1's visible pool properties in zpool_prop_t order, then every feature@.
     let all = [
-        "size", "capacity", "altroot", "health", "guid", "version", "readonly", "comment", "free", "allocated", "dedupratio", "fragmentation",
-        "autoexpand", "autoreplace", "failmode", "listsnapshots", "delegation", "autotrim", "multihost",
+        "size", "capacity", "altroot", "health", "guid", "version", "bootfs", "delegation", "autoreplace", "cachefile", "failmode",
+        "listsnapshots", "autoexpand", "dedupratio", "free", "allocated", "readonly", "ashift", "comment", "expandsize", "freeing",
+        "fragmentation", "leaked", "multihost", "checkpoint", "load_guid", "autotrim", "compatibility",
     ];
-    let features: Vec<String> = oxzfs::txg::DEFAULT_FEATURES.iter().chain(oxzfs::txg::OPTIONAL_FEATURES).map(|f| format!("feature@{}", f.1)).collect();
     let wanted: Vec<String> = if spec == "all" {
-        all.iter().map(|s| s.to_string()).chain(features).collect()
+        // Then the features oxzfs knows beyond 2.1's (disabled unless asked for).
+        let newer = oxzfs::txg::OPTIONAL_FEATURES.iter().map(|f| f.1).filter(|n| !FEATURES_2_1.contains(n));
+        all.iter().map(|s| s.to_string()).chain(FEATURES_2_1.iter().copied().chain(newer).map(|f| format!("feature@{f}"))).collect()
     } else {
         let mut v = Vec::new();
         for p in spec.split(',') {
-            if p.starts_with("feature@") && oxzfs_format::features::lookup_name(&p[8..]).is_some() {
-                v.push(p.to_string());
-                continue;
-            }
             match props::zpool_prop(p) {
                 Some(n) => v.push(n),
+                None if p.strip_prefix("feature@").is_some_and(|f| oxzfs_format::features::lookup_name(f).is_some()) => v.push(p.to_string()),
                 None => return usage(format!("bad property list: invalid property '{p}'\n{ZPOOL_GET_USAGE}")),
             }
         }
@@ -772,12 +807,16 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
                 // OpenZFS: "default" only at the default version (5000, shown as "-").
                 "version" => if v == "-" { "default" } else { "local" },
                 "comment" if v != "-" => "local",
+                "cachefile" if v != "-" => "local",
+                "ashift" if imp.pool.pool_props().contains_key("ashift") => "local",
+                _ if n.starts_with("feature@") => "local",
                 "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "autotrim" | "multihost"
                     if imp.pool.pool_props().contains_key(n.as_str()) =>
                 {
                     "local"
                 }
-                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" | "autotrim" | "multihost" => "default",
+                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" | "autotrim" | "multihost"
+                | "compatibility" => "default",
                 _ => "-",
             };
             rows.push(vec![imp.pool.name().to_string(), n.clone(), v, source.to_string()]);

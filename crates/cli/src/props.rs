@@ -124,6 +124,8 @@ pub const ZPOOL_COLUMNS: &[(&str, &str, Kind)] = &[
     ("cachefile", "CACHEFILE", Kind::Text),
     ("bootfs", "BOOTFS", Kind::Text),
     ("delegation", "DELEGATION", Kind::Index),
+    ("load_guid", "LOAD_GUID", Kind::Number),
+    ("compatibility", "COMPATIBILITY", Kind::Text),
 ];
 
 /// Short names `zfs` accepts besides the column names.

@@ -409,6 +409,9 @@ pub fn zfs_inherit(st: &mut State, args: &[String]) -> Out {
         return (String::new(), "missing property or dataset argument\nusage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n".into(), 2);
     }
     let prop = o.operands[0].clone();
+    if oxzfs::dsl_space::is_space_prop(&prop) {
+        return (String::new(), format!("'{prop}' property cannot be inherited\nuse 'zfs set {prop}=none' to clear\nuse 'zfs inherit -S {prop}' to revert to received value\n"), 1);
+    }
     for t in &o.operands[1..] {
         let imp = match pool_of(st, t) {
             Ok(i) => i,

@@ -588,12 +588,15 @@ impl ObjsetW {
         }
         let old = self.read_l0(obj, &dn, 0)?;
         let d = self.dirty_obj(obj)?;
+        // The grown block is dirty whole (what was counted for the old one is already in).
+        let counted = if d.blocks.contains_key(&0) { dn.data_block_size() } else { 0 };
         let mut b = old;
         b.resize(blksz as usize, 0);
         d.trunc_from = Some(0);
         d.blocks.clear();
         d.blocks.insert(0, b);
         d.dn.datablkszsec = (blksz / 512) as u16;
+        self.dirty_bytes += blksz.saturating_sub(counted);
         Ok(())
     }
 

@@ -22,6 +22,7 @@ pub mod spa;
 pub mod dmu;
 pub mod zap;
 pub mod dsl;
+pub mod dsl_space;
 pub mod zpl;
 pub mod traverse;
 pub mod pool;

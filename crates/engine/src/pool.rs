@@ -32,6 +32,10 @@ pub struct Pool {
     /// Cache and spare devices found in the import directories (guid → path): their labels
     /// name no pool, so the pool scan leaves them out.
     aux_found: HashMap<u64, PathBuf>,
+    /// A new random guid at each load of the pool (spa_load_guid, the load_guid property).
+    pub load_guid: u64,
+    /// The cachefile property: None for the default, Some("none") or Some(path).
+    pub cachefile: Mutex<Option<String>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -96,13 +100,15 @@ impl Pool {
             mounted: Mutex::new(HashMap::new()),
             fs_cache: Mutex::new(HashMap::new()),
             aux_found,
+            load_guid: crate::dbuf::rand_u64(),
+            cachefile: Mutex::new(None),
         }))
     }
 
     /// The read view of a pool imported for writing (its Spa follows each synced txg).
     pub fn from_spa(spa: Arc<Spa>, altroot: Option<PathBuf>, dirs: &[PathBuf]) -> Arc<Pool> {
         let aux_found = find_aux_devices(&spa, dirs);
-        Arc::new(Pool { spa, altroot, mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()), aux_found })
+        Arc::new(Pool { spa, altroot, mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()), aux_found, load_guid: crate::dbuf::rand_u64(), cachefile: Mutex::new(None) })
     }
 
     pub fn name(&self) -> &str {

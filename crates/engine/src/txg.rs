@@ -22,7 +22,7 @@
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx};
 use crate::metaslab::{Metaslabs, MsSync};
 use crate::spa::{PoolCandidate, Spa};
-use crate::vdev::{DeviceMap, FileDevice, Vdev, VdevKind};
+use crate::vdev::{DeviceMap, FileDevice, Vdev};
 use crate::zio::{AllocClass, DvaAllocator};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
@@ -144,10 +144,7 @@ pub struct PoolAlloc<'a> {
 
 /// asize of `psize` bytes on top-level vdev `top` (vdev_psize_to_asize).
 pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
-    match top.kind {
-        VdevKind::Raidz { nparity } => crate::vdev::raidz::asize(psize, top.ashift, top.children.len(), nparity as usize),
-        _ => psize.div_ceil(1 << top.ashift) << top.ashift,
-    }
+    top.psize_to_asize(psize)
 }
 
 impl DvaAllocator for PoolAlloc<'_> {
@@ -162,6 +159,9 @@ impl DvaAllocator for PoolAlloc<'_> {
             c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
         }?;
         Some(Dva { vdev, offset, asize, gang: false })
+    }
+    fn unalloc_dva(&mut self, dva: &Dva, txg: u64) {
+        self.ms.free(dva.vdev, dva.offset, dva.asize, txg, txg);
     }
     fn min_alloc(&self) -> u64 {
         self.min_alloc
@@ -713,6 +713,7 @@ impl PoolW {
                 self.ds_feature_activate(id, guid)?;
             }
             let mut p = DslDatasetPhys::decode(&self.mos.bonus(id)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {id}"), e))?;
+            let unique = p.unique_bytes;
             p.bp = bp;
             p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
             p.compressed_bytes = (p.compressed_bytes as i64 + delta.psize).max(0) as u64;
@@ -720,7 +721,7 @@ impl PoolW {
             p.unique_bytes = (p.unique_bytes as i64 + delta.dsize).max(0) as u64;
             let dir = p.dir_obj;
             self.mos.set_bonus(id, &p.encode())?;
-            self.dir_diduse(dir, delta, true)?;
+            self.ds_diduse(dir, unique, &delta)?;
             self.datasets.insert(id, ds);
         }
         // 2. The MOS, until the space maps stop changing.
@@ -823,37 +824,25 @@ impl PoolW {
         let freed = std::mem::take(&mut ctx.freed);
         drop(ctx);
         for f in &freed {
-            self.free_bp(f, self.txg);
+            self.free_bp(f, self.txg)?;
         }
         Ok(bp)
     }
 
-    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) {
-        let root = self.spa.root_vdev.clone();
-        for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
-            let _ = &root;
+    /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
+    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
+        let mut dvas = Vec::new();
+        crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt }, bp, &mut dvas)?;
+        for d in dvas {
             self.ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
         }
+        Ok(())
     }
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
     fn dir_diduse(&mut self, dir: u64, d: SpaceDelta, head: bool) -> Result<()> {
-        let mut cur = dir;
-        let mut first = head;
-        while cur != 0 {
-            let mut p = DslDirPhys::decode(&self.mos.bonus(cur)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {cur}"), e))?;
-            p.used_bytes = (p.used_bytes as i64 + d.dsize).max(0) as u64;
-            p.compressed_bytes = (p.compressed_bytes as i64 + d.psize).max(0) as u64;
-            p.uncompressed_bytes = (p.uncompressed_bytes as i64 + d.lsize).max(0) as u64;
-            if p.flags & DD_FLAG_USED_BREAKDOWN != 0 {
-                let k = if first { 0 } else { 2 };
-                p.used_breakdown[k] = (p.used_breakdown[k] as i64 + d.dsize).max(0) as u64;
-            }
-            self.mos.set_bonus(cur, &p.encode())?;
-            first = false;
-            cur = p.parent_dir_obj;
-        }
-        Ok(())
+        let k = if head { oxzfs_format::dsl::DD_USED_HEAD } else { oxzfs_format::dsl::DD_USED_CHILD };
+        self.dir_transfer(dir, d.dsize, d.psize, d.lsize, d.dsize, k, k)
     }
 
     /// Append a metaslab's new entries to its space map object (creating it on first use).
@@ -1296,6 +1285,11 @@ impl PoolW {
     /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
     pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
+        if crate::dsl_space::is_space_prop(k) {
+            let Some(v) = v else { return Err(ZfsError::Invalid(format!("'{k}' property cannot be inherited"))) };
+            let crate::dsl::PropStore::Num(n) = crate::dsl::encode_prop(k, v)? else { unreachable!("sizes are numbers") };
+            return self.set_space_prop(dir, k, n);
+        }
         let props = self.dir_phys(dir)?.props_zapobj;
         match v {
             Some(v) => {
@@ -1640,6 +1634,10 @@ impl PoolHandle {
                 w.sync()?;
                 w.quota_check(dsobj, incoming)?;
             }
+            if w.reservation_check(dsobj, incoming, copies).is_err() {
+                w.sync()?;
+                w.reservation_check(dsobj, incoming, copies)?;
+            }
         }
         self.with_fs(dsobj, f)
     }
@@ -1759,6 +1757,7 @@ impl PoolW {
         for (k, v) in props {
             self.prop_feature_check(k, v, true).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
         }
+        let requested = props;
         if self.find_dir(name)?.is_some() {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': dataset already exists")));
         }
@@ -1790,7 +1789,8 @@ impl PoolW {
         let child = mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
         let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
         mos.zap_add_u64(pchild, leaf, dd)?;
-        for (k, val) in props {
+        // quota, reservation and the like are set once the dataset exists (they are checked).
+        for (k, val) in props.iter().filter(|(k, _)| !crate::dsl_space::is_space_prop(k)) {
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
@@ -1862,6 +1862,7 @@ impl PoolW {
         for (k, val) in props {
             self.prop_feature_activate(ds, k, val)?;
         }
+        self.create_space_props(name, dd, requested)?;
         Ok(ds)
     }
 
@@ -1933,6 +1934,7 @@ impl PoolW {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
         }
         // Free the objset's blocks (all born after the origin).
+        self.release_reservations(dir)?;
         self.sync()?;
         self.datasets.remove(&ds);
         let dp = self.ds_phys(ds)?;
@@ -1942,7 +1944,7 @@ impl PoolW {
         }
         let txg = self.txg;
         for bp in &freed {
-            self.free_bp(bp, txg);
+            self.free_bp(bp, txg)?;
         }
         let root = self.spa.root_vdev.clone();
         let mut delta = SpaceDelta::default();

@@ -226,6 +226,15 @@ impl Vdev {
         }))
     }
 
+    /// Allocated bytes for `psize` physical bytes on this top-level vdev (vdev_psize_to_asize):
+    /// whole sectors, plus parity and padding on raidz.
+    pub fn psize_to_asize(&self, psize: u64) -> u64 {
+        match self.kind {
+            VdevKind::Raidz { nparity } => raidz::asize(psize, self.ashift, self.children.len(), nparity as usize),
+            _ => psize.div_ceil(1 << self.ashift) << self.ashift,
+        }
+    }
+
     pub fn is_leaf(&self) -> bool {
         matches!(self.kind, VdevKind::Leaf { .. })
     }

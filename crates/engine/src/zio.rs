@@ -1,4 +1,4 @@
-//! zio: the read pipeline from a block pointer to the block's logical bytes.
+//! zio: the read and write pipelines between a block pointer and the block's logical bytes.
 //!
 //! ```text
 //!   hole ─────────────────────────────────────────────► zeros (lsize)
@@ -12,16 +12,39 @@
 //! reconstructions under the same checksum (the `verify` callback), and counts errors on the
 //! leaves. When every copy fails, the error says which block (its bp) and why.
 //! A checksum is verified on the physical (compressed) bytes, as OpenZFS computes it at write.
+//!
+//! Write: compress → (embed) → checksum over the physical bytes → allocate `copies` DVAs →
+//! vdev writes. When the allocator has no contiguous room (or OXZFS_FORCE_GANGING asks), the
+//! block becomes a gang tree, as zio_write_gang_block builds it:
+//!
+//! ```text
+//!   bp (gang bit on each DVA; DVA[i].asize = header + children's copy i; checksum of the
+//!   │   whole physical block)           copies + 1 header copies (at most 3)
+//!   └► gang header, 512 bytes: bp[3] | filler | zio_eck_t (gang_header checksum, verifier
+//!        │                                      = DVA[0] vdev, offset, physical birth)
+//!        └► child i: psize = rest / (3 - i) rounded up to 512, uncompressed, type none,
+//!                   level 0, the leader's checksum; itself ganged when it finds no room
+//! ```
+//!
+//! Frees walk the tree (`bp_allocations`): a gang DVA frees only its header, the children
+//! free their own copies. A later sync pass rewriting a gang block of the same size rewrites
+//! the tree in place.
 
 use crate::vdev::Vdev;
 use crate::{Result, ZfsError};
-use oxzfs_format::blkptr::{decode_gang_header, BlockPointer, Dva};
+use oxzfs_format::blkptr::{decode_gang_header, BlockPointer, Dva, SPA_GBH_NBLKPTRS};
 use oxzfs_format::checksum;
 use oxzfs_format::compress;
 
 /// Largest logical block OpenZFS writes (SPA_MAXBLOCKSIZE, 16 MiB).
 pub const MAX_BLOCK: u64 = 16 << 20;
 const GANG_HEADER_SIZE: u64 = 512;
+/// SPA_MINBLOCKSIZE: gang children are cut in multiples of it, and a block this small is
+/// never ganged.
+const SPA_MINBLOCKSIZE: u64 = 512;
+/// Gang trees nest at most this deep: each level cuts a block in three, and 16 MiB reach
+/// 512 bytes after ten cuts.
+const MAX_GANG_DEPTH: usize = 12;
 
 /// What the pipeline needs from the pool: the vdev tree and the checksum salt.
 pub struct ZioCtx<'a> {
@@ -80,6 +103,11 @@ fn decompress(bp: &BlockPointer, physical: &[u8]) -> Result<Vec<u8>> {
 
 /// The verified physical (psize) bytes of a non-embedded, non-hole bp.
 pub fn read_physical(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
+    read_physical_at(ctx, bp, 0)
+}
+
+/// `read_physical` of a bp `depth` gang levels down.
+fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec<u8>> {
     let mut last: Option<ZfsError> = None;
     let verify = |d: &[u8]| verify_bp(bp, d, ctx.salt);
     for dva in bp.dvas() {
@@ -87,7 +115,7 @@ pub fn read_physical(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
             continue;
         }
         let res = if dva.gang {
-            read_gang(ctx, bp, dva, 0)
+            read_gang(ctx, bp, dva, depth)
         } else {
             read_dva(ctx, dva, bp.psize, &verify)
         };
@@ -118,12 +146,15 @@ pub fn read_dva(ctx: &ZioCtx, dva: &Dva, size: u64, verify: &dyn Fn(&[u8]) -> bo
     top.read(dva.offset, size, verify)
 }
 
-fn read_gang(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva, depth: usize) -> Result<Vec<u8>> {
-    if depth > 8 {
-        return Err(ZfsError::Invalid(format!("gang tree deeper than 8 at {bp}")));
-    }
-    // The verifier names the block's identity (DVA[0]) whichever copy is read.
-    let verifier = [bp.dva[0].vdev, bp.dva[0].offset, bp.physical_birth(), 0];
+/// The verifier a gang header's embedded checksum starts from (zio_checksum_gang_verifier):
+/// the block's identity (DVA[0]) and physical birth, whichever copy is read.
+fn gang_verifier(bp: &BlockPointer) -> [u64; 4] {
+    [bp.dva[0].vdev, bp.dva[0].offset, bp.physical_birth(), 0]
+}
+
+/// The three child bps of gang block `bp`, from the header at its gang DVA `dva`.
+fn read_gang_header(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva) -> Result<Vec<BlockPointer>> {
+    let verifier = gang_verifier(bp);
     // In an encrypted dataset the header keeps only half of its checksum: the gang-header
     // function is not dedup-capable, so the upper words are folded in and then zeroed.
     let truncated = bp.encrypted && bp.typ != oxzfs_format::types::DMU_OT_OBJSET;
@@ -139,10 +170,29 @@ fn read_gang(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva, depth: usize) -> Result
     };
     let hdr = read_dva(ctx, dva, GANG_HEADER_SIZE, &check)?;
     let le = hdr_little_endian(&hdr);
-    let children = decode_gang_header(&hdr, le).map_err(|e| ZfsError::corrupt(format!("gang header of {bp}"), e))?;
+    decode_gang_header(&hdr, le).map_err(|e| ZfsError::corrupt(format!("gang header of {bp}"), e))
+}
+
+/// The child bps of gang block `bp`, from the first of its header copies that verifies.
+pub fn gang_children(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<BlockPointer>> {
+    let mut last = None;
+    for dva in bp.dvas().iter().filter(|d| !d.is_empty() && d.gang) {
+        match read_gang_header(ctx, bp, dva) {
+            Ok(c) => return Ok(c),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ZfsError::Invalid(format!("{bp} has no gang DVA"))))
+}
+
+fn read_gang(ctx: &ZioCtx, bp: &BlockPointer, dva: &Dva, depth: usize) -> Result<Vec<u8>> {
+    if depth > MAX_GANG_DEPTH {
+        return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
+    }
+    let children = read_gang_header(ctx, bp, dva)?;
     let mut out = Vec::with_capacity(bp.psize as usize);
     for child in children.iter().filter(|c| !c.is_hole()) {
-        let mut part = read_physical(ctx, child)?;
+        let mut part = read_physical_at(ctx, child, depth + 1)?;
         out.append(&mut part);
         if out.len() as u64 >= bp.psize {
             break;
@@ -200,6 +250,9 @@ pub trait DvaAllocator {
     /// (another top-level vdev, else another metaslab, when possible). Returns the DVA
     /// (vdev, offset, asize) or None when the pool is full.
     fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva>;
+    /// Give back a DVA this allocator handed out in this txg and that was never used (a
+    /// gang tree or a set of copies that could not be completed).
+    fn unalloc_dva(&mut self, dva: &Dva, txg: u64);
     /// The smallest allocation unit of the class (1 << min ashift).
     fn min_alloc(&self) -> u64;
 }
@@ -284,24 +337,249 @@ pub fn write_block_over(
     if let Some(pb) = prev {
         if pb.birth == txg && !pb.embedded && !pb.is_hole() && pb.psize == psize && pb.ndvas() >= 1 {
             bp.dva = pb.dva;
-            write_dvas(root, &bp, &phys)?;
+            if pb.is_gang() {
+                // The same psize cuts into the same children: rewrite the tree where it is.
+                let ctx = ZioCtx { root, salt };
+                rewrite_gang(&ctx, &mut bp, &phys, 0)?;
+            } else {
+                write_dvas(root, &bp, &phys)?;
+            }
             return Ok(Written::Bp(bp));
         }
     }
-    let mut used: Vec<Dva> = Vec::new();
-    for i in 0..p.copies.clamp(1, 3) {
-        let dva = alloc.alloc_dva(p.class, psize, txg, &used);
-        match dva {
-            Some(d) => {
-                used.push(d);
-                bp.dva[i] = d;
-            }
-            None if i == 0 => return Err(ZfsError::Posix(28, "out of space".into())),
-            None => break, // ditto copies are best effort, as in OpenZFS
+    let copies = p.copies.clamp(1, 3);
+    // All copies, contiguous or ganged; when the pool cannot hold them all, fewer ditto
+    // copies rather than failing the sync.
+    for n in (1..=copies).rev() {
+        let mut placer = Placer { root, salt, alloc: &mut *alloc, class: p.class, copies: n, txg, placed: Vec::new() };
+        if placer.place(&mut bp, &phys, 0)? {
+            return Ok(Written::Bp(bp));
         }
     }
-    write_dvas(root, &bp, &phys)?;
-    Ok(Written::Bp(bp))
+    Err(ZfsError::Posix(28, "out of space".into()))
+}
+
+/// OXZFS_FORCE_GANGING=SIZE (bytes, or with a K/M suffix): every allocation of at least SIZE
+/// physical bytes is written as a gang block (OpenZFS's metaslab_force_ganging, made
+/// deterministic). Read once per process.
+fn force_ganging() -> u64 {
+    static FORCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *FORCE.get_or_init(|| std::env::var("OXZFS_FORCE_GANGING").ok().and_then(|v| parse_size(&v)).unwrap_or(u64::MAX))
+}
+
+fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, shift) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 10),
+        (i, 'm' | 'M') => (&v[..i], 20),
+        _ => (v, 0),
+    };
+    num.parse::<u64>().ok().map(|n| n << shift)
+}
+
+/// `copies` DVAs of `psize` bytes each (on different vdevs or metaslabs when possible), or
+/// None with nothing allocated.
+fn alloc_copies(alloc: &mut dyn DvaAllocator, class: AllocClass, psize: u64, copies: usize, txg: u64) -> Option<Vec<Dva>> {
+    let mut got: Vec<Dva> = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        match alloc.alloc_dva(class, psize, txg, &got) {
+            Some(d) => got.push(d),
+            None => {
+                for d in &got {
+                    alloc.unalloc_dva(d, txg);
+                }
+                return None;
+            }
+        }
+    }
+    Some(got)
+}
+
+/// Places the blocks of one write (a block and, when it gangs, its children): the pool's
+/// vdevs, the allocator, and everything allocated so far (to give back when a tree fails).
+struct Placer<'a> {
+    root: &'a Vdev,
+    salt: &'a [u8; 32],
+    alloc: &'a mut dyn DvaAllocator,
+    class: AllocClass,
+    copies: usize,
+    txg: u64,
+    placed: Vec<Dva>,
+}
+
+impl Placer<'_> {
+    /// Put `phys` (already checksummed into `bp`) on `copies` DVAs and write it: contiguous
+    /// when the allocator finds room, else as a gang tree (zio_dva_allocate's fallback).
+    /// Ok(false) when there is no room; what this call allocated is then given back.
+    fn place(&mut self, bp: &mut BlockPointer, phys: &[u8], depth: usize) -> Result<bool> {
+        let psize = phys.len() as u64;
+        let can_gang = psize > SPA_MINBLOCKSIZE && depth < MAX_GANG_DEPTH;
+        let forced = can_gang && psize >= force_ganging();
+        if !forced && self.contiguous(bp, phys)? {
+            return Ok(true);
+        }
+        if can_gang && self.gang(bp, phys, depth)? {
+            return Ok(true);
+        }
+        if forced {
+            // A forced gang that found no room for its tree may still fit in one piece.
+            return self.contiguous(bp, phys);
+        }
+        Ok(false)
+    }
+
+    /// `phys` on `copies` contiguous DVAs, written; Ok(false) with nothing allocated when the
+    /// allocator has no such room.
+    fn contiguous(&mut self, bp: &mut BlockPointer, phys: &[u8]) -> Result<bool> {
+        let Some(dvas) = alloc_copies(self.alloc, self.class, phys.len() as u64, self.copies, self.txg) else { return Ok(false) };
+        bp.dva = Default::default();
+        for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
+            *slot = *d;
+        }
+        self.placed.extend(dvas);
+        write_dvas(self.root, bp, phys)?;
+        Ok(true)
+    }
+
+    /// Write `phys` as a gang block (zio_write_gang_block): a 512-byte header on one more copy
+    /// than the data gets (at most three), whose three bps hold the data cut in pieces, each
+    /// placed like any block (ganged again when it too finds no room). The header's embedded
+    /// checksum starts from the verifier of `bp`; each gang DVA of `bp` carries the gang bit
+    /// and the asize of the header plus the children's copies of that index.
+    fn gang(&mut self, bp: &mut BlockPointer, phys: &[u8], depth: usize) -> Result<bool> {
+        let mark = self.placed.len();
+        let gbh_copies = (self.copies + 1).min(3);
+        let Some(hdr) = alloc_copies(self.alloc, self.class, GANG_HEADER_SIZE, gbh_copies, self.txg) else { return Ok(false) };
+        self.placed.extend(hdr.iter().copied());
+        bp.dva = Default::default();
+        for (slot, d) in bp.dva.iter_mut().zip(&hdr) {
+            *slot = Dva { gang: true, ..*d };
+        }
+        let mut gbh = vec![0u8; GANG_HEADER_SIZE as usize];
+        let mut off = 0usize;
+        for (g, n) in gang_piece_sizes(phys.len() as u64).into_iter().enumerate() {
+            let piece = &phys[off..off + n as usize];
+            off += n as usize;
+            let mut child = gang_child_bp(bp, piece, self.salt, self.txg)?;
+            if !self.place(&mut child, piece, depth + 1)? {
+                for d in self.placed.drain(mark..) {
+                    self.alloc.unalloc_dva(&d, self.txg);
+                }
+                bp.dva = Default::default();
+                return Ok(false);
+            }
+            for (pd, cd) in bp.dva.iter_mut().zip(child.dva.iter()) {
+                if !cd.is_empty() {
+                    pd.asize += cd.asize;
+                }
+            }
+            gbh[g * 128..(g + 1) * 128].copy_from_slice(&child.encode(true));
+        }
+        write_gang_header(self.root, bp, &mut gbh)?;
+        Ok(true)
+    }
+}
+
+/// The sizes gang children are cut into (zio_write_gang_block): the rest divided by the
+/// slots left, rounded up to SPA_MINBLOCKSIZE.
+fn gang_piece_sizes(psize: u64) -> Vec<u64> {
+    let mut out = Vec::with_capacity(SPA_GBH_NBLKPTRS);
+    let mut resid = psize;
+    for g in 0..SPA_GBH_NBLKPTRS as u64 {
+        if resid == 0 {
+            break;
+        }
+        let n = (resid / (SPA_GBH_NBLKPTRS as u64 - g)).div_ceil(SPA_MINBLOCKSIZE) * SPA_MINBLOCKSIZE;
+        let n = n.clamp(SPA_MINBLOCKSIZE.min(resid), resid);
+        out.push(n);
+        resid -= n;
+    }
+    out
+}
+
+/// The bp of one gang child: `piece` stored uncompressed, type none, level 0, the leader's
+/// checksum function (fill stays 0, as OpenZFS leaves it).
+fn gang_child_bp(parent: &BlockPointer, piece: &[u8], salt: &[u8; 32], txg: u64) -> Result<BlockPointer> {
+    let cksum = checksum::compute(parent.checksum, piece, true, salt)
+        .map_err(|e| ZfsError::Invalid(format!("checksum {}: {e}", parent.checksum)))?;
+    Ok(BlockPointer {
+        lsize: piece.len() as u64,
+        psize: piece.len() as u64,
+        compress: compress::ZIO_COMPRESS_OFF,
+        checksum: parent.checksum,
+        typ: oxzfs_format::types::DMU_OT_NONE,
+        level: 0,
+        little_endian: true,
+        birth: txg,
+        fill: 0,
+        cksum,
+        ..Default::default()
+    })
+}
+
+/// Seal a gang header (its embedded checksum from `bp`'s verifier) and write it at each of
+/// `bp`'s gang DVAs.
+fn write_gang_header(root: &Vdev, bp: &BlockPointer, gbh: &mut [u8]) -> Result<()> {
+    checksum::write_embedded(gbh, checksum::ZIO_CHECKSUM_GANG_HEADER, gang_verifier(bp), true);
+    for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+        let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {}", d.vdev)))?;
+        top.write(d.offset, gbh)?;
+    }
+    Ok(())
+}
+
+/// Rewrite gang block `bp` in place with new physical bytes of the same size (a later sync
+/// pass): the children keep their DVAs and get the new pieces and checksums, then the header.
+fn rewrite_gang(ctx: &ZioCtx, bp: &mut BlockPointer, phys: &[u8], depth: usize) -> Result<()> {
+    if depth > MAX_GANG_DEPTH {
+        return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
+    }
+    let children = gang_children(ctx, bp)?;
+    let mut gbh = vec![0u8; GANG_HEADER_SIZE as usize];
+    let mut off = 0usize;
+    for (g, old) in children.iter().enumerate().filter(|(_, c)| !c.is_hole()) {
+        let end = off + old.psize as usize;
+        let piece = phys.get(off..end).ok_or_else(|| ZfsError::Invalid(format!("gang block {bp} children exceed its psize")))?;
+        off = end;
+        let mut child = gang_child_bp(bp, piece, ctx.salt, old.birth)?;
+        child.dva = old.dva;
+        if old.is_gang() {
+            rewrite_gang(ctx, &mut child, piece, depth + 1)?;
+        } else {
+            write_dvas(ctx.root, &child, piece)?;
+        }
+        gbh[g * 128..(g + 1) * 128].copy_from_slice(&child.encode(true));
+    }
+    if off != phys.len() {
+        return Err(ZfsError::Invalid(format!("gang block {bp} children hold {off} of {} bytes", phys.len())));
+    }
+    write_gang_header(ctx.root, bp, &mut gbh)
+}
+
+/// Every allocation behind `bp`, as the frees of OpenZFS see them: its DVAs (a gang DVA
+/// counts only its header) and, for a gang block, those of every child down the tree.
+pub fn bp_allocations(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>) -> Result<()> {
+    bp_allocations_at(ctx, bp, out, 0)
+}
+
+fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth: usize) -> Result<()> {
+    if depth > MAX_GANG_DEPTH {
+        return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
+    }
+    for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
+        if d.gang {
+            let top = ctx.root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
+            out.push(Dva { asize: top.psize_to_asize(GANG_HEADER_SIZE), gang: false, ..*d });
+        } else {
+            out.push(*d);
+        }
+    }
+    if bp.is_gang() {
+        for child in gang_children(ctx, bp)?.iter().filter(|c| !c.is_hole()) {
+            bp_allocations_at(ctx, child, out, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 /// Write the physical bytes of a block to each of its DVAs.
@@ -335,9 +613,101 @@ mod write_tests {
             self.next += asize;
             Some(d)
         }
+        fn unalloc_dva(&mut self, _dva: &Dva, _txg: u64) {}
         fn min_alloc(&self) -> u64 {
             1 << self.top.ashift
         }
+    }
+
+    /// A bump allocator that has no room for anything above `limit` bytes (a fragmented
+    /// pool), recording what it hands out and takes back.
+    struct Frag {
+        bump: Bump,
+        limit: u64,
+        live: Vec<Dva>,
+    }
+    impl DvaAllocator for Frag {
+        fn alloc_dva(&mut self, c: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva> {
+            if psize > self.limit {
+                return None;
+            }
+            let d = self.bump.alloc_dva(c, psize, txg, avoid)?;
+            self.live.push(d);
+            Some(d)
+        }
+        fn unalloc_dva(&mut self, dva: &Dva, _txg: u64) {
+            let i = self.live.iter().position(|d| d == dva).expect("unalloc of a DVA never allocated");
+            self.live.remove(i);
+        }
+        fn min_alloc(&self) -> u64 {
+            self.bump.min_alloc()
+        }
+    }
+
+    fn sorted(mut v: Vec<Dva>) -> Vec<(u64, u64, u64)> {
+        let mut out: Vec<_> = v.drain(..).map(|d| (d.vdev, d.offset, d.asize)).collect();
+        out.sort();
+        out
+    }
+
+    /// A block that finds no contiguous room is written as a gang tree (nested when the
+    /// pieces are still too big): it reads back, its DVAs carry the gang bit and the asize of
+    /// the whole tree, the free walk finds exactly what was allocated, and a rewrite of the
+    /// same size in a later pass keeps every DVA.
+    #[test]
+    fn blocks_without_room_are_ganged() {
+        let salt = [5u8; 32];
+        for (kind, n, p, ashift) in [("mirror", 2, 0, 9), ("raidz", 3, 1, 12)] {
+            let (_d, root, _) = pool(kind, n, p, ashift);
+            let top = root.children[0].clone();
+            for (limit, copies) in [(48u64 << 10, 1usize), (16 << 10, 2), (4 << 10, 3)] {
+                let mut alloc = Frag { bump: Bump { next: 0, top: top.clone() }, limit, live: Vec::new() };
+                let data: Vec<u8> = (0..128u32 << 10).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+                let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies, embed_ok: false, class: AllocClass::Normal };
+                let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
+                assert!(bp.is_gang(), "{kind} limit {limit}: {bp}");
+                assert_eq!(bp.ndvas(), (copies + 1).min(3), "one more header copy than data copies");
+                let ctx = ZioCtx { root: &root, salt: &salt };
+                assert_eq!(read_bp(&ctx, &bp).unwrap(), data, "{kind} limit {limit}");
+                let mut all = Vec::new();
+                bp_allocations(&ctx, &bp, &mut all).unwrap();
+                assert_eq!(sorted(all.clone()), sorted(alloc.live.clone()), "the free walk finds every allocation");
+                assert!(all.iter().all(|d| d.asize <= top.psize_to_asize(limit.max(512))));
+                // DVA[i] of the leader accounts its header and the children's copies i.
+                let hdr = top.psize_to_asize(512);
+                let data_total: u64 = all.iter().map(|d| d.asize).sum::<u64>() - hdr * bp.ndvas() as u64;
+                let deep_headers = all.len() as u64 - bp.ndvas() as u64;
+                assert!(bp.dva.iter().all(|d| d.is_empty() || d.gang));
+                assert_eq!(bp.asize_total(), all.iter().map(|d| d.asize).sum::<u64>(), "{kind} limit {limit}: {deep_headers} {data_total}");
+                // A later pass rewrites the same size in place.
+                let data2: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+                let Written::Bp(bp2) = write_block_over(&root, &salt, &mut alloc, &data2, &props, 9, Some(&bp)).unwrap() else { panic!() };
+                assert_eq!(bp2.dva, bp.dva);
+                assert_ne!(bp2.cksum, bp.cksum);
+                assert_eq!(read_bp(&ctx, &bp2).unwrap(), data2);
+                let mut all2 = Vec::new();
+                bp_allocations(&ctx, &bp2, &mut all2).unwrap();
+                assert_eq!(sorted(all2), sorted(alloc.live.clone()));
+            }
+            // No room even for the pieces: nothing stays allocated.
+            let mut alloc = Frag { bump: Bump { next: 0, top: top.clone() }, limit: 0, live: Vec::new() };
+            let props = WriteProps { typ: 19, level: 0, checksum: 7, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies: 1, embed_ok: false, class: AllocClass::Normal };
+            assert!(write_block(&root, &salt, &mut alloc, &[7u8; 8192], &props, 9).is_err());
+            assert!(alloc.live.is_empty());
+        }
+    }
+
+    #[test]
+    fn gang_pieces_cover_the_block() {
+        for psize in [1024u64, 1536, 4096, 131072, 131072 + 512, 16 << 20] {
+            let v = gang_piece_sizes(psize);
+            assert_eq!(v.iter().sum::<u64>(), psize);
+            assert!(v.len() <= 3 && v.iter().all(|n| n % 512 == 0 && *n > 0));
+        }
+        assert_eq!(gang_piece_sizes(131072), vec![44032, 43520, 43520]);
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
     }
 
     fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {
