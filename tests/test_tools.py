@@ -147,7 +147,7 @@ def test_workload_model_checks_and_catches_a_planted_difference(tmp_path):
     import workload
     root = str(tmp_path / "root")
     os.makedirs(root)
-    model = workload.run(root, 3, 200)
+    model = workload.run(root, 3, 200, xattr_max=700)
     assert workload.verify(root, model) == []
     files = [p for p, n in model.nodes.items() if n["type"] == "file"]
     assert files
