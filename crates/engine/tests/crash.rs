@@ -10,7 +10,7 @@
 //! imported read-write (the delete queue drained, as a mount does), more work, a second crash
 //! checked the same way, and finally clean work, an export and the same checks.
 //!
-//! Environment: `OXZFS_CRASH_SEEDS=N` seeds per layout (default 8), `OXZFS_CRASH_SEED=S` one
+//! Environment: `OXZFS_CRASH_SEEDS=N` seeds per layout (default 8; `A..B` for seeds A to B-1), `OXZFS_CRASH_SEED=S` one
 //! seed only, `OXZFS_CRASH_LAYOUT=name` one layout (e.g. `raidz2-a12`), `OXZFS_CRASH_ZDB=K` run
 //! zdb after the first crash of every K-th case and after the final export of about every
 //! 2K-th (default 8; 1 = both on every case), `OXZFS_CRASH_KEEP=1` keeps the images (in
@@ -105,6 +105,8 @@ struct Fs {
     dsobj: u64,
     info: zplw::FsInfo,
     ids: BTreeMap<String, u64>,
+    /// Files unlinked while open, not closed yet.
+    held: Vec<u64>,
 }
 
 fn e2s(e: oxzfs::ZfsError) -> String {
@@ -135,7 +137,7 @@ impl Fs {
                 }
             }
         }
-        Ok(Fs { pw, dsobj, info, ids })
+        Ok(Fs { pw, dsobj, info, ids, held: Vec::new() })
     }
 
     fn os(&mut self) -> Result<&mut oxzfs::dbuf::ObjsetW, String> {
@@ -227,10 +229,22 @@ fn step(fs: &mut Fs, model: &mut Model, rng: &mut SimRng) -> Result<String, Stri
             let Some(p) = pick(rng, &files).cloned() else { return Ok(String::new()) };
             let info = fs.info.clone();
             let dobj = fs.ids[parent_of(&p)];
-            zplw::unlink(fs.os()?, &info, dobj, leaf_of(&p).as_bytes(), &|_| false).map_err(e2s)?;
+            // Sometimes the file is still open: it waits in the delete queue until closed
+            // (or, after a crash, until the next mount drains the queue).
+            let open = rng.chance(1, 3);
+            zplw::unlink(fs.os()?, &info, dobj, leaf_of(&p).as_bytes(), &|_| open).map_err(e2s)?;
             model.remove(&p);
-            fs.ids.remove(&p);
-            Ok(format!("unlink {p}"))
+            let obj = fs.ids.remove(&p).expect("known");
+            if open {
+                fs.held.push(obj);
+            }
+            Ok(format!("unlink {p}{}", if open { " (open)" } else { "" }))
+        }
+        17 if !fs.held.is_empty() => {
+            let obj = fs.held.remove(rng.below(fs.held.len() as u64) as usize);
+            let info = fs.info.clone();
+            zplw::release(fs.os()?, &info, obj).map_err(e2s)?;
+            Ok(format!("close unlinked object {obj}"))
         }
         14 => {
             let p = format!("d{}", rng.below(4));
@@ -262,6 +276,12 @@ fn step(fs: &mut Fs, model: &mut Model, rng: &mut SimRng) -> Result<String, Stri
             zplw::setxattr(fs.os()?, obj, name.as_bytes(), &value, 0, txg).map_err(e2s)?;
             model.get_mut(&p).expect("listed").xattrs.insert(name.clone(), value);
             Ok(format!("setxattr {p} {name} {len}"))
+        }
+        18 => {
+            // A config change: the next sync rewrites every label around its uberblocks.
+            let c = format!("c{}", rng.below(1000));
+            fs.pw.set_pool_prop("comment", &c).map_err(e2s)?;
+            Ok(format!("zpool set comment={c}"))
         }
         _ => Ok("fsync".into()),
     }
@@ -536,7 +556,10 @@ fn crash_at_random_points_imports_the_last_synced_txg() {
     assert!(Path::new(ZDB).exists(), "OpenZFS zdb not found at {ZDB}: run scripts/install-deps.sh");
     let seeds: Vec<u64> = match env_u64("OXZFS_CRASH_SEED") {
         Some(s) => vec![s],
-        None => (1..=env_u64("OXZFS_CRASH_SEEDS").unwrap_or(8)).collect(),
+        None => match std::env::var("OXZFS_CRASH_SEEDS").ok().as_deref().and_then(|v| v.split_once("..")) {
+            Some((a, b)) => (a.parse().expect("OXZFS_CRASH_SEEDS=A..B")..b.parse().expect("OXZFS_CRASH_SEEDS=A..B")).collect(),
+            None => (1..=env_u64("OXZFS_CRASH_SEEDS").unwrap_or(8)).collect(),
+        },
     };
     let only = std::env::var("OXZFS_CRASH_LAYOUT").ok();
     let zdb_every = env_u64("OXZFS_CRASH_ZDB").unwrap_or(8).max(1);
