@@ -252,7 +252,7 @@ def test_kill9_keeps_everything_fsynced(seed, oxzfs_bin, work_dir):
     vdir = os.path.join(base, "vdevs")
     alt = os.path.join(base, "alt")
     kind, ndev = KILL9_LAYOUTS[(seed - 1) % len(KILL9_LAYOUTS)]
-    devs = make_devs(vdir, ndev)
+    devs = make_devs(vdir, ndev, 256)
     try:
         r = ox.zpool("create", "-R", alt, pool, *([kind] if kind else []), *devs)
         assert r.returncode == 0, repr(r)
