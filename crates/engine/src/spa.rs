@@ -19,7 +19,7 @@
 
 use crate::arc::{AdaptiveCache, ArcKey};
 use crate::dmu::Objset;
-use crate::vdev::{BlockDevice, DeviceMap, FileDevice, Vdev, VdevKind, VdevState};
+use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -85,12 +85,11 @@ pub struct ScanResult {
 
 /// Probe one device: its labels' configs and uberblocks. Errors say why it is not a pool device.
 pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
-    let dev = FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dev = open_device(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
     let size = dev.size();
     if size < 4 * VDEV_LABEL_SIZE {
         return Err(format!("{}: too small to hold ZFS labels ({size} bytes)", path.display()));
     }
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let mut best: Option<(u64, NvList)> = None;
     let mut ubs = Vec::new();
     let mut valid = 0;
@@ -436,8 +435,8 @@ impl Spa {
         }
         let mut devices = DeviceMap::new();
         for (g, (path, _)) in cand.devices.iter() {
-            let d = FileDevice::open(path, true).map_err(|e| ZfsError::Io { device: path.display().to_string(), offset: 0, source: e })?;
-            devices.insert(*g, (path.clone(), Arc::new(d) as Arc<dyn BlockDevice>));
+            let d = open_device(path, true).map_err(|e| ZfsError::Io { device: path.display().to_string(), offset: 0, source: e })?;
+            devices.insert(*g, (path.clone(), d));
         }
         // The MOS copy of the config rebuilds the tree over these writable devices.
         let c = PoolCandidate {

@@ -22,7 +22,7 @@
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx};
 use crate::metaslab::{Metaslabs, MsSync};
 use crate::spa::{PoolCandidate, Spa};
-use crate::vdev::{DeviceMap, FileDevice, Vdev};
+use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev};
 use crate::zio::{AllocClass, DvaAllocator};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
@@ -244,7 +244,7 @@ pub fn metaslab_shift(asize: u64) -> u64 {
 struct Leaf {
     path: PathBuf,
     guid: u64,
-    dev: Arc<FileDevice>,
+    dev: Arc<dyn BlockDevice>,
 }
 
 impl PoolW {
@@ -1095,7 +1095,7 @@ impl PoolW {
             self.mos.free_object(obj)?;
         }
         for p in paths {
-            let dev = FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
+            let dev = open_device(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
             let g = rand_u64();
             let path = std::fs::canonicalize(p).unwrap_or(p.clone());
             let mut n = NvList::new();
@@ -1109,7 +1109,7 @@ impl PoolW {
             label.add_u64("version", self.version);
             label.add_u64("state", state);
             label.add_u64("guid", g);
-            write_aux_labels(&dev, &label)?;
+            write_aux_labels(dev.as_ref(), &label)?;
             list.push(n);
         }
         let mut nv = NvList::new();
@@ -1417,7 +1417,6 @@ pub fn set_prop_in(mos: &mut ObjsetW, props_obj: u64, k: &str, val: &str) -> Res
 
 /// The config of a new top-level vdev (and its opened leaves), as `zpool create/add` make it.
 fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ashift: u8, txg: u64) -> Result<(NvList, Vec<Leaf>)> {
-    use crate::vdev::BlockDevice;
     let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
         VdevSpec::File(p) => ("file", vec![p.clone()], 0),
         VdevSpec::Mirror(ps) => ("mirror", ps.clone(), 0),
@@ -1425,7 +1424,7 @@ fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ashift: u8, tx
     };
     let mut leaves = Vec::new();
     for p in &paths {
-        let dev = Arc::new(FileDevice::open(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?);
+        let dev = open_device(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
         if dev.size() < SPA_MINDEVSIZE {
             return Err(ZfsError::Invalid(format!("cannot create '{pool}': one or more devices is less than the minimum size (64M)")));
         }
@@ -1481,8 +1480,7 @@ fn leaf_type(p: &Path) -> &'static str {
 }
 
 /// The four labels of an aux (cache or spare) device: a config naming only its guid and state.
-fn write_aux_labels(dev: &FileDevice, label: &NvList) -> Result<()> {
-    use crate::vdev::BlockDevice;
+fn write_aux_labels(dev: &dyn BlockDevice, label: &NvList) -> Result<()> {
     for l in 0..VDEV_LABELS {
         let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
         let b = oxzfs_format::label::encode_label_config(label, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;

@@ -14,10 +14,14 @@
 //! counted on the leaf that gave bad bytes (READ for I/O errors, CKSUM for wrong bytes), which
 //! `zpool status` reports.
 //!
-//! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file.
-//! Locking: the tree is immutable after open; counters are atomics.
+//! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file:
+//! pools open their leaves by path through [`open_device`], which hands out a device registered
+//! for that path ([`register_device`], used by crash tests with `vdev::sim`) before a file.
+//! Locking: the tree is immutable after open; counters are atomics; the registry has its own
+//! mutex, a leaf lock held only to look a path up.
 
 pub mod raidz;
+pub mod sim;
 
 use crate::{Result, ZfsError};
 use oxzfs_format::label::VDEV_LABEL_START_SIZE;
@@ -87,6 +91,31 @@ impl BlockDevice for FileDevice {
     fn name(&self) -> String {
         self.path.display().to_string()
     }
+}
+
+/// Devices standing in for paths (see [`register_device`]).
+type Registry = std::collections::HashMap<PathBuf, Arc<dyn BlockDevice>>;
+static REGISTRY: std::sync::Mutex<Option<Registry>> = std::sync::Mutex::new(None);
+
+/// From now on, opening `path` as a pool device gives `dev` instead of the file (a test's
+/// simulated device over that file's image). Replaces an earlier registration.
+pub fn register_device(path: &Path, dev: Arc<dyn BlockDevice>) {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Default::default).insert(path.to_path_buf(), dev);
+}
+
+/// Forget a registration: `path` opens as a file again.
+pub fn unregister_device(path: &Path) {
+    if let Some(r) = REGISTRY.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        r.remove(path);
+    }
+}
+
+/// Open a pool device by path: the device registered for it, else the file or block device.
+pub fn open_device(path: &Path, writable: bool) -> std::io::Result<Arc<dyn BlockDevice>> {
+    if let Some(d) = REGISTRY.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|r| r.get(path)) {
+        return Ok(d.clone());
+    }
+    Ok(Arc::new(FileDevice::open(path, writable)?))
 }
 
 /// Per-vdev error counters, as `zpool status` shows them.
