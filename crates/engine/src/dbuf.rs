@@ -467,6 +467,20 @@ impl ObjsetW {
         Ok(out)
     }
 
+    /// A read of `len` bytes at `offset` of `obj` to be done without the pool lock: when the
+    /// object is dirty in no txg, the synced tree (an `Arc`, immutable) and the dnode are all
+    /// it needs; otherwise the bytes are read now. Blocks the reader may still walk after a
+    /// later sync replaced them stay allocated for two txgs (deferred frees).
+    pub fn read_later(&self, obj: u64, offset: u64, len: usize) -> Result<ReadLater> {
+        if self.dirty_any(obj).is_none() {
+            if let Some(ro) = self.ro() {
+                let dn = self.dnode(obj)?;
+                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len });
+            }
+        }
+        self.read(obj, offset, len).map(ReadLater::Done)
+    }
+
     /// Write `data` at `offset` of object `obj`.
     pub fn write(&mut self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
         let dn = self.dnode(obj)?;
@@ -874,6 +888,27 @@ impl SyncJob {
             copies: copies.min(3),
             embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
             class,
+        }
+    }
+}
+
+/// A read planned under the pool lock (see `ObjsetW::read_later`).
+pub enum ReadLater {
+    Done(Vec<u8>),
+    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize },
+}
+
+impl ReadLater {
+    /// The bytes (zeros in holes and past the last block), read from the vdevs (through the
+    /// ARC) without the pool lock.
+    pub fn finish(self) -> Result<Vec<u8>> {
+        match self {
+            ReadLater::Done(v) => Ok(v),
+            ReadLater::Clean { ro, dn, obj, offset, len } => {
+                let mut v = ro.read_obj(&dn, obj, offset, len as u64)?;
+                v.resize(len, 0);
+                Ok(v)
+            }
         }
     }
 }
