@@ -16,8 +16,19 @@
 //! walk the on-disk tree. Every block replaced or freed is handed to the `SyncCtx` for the
 //! allocator (and the dataset's space accounting).
 //!
-//! Locking: an `ObjsetW` is owned by the pool's write state, under its one lock; sync runs
-//! under the same lock (the txg engine stops the world for the sync of a txg).
+//! Txgs: `dirty` is the open txg's. At quiesce `freeze` moves it into `frozen` (an `Arc`,
+//! immutable) and returns a `SyncJob` holding everything the sync reads (the synced tree it
+//! starts from, the frozen objects), so the job runs without the pool lock while the open txg
+//! fills again; reads look at open dirty, then frozen, then the synced tree. `install` makes
+//! the job's tree the synced one, drops `frozen`, and fixes up objects dirtied again in the
+//! open txg (their dnode copies predate the sync: the block-pointer tree fields come from the
+//! synced dnode, the rest from the open copy). A freed object's slot stays taken until the
+//! free is synced.
+//!
+//! Locking: an `ObjsetW` is owned by the pool's write state and changed only under its lock;
+//! a `SyncJob` is owned by the syncing thread; the synced `Objset` (`ro`) is shared read-only
+//! (`read_later` hands it to readers that read blocks without the lock). `dncache` is a leaf
+//! lock.
 
 use crate::dmu::Objset;
 use crate::spa::Spa;

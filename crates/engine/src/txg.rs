@@ -15,9 +15,22 @@
 //!     4. metaslab sync_done (deferred frees of txg-2 become allocatable)
 //! ```
 //!
-//! One mutex (the pool's) covers the open txg and its sync: writers wait while a txg syncs.
-//! Frees of blocks born in the syncing txg in an earlier pass are recorded as FREE entries,
-//! as OpenZFS does.
+//! Txg states (see `PoolHandle`): one txg is *open* — writers dirty dataset objsets in it
+//! under the write-state lock `w`; at most one more is *quiescing/syncing*. Quiesce (under
+//! `w`) freezes each dirty dataset's dirty state (`ObjsetW::freeze`) and opens txg N+1; the
+//! datasets' blocks of N are then written without `w` (the allocator travels with that sync,
+//! writers see its totals as of quiesce), while writers change N+1 and readers see open dirty
+//! → frozen dirty → synced tree. Back under `w`, the new trees are installed, the dataset
+//! bonuses and dsl_dir space updated, and the MOS synced in passes with the space maps; then
+//! labels and uberblock. Open-context MOS changes (zfs create/destroy/set, zpool set/add,
+//! history) run only from commands, which hold the sync lock (`PoolHandle::lock`): they never
+//! meet a txg half-synced, and they may sync inline (stopping the world, `PoolW::sync`).
+//!
+//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`, `failed`,
+//! `fs`, `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
+//! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
+//! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them.
 
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
 use crate::metaslab::{Metaslabs, MsSync};
@@ -2062,4 +2075,45 @@ fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DirtyLimits;
+
+    const GIB: u64 = 1 << 30;
+
+    /// zfs_dirty_data_max: 10% of memory, capped at 4 GiB; the override wins.
+    #[test]
+    fn dirty_data_max_from_memory() {
+        assert_eq!(DirtyLimits::for_ram(16 * GIB, None).max, 16 * GIB / 10);
+        assert_eq!(DirtyLimits::for_ram(64 * GIB, None).max, 4 * GIB);
+        assert_eq!(DirtyLimits::for_ram(64 * GIB, Some(100 << 20)).max, 100 << 20);
+        let l = DirtyLimits::for_ram(10 * GIB, None);
+        assert_eq!(l.sync_bytes(), l.max / 100 * 20);
+    }
+
+    /// dmu_tx_delay's curve: nothing up to 60% of the maximum, then scale * (dirty - min) /
+    /// (max - dirty), growing and capped at 100 ms; at the maximum the cap.
+    #[test]
+    fn delay_curve() {
+        let l = DirtyLimits { max: 1000 << 20, sync_percent: 20, delay_min_percent: 60, delay_scale_ns: 500_000, delay_max_ns: 100_000_000 };
+        let min = l.max / 100 * 60;
+        assert_eq!(l.delay_ns(0), 0);
+        assert_eq!(l.delay_ns(min), 0);
+        // Halfway between min and max: scale * 1 (the two distances are equal).
+        let mid = min + (l.max - min) / 2;
+        assert_eq!(l.delay_ns(mid), 500_000);
+        // 90%: (900 - 600) / (1000 - 900) = 3 scales.
+        assert_eq!(l.delay_ns(l.max / 100 * 90), 1_500_000);
+        let mut last = 0;
+        for pct in 61..100 {
+            let d = l.delay_ns(l.max / 100 * pct);
+            assert!(d >= last, "the delay grows with dirty data ({pct}%: {d} < {last})");
+            last = d;
+        }
+        assert_eq!(l.delay_ns(l.max - 1), 100_000_000);
+        assert_eq!(l.delay_ns(l.max), 100_000_000);
+        assert_eq!(l.delay_ns(2 * l.max), 100_000_000);
+    }
 }

@@ -173,6 +173,14 @@ impl Inner {
         Ok(self.fattr(&a))
     }
 
+    /// A change that needs the file system's fixed objects (delete queue).
+    fn with_fs_info(&self, f: impl FnOnce(&mut oxzfs::dbuf::ObjsetW, &oxzfs::zplw::FsInfo) -> Result<(), ZfsError>) -> Result<(), ZfsError> {
+        self.pool.with_fs(self.dsobj, |os, _| {
+            let fs = self.pool.fs_info(os)?;
+            f(os, &fs)
+        })
+    }
+
     fn reply_entry(&self, r: Result<FileAttr, ZfsError>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&TTL, &a, 0),
@@ -370,13 +378,7 @@ impl Filesystem for RwFs {
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
             let is_open = s.open_marker();
-            reply_empty(
-                s.pool.with_fs(s.dsobj, |os, _| {
-                    let fs = s.pool.fs_info(os)?;
-                    zplw::unlink(os, &fs, dir, name.as_bytes(), &is_open)
-                }),
-                reply,
-            )
+            reply_empty(s.with_fs_info(|os, fs| zplw::unlink(os, fs, dir, name.as_bytes(), &is_open)), reply)
         });
     }
 
@@ -384,13 +386,7 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
-            reply_empty(
-                s.pool.with_fs(s.dsobj, |os, _| {
-                    let fs = s.pool.fs_info(os)?;
-                    zplw::rmdir(os, &fs, dir, name.as_bytes())
-                }),
-                reply,
-            )
+            reply_empty(s.with_fs_info(|os, fs| zplw::rmdir(os, fs, dir, name.as_bytes())), reply)
         });
     }
 
@@ -401,13 +397,7 @@ impl Filesystem for RwFs {
         self.change(key, move |s| {
             let (sd, dd) = (obj_of(s.root, parent), obj_of(s.root, newparent));
             let is_open = s.open_marker();
-            reply_empty(
-                s.pool.with_fs(s.dsobj, |os, _| {
-                    let fs = s.pool.fs_info(os)?;
-                    zplw::rename(os, &fs, sd, name.as_bytes(), dd, newname.as_bytes(), flags, &is_open)
-                }),
-                reply,
-            )
+            reply_empty(s.with_fs_info(|os, fs| zplw::rename(os, fs, sd, name.as_bytes(), dd, newname.as_bytes(), flags, &is_open)), reply)
         });
     }
 
@@ -442,10 +432,7 @@ impl Filesystem for RwFs {
                 }
             };
             if last && s.orphans.lock().unwrap().remove(&obj) {
-                let _ = s.pool.with_fs(s.dsobj, |os, _| {
-                    let fs = s.pool.fs_info(os)?;
-                    zplw::release(os, &fs, obj)
-                });
+                let _ = s.with_fs_info(|os, fs| zplw::release(os, fs, obj));
             }
             reply.ok();
         });
@@ -543,13 +530,7 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
-            reply_empty(
-                s.pool.with_fs(s.dsobj, |os, _| {
-                    let fs = s.pool.fs_info(os)?;
-                    zplw::removexattr(os, &fs, obj, name.as_bytes())
-                }),
-                reply,
-            )
+            reply_empty(s.with_fs_info(|os, fs| zplw::removexattr(os, fs, obj, name.as_bytes())), reply)
         });
     }
 }
