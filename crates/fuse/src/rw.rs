@@ -156,7 +156,9 @@ impl Inner {
     fn open_marker(&self) -> impl Fn(u64) -> bool {
         let (open, orphans) = (self.open.clone(), self.orphans.clone());
         move |o: u64| {
-            let yes = open.lock().unwrap().get(&o).copied().unwrap_or(0) > 0;
+            // Under `open`: a last release in between sees the orphan.
+            let open = open.lock().unwrap();
+            let yes = open.get(&o).copied().unwrap_or(0) > 0;
             if yes {
                 orphans.lock().unwrap().insert(o);
             }
@@ -417,25 +419,27 @@ impl Filesystem for RwFs {
     }
 
     fn release(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
-        // On the file's worker: after the writes the kernel sent before it.
-        self.change(ino, move |s| {
-            let obj = obj_of(s.root, ino);
-            let last = {
-                let mut m = s.open.lock().unwrap();
-                let c = m.entry(obj).or_insert(1);
-                *c = c.saturating_sub(1);
-                if *c == 0 {
-                    m.remove(&obj);
-                    true
-                } else {
-                    false
-                }
-            };
-            if last && s.orphans.lock().unwrap().remove(&obj) {
-                let _ = s.with_fs_info(|os, fs| zplw::release(os, fs, obj));
+        let s = &self.inner;
+        let obj = obj_of(s.root, ino);
+        let free = {
+            let mut m = s.open.lock().unwrap();
+            let c = m.entry(obj).or_insert(1);
+            *c = c.saturating_sub(1);
+            *c == 0 && {
+                m.remove(&obj);
+                s.orphans.lock().unwrap().remove(&obj)
             }
+        };
+        if free {
+            // The last close of a file unlinked while open frees it: on the file's worker,
+            // after the writes the kernel sent before.
+            self.change(ino, move |s| {
+                let _ = s.with_fs_info(|os, fs| zplw::release(os, fs, obj));
+                reply.ok();
+            });
+        } else {
             reply.ok();
-        });
+        }
     }
 
     fn read(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
