@@ -1557,6 +1557,12 @@ impl PoolHandle {
         PoolGuard { w: unpoison(self.w.lock()), _sync: s }
     }
 
+    /// Whether a change or read would get the write state at once (nobody holds it): a hint
+    /// for running a request without handing it to another thread.
+    pub fn idle(&self) -> bool {
+        matches!(self.w.try_lock(), Ok(_))
+    }
+
     /// The write state for a change or a read in the open txg (a sync may be under way).
     fn lock_open(&self) -> std::sync::MutexGuard<'_, PoolW> {
         unpoison(self.w.lock())

@@ -27,6 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use oxzfs::dbuf::ReadLater;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,6 +59,8 @@ type Job = Box<dyn FnOnce(&Inner) + Send + 'static>;
 pub struct RwFs {
     inner: Arc<Inner>,
     ordered: Vec<SyncSender<Job>>,
+    /// Jobs queued or running per change worker (only the session thread adds to them).
+    pending: Vec<Arc<AtomicUsize>>,
     readers: SyncSender<Job>,
 }
 
@@ -117,29 +120,65 @@ impl RwFs {
     fn new(inner: Inner) -> RwFs {
         let inner = Arc::new(inner);
         let mut ordered = Vec::new();
+        let mut pending = Vec::new();
         for i in 0..CHANGE_WORKERS {
             let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
             worker(format!("oxzfs-rw-{i}"), inner.clone(), Arc::new(Mutex::new(rx)));
             ordered.push(tx);
+            pending.push(Arc::new(AtomicUsize::new(0)));
         }
         let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..READ_WORKERS {
             worker(format!("oxzfs-rd-{i}"), inner.clone(), rx.clone());
         }
-        RwFs { inner, ordered, readers: tx }
+        RwFs { inner, ordered, pending, readers: tx }
     }
 
-    /// Run a change on the worker of inode `ino`.
+    /// Run a job here, on the session thread (a panic answers EIO through the dropped reply).
+    fn inline(&self, f: impl FnOnce(&Inner)) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&self.inner)));
+    }
+
+    /// Run a change on the worker of inode `ino` — or here, when that worker has nothing
+    /// queued (so the order holds) and the pool lock is free (the change will not wait): a
+    /// lone writer pays no thread hand-off.
     fn change(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
-        let q = &self.ordered[(ino as usize) % self.ordered.len()];
-        if let Err(e) = q.send(Box::new(f)) {
+        let i = (ino as usize) % self.ordered.len();
+        if self.pending[i].load(Ordering::Acquire) == 0 && self.inner.pool.idle() {
+            return self.inline(f);
+        }
+        self.queue(i, f);
+    }
+
+    /// Run a change on the worker of inode `ino`, always (it may wait long: fsync).
+    fn change_queued(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
+        self.queue((ino as usize) % self.ordered.len(), f);
+    }
+
+    fn queue(&self, i: usize, f: impl FnOnce(&Inner) + Send + 'static) {
+        let pending = self.pending[i].clone();
+        pending.fetch_add(1, Ordering::AcqRel);
+        let job: Job = Box::new(move |s: &Inner| {
+            struct Done(Arc<AtomicUsize>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            let _done = Done(pending);
+            f(s)
+        });
+        if let Err(e) = self.ordered[i].send(job) {
             (e.0)(&self.inner);
         }
     }
 
-    /// Run a read on any reader.
+    /// Run a read on any reader — or here, when the pool lock is free.
     fn read_op(&self, f: impl FnOnce(&Inner) + Send + 'static) {
+        if self.inner.pool.idle() {
+            return self.inline(f);
+        }
         if let Err(e) = self.readers.send(Box::new(f)) {
             (e.0)(&self.inner);
         }
@@ -470,11 +509,11 @@ impl Filesystem for RwFs {
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         // On the file's worker: after its writes.
-        self.change(ino, move |s| reply_empty(s.pool.sync_now(), reply));
+        self.change_queued(ino, move |s| reply_empty(s.pool.sync_now(), reply));
     }
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.change(ino, move |s| reply_empty(s.pool.sync_now(), reply));
+        self.change_queued(ino, move |s| reply_empty(s.pool.sync_now(), reply));
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
