@@ -691,7 +691,10 @@ impl PoolW {
         let mut q = self.quiesce();
         let env = self.sync_env();
         sync_datasets(&env, &mut self.ms, &mut q)?;
-        self.sync_finish(q)
+        let ub = self.sync_finish(q)?;
+        ub.write()?;
+        self.sync_done(ub);
+        Ok(())
     }
 
     /// Quiesce the open txg: every dirty dataset's dirty state is frozen into a sync job, and
@@ -713,9 +716,9 @@ impl PoolW {
     }
 
     /// Finish the sync of quiesced txg `q` (its datasets written): install the datasets' new
-    /// trees, account their space in the MOS, sync the MOS until the space maps converge, write
-    /// the labels and the uberblock.
-    fn sync_finish(&mut self, q: Quiesced) -> Result<()> {
+    /// trees, account their space in the MOS, sync the MOS until the space maps converge; the
+    /// labels and the uberblock to write (`UbWrite::write`, which needs no pool state) follow.
+    fn sync_finish(&mut self, q: Quiesced) -> Result<UbWrite> {
         let txg = q.txg;
         let spa = self.spa.clone();
         let root = spa.root_vdev.clone();
@@ -773,8 +776,7 @@ impl PoolW {
                 return Err(ZfsError::Invalid(format!("txg {txg} did not converge after 100 sync passes")));
             }
         }
-        // 3. Labels and uberblock.
-        root.flush()?;
+        // 3. Labels and uberblock, encoded here, written by the caller.
         let ub = UberblockPhys {
             magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
             version: self.version,
@@ -790,32 +792,31 @@ impl PoolW {
             little_endian: true,
         };
         let config_dirty = self.config_dirty;
-        if config_dirty {
-            self.write_labels(&[0, 2], txg, 0)?;
-            root.flush()?;
-        }
+        let (even, odd) = if config_dirty { (self.label_writes(&[0, 2], txg, 0)?, self.label_writes(&[1, 3], txg, 0)?) } else { (Vec::new(), Vec::new()) };
+        let mut ubs = Vec::new();
         for leaf in root.leaves() {
             let Some(dev) = &leaf.dev else { continue };
             let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
             let nslots = VDEV_UBERBLOCK_RING / slot;
             for l in 0..VDEV_LABELS {
                 let off = label_offset(l, dev.size()) + VDEV_UBERBLOCK_RING_OFFSET + (txg % nslots) * slot;
-                let b = encode_uberblock(&ub, slot as usize, off);
-                dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+                ubs.push((dev.clone(), off, encode_uberblock(&ub, slot as usize, off)));
             }
         }
-        root.flush()?;
-        if config_dirty {
-            self.write_labels(&[1, 3], txg, 0)?;
-            root.flush()?;
+        Ok(UbWrite { txg, root, rootbp, config_dirty, even, odd, ubs })
+    }
+
+    /// After the uberblock of `ub` is on disk: deferred frees move on, the synced root is
+    /// the pool's.
+    fn sync_done(&mut self, ub: UbWrite) {
+        let txg = ub.txg;
+        if ub.config_dirty {
             self.config_dirty = false;
         }
-        // 4. Done.
         self.ms.sync_done(txg);
-        self.spa.set_synced(&rootbp);
+        self.spa.set_synced(&ub.rootbp);
         self.last_sync = std::time::Instant::now();
         self.synced_txg = txg;
-        Ok(())
     }
 
     /// Sync one objset (a dataset's, or the MOS in pass `pass`) and free what it replaced.
@@ -891,6 +892,12 @@ impl PoolW {
 
     /// Write label configs (`which` of the four) for every leaf.
     fn write_labels(&self, which: &[usize], txg: u64, state: u64) -> Result<()> {
+        write_all(&self.label_writes(which, txg, state)?)
+    }
+
+    /// The label configs (`which` of the four) of every leaf, encoded, with where they go.
+    fn label_writes(&self, which: &[usize], txg: u64, state: u64) -> Result<Vec<DevWrite>> {
+        let mut out = Vec::new();
         let full = self.config();
         let tree = full.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
@@ -934,11 +941,11 @@ impl PoolW {
                 for &l in which {
                     let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
                     let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
-                    dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+                    out.push((dev.clone(), off, b));
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// The open device of leaf `guid` (the pool's, or one being added).
@@ -1380,6 +1387,46 @@ fn free_dvas(ms: &mut Metaslabs, bp: &BlockPointer, txg: u64) {
     }
 }
 
+/// A device write: the device, the offset, the bytes.
+type DevWrite = (Arc<dyn crate::vdev::BlockDevice>, u64, Vec<u8>);
+
+fn write_all(w: &[DevWrite]) -> Result<()> {
+    for (dev, off, b) in w {
+        dev.write_at(b, *off).map_err(|e| ZfsError::Io { device: dev.name(), offset: *off, source: e })?;
+    }
+    Ok(())
+}
+
+/// The end of a txg's sync, written without the pool lock: flush the txg's blocks; when the
+/// config changed, the even labels and a flush; the uberblock into its slot of every label; a
+/// flush; the odd labels and a flush — OpenZFS's safe order.
+pub struct UbWrite {
+    txg: u64,
+    root: Arc<Vdev>,
+    rootbp: BlockPointer,
+    config_dirty: bool,
+    even: Vec<DevWrite>,
+    odd: Vec<DevWrite>,
+    ubs: Vec<DevWrite>,
+}
+
+impl UbWrite {
+    fn write(&self) -> Result<()> {
+        self.root.flush()?;
+        if self.config_dirty {
+            write_all(&self.even)?;
+            self.root.flush()?;
+        }
+        write_all(&self.ubs)?;
+        self.root.flush()?;
+        if self.config_dirty {
+            write_all(&self.odd)?;
+            self.root.flush()?;
+        }
+        Ok(())
+    }
+}
+
 /// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
 fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, q: &mut Quiesced) -> Result<()> {
     for job in &mut q.jobs {
@@ -1597,6 +1644,12 @@ impl PoolHandle {
             w.ms_out = None;
             r.and_then(|_| catch(|| w.sync_finish(q)))
         };
+        // The flushes, labels and uberblock without the lock; then the txg is synced.
+        let r = r.and_then(|ub| {
+            ub.write()?;
+            self.lock_open().sync_done(ub);
+            Ok(())
+        });
         if let Err(e) = &r {
             *unpoison(self.failed.lock()) = Some(e.to_string());
         }
