@@ -22,8 +22,19 @@
 //! zio_write_compress do. Blocks born in a sync note the per-dataset features they use
 //! (`born_features`: large_blocks, the checksum's, zstd) for the pool to activate.
 //!
-//! Locking: an `ObjsetW` is owned by the pool's write state, under its one lock; sync runs
-//! under the same lock (the txg engine stops the world for the sync of a txg).
+//! Txgs: `dirty` is the open txg's. At quiesce `freeze` moves it into `frozen` (an `Arc`,
+//! immutable) and returns a `SyncJob` holding everything the sync reads (the synced tree it
+//! starts from, the frozen objects), so the job runs without the pool lock while the open txg
+//! fills again; reads look at open dirty, then frozen, then the synced tree. `install` makes
+//! the job's tree the synced one, drops `frozen`, and fixes up objects dirtied again in the
+//! open txg (their dnode copies predate the sync: the block-pointer tree fields come from the
+//! synced dnode, the rest from the open copy). A freed object's slot stays taken until the
+//! free is synced.
+//!
+//! Locking: an `ObjsetW` is owned by the pool's write state and changed only under its lock;
+//! a `SyncJob` is owned by the syncing thread; the synced `Objset` (`ro`) is shared read-only
+//! (`read_later` hands it to readers that read blocks without the lock). `dncache` is a leaf
+//! lock.
 
 use crate::dmu::Objset;
 use crate::spa::Spa;
@@ -190,6 +201,40 @@ pub struct ObjsetW {
     /// Per-dataset features the blocks born in this sync use (dsl_dataset_block_born's
     /// ds_feature_activation); the pool activates them on the dataset and empties the set.
     pub born_features: std::collections::BTreeSet<&'static str>,
+    /// The dirty state of the txg being synced (quiescing/syncing), frozen: reads see the
+    /// open txg's dirty objects, then these, then the synced tree.
+    frozen: Option<Arc<Frozen>>,
+}
+
+/// The dirty objects of one txg, frozen at quiesce and synced while the next txg is open.
+#[derive(Debug, Default)]
+pub struct Frozen {
+    pub txg: u64,
+    pub dirty: BTreeMap<u64, DirtyObj>,
+    /// Bytes of dirty data blocks in it (for the write throttle until it is synced).
+    pub dirty_bytes: u64,
+    /// Spill blocks changed in it (see `ObjsetW::spills`).
+    pub spills: BTreeMap<u64, Option<Vec<u8>>>,
+}
+
+/// The sync of one objset's frozen txg: everything it reads is its own (the synced tree it
+/// starts from, the frozen dirty objects), so it runs without the pool lock.
+pub struct SyncJob {
+    pub id: u64,
+    spa: Arc<Spa>,
+    props: OsProps,
+    phys: ObjsetPhys,
+    bp: BlockPointer,
+    ro: Option<Arc<Objset>>,
+    frozen: Arc<Frozen>,
+    /// Space written minus freed by this sync.
+    pub delta: SpaceDelta,
+    /// The dnodes as synced (None: freed), for objects dirtied again in the open txg.
+    synced: BTreeMap<u64, Option<DnodePhys>>,
+    /// ZAPs as synced, for the decoded-ZAP cache.
+    zaps: Vec<(u64, ZapObj)>,
+    /// Per-dataset features the blocks born in this sync use (handed to the objset at install).
+    born_features: std::collections::BTreeSet<&'static str>,
 }
 
 fn new_meta_dnode() -> DnodePhys {
@@ -241,6 +286,7 @@ impl ObjsetW {
             sa: None,
             spills: BTreeMap::new(),
             born_features: Default::default(),
+            frozen: None,
         }
     }
 
@@ -265,6 +311,7 @@ impl ObjsetW {
             sa: None,
             spills: BTreeMap::new(),
             born_features: Default::default(),
+            frozen: None,
         })
     }
 
@@ -276,9 +323,19 @@ impl ObjsetW {
         self.ro.as_ref()
     }
 
+    /// The dirty state of `obj` in the open txg, else in the txg being synced.
+    fn dirty_any(&self, obj: u64) -> Option<&DirtyObj> {
+        self.dirty.get(&obj).or_else(|| self.frozen_obj(obj))
+    }
+
+    /// The frozen txg's dirty state of `obj` (quiescing/syncing).
+    fn frozen_obj(&self, obj: u64) -> Option<&DirtyObj> {
+        self.frozen.as_ref().and_then(|f| f.dirty.get(&obj))
+    }
+
     /// The current dnode of `obj` (dirty or synced).
     pub fn dnode(&self, obj: u64) -> Result<DnodePhys> {
-        if let Some(d) = self.dirty.get(&obj) {
+        if let Some(d) = self.dirty_any(obj) {
             if d.freed {
                 return Err(ZfsError::NotFound(format!("objset {} object {obj} (freed)", self.id)));
             }
@@ -368,13 +425,13 @@ impl ObjsetW {
 
     /// Whether dnode slot `obj` is taken (by a dnode or the extra slots of one before it).
     fn slot_used(&self, obj: u64) -> bool {
-        if let Some(d) = self.dirty.get(&obj) {
-            return !d.freed || true; // a freed object's slots are reused only after sync
+        if self.dirty_any(obj).is_some() {
+            return true; // a freed object's slots are reused only after its sync
         }
         // Extra slots of a dirty large dnode just before.
         let blk0 = obj - obj % DNODES_PER_BLOCK;
         for o in blk0..obj {
-            if let Some(d) = self.dirty.get(&o) {
+            if let Some(d) = self.dirty_any(o) {
                 if !d.freed && o + d.dn.slots() as u64 > obj {
                     return true;
                 }
@@ -386,7 +443,7 @@ impl ObjsetW {
                 Ok(_) => true,
                 Err(ZfsError::NotFound(_)) => {
                     // An extra slot of an on-disk large dnode before it?
-                    (blk0..obj).any(|o| !self.dirty.contains_key(&o) && ro.dnode(o).map(|d| o + d.slots() as u64 > obj).unwrap_or(false))
+                    (blk0..obj).any(|o| self.dirty_any(o).is_none() && ro.dnode(o).map(|d| o + d.slots() as u64 > obj).unwrap_or(false))
                 }
                 Err(_) => true,
             },
@@ -441,8 +498,10 @@ impl ObjsetW {
 
     /// The object's spill block as the open txg sees it.
     pub fn spill(&self, obj: u64) -> Result<Option<Vec<u8>>> {
-        if let Some(s) = self.spills.get(&obj) {
-            return Ok(s.clone());
+        for spills in [Some(&self.spills), self.frozen.as_ref().map(|f| &f.spills)].into_iter().flatten() {
+            if let Some(s) = spills.get(&obj) {
+                return Ok(s.clone());
+            }
         }
         let dn = self.dnode(obj)?;
         match (&dn.spill, self.ro()) {
@@ -454,9 +513,11 @@ impl ObjsetW {
     /// Read a whole level-0 block (zeros for a hole or beyond the end).
     fn read_l0(&self, obj: u64, dn: &DnodePhys, blkid: u64) -> Result<Vec<u8>> {
         let bs = dn.data_block_size() as usize;
-        if let Some(d) = self.dirty.get(&obj) {
+        for d in [self.dirty.get(&obj), self.frozen_obj(obj)].into_iter().flatten() {
             if let Some(b) = d.blocks.get(&blkid) {
-                return Ok(b.clone());
+                let mut v = b.clone();
+                v.resize(bs, 0);
+                return Ok(v);
             }
             if d.trunc_from.map_or(false, |t| blkid >= t) || d.holes.contains(&blkid) {
                 return Ok(vec![0u8; bs]);
@@ -484,7 +545,7 @@ impl ObjsetW {
             let blkid = pos / bs;
             let boff = (pos % bs) as usize;
             let n = ((bs - boff as u64).min(end - pos)) as usize;
-            if blkid > dn.maxblkid && !self.dirty.get(&obj).map_or(false, |d| d.blocks.contains_key(&blkid)) {
+            if blkid > dn.maxblkid && ![self.dirty.get(&obj), self.frozen_obj(obj)].into_iter().flatten().any(|d| d.blocks.contains_key(&blkid)) {
                 out.resize(out.len() + n, 0);
             } else {
                 let b = self.read_l0(obj, &dn, blkid)?;
@@ -493,6 +554,20 @@ impl ObjsetW {
             pos += n as u64;
         }
         Ok(out)
+    }
+
+    /// A read of `len` bytes at `offset` of `obj` to be done without the pool lock: when the
+    /// object is dirty in no txg, the synced tree (an `Arc`, immutable) and the dnode are all
+    /// it needs; otherwise the bytes are read now. Blocks the reader may still walk after a
+    /// later sync replaced them stay allocated for two txgs (deferred frees).
+    pub fn read_later(&self, obj: u64, offset: u64, len: usize) -> Result<ReadLater> {
+        if self.dirty_any(obj).is_none() {
+            if let Some(ro) = self.ro() {
+                let dn = self.dnode(obj)?;
+                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len });
+            }
+        }
+        self.read(obj, offset, len).map(ReadLater::Done)
     }
 
     /// Write `data` at `offset` of object `obj`.
@@ -607,6 +682,9 @@ impl ObjsetW {
         if self.dirty.get(&obj).map_or(false, |d| d.zap.is_some()) {
             return Ok(self.dirty[&obj].zap.as_ref().expect("checked"));
         }
+        if self.frozen_obj(obj).map_or(false, |d| d.zap.is_some()) {
+            return Ok(self.frozen_obj(obj).and_then(|d| d.zap.as_ref()).expect("checked"));
+        }
         if !self.zcache.contains_key(&obj) {
             let z = self.load_zap(obj)?;
             if self.zcache.len() > 4096 {
@@ -623,6 +701,9 @@ impl ObjsetW {
                 return Err(ZfsError::Invalid(format!("object {obj} is being written as data, not a ZAP")));
             }
         }
+        if let Some(z) = self.frozen_obj(obj).and_then(|d| d.zap.as_ref()) {
+            return Ok(z.clone());
+        }
         let ro = self.ro().ok_or_else(|| ZfsError::NotFound(format!("ZAP {obj}")))?;
         let z = crate::zap::Zap::open(ro, obj)?;
         let mut out = ZapObj { salt: z.salt(), normflags: z.normflags(), flags: z.flags(), ..Default::default() };
@@ -637,7 +718,8 @@ impl ObjsetW {
     pub fn zap_mut(&mut self, obj: u64) -> Result<&mut ZapObj> {
         let has = self.dirty.get(&obj).map_or(false, |d| d.zap.is_some());
         if !has {
-            let z = match self.zcache.remove(&obj) {
+            let frozen = self.frozen_obj(obj).and_then(|d| d.zap.clone());
+            let z = match frozen.or_else(|| self.zcache.remove(&obj)) {
                 Some(z) => z,
                 None => self.load_zap(obj)?,
             };
@@ -675,40 +757,136 @@ impl ObjsetW {
     // ------------------------------------------------------------------------------------ sync
 
     /// Write everything dirty; returns the new objset bp. Frees go to `ctx.freed`.
+    /// (Quiesce, sync and install in one go: the MOS, and syncs that stop the world.)
     pub fn sync(&mut self, ctx: &mut SyncCtx) -> Result<BlockPointer> {
-        let dirty = std::mem::take(&mut self.dirty);
-        self.dirty_bytes = 0;
-        self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
-        for (obj, mut d) in dirty {
+        let mut job = self.freeze(ctx.txg);
+        let bp = job.run(ctx);
+        self.install(job);
+        bp
+    }
+
+    /// Quiesce: take the open txg's dirty state out (frozen: still seen by reads) and hand
+    /// back the job that syncs it. The objset's open txg starts empty.
+    pub fn freeze(&mut self, txg: u64) -> SyncJob {
+        assert!(self.frozen.is_none(), "objset {}: txg {txg} quiesced while another txg syncs", self.id);
+        let frozen = Arc::new(Frozen {
+            txg,
+            dirty: std::mem::take(&mut self.dirty),
+            dirty_bytes: std::mem::take(&mut self.dirty_bytes),
+            spills: std::mem::take(&mut self.spills),
+        });
+        self.frozen = Some(frozen.clone());
+        SyncJob {
+            id: self.id,
+            spa: self.spa.clone(),
+            props: self.props,
+            phys: self.phys.clone(),
+            bp: self.bp.clone(),
+            ro: self.ro.clone(),
+            frozen,
+            delta: SpaceDelta::default(),
+            synced: BTreeMap::new(),
+            zaps: Vec::new(),
+            born_features: Default::default(),
+        }
+    }
+
+    /// Bytes of dirty data blocks of the txg being synced.
+    pub fn frozen_bytes(&self) -> u64 {
+        self.frozen.as_ref().map_or(0, |f| f.dirty_bytes)
+    }
+
+    /// After a job ran: the new synced tree becomes the read base, the frozen state goes away.
+    /// An object dirtied again in the open txg copied its dnode before this sync: the fields
+    /// the open txg did not change (the block-pointer tree: blkptr, nlevels, used, and
+    /// maxblkid / block size / spill when untouched) are taken from the synced dnode.
+    pub fn install(&mut self, job: SyncJob) {
+        let frozen = self.frozen.take().expect("install after freeze");
+        assert!(Arc::ptr_eq(&frozen, &job.frozen), "objset {}: a job installed on another txg's state", self.id);
+        for (obj, synced) in &job.synced {
+            let (Some(open), Some(synced)) = (self.dirty.get_mut(obj), synced) else { continue };
+            let before = &frozen.dirty[obj].dn;
+            open.dn.blkptr = synced.blkptr.clone();
+            open.dn.nlevels = synced.nlevels;
+            open.dn.used = synced.used;
+            open.dn.flags |= synced.flags & DNODE_FLAG_USED_BYTES;
+            if open.dn.maxblkid == before.maxblkid {
+                open.dn.maxblkid = synced.maxblkid;
+            }
+            if open.dn.datablkszsec == before.datablkszsec {
+                open.dn.datablkszsec = synced.datablkszsec;
+            }
+            if open.dn.spill == before.spill {
+                open.dn.spill = synced.spill.clone();
+                open.dn.flags = (open.dn.flags & !DNODE_FLAG_SPILL_BLKPTR) | (synced.flags & DNODE_FLAG_SPILL_BLKPTR);
+            }
+        }
+        for (obj, z) in job.zaps {
+            if self.zcache.len() > 4096 {
+                self.zcache.clear();
+            }
+            self.zcache.insert(obj, z);
+        }
+        for (obj, d) in &frozen.dirty {
             if d.freed {
-                self.spills.remove(&obj);
-                let old = d.dn.clone();
-                free_tree(self, ctx, &old)?;
+                self.zcache.remove(obj);
+            }
+        }
+        self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.phys = job.phys;
+        self.bp = job.bp;
+        self.delta.dsize += job.delta.dsize;
+        self.delta.psize += job.delta.psize;
+        self.delta.lsize += job.delta.lsize;
+        self.born_features.extend(job.born_features);
+        // Reads now go through the new tree.
+        self.ro = Some(Arc::new(Objset { spa: self.spa.clone(), phys: self.phys.clone(), bp: self.bp.clone(), id: self.id }));
+    }
+}
+
+impl SyncJob {
+    /// The objset bp the job wrote (after `run`).
+    pub fn bp_synced(&self) -> BlockPointer {
+        self.bp.clone()
+    }
+
+    /// Write the frozen txg: data and ZAP blocks, indirect blocks, the dnode blocks, the
+    /// objset block; returns the new objset bp. Frees go to `ctx.freed`.
+    pub fn run(&mut self, ctx: &mut SyncCtx) -> Result<BlockPointer> {
+        let frozen = self.frozen.clone();
+        let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
+        for (&obj, d) in &frozen.dirty {
+            if d.freed {
+                free_tree(self, ctx, &d.dn)?;
                 dnodes.insert(obj, None);
                 continue;
             }
-            if let Some(z) = d.zap.take() {
-                encode_zap_into(&mut d, &z)?;
-                self.zcache.insert(obj, z);
-            }
-            let typ = d.dn.typ;
+            let mut dn = d.dn.clone();
+            let typ = dn.typ;
             let meta = types::ot_is_metadata(typ);
-            let props = self.block_props(ctx, typ, 0, meta, d.dn.data_block_size(), d.dn.compress, d.dn.checksum);
-            sync_tree(self, ctx, obj, &mut d, props, None)?;
-            if let Some(spill) = self.spills.remove(&obj) {
-                sync_spill(self, ctx, &mut d.dn, spill)?;
+            if let Some(z) = &d.zap {
+                let (blocks, trunc_from) = encode_zap(&mut dn, z)?;
+                self.zaps.push((obj, z.clone()));
+                let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
+                sync_tree(self, ctx, &mut dn, &blocks, trunc_from, &d.holes, props, None)?;
+            } else {
+                let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
+                sync_tree(self, ctx, &mut dn, &d.blocks, d.trunc_from, &d.holes, props, None)?;
             }
-            dnodes.insert(obj, Some(d.dn));
+            if let Some(spill) = frozen.spills.get(&obj) {
+                sync_spill(self, ctx, &mut dn, spill.clone())?;
+            }
+            dnodes.insert(obj, Some(dn));
         }
         // The meta dnode: dirty dnodes go into their 16K blocks.
-        let mut md = DirtyObj { dn: self.phys.meta_dnode.clone(), blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() };
+        let mut md = self.phys.meta_dnode.clone();
+        let mut md_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         let mut fills: HashMap<u64, u64> = HashMap::new();
         let mut touched: Vec<u64> = dnodes.keys().map(|o| o / DNODES_PER_BLOCK).collect();
         touched.dedup();
         for blkid in touched {
             let mut block = if blkid <= self.phys.meta_dnode.maxblkid {
-                match self.ro() {
+                match &self.ro {
                     Some(ro) => ro.read_block(&self.phys.meta_dnode, 0, blkid)?.map(|b| b.to_vec()).unwrap_or_default(),
                     None => Vec::new(),
                 }
@@ -744,14 +922,15 @@ impl ObjsetW {
                 }
             }
             fills.insert(blkid, n);
-            if blkid > md.dn.maxblkid || md.dn.blkptr.iter().all(|b| b.is_hole()) {
-                md.dn.maxblkid = md.dn.maxblkid.max(blkid);
+            if blkid > md.maxblkid || md.blkptr.iter().all(|b| b.is_hole()) {
+                md.maxblkid = md.maxblkid.max(blkid);
             }
-            md.blocks.insert(blkid, block);
+            md_blocks.insert(blkid, block);
         }
+        self.synced = dnodes;
         let props = self.block_props(ctx, types::DMU_OT_DNODE, 0, true, DNODE_BLOCK_SIZE, 0, 0);
-        sync_tree(self, ctx, 0, &mut md, props, Some(&fills))?;
-        self.phys.meta_dnode = md.dn;
+        sync_tree(self, ctx, &mut md, &md_blocks, None, &Default::default(), props, Some(&fills))?;
+        self.phys.meta_dnode = md;
         // The objset block itself.
         let bytes = self.phys.encode(OBJSET_SIZE);
         let mut p = self.block_props(ctx, types::DMU_OT_OBJSET, 0, true, OBJSET_SIZE as u64, 0, 0);
@@ -774,8 +953,6 @@ impl ObjsetW {
             self.delta.add(&bp, 1, (ctx.dsize)(&bp));
         }
         self.bp = bp.clone();
-        // Reads now go through the new tree.
-        self.ro = Some(Arc::new(Objset { spa: self.spa.clone(), phys: self.phys.clone(), bp: bp.clone(), id: self.id }));
         Ok(bp)
     }
 
@@ -846,6 +1023,27 @@ fn md_checksum(c: u8) -> u8 {
     }
 }
 
+/// A read planned under the pool lock (see `ObjsetW::read_later`).
+pub enum ReadLater {
+    Done(Vec<u8>),
+    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize },
+}
+
+impl ReadLater {
+    /// The bytes (zeros in holes and past the last block), read from the vdevs (through the
+    /// ARC) without the pool lock.
+    pub fn finish(self) -> Result<Vec<u8>> {
+        match self {
+            ReadLater::Done(v) => Ok(v),
+            ReadLater::Clean { ro, dn, obj, offset, len } => {
+                let mut v = ro.read_obj(&dn, obj, offset, len as u64)?;
+                v.resize(len, 0);
+                Ok(v)
+            }
+        }
+    }
+}
+
 /// A pseudo-random u64 (salts, guids): from the OS.
 pub fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -861,8 +1059,10 @@ pub fn rand_u64() -> u64 {
     }
 }
 
-/// Encode a dirty ZAP into the object's blocks (micro when it fits, else fat).
-fn encode_zap_into(d: &mut DirtyObj, z: &ZapObj) -> Result<()> {
+/// Encode a dirty ZAP into the object's blocks (micro when it fits, else fat): the new
+/// blocks, and the truncation (everything) that replaces the old ones; the dnode's block size
+/// and maxblkid follow.
+fn encode_zap(dn: &mut DnodePhys, z: &ZapObj) -> Result<(BTreeMap<u64, Vec<u8>>, Option<u64>)> {
     use oxzfs_format::zap_write;
     let micro: Option<Vec<(String, u64)>> = z
         .entries
@@ -882,7 +1082,7 @@ fn encode_zap_into(d: &mut DirtyObj, z: &ZapObj) -> Result<()> {
                 bs *= 2;
             }
             // A micro ZAP never shrinks its block (OpenZFS grows it in place).
-            bs = bs.max(if d.dn.maxblkid == 0 { d.dn.data_block_size() as usize } else { 0 }).min(128 * 1024);
+            bs = bs.max(if dn.maxblkid == 0 { dn.data_block_size() as usize } else { 0 }).min(128 * 1024);
             vec![zap_write::encode_micro(z.salt, z.normflags, &m, bs)]
         }
         _ => {
@@ -901,20 +1101,19 @@ fn encode_zap_into(d: &mut DirtyObj, z: &ZapObj) -> Result<()> {
         }
     };
     let bs = blocks[0].len() as u64;
-    d.trunc_from = Some(0);
-    d.blocks.clear();
-    d.dn.datablkszsec = (bs / 512) as u16;
-    d.dn.maxblkid = blocks.len() as u64 - 1;
+    dn.datablkszsec = (bs / 512) as u16;
+    dn.maxblkid = blocks.len() as u64 - 1;
+    let mut out = BTreeMap::new();
     for (i, b) in blocks.into_iter().enumerate() {
         assert_eq!(b.len() as u64, bs, "ZAP blocks of one size");
-        d.blocks.insert(i as u64, b);
+        out.insert(i as u64, b);
     }
-    Ok(())
+    Ok((out, Some(0)))
 }
 
 /// Write a changed spill block (or drop it): the old one is freed, the dnode points at the new
 /// one with DNODE_FLAG_SPILL_BLKPTR, and its used bytes follow.
-fn sync_spill(os: &mut ObjsetW, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Option<Vec<u8>>) -> Result<()> {
+fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Option<Vec<u8>>) -> Result<()> {
     let mut used = dn.used as i64;
     if let Some(old) = dn.spill.take() {
         if !old.is_hole() && !old.embedded {
@@ -942,7 +1141,7 @@ fn sync_spill(os: &mut ObjsetW, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
 }
 
 /// Free every block of a dnode's tree (object freed).
-fn free_tree(os: &mut ObjsetW, ctx: &mut SyncCtx, dn: &DnodePhys) -> Result<()> {
+fn free_tree(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &DnodePhys) -> Result<()> {
     let mut stack: Vec<BlockPointer> = dn.blkptr.iter().filter(|b| !b.is_hole()).cloned().collect();
     if let Some(sp) = &dn.spill {
         if !sp.is_hole() {
@@ -995,23 +1194,26 @@ fn levels_for(maxblkid: u64, nblkptr: u64, epbs: u32) -> u8 {
 
 /// Sync one object's block tree: write its dirty L0 blocks, free truncated ones, rewrite the
 /// indirect blocks on the way up, update dn.blkptr / maxblkid / nlevels / used.
+#[allow(clippy::too_many_arguments)]
 fn sync_tree(
-    os: &mut ObjsetW,
+    os: &mut SyncJob,
     ctx: &mut SyncCtx,
-    _obj: u64,
-    d: &mut DirtyObj,
+    dn: &mut DnodePhys,
+    blocks: &BTreeMap<u64, Vec<u8>>,
+    trunc_from: Option<u64>,
+    holes: &std::collections::BTreeSet<u64>,
     l0: WriteProps,
     fills: Option<&HashMap<u64, u64>>,
 ) -> Result<()> {
-    let old = d.dn.clone();
+    let old = dn.clone();
     let epbs = (old.indblkshift as u32) - 7;
     let per = 1u64 << epbs;
     let nbp = old.nblkptr as u64;
     let old_tree_empty = old.blkptr.iter().all(|b| b.is_hole());
     // New shape.
-    let max_needed = d.blocks.keys().next_back().copied().unwrap_or(0).max(if old_tree_empty { 0 } else { d.dn.maxblkid });
+    let max_needed = blocks.keys().next_back().copied().unwrap_or(0).max(if old_tree_empty { 0 } else { dn.maxblkid });
     let mut nlevels = old.nlevels.max(levels_for(max_needed, nbp, epbs));
-    if old_tree_empty && d.trunc_from == Some(0) {
+    if old_tree_empty && trunc_from == Some(0) {
         nlevels = levels_for(max_needed, nbp, epbs);
     }
     // A tree of holes only is rebuilt from nothing (its holes' levels may not fit the shape).
@@ -1069,7 +1271,7 @@ fn sync_tree(
     // Install bp at (level, blkid): into its parent indirect or the dnode's top.
     let mut changes: Vec<(u8, u64, BlockPointer)> = Vec::new();
     // Truncation: every old L0 beyond trunc_from becomes a hole (frees gathered by walking).
-    if let Some(t) = d.trunc_from {
+    if let Some(t) = trunc_from {
         if !old_tree_empty {
             let mut stack: Vec<(u8, u64, BlockPointer)> =
                 old.blkptr.iter().enumerate().filter(|(_, b)| !b.is_hole()).map(|(i, b)| (old_nl - 1, i as u64, b.clone())).collect();
@@ -1080,7 +1282,7 @@ fn sync_tree(
                     continue;
                 }
                 if level == 0 {
-                    if !d.blocks.contains_key(&blkid) {
+                    if !blocks.contains_key(&blkid) {
                         changes.push((0, blkid, ctx.hole_for(Some(&bp), bp.lsize, bp.typ, 0)));
                     }
                     continue;
@@ -1096,20 +1298,19 @@ fn sync_tree(
         }
     }
     // Punched blocks become holes.
-    for blkid in std::mem::take(&mut d.holes) {
-        if let Some(b) = old_bp(0, blkid)?.filter(|b| !b.is_hole() && !d.blocks.contains_key(&blkid)) {
+    for &blkid in holes {
+        if let Some(b) = old_bp(0, blkid)?.filter(|b| !b.is_hole() && !blocks.contains_key(&blkid)) {
             changes.push((0, blkid, ctx.hole_for(Some(&b), b.lsize, b.typ, 0)));
         }
     }
     // Write the dirty L0 blocks.
-    let blocks = std::mem::take(&mut d.blocks);
-    for (blkid, data) in blocks {
+    for (&blkid, data) in blocks {
         let mut p = l0;
         if fills.is_some() {
             p.embed_ok = false;
         }
         let prev = old_bp(0, blkid)?;
-        let w = zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &data, &p, ctx.txg, prev.as_ref())?;
+        let w = zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?;
         let bp = match w {
             Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
             Written::Bp(mut bp) => {
@@ -1190,15 +1391,12 @@ fn sync_tree(
         // When growing, the old tree's top pointers were moved, not freed: don't count twice.
     }
     // Shrink the tree shape after a truncation to nothing.
-    d.dn.blkptr = top;
-    d.dn.nlevels = nlevels;
-    d.dn.used = used.max(0) as u64;
-    d.dn.flags |= DNODE_FLAG_USED_BYTES;
-    if let Some(t) = d.trunc_from {
-        if t == 0 && d.dn.blkptr.iter().all(|b| b.is_hole()) {
-            d.dn.maxblkid = 0;
-        }
+    dn.blkptr = top;
+    dn.nlevels = nlevels;
+    dn.used = used.max(0) as u64;
+    dn.flags |= DNODE_FLAG_USED_BYTES;
+    if trunc_from == Some(0) && dn.blkptr.iter().all(|b| b.is_hole()) {
+        dn.maxblkid = 0;
     }
-    d.trunc_from = None;
     Ok(())
 }

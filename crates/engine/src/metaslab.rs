@@ -75,6 +75,7 @@ struct Group {
     ms: Vec<Ms>,
 }
 
+#[derive(Default)]
 pub struct Metaslabs {
     groups: Vec<Group>,
     rotor: usize,

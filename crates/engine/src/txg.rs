@@ -15,11 +15,24 @@
 //!     4. metaslab sync_done (deferred frees of txg-2 become allocatable)
 //! ```
 //!
-//! One mutex (the pool's) covers the open txg and its sync: writers wait while a txg syncs.
-//! Frees of blocks born in the syncing txg in an earlier pass are recorded as FREE entries,
-//! as OpenZFS does.
+//! Txg states (see `PoolHandle`): one txg is *open* — writers dirty dataset objsets in it
+//! under the write-state lock `w`; at most one more is *quiescing/syncing*. Quiesce (under
+//! `w`) freezes each dirty dataset's dirty state (`ObjsetW::freeze`) and opens txg N+1; the
+//! datasets' blocks of N are then written without `w` (the allocator travels with that sync,
+//! writers see its totals as of quiesce), while writers change N+1 and readers see open dirty
+//! → frozen dirty → synced tree. Back under `w`, the new trees are installed, the dataset
+//! bonuses and dsl_dir space updated, and the MOS synced in passes with the space maps; then
+//! labels and uberblock. Open-context MOS changes (zfs create/destroy/set, zpool set/add,
+//! history) run only from commands, which hold the sync lock (`PoolHandle::lock`): they never
+//! meet a txg half-synced, and they may sync inline (stopping the world, `PoolW::sync`).
+//!
+//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`, `failed`,
+//! `fs`, `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
+//! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
+//! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them.
 
-use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx};
+use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
 use crate::metaslab::{Metaslabs, MsSync};
 use crate::spa::{PoolCandidate, Spa};
 use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev};
@@ -198,6 +211,25 @@ pub struct PoolW {
     pub config_nv: NvList,
     /// Leaves being added by `zpool add` (until the pool is reopened).
     pub added: std::collections::HashMap<u64, Arc<dyn crate::vdev::BlockDevice>>,
+    /// While a txg's datasets sync without the pool lock the allocator is with that sync:
+    /// its (size, allocated) totals at quiesce stand in for it.
+    ms_out: Option<(u64, u64)>,
+    /// The last txg whose uberblock is on disk.
+    pub synced_txg: u64,
+}
+
+/// A txg quiesced: its datasets' frozen dirty state, to be synced.
+pub struct Quiesced {
+    pub txg: u64,
+    jobs: Vec<SyncJob>,
+}
+
+/// What the sync of datasets needs from the pool, taken under the lock at quiesce.
+struct SyncEnv {
+    spa: Arc<Spa>,
+    embed: bool,
+    lz4: bool,
+    hole_birth: bool,
 }
 
 fn now() -> u64 {
@@ -319,6 +351,8 @@ impl PoolW {
             last_sync: std::time::Instant::now(),
             config_nv: config,
             added: Default::default(),
+            ms_out: None,
+            synced_txg: 0,
         };
         pw.create_mos_contents(spec)?;
         pw.create_vdev_zaps()?;
@@ -587,6 +621,8 @@ impl PoolW {
             last_sync: std::time::Instant::now(),
             config_nv: spa.config.clone(),
             added: Default::default(),
+            ms_out: None,
+            synced_txg: spa.uberblock.txg,
         };
         pw.check_writable()?;
         pw.load_features()?;
@@ -670,8 +706,12 @@ impl PoolW {
 
     /// The MOS-wide config nvlist (the MOS copy and, trimmed per top-level vdev, the labels').
     pub fn config(&self) -> NvList {
+        self.config_at(self.txg)
+    }
+
+    fn config_at(&self, txg: u64) -> NvList {
         let mut c = self.config_nv.clone();
-        c.add_u64("txg", self.txg);
+        c.add_u64("txg", txg);
         c.add_str("hostname", &self.hostname);
         if let Some(tree) = c.get_nvlist("vdev_tree").cloned() {
             let mut tree = tree;
@@ -692,9 +732,46 @@ impl PoolW {
         c
     }
 
-    /// Sync the open txg and open the next one.
+    /// Sync the open txg and open the next one (stopping the world: quiesce, sync the
+    /// datasets and finish under the caller's hold of the write state).
     pub fn sync(&mut self) -> Result<()> {
+        let mut q = self.quiesce();
+        let env = self.sync_env();
+        sync_datasets(&env, &mut self.ms, &mut q)?;
+        let ub = self.sync_finish(q)?;
+        ub.write()?;
+        self.sync_done(ub);
+        Ok(())
+    }
+
+    /// Quiesce the open txg: every dirty dataset's dirty state is frozen into a sync job, and
+    /// the next txg opens (writers go on in it at once).
+    pub fn quiesce(&mut self) -> Quiesced {
         let txg = self.txg;
+        let mut jobs = Vec::new();
+        for ds in self.datasets.values_mut() {
+            if ds.os.is_dirty() {
+                jobs.push(ds.os.freeze(txg));
+            }
+        }
+        self.txg = txg + 1;
+        Quiesced { txg, jobs }
+    }
+
+    fn sync_env(&self) -> SyncEnv {
+        SyncEnv {
+            spa: self.spa.clone(),
+            embed: self.features.contains_key("com.delphix:embedded_data"),
+            lz4: self.features.contains_key("org.illumos:lz4_compress"),
+            hole_birth: self.feature_active("com.delphix:hole_birth"),
+        }
+    }
+
+    /// Finish the sync of quiesced txg `q` (its datasets written): install the datasets' new
+    /// trees, account their space in the MOS, sync the MOS until the space maps converge; the
+    /// labels and the uberblock to write (`UbWrite::write`, which needs no pool state) follow.
+    fn sync_finish(&mut self, q: Quiesced) -> Result<UbWrite> {
+        let txg = q.txg;
         let spa = self.spa.clone();
         let root = spa.root_vdev.clone();
         // $MOS accounting of the previous txg (applied a txg late, as OpenZFS does).
@@ -702,11 +779,12 @@ impl PoolW {
         if md != SpaceDelta::default() && self.mos_dir != 0 {
             self.dir_diduse(self.mos_dir, md, true)?;
         }
-        // 1. Datasets.
-        let ids: Vec<u64> = self.datasets.iter().filter(|(_, d)| d.os.is_dirty()).map(|(k, _)| *k).collect();
-        for id in ids {
-            let mut ds = self.datasets.remove(&id).expect("listed");
-            let bp = self.sync_objset(&mut ds.os, 1, false)?;
+        // 1. Datasets: their new bps and space into the MOS.
+        for job in q.jobs {
+            let id = job.id;
+            let bp = job.bp_synced();
+            let ds = self.datasets.get_mut(&id).expect("a quiesced dataset stays open until synced");
+            ds.os.install(job);
             let delta = std::mem::take(&mut ds.os.delta);
             // dsl_dataset_sync: features the blocks born this txg use become active here.
             for guid in std::mem::take(&mut ds.os.born_features) {
@@ -722,12 +800,11 @@ impl PoolW {
             let dir = p.dir_obj;
             self.mos.set_bonus(id, &p.encode())?;
             self.ds_diduse(dir, unique, &delta)?;
-            self.datasets.insert(id, ds);
         }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
             let cfg = self.mos.zap_lookup(1, "config")?.ok_or_else(|| ZfsError::Invalid("no config object".into()))?;
-            let packed = self.config().encode_xdr();
+            let packed = self.config_at(txg).encode_xdr();
             self.mos.truncate(cfg, 0)?;
             self.mos.write(cfg, 0, &packed)?;
             self.mos.set_bonus(cfg, &(packed.len() as u64).to_le_bytes())?;
@@ -736,7 +813,7 @@ impl PoolW {
         let rootbp;
         loop {
             let mut mos = std::mem::replace(&mut self.mos, ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default()));
-            let r = self.sync_objset(&mut mos, pass, true);
+            let r = self.sync_objset(&mut mos, pass, true, txg);
             self.mos = mos;
             let bp = r?;
             let d = std::mem::take(&mut self.mos.delta);
@@ -756,8 +833,7 @@ impl PoolW {
                 return Err(ZfsError::Invalid(format!("txg {txg} did not converge after 100 sync passes")));
             }
         }
-        // 3. Labels and uberblock.
-        root.flush()?;
+        // 3. Labels and uberblock, encoded here, written by the caller.
         let ub = UberblockPhys {
             magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
             version: self.version,
@@ -773,70 +849,46 @@ impl PoolW {
             little_endian: true,
         };
         let config_dirty = self.config_dirty;
-        if config_dirty {
-            self.write_labels(&[0, 2], txg, 0)?;
-            root.flush()?;
-        }
+        let (even, odd) = if config_dirty { (self.label_writes(&[0, 2], txg, 0)?, self.label_writes(&[1, 3], txg, 0)?) } else { (Vec::new(), Vec::new()) };
+        let mut ubs = Vec::new();
         for leaf in root.leaves() {
             let Some(dev) = &leaf.dev else { continue };
             let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
             let nslots = VDEV_UBERBLOCK_RING / slot;
             for l in 0..VDEV_LABELS {
                 let off = label_offset(l, dev.size()) + VDEV_UBERBLOCK_RING_OFFSET + (txg % nslots) * slot;
-                let b = encode_uberblock(&ub, slot as usize, off);
-                dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+                ubs.push((dev.clone(), off, encode_uberblock(&ub, slot as usize, off)));
             }
         }
-        root.flush()?;
-        if config_dirty {
-            self.write_labels(&[1, 3], txg, 0)?;
-            root.flush()?;
+        Ok(UbWrite { txg, root, rootbp, config_dirty, even, odd, ubs })
+    }
+
+    /// After the uberblock of `ub` is on disk: deferred frees move on, the synced root is
+    /// the pool's.
+    fn sync_done(&mut self, ub: UbWrite) {
+        let txg = ub.txg;
+        if ub.config_dirty {
             self.config_dirty = false;
         }
-        // 4. Done.
         self.ms.sync_done(txg);
-        self.spa.set_synced(&rootbp);
-        self.txg = txg + 1;
+        self.spa.set_synced(&ub.rootbp);
         self.last_sync = std::time::Instant::now();
-        Ok(())
+        self.synced_txg = txg;
     }
 
     /// Sync one objset (a dataset's, or the MOS in pass `pass`) and free what it replaced.
-    fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool) -> Result<BlockPointer> {
-        let spa = self.spa.clone();
-        let root = spa.root_vdev.clone();
-        let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
-        let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
-        let hole_birth = self.feature_active("com.delphix:hole_birth");
-        let mut ctx = SyncCtx {
-            spa: &spa,
-            alloc: &mut PoolAlloc { ms: &mut self.ms, root: &root, min_alloc },
-            txg: self.txg,
-            freed: Vec::new(),
-            pass,
-            dsize: &dsize,
-            embed: self.features.contains_key("com.delphix:embedded_data"),
-            lz4: self.features.contains_key("org.illumos:lz4_compress"),
-            is_mos,
-            hole_birth,
-        };
-        let bp = os.sync(&mut ctx)?;
-        let freed = std::mem::take(&mut ctx.freed);
-        drop(ctx);
-        for f in &freed {
-            self.free_bp(f, self.txg)?;
-        }
-        Ok(bp)
+    fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
+        let env = self.sync_env();
+        let mut job = os.freeze(txg);
+        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg);
+        os.install(job);
+        r
     }
 
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
     fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
-        let mut dvas = Vec::new();
-        crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt }, bp, &mut dvas)?;
-        for d in dvas {
-            self.ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
-        }
-        Ok(())
+        let spa = self.spa.clone();
+        free_bp_in(&spa, &mut self.ms, bp, txg)
     }
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
@@ -991,6 +1043,12 @@ impl PoolW {
 
     /// Write label configs (`which` of the four) for every leaf.
     fn write_labels(&self, which: &[usize], txg: u64, state: u64) -> Result<()> {
+        write_all(&self.label_writes(which, txg, state)?)
+    }
+
+    /// The label configs (`which` of the four) of every leaf, encoded, with where they go.
+    fn label_writes(&self, which: &[usize], txg: u64, state: u64) -> Result<Vec<DevWrite>> {
+        let mut out = Vec::new();
         let full = self.config();
         let tree = full.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
@@ -1034,11 +1092,11 @@ impl PoolW {
                 for &l in which {
                     let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
                     let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
-                    dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
+                    out.push((dev.clone(), off, b));
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// The open device of leaf `guid` (the pool's, or one being added).
@@ -1349,7 +1407,7 @@ impl PoolW {
     /// it and still keep OpenZFS's slop space (ENOSPC). Space freed in the last two txgs is
     /// not yet allocatable and does not count as free.
     pub fn space_check(&self, incoming: u64, copies: usize) -> Result<()> {
-        let (size, alloc) = self.ms.space_totals();
+        let (size, alloc) = self.space_totals();
         let per = self.raw_per_byte();
         let slop = crate::dsl::slop_space(size, 0);
         let dirty = ((self.dirty_bytes() + incoming) as f64 * per * copies.max(1) as f64 * 1.05) as u64 + (1 << 20);
@@ -1385,9 +1443,14 @@ impl PoolW {
         Ok(())
     }
 
-    /// Bytes of dirty data blocks waiting for a sync.
+    /// Bytes of dirty data blocks waiting for a sync (the open txg's and the syncing one's).
     pub fn dirty_bytes(&self) -> u64 {
-        self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes).sum::<u64>()
+        self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes + d.os.frozen_bytes()).sum::<u64>()
+    }
+
+    /// (size, allocated) of the pool's metaslabs (as of quiesce while a txg syncs).
+    pub fn space_totals(&self) -> (u64, u64) {
+        self.ms_out.unwrap_or_else(|| self.ms.space_totals())
     }
 
     /// Whether anything is waiting for a sync.
@@ -1512,9 +1575,204 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
     Ok(())
 }
 
-/// Sync, turning a panic (a bug) into an error so the pool is suspended, not wedged.
-fn catch_sync(w: &mut PoolW) -> Result<()> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.sync())) {
+/// Run one objset's sync job in pass `pass` of `txg` with allocator `ms`, and free what it
+/// replaced (deferred by the metaslabs for two txgs).
+fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
+    let root = env.spa.root_vdev.clone();
+    let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
+    let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+    let mut ctx = SyncCtx {
+        spa: &env.spa,
+        alloc: &mut PoolAlloc { ms, root: &root, min_alloc },
+        txg,
+        freed: Vec::new(),
+        pass,
+        dsize: &dsize,
+        embed: env.embed,
+        lz4: env.lz4,
+        is_mos,
+        hole_birth: env.hole_birth,
+    };
+    let bp = job.run(&mut ctx)?;
+    let freed = std::mem::take(&mut ctx.freed);
+    drop(ctx);
+    for bp in &freed {
+        free_bp_in(&env.spa, ms, bp, txg)?;
+    }
+    Ok(bp)
+}
+
+/// Give every allocation behind `bp` back to the allocator (free in `txg`, deferred): its
+/// DVAs, and for a gang block its header copies and its whole tree.
+fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, bp: &BlockPointer, txg: u64) -> Result<()> {
+    let mut dvas = Vec::new();
+    crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas)?;
+    for d in dvas {
+        ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
+    }
+    Ok(())
+}
+
+/// A device write: the device, the offset, the bytes.
+type DevWrite = (Arc<dyn crate::vdev::BlockDevice>, u64, Vec<u8>);
+
+fn write_all(w: &[DevWrite]) -> Result<()> {
+    for (dev, off, b) in w {
+        dev.write_at(b, *off).map_err(|e| ZfsError::Io { device: dev.name(), offset: *off, source: e })?;
+    }
+    Ok(())
+}
+
+/// The end of a txg's sync, written without the pool lock: flush the txg's blocks; when the
+/// config changed, the even labels and a flush; the uberblock into its slot of every label; a
+/// flush; the odd labels and a flush — OpenZFS's safe order.
+pub struct UbWrite {
+    txg: u64,
+    root: Arc<Vdev>,
+    rootbp: BlockPointer,
+    config_dirty: bool,
+    even: Vec<DevWrite>,
+    odd: Vec<DevWrite>,
+    ubs: Vec<DevWrite>,
+}
+
+impl UbWrite {
+    fn write(&self) -> Result<()> {
+        self.root.flush()?;
+        if self.config_dirty {
+            write_all(&self.even)?;
+            self.root.flush()?;
+        }
+        write_all(&self.ubs)?;
+        self.root.flush()?;
+        if self.config_dirty {
+            write_all(&self.odd)?;
+            self.root.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
+fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, q: &mut Quiesced) -> Result<()> {
+    for job in &mut q.jobs {
+        run_job(env, ms, job, 1, false, q.txg)?;
+    }
+    Ok(())
+}
+
+
+// ------------------------------------------------------------------------------------------
+// The handle mounts and commands share: the write state, the txg sync thread, the throttle.
+
+/// Sync at least this often (zfs_txg_timeout).
+pub const TXG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The dirty-data limits of the write throttle (dsl_pool.c / dmu_tx.c tunables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirtyLimits {
+    /// zfs_dirty_data_max: writers block at this much dirty data.
+    pub max: u64,
+    /// zfs_dirty_data_sync_percent: a sync starts past this share of `max`.
+    pub sync_percent: u64,
+    /// zfs_delay_min_dirty_percent: writers are delayed past this share of `max`.
+    pub delay_min_percent: u64,
+    /// zfs_delay_scale (ns): the curve's scale.
+    pub delay_scale_ns: u64,
+    /// zfs_delay_max_ns: no single delay is longer.
+    pub delay_max_ns: u64,
+}
+
+impl DirtyLimits {
+    /// OpenZFS's defaults for a machine of `ram` bytes: zfs_dirty_data_max is 10% of memory,
+    /// capped at 4 GiB (OXZFS_DIRTY_DATA_MAX, in bytes, overrides it).
+    pub fn for_ram(ram: u64, env_max: Option<u64>) -> DirtyLimits {
+        let max = env_max.filter(|&m| m > 0).unwrap_or_else(|| (ram / 10).min(4 << 30)).max(1 << 20);
+        DirtyLimits { max, sync_percent: 20, delay_min_percent: 60, delay_scale_ns: 1_000_000_000 / 2000, delay_max_ns: 100_000_000 }
+    }
+
+    fn from_system() -> DirtyLimits {
+        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        let psize = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let ram = if pages > 0 && psize > 0 { pages as u64 * psize as u64 } else { 4 << 30 };
+        let env = std::env::var("OXZFS_DIRTY_DATA_MAX").ok().and_then(|v| v.trim().parse::<u64>().ok());
+        DirtyLimits::for_ram(ram, env)
+    }
+
+    /// Dirty bytes past which the open txg is synced early (dsl_pool_need_dirty_sync).
+    pub fn sync_bytes(&self) -> u64 {
+        self.max / 100 * self.sync_percent
+    }
+
+    /// How long a change must wait with `dirty` bytes dirty (dmu_tx_delay's curve):
+    /// 0 below delay_min_percent of max, then delay_scale * (dirty - min) / (max - dirty),
+    /// never more than delay_max_ns (and that at or past max, where writers also block).
+    pub fn delay_ns(&self, dirty: u64) -> u64 {
+        let min = self.max / 100 * self.delay_min_percent;
+        if dirty <= min {
+            return 0;
+        }
+        if dirty >= self.max {
+            return self.delay_max_ns;
+        }
+        let t = self.delay_scale_ns as u128 * (dirty - min) as u128 / (self.max - dirty) as u128;
+        t.min(self.delay_max_ns as u128) as u64
+    }
+}
+
+/// The pool as mounts and commands share it.
+///
+/// Txg states: one txg is open (writers change it, under `w`); at most one is quiescing or
+/// syncing: quiesce freezes every dataset's dirty state (under `w`) and opens the next txg;
+/// the datasets' blocks are written without `w` (writers go on in the open txg, readers see
+/// open dirty → frozen dirty → synced tree); the MOS, the space maps, labels and uberblock
+/// are written under `w`, which also installs the new synced trees.
+///
+/// Lock order: `sync` (one sync at a time; also held by commands through `lock()`, so a
+/// command never sees a txg half-synced and may sync inline) → `w` (the write state) →
+/// `kick`, `failed`, `fs`, `wakeup` (leaves, held briefly).
+pub struct PoolHandle {
+    pub w: std::sync::Mutex<PoolW>,
+    sync: std::sync::Mutex<()>,
+    fs: std::sync::Mutex<std::collections::HashMap<u64, crate::zplw::FsInfo>>,
+    stop: std::sync::atomic::AtomicBool,
+    /// The last sync's error, reported to the next caller.
+    failed: std::sync::Mutex<Option<String>>,
+    /// Wakes the sync thread early (dirty data past the sync threshold).
+    kick: std::sync::Mutex<bool>,
+    kick_cv: std::sync::Condvar,
+    /// The throttle's schedule: when the last delayed change may go (dp_last_wakeup).
+    wakeup: std::sync::Mutex<std::time::Instant>,
+    pub limits: DirtyLimits,
+}
+
+/// The write state held by a command: no txg is syncing meanwhile (see `PoolHandle`).
+pub struct PoolGuard<'a> {
+    w: std::sync::MutexGuard<'a, PoolW>,
+    _sync: std::sync::MutexGuard<'a, ()>,
+}
+
+impl std::ops::Deref for PoolGuard<'_> {
+    type Target = PoolW;
+    fn deref(&self) -> &PoolW {
+        &self.w
+    }
+}
+
+impl std::ops::DerefMut for PoolGuard<'_> {
+    fn deref_mut(&mut self) -> &mut PoolW {
+        &mut self.w
+    }
+}
+
+fn unpoison<T>(r: std::sync::LockResult<T>) -> T {
+    r.unwrap_or_else(|p| p.into_inner())
+}
+
+/// Run a piece of a sync, turning a panic (a bug) into an error so that the pool is
+/// suspended, not wedged.
+fn catch<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
@@ -1523,132 +1781,213 @@ fn catch_sync(w: &mut PoolW) -> Result<()> {
     }
 }
 
-// ------------------------------------------------------------------------------------------
-// The handle mounts and commands share: the write state under one lock, and the sync thread.
-
-/// Sync at least this often (zfs_txg_timeout).
-pub const TXG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Dirty bytes that force a sync from the writer (a simple zfs_dirty_data_max).
-pub const DIRTY_MAX: u64 = 256 << 20;
-
-pub struct PoolHandle {
-    pub w: std::sync::Mutex<PoolW>,
-    fs: std::sync::Mutex<std::collections::HashMap<u64, crate::zplw::FsInfo>>,
-    stop: std::sync::atomic::AtomicBool,
-    /// The last sync's error, reported to the next caller.
-    failed: std::sync::Mutex<Option<String>>,
-}
-
 impl PoolHandle {
     /// Wrap a pool opened for writing and start its sync thread.
     pub fn start(pw: PoolW) -> Arc<PoolHandle> {
         let h = Arc::new(PoolHandle {
             w: std::sync::Mutex::new(pw),
+            sync: std::sync::Mutex::new(()),
             fs: std::sync::Mutex::new(std::collections::HashMap::new()),
             stop: std::sync::atomic::AtomicBool::new(false),
             failed: std::sync::Mutex::new(None),
+            kick: std::sync::Mutex::new(false),
+            kick_cv: std::sync::Condvar::new(),
+            wakeup: std::sync::Mutex::new(std::time::Instant::now()),
+            limits: DirtyLimits::from_system(),
         });
         let weak = Arc::downgrade(&h);
         std::thread::Builder::new()
             .name("txg_sync".into())
             .spawn(move || loop {
-                std::thread::sleep(std::time::Duration::from_millis(200));
                 let Some(h) = weak.upgrade() else { return };
+                let kicked = {
+                    let k = unpoison(h.kick.lock());
+                    let (mut k, _) = unpoison(h.kick_cv.wait_timeout_while(k, std::time::Duration::from_millis(200), |k| !*k));
+                    std::mem::take(&mut *k)
+                };
                 if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
+                if unpoison(h.failed.lock()).is_some() {
+                    continue;
+                }
                 let due = {
-                    let w = h.lock();
-                    w.dirty() && w.last_sync.elapsed() >= TXG_TIMEOUT
+                    let w = h.lock_open();
+                    w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
                 };
                 if due {
-                    let _ = h.sync_now();
+                    let s = unpoison(h.sync.lock());
+                    let _ = h.sync_txg(&s);
                 }
             })
             .expect("spawn the txg sync thread");
         h
     }
 
-    /// The write state (a panic elsewhere does not make it unusable: the error is recorded
-    /// and the pool suspended instead).
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, PoolW> {
-        self.w.lock().unwrap_or_else(|p| p.into_inner())
+    /// The write state for a command (waits for a txg being synced; see `PoolHandle`).
+    pub fn lock(&self) -> PoolGuard<'_> {
+        let s = unpoison(self.sync.lock());
+        PoolGuard { w: unpoison(self.w.lock()), _sync: s }
     }
 
-    /// Sync everything dirty now (fsync, export).
-    pub fn sync_now(&self) -> Result<()> {
-        let mut w = self.lock();
-        if !w.dirty() {
-            return Ok(());
+    /// Whether a change or read would get the write state at once (nobody holds it): a hint
+    /// for running a request without handing it to another thread.
+    pub fn idle(&self) -> bool {
+        matches!(self.w.try_lock(), Ok(_))
+    }
+
+    /// The write state for a change or a read in the open txg (a sync may be under way).
+    fn lock_open(&self) -> std::sync::MutexGuard<'_, PoolW> {
+        unpoison(self.w.lock())
+    }
+
+    fn suspended(&self) -> Result<()> {
+        let failed = unpoison(self.failed.lock()).clone();
+        match failed {
+            Some(e) => Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name()))),
+            None => Ok(()),
         }
-        let r = catch_sync(&mut w);
+    }
+
+    /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
+    /// without it, finish (MOS, uberblock) under it.
+    fn sync_txg(&self, _sync: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
+        let (mut q, env, mut ms) = {
+            let mut w = self.lock_open();
+            if !w.dirty() {
+                return Ok(());
+            }
+            let q = w.quiesce();
+            let env = w.sync_env();
+            w.ms_out = Some(w.ms.space_totals());
+            let ms = std::mem::take(&mut w.ms);
+            (q, env, ms)
+        };
+        let r = catch(|| sync_datasets(&env, &mut ms, &mut q));
+        let r = {
+            let mut w = self.lock_open();
+            w.ms = ms;
+            w.ms_out = None;
+            r.and_then(|_| catch(|| w.sync_finish(q)))
+        };
+        // The flushes, labels and uberblock without the lock; then the txg is synced.
+        let r = r.and_then(|ub| {
+            ub.write()?;
+            self.lock_open().sync_done(ub);
+            Ok(())
+        });
         if let Err(e) = &r {
-            *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            *unpoison(self.failed.lock()) = Some(e.to_string());
         }
         r
     }
 
+    /// Wait until every change made before the call is on disk (txg_wait_synced for the open
+    /// txg): one sync serves every waiter queued behind it.
+    pub fn sync_now(&self) -> Result<()> {
+        let target = {
+            let w = self.lock_open();
+            let target = if w.dirty() { w.txg } else { w.txg - 1 };
+            if w.synced_txg >= target {
+                return Ok(());
+            }
+            target
+        };
+        let s = unpoison(self.sync.lock());
+        if self.lock_open().synced_txg >= target {
+            return Ok(());
+        }
+        self.suspended()?;
+        self.sync_txg(&s)
+    }
+
+    /// The write throttle before a change (dmu_tx_wait/dmu_tx_delay): past the sync threshold
+    /// the sync thread is woken; past delay_min_percent the change waits its turn on the delay
+    /// curve; at the maximum it waits until a sync brings the dirty data under it.
+    fn throttle(&self) {
+        let dirty = self.lock_open().dirty_bytes();
+        if dirty >= self.limits.sync_bytes() {
+            *unpoison(self.kick.lock()) = true;
+            self.kick_cv.notify_all();
+        }
+        if dirty >= self.limits.max {
+            // Blocked until the syncing txg frees room: the sync frees it when it installs.
+            let _ = self.sync_now();
+            return;
+        }
+        let delay = self.limits.delay_ns(dirty);
+        if delay == 0 {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let wake = {
+            let mut last = unpoison(self.wakeup.lock());
+            let d = std::time::Duration::from_nanos(delay);
+            let wake = (now + d).max(*last + d);
+            *last = wake;
+            wake
+        };
+        if wake > now {
+            std::thread::sleep(wake - now);
+        }
+    }
+
     /// Run a change on dataset `dsobj` in the open txg.
     pub fn with_fs<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
-        if let Some(e) = self.failed.lock().unwrap().clone() {
-            return Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name())));
-        }
-        let mut w = self.lock();
+        self.suspended()?;
+        self.throttle();
+        let mut w = self.lock_open();
         let txg = w.txg;
         let os = w.objset(dsobj)?;
         if os.props.readonly {
             return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
         }
-        let r = f(os, txg);
-        if w.dirty_bytes() > DIRTY_MAX {
-            if let Err(e) = catch_sync(&mut w) {
-                *self.failed.lock().unwrap() = Some(e.to_string());
-                return Err(e);
-            }
-        }
-        r
+        f(os, txg)
     }
 
     /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
     /// ENOSPC when the pool is full (keeping the slop space).
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
-        {
-            let mut w = self.lock();
+        let (space_ok, quota_ok, rsv_ok) = {
+            let mut w = self.lock_open();
             let os = w.objset(dsobj)?;
             if os.props.readonly {
                 return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
             }
             let copies = os.props.copies;
-            if w.space_check(incoming, copies).is_err() {
-                // Frees waiting in the open txg or deferred in the last two give space back.
-                if w.dirty() {
-                    w.sync()?;
-                }
-                w.ms.release_deferred();
+            (
+                w.space_check(incoming, copies).is_ok(),
+                incoming == 0 || w.quota_check(dsobj, incoming).is_ok(),
+                w.reservation_check(dsobj, incoming, copies).is_ok(),
+            )
+        };
+        if !space_ok || !quota_ok || !rsv_ok {
+            // Frees waiting in the open txg or deferred in the last two give space back; what
+            // is dirty may be overwrites: sync and measure again.
+            self.sync_now()?;
+            let mut g = self.lock();
+            if !space_ok {
+                g.ms.release_deferred();
             }
-            w.space_check(incoming, copies)?;
-            if incoming > 0 && w.quota_check(dsobj, incoming).is_err() {
-                // What is dirty may be overwrites: sync and measure again.
-                w.sync()?;
-                w.quota_check(dsobj, incoming)?;
+            let copies = g.objset(dsobj)?.props.copies;
+            g.space_check(incoming, copies)?;
+            if incoming > 0 {
+                g.quota_check(dsobj, incoming)?;
             }
-            if w.reservation_check(dsobj, incoming, copies).is_err() {
-                w.sync()?;
-                w.reservation_check(dsobj, incoming, copies)?;
-            }
+            g.reservation_check(dsobj, incoming, copies)?;
         }
         self.with_fs(dsobj, f)
     }
 
-    /// Run a read on dataset `dsobj` (under the same lock: it sees the open txg).
+    /// Run a read on dataset `dsobj` (it sees the open txg).
     pub fn with_fs_ro<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW) -> Result<T>) -> Result<T> {
-        let mut w = self.lock();
+        let mut w = self.lock_open();
         f(w.objset(dsobj)?)
     }
 
     /// The ZPL's fixed objects of the objset (cached).
     pub fn fs_info(&self, os: &mut ObjsetW) -> Result<crate::zplw::FsInfo> {
-        if let Some(f) = self.fs.lock().unwrap().get(&os.id) {
+        if let Some(f) = unpoison(self.fs.lock()).get(&os.id) {
             return Ok(f.clone());
         }
         let f = crate::zplw::open_fs(os, os.props.recordsize)?;
@@ -1656,18 +1995,18 @@ impl PoolHandle {
         if !os.props.readonly {
             crate::zplw::drain_delete_queue(os, &f)?;
         }
-        self.fs.lock().unwrap_or_else(|p| p.into_inner()).insert(os.id, f.clone());
+        unpoison(self.fs.lock()).insert(os.id, f.clone());
         Ok(f)
     }
 
     pub fn name(&self) -> String {
-        self.lock().spa.name.clone()
+        self.lock_open().spa.name.clone()
     }
 
     /// (available, used) bytes for statfs of dataset `dsobj`.
     pub fn space(&self, _dsobj: u64) -> (u64, u64) {
-        let w = self.lock();
-        let (size, alloc) = w.ms.space_totals();
+        let w = self.lock_open();
+        let (size, alloc) = w.space_totals();
         // Keep OpenZFS's slop: 1/32 of the pool, at least 128 MiB but at most half the pool.
         let slop = (size / 32).max(128 << 20).min(size / 2);
         (size.saturating_sub(alloc).saturating_sub(slop), alloc)
@@ -1697,6 +2036,8 @@ impl PoolHandle {
     /// Sync, mark the pool exported and stop the sync thread.
     pub fn export(&self) -> Result<()> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        *unpoison(self.kick.lock()) = true;
+        self.kick_cv.notify_all();
         self.lock().export()
     }
 }
@@ -2039,4 +2380,45 @@ fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DirtyLimits;
+
+    const GIB: u64 = 1 << 30;
+
+    /// zfs_dirty_data_max: 10% of memory, capped at 4 GiB; the override wins.
+    #[test]
+    fn dirty_data_max_from_memory() {
+        assert_eq!(DirtyLimits::for_ram(16 * GIB, None).max, 16 * GIB / 10);
+        assert_eq!(DirtyLimits::for_ram(64 * GIB, None).max, 4 * GIB);
+        assert_eq!(DirtyLimits::for_ram(64 * GIB, Some(100 << 20)).max, 100 << 20);
+        let l = DirtyLimits::for_ram(10 * GIB, None);
+        assert_eq!(l.sync_bytes(), l.max / 100 * 20);
+    }
+
+    /// dmu_tx_delay's curve: nothing up to 60% of the maximum, then scale * (dirty - min) /
+    /// (max - dirty), growing and capped at 100 ms; at the maximum the cap.
+    #[test]
+    fn delay_curve() {
+        let l = DirtyLimits { max: 1000 << 20, sync_percent: 20, delay_min_percent: 60, delay_scale_ns: 500_000, delay_max_ns: 100_000_000 };
+        let min = l.max / 100 * 60;
+        assert_eq!(l.delay_ns(0), 0);
+        assert_eq!(l.delay_ns(min), 0);
+        // Halfway between min and max: scale * 1 (the two distances are equal).
+        let mid = min + (l.max - min) / 2;
+        assert_eq!(l.delay_ns(mid), 500_000);
+        // 90%: (900 - 600) / (1000 - 900) = 3 scales.
+        assert_eq!(l.delay_ns(l.max / 100 * 90), 1_500_000);
+        let mut last = 0;
+        for pct in 61..100 {
+            let d = l.delay_ns(l.max / 100 * pct);
+            assert!(d >= last, "the delay grows with dirty data ({pct}%: {d} < {last})");
+            last = d;
+        }
+        assert_eq!(l.delay_ns(l.max - 1), 100_000_000);
+        assert_eq!(l.delay_ns(l.max), 100_000_000);
+        assert_eq!(l.delay_ns(2 * l.max), 100_000_000);
+    }
 }
