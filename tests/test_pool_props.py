@@ -70,7 +70,8 @@ def test_cachefile_follows_the_pools(oxzfs):
     v2, _, _ = new_pool(oxzfs, "pcf2", "cf2", 1, "-o", f"cachefile={cf}")
     new_pool(oxzfs, "pcf3", "cf3", 1)
     assert get1(oxzfs, "cachefile", "pcf1") == (cf, "local")
-    assert get1(oxzfs, "cachefile", "pcf3") == ("-", "default")
+    # -R implies cachefile=none, as zpool create -R does in OpenZFS.
+    assert get1(oxzfs, "cachefile", "pcf3") == ("none", "local")
     text, pools = zdb_cachefile(cf)
     assert sorted(pools) == ["pcf1", "pcf2"]
     for p in ("pcf1", "pcf2"):
@@ -106,7 +107,7 @@ def test_cachefile_follows_the_pools(oxzfs):
     r = oxzfs.zpool("import", "-c", copy, "-R", alt1, "pcf1")
     assert r.returncode == 0, repr(r)
     oxzfs.imported.append("pcf1")
-    assert get1(oxzfs, "cachefile", "pcf1") == ("-", "default")
+    assert get1(oxzfs, "cachefile", "pcf1") == ("none", "local")
     assert oxzfs.zpool("import", "-c", copy, "-d", v1, "pcf1").returncode == 2
 
     # import -o cachefile=: written at import.

@@ -317,6 +317,10 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Err(e) => return e,
     };
     let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool import -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
     let which: Vec<String> = if o.has('a') {
         let scan = spa::scan(&dirs);
         let names: Vec<String> = scan.pools.iter().map(|p| p.name.clone()).filter(|n| !st.pools.contains_key(n)).collect();

@@ -210,6 +210,10 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
     };
     let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool create -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
     let mut dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
     dirs.sort();
     dirs.dedup();
