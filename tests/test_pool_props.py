@@ -72,6 +72,9 @@ def test_cachefile_follows_the_pools(oxzfs):
     assert get1(oxzfs, "cachefile", "pcf1") == (cf, "local")
     # -R implies cachefile=none, as zpool create -R does in OpenZFS.
     assert get1(oxzfs, "cachefile", "pcf3") == ("none", "local")
+    # fnvlist_pack's native encoding, little-endian, as OpenZFS writes it on x86.
+    with open(cf, "rb") as f:
+        assert f.read(4) == b"\x00\x01\x00\x00"
     text, pools = zdb_cachefile(cf)
     assert sorted(pools) == ["pcf1", "pcf2"]
     for p in ("pcf1", "pcf2"):

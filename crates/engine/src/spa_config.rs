@@ -2,7 +2,8 @@
 //! keeps /etc/zfs/zpool.cache.
 //!
 //! ```text
-//!   cache file = one packed nvlist:  { <pool name> → <pool config nvlist>, ... }
+//!   cache file = one packed nvlist, native encoding (fnvlist_pack; little-endian here):
+//!                { <pool name> → <pool config nvlist>, ... }
 //!   pool config = spa_config_generate of the whole pool (what the MOS "config" object holds):
 //!                 version, name, state (0 active), txg, pool_guid, errata, hostname,
 //!                 vdev_children, vdev_tree (every leaf's path), features_for_read, ...
@@ -73,7 +74,7 @@ pub fn write(path: &Path, pools: &[(String, NvList)]) -> Result<()> {
     for (name, config) in pools {
         nvl.insert(name, NvValue::NvList(config.clone()));
     }
-    let packed = nvl.encode_xdr();
+    let packed = nvl.encode_native();
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(path).map_err(io)?;
