@@ -155,9 +155,25 @@ def expected(p):
             "ffree_max": p["available"] >> 9}
 
 
+def check_statfs(oxzfs, datasets, root):
+    """Every dataset's statfs against zfs_statvfs over its zfs get; {dataset: used objects}."""
+    used_objs = {}
+    for ds in datasets:
+        mnt = os.path.join(root, ds.split("/", 1)[1]) if "/" in ds else root
+        st, p = statfs_and_props(oxzfs, ds, mnt)
+        e = expected(p)
+        got = {"bsize": st.f_bsize, "blocks": st.f_blocks, "bfree": st.f_bfree}
+        assert got == {k: e[k] for k in got}, (ds, got, e, p)
+        assert st.f_frsize == st.f_bsize and st.f_bavail == st.f_bfree and st.f_namemax == 255, (ds, st)
+        used = st.f_files - st.f_ffree
+        assert st.f_ffree == min((1 << 48) - used, e["ffree_max"]), (ds, st)
+        used_objs[ds] = used
+    return used_objs
+
+
 def test_statfs_reports_the_datasets_space(oxzfs):
     pool = "pstatfs"
-    vdir, _, root = new_pool(oxzfs, pool, "statfs", 1, size_mib=256)
+    vdir, alt, root = new_pool(oxzfs, pool, "statfs", 1, size_mib=256)
     sets = {"q": ["quota=40M"], "rq": ["refquota=24M"], "res": ["reservation=60M"], "big": ["recordsize=1M"],
             "rres": ["refreservation=20M"]}
     for name, props in sets.items():
@@ -168,17 +184,8 @@ def test_statfs_reports_the_datasets_space(oxzfs):
             f.write(os.urandom(mib * M))
             f.flush()
             os.fsync(f.fileno())  # a txg sync: the file and its blocks are on disk
-    used_objs = {}
-    for ds in [pool] + [f"{pool}/{n}" for n in sets]:
-        mnt = os.path.join(root, ds.split("/", 1)[1]) if "/" in ds else root
-        st, p = statfs_and_props(oxzfs, ds, mnt)
-        e = expected(p)
-        got = {"bsize": st.f_bsize, "blocks": st.f_blocks, "bfree": st.f_bfree}
-        assert got == {k: e[k] for k in got}, (ds, got, e, p)
-        assert st.f_frsize == st.f_bsize and st.f_bavail == st.f_bfree and st.f_namemax == 255, (ds, st)
-        used = st.f_files - st.f_ffree
-        assert st.f_ffree == min((1 << 48) - used, e["ffree_max"]), (ds, st)
-        used_objs[ds] = used
+    datasets = [pool] + [f"{pool}/{n}" for n in sets]
+    used_objs = check_statfs(oxzfs, datasets, root)
     # Quotas shrink what df sees: the refquota'd dataset cannot show more than 24M.
     st, _ = statfs_and_props(oxzfs, f"{pool}/rq", os.path.join(root, "rq"))
     assert st.f_blocks * st.f_bsize <= 24 * M + 128 * 1024
@@ -188,3 +195,7 @@ def test_statfs_reports_the_datasets_space(oxzfs):
     zdb_objs = {m.group(1): int(m.group(2)) for m in
                 re.finditer(r"^Dataset (\S+) \[ZPL\], ID \d+, cr_txg \d+, \S+, (\d+) objects", text, re.M)}
     assert zdb_objs == used_objs, (zdb_objs, used_objs)
+    # A read-only import's mounts report the same.
+    assert oxzfs.import_ro(vdir, pool, alt).returncode == 0
+    assert check_statfs(oxzfs, datasets, root) == used_objs
+    assert oxzfs.export(pool).returncode == 0

@@ -298,7 +298,7 @@ pub struct StatFs {
     pub bavail: u64,
     pub files: u64,
     pub ffree: u64,
-    /// MAXNAMELEN - 1.
+    /// Longest name: ZAP_MAXNAMELEN - 1.
     pub namemax: u32,
     /// dmu_objset_fsid_guid: the dataset's fsid_guid.
     pub fsid: u64,
@@ -308,6 +308,8 @@ pub struct StatFs {
 const DN_MAX_OBJECT: u64 = 1 << 48;
 /// DNODE_SHIFT: 512-byte dnodes.
 const DNODE_SHIFT: u32 = 9;
+/// ZAP_MAXNAMELEN: a directory entry's name with its NUL.
+const ZAP_MAXNAMELEN: u32 = 256;
 
 impl StatFs {
     /// zfs_statvfs's arithmetic over (referenced, available, used objects, block size).
@@ -318,7 +320,7 @@ impl StatFs {
         let bfree = avail >> shift;
         let availobjs = DN_MAX_OBJECT.saturating_sub(usedobjs);
         let ffree = availobjs.min(avail >> DNODE_SHIFT);
-        StatFs { bsize, blocks: refd.saturating_add(avail) >> shift, bfree, bavail: bfree, files: ffree + usedobjs, ffree, namemax: 255, fsid: 0 }
+        StatFs { bsize, blocks: refd.saturating_add(avail) >> shift, bfree, bavail: bfree, files: ffree + usedobjs, ffree, namemax: ZAP_MAXNAMELEN - 1, fsid: 0 }
     }
 }
 
