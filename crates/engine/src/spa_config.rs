@@ -137,6 +137,10 @@ impl crate::txg::PoolHandle {
         let mut c = w.config();
         c.add_u64("state", 0);
         c.add_u64("txg", w.txg.saturating_sub(1));
+        if c.get_nvlist("features_for_read").is_none() {
+            // spa_config_generate always adds the label features, empty or not.
+            c.add_nvlist("features_for_read", NvList::new());
+        }
         c
     }
 }
