@@ -142,13 +142,24 @@ fn abs(cwd: &Path, p: &str) -> PathBuf {
     }
 }
 
-fn search_dirs(o: &Opts, cwd: &Path) -> Vec<PathBuf> {
+/// Where `zpool import` looks: the -d directories (or /dev), or with `-c FILE` the leaf devices
+/// of the pools in that cache file (no directory is scanned).
+fn search_dirs(o: &Opts, cwd: &Path) -> Result<Vec<PathBuf>, Out> {
     let d: Vec<PathBuf> = o.values('d').iter().map(|d| abs(cwd, d)).collect();
-    if d.is_empty() {
-        vec![PathBuf::from("/dev/disk/by-id"), PathBuf::from("/dev")]
-    } else {
-        d
+    if let Some(c) = o.values('c').pop() {
+        if !d.is_empty() {
+            return Err(usage(format!("-c is incompatible with -d\n{IMPORT_USAGE}")));
+        }
+        return match oxzfs::spa_config::read(&abs(cwd, &c)) {
+            Ok(pools) => Ok(pools.iter().flat_map(|(_, cfg)| oxzfs::spa_config::leaf_paths(cfg)).map(PathBuf::from).collect()),
+            Err(oxzfs::ZfsError::Io { source, .. }) => {
+                let why = source.to_string();
+                Err(fail(format!("failed to open cache file: {}", why.split(" (os error").next().unwrap_or(&why))))
+            }
+            Err(_) => Err(fail("invalid or corrupt cache file contents")),
+        };
     }
+    Ok(if d.is_empty() { vec![PathBuf::from("/dev/disk/by-id"), PathBuf::from("/dev")] } else { d })
 }
 
 /// `zpool import` listing the pools that could be imported (run without the daemon).
@@ -162,7 +173,11 @@ pub fn run_local(args: &[String], cwd: &Path) -> Out {
 }
 
 fn import_list(o: &Opts, cwd: &Path) -> Out {
-    let scan = spa::scan(&search_dirs(o, cwd));
+    let dirs = match search_dirs(o, cwd) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let scan = spa::scan(&dirs);
     if scan.pools.is_empty() {
         let mut err = String::from("no pools available to import\n");
         for p in &scan.problems {
@@ -188,6 +203,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return usage(format!("usage: {cmd} command args ..."));
     };
     let rest = &argv[2..];
+    let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
     if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit")) {
@@ -205,7 +221,34 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
             }
         }
     }
+    // Then the cache files, with the configs as synced (spa_config_sync after the change).
+    if cmd == "zpool" && matches!(verb.as_str(), "create" | "import" | "add" | "set" | "export" | "destroy") {
+        write_cachefiles(st, before);
+    }
     out
+}
+
+/// The cache files the imported pools write to.
+fn cachefiles_in_use(st: &State) -> std::collections::BTreeSet<String> {
+    st.pools.values().filter_map(|i| oxzfs::spa_config::file_of(i.pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()).as_deref()).map(String::from)).collect()
+}
+
+/// spa_write_cachefile for every cache file in use now or before the command (`before`): each
+/// rewritten with the writable pools that name it, removed when none is left.
+fn write_cachefiles(st: &State, before: std::collections::BTreeSet<String>) {
+    let mut files = before;
+    files.extend(cachefiles_in_use(st));
+    for f in files {
+        let pools: Vec<(String, oxzfs_format::nvlist::NvList)> = st
+            .pools
+            .iter()
+            .filter(|(_, i)| oxzfs::spa_config::file_of(i.pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()).as_deref()) == Some(f.as_str()))
+            .filter_map(|(n, i)| i.rw.as_ref().map(|h| (n.clone(), h.cachefile_config())))
+            .collect();
+        if let Err(e) = oxzfs::spa_config::write(Path::new(&f), &pools) {
+            eprintln!("oxzfs: cannot write cache file '{f}': {e}");
+        }
+    }
 }
 
 fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) -> Out {
@@ -253,8 +296,13 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return fail(format!("cannot import '{}': renaming a pool on import is not supported yet", o.operands[0]));
     }
     let mut readonly = false;
+    let mut cachefile = None;
     for p in o.values('o') {
         match p.split_once('=') {
+            Some(("cachefile", v)) => match oxzfs::spa_config::validate(v) {
+                Ok(()) => cachefile = oxzfs::spa_config::setting(v),
+                Err(e) => return fail(format!("cannot import: {e}")),
+            },
             Some(("readonly", "on")) => readonly = true,
             Some(("readonly", "off")) => readonly = false,
             Some(("readonly", v)) => return fail(format!("cannot import: property 'readonly' must be 'on' or 'off', not '{v}'")),
@@ -264,8 +312,15 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             None => {}
         }
     }
-    let dirs = search_dirs(&o, cwd);
+    let dirs = match search_dirs(&o, cwd) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
     let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool import -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
     let which: Vec<String> = if o.has('a') {
         let scan = spa::scan(&dirs);
         let names: Vec<String> = scan.pools.iter().map(|p| p.name.clone()).filter(|n| !st.pools.contains_key(n)).collect();
@@ -286,6 +341,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         if !readonly {
             match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {
                 Ok((pool, h)) => {
+                    *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
                     if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
                         out.2 = 1;

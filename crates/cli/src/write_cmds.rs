@@ -106,13 +106,17 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         // -d: no features enabled (they may be enabled one by one with -o feature@...=enabled).
         cs.disabled = oxzfs::txg::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
     }
+    let mut cachefile = None;
     for p in o.values('o') {
         let Some((k, v)) = p.split_once('=') else {
             return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
         };
         match k {
             "ashift" => match v.parse::<u8>() {
-                Ok(a) if a == 0 || (9..=16).contains(&a) => cs.ashift = if a == 0 { None } else { Some(a) },
+                Ok(a) if a == 0 || (9..=16).contains(&a) => {
+                    cs.ashift = if a == 0 { None } else { Some(a) };
+                    cs.pool_props.push((k.to_string(), a.to_string()));
+                }
                 _ => return (String::new(), format!("property 'ashift' number {v} is invalid, only values between 9 and 16 are allowed.\n"), 1),
             },
             "version" => match v.parse::<u64>() {
@@ -133,7 +137,14 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     _ => return (String::new(), format!("property '{k}' can only be set to 'enabled' or 'disabled'\n"), 1),
                 }
             }
-            "comment" | "autoexpand" | "failmode" | "cachefile" | "autoreplace" | "listsnapshots" | "delegation" | "autotrim" | "multihost" | "bootfs" => {}
+            "cachefile" => match oxzfs::spa_config::validate(v) {
+                Ok(()) => cachefile = oxzfs::spa_config::setting(v),
+                Err(e) => return (String::new(), format!("cannot create '{name}': {e}\n"), 1),
+            },
+            "comment" | "autoexpand" | "failmode" | "autoreplace" | "listsnapshots" | "delegation" | "autotrim" | "multihost" => {
+                cs.pool_props.push((k.to_string(), v.to_string()))
+            }
+            "bootfs" => {}
             _ => return (String::new(), format!("property '{k}' is not a valid pool property\n"), 1),
         }
     }
@@ -199,6 +210,10 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
     };
     let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool create -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
     let mut dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
     dirs.sort();
     dirs.dedup();
@@ -212,6 +227,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
     };
     let pool = Pool::from_spa(spa, altroot, &dirs);
+    *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile;
     let mut mounts = Vec::new();
     let mut err = String::new();
     let code = if mount_all(&pool, Some(&h), &mut mounts, &mut err) > 0 { 1 } else { 0 };
@@ -594,6 +610,7 @@ pub fn zpool_add(st: &mut State, args: &[String], cwd: &Path) -> Out {
             let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
             let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), &dirs);
             *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
+            *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
             imp.pool = pool;
             (String::new(), String::new(), 0)
         }
@@ -614,6 +631,14 @@ pub fn zpool_set(st: &mut State, args: &[String]) -> Out {
     let Some(imp) = st.pools.get(name) else {
         return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
     };
+    if k == "cachefile" {
+        // Not a property of the pool on disk: where the daemon writes its config.
+        if let Err(e) = oxzfs::spa_config::validate(v) {
+            return (String::new(), format!("cannot set property for '{name}': {e}\n"), 1);
+        }
+        *imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = oxzfs::spa_config::setting(v);
+        return (String::new(), String::new(), 0);
+    }
     let Some(h) = imp.rw.clone() else {
         return (String::new(), format!("cannot set property for '{name}': pool is read-only\n"), 1);
     };

@@ -286,6 +286,62 @@ impl PoolW {
     }
 }
 
+/// What statfs reports for a mounted file system, as zfs_statvfs computes it from
+/// dmu_objset_space: bytes in units of the dataset's recordsize (z_max_blksz), the referenced
+/// bytes rounded up to one so a file system never uses 0 blocks; objects from the fill count
+/// of the dataset's root block pointer (allocated dnodes) against DN_MAX_OBJECT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub bsize: u64,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    /// Longest name: ZAP_MAXNAMELEN - 1.
+    pub namemax: u32,
+    /// dmu_objset_fsid_guid: the dataset's fsid_guid.
+    pub fsid: u64,
+}
+
+/// DN_MAX_OBJECT: 2^48 objects in an objset.
+const DN_MAX_OBJECT: u64 = 1 << 48;
+/// DNODE_SHIFT: 512-byte dnodes.
+const DNODE_SHIFT: u32 = 9;
+/// ZAP_MAXNAMELEN: a directory entry's name with its NUL.
+const ZAP_MAXNAMELEN: u32 = 256;
+
+impl StatFs {
+    /// zfs_statvfs's arithmetic over (referenced, available, used objects, block size).
+    pub fn compute(refd: u64, avail: u64, usedobjs: u64, bsize: u64) -> StatFs {
+        let bsize = if bsize.is_power_of_two() { bsize } else { 128 << 10 };
+        let shift = bsize.trailing_zeros();
+        let refd = refd.div_ceil(bsize) * bsize;
+        let bfree = avail >> shift;
+        let availobjs = DN_MAX_OBJECT.saturating_sub(usedobjs);
+        let ffree = availobjs.min(avail >> DNODE_SHIFT);
+        StatFs { bsize, blocks: refd.saturating_add(avail) >> shift, bfree, bavail: bfree, files: ffree + usedobjs, ffree, namemax: ZAP_MAXNAMELEN - 1, fsid: 0 }
+    }
+}
+
+impl PoolW {
+    /// statfs of head dataset `dsobj` (what df shows; `zfs get available,referenced` agree).
+    pub fn statfs(&mut self, dsobj: u64) -> Result<StatFs> {
+        let ds = self.ds_at(dsobj)?;
+        let avail = self.dataset_avail(dsobj, true)?;
+        let recordsize = self.effective_props(ds.dir_obj)?.recordsize;
+        let fill = if ds.bp.is_hole() { 0 } else { ds.bp.fill };
+        Ok(StatFs { fsid: ds.fsid_guid, ..StatFs::compute(ds.referenced_bytes, avail, fill, recordsize) })
+    }
+}
+
+impl crate::txg::PoolHandle {
+    /// [`PoolW::statfs`] under the pool's lock.
+    pub fn statfs(&self, dsobj: u64) -> Result<StatFs> {
+        self.lock().statfs(dsobj)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +366,17 @@ mod tests {
             u = (u as i64 + s) as u64;
         }
         assert_eq!(sum, parent_delta(40, steps.iter().sum(), 100));
+    }
+
+    #[test]
+    fn statfs_counts_in_recordsize_units() {
+        // 1 byte referenced still takes a block; 1 MiB available in 128K blocks is 8.
+        let s = StatFs::compute(1, 1 << 20, 7, 128 << 10);
+        assert_eq!((s.bsize, s.blocks, s.bfree, s.bavail), (128 << 10, 9, 8, 8));
+        // Free objects: the smaller of what is left of 2^48 and available / 512.
+        assert_eq!((s.ffree, s.files), (2048, 2055));
+        let big = StatFs::compute(0, u64::MAX >> 4, 5, 1 << 20);
+        assert_eq!(big.ffree, (1 << 48) - 5);
+        assert_eq!(big.files, 1 << 48);
     }
 }

@@ -8,7 +8,7 @@
 //!   dmu       objsets and dnodes: object data through the indirect block tree
 //!   arc       adaptive replacement cache of logical blocks, byte-limited
 //!   zio       block pointer → bytes: gang, embedded, decompress, checksum verify, ditto retry
-//!   spa       the pool: config, vdev tree, uberblock, MOS, features
+//!   spa       the pool: config, vdev tree, uberblock, MOS, features (spa_config: the cache file)
 //!   vdev      leaves (files, block devices), mirror, raidz: reconstruction and error counters
 //! ```
 //!
@@ -19,6 +19,7 @@ pub mod vdev;
 pub mod zio;
 pub mod arc;
 pub mod spa;
+pub mod spa_config;
 pub mod dmu;
 pub mod zap;
 pub mod dsl;

@@ -212,9 +212,8 @@ impl Pool {
         }
         let os = Objset::open_id(&self.spa, &info.ds.bp, info.ds_obj)?;
         let z = Zfs::open(os)?;
-        let used = info.dir.used_bytes;
-        let avail = self.prop(ds, "available").ok().and_then(|p| p.raw.parse().ok()).unwrap_or(0);
-        z.set_space(used, avail);
+        let num = |p: &str, d: u64| self.prop(ds, p).ok().and_then(|p| p.raw.parse().ok()).unwrap_or(d);
+        z.set_space(info.ds.referenced_bytes, num("available", 0), num("recordsize", 128 << 10));
         self.fs_cache.lock().unwrap().insert(ds.to_string(), z.clone());
         Ok(z)
     }

@@ -612,10 +612,17 @@ pub fn zdb_main(args: &[String]) -> i32 {
     let (mut b, mut c, mut d) = (0u32, 0u32, 0u32);
     let mut exported = false;
     let mut pool: Option<String> = None;
+    let (mut cachefile, mut config) = (None, false);
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
-        if a == "-p" {
+        if a == "-U" {
+            i += 1;
+            match args.get(i) {
+                Some(p) => cachefile = Some(PathBuf::from(p)),
+                None => return usage("option requires an argument -- 'U'"),
+            }
+        } else if a == "-p" {
             i += 1;
             match args.get(i) {
                 Some(p) => dirs.push(PathBuf::from(p)),
@@ -628,6 +635,7 @@ pub fn zdb_main(args: &[String]) -> i32 {
                     'c' => c += 1,
                     'd' => d += 1,
                     'e' => exported = true,
+                    'C' => config = true,
                     'L' | 'P' | 'A' | 'F' | 'X' | 's' | 'v' | 'V' => {}
                     'p' => {
                         i += 1;
@@ -645,6 +653,20 @@ pub fn zdb_main(args: &[String]) -> i32 {
             // Object numbers after the dataset (zdb -d POOL OBJ): accepted, not yet used.
         }
         i += 1;
+    }
+    if config && pool.is_none() {
+        // zdb -C [-U FILE]: the cache file, as dump_cachefile prints it.
+        let Some(file) = cachefile else { return usage("oxzfs zdb -C needs -U FILE (no default cache file)") };
+        return match std::fs::read(&file).map_err(|e| e.to_string()).and_then(|b| oxzfs_format::nvlist::NvList::decode_packed(&b).map_err(|e| e.to_string())) {
+            Ok(nvl) => {
+                print!("{}", nvl.fmt_tree());
+                0
+            }
+            Err(e) => {
+                eprintln!("zdb: cannot read cache file '{}': {e}", file.display());
+                1
+            }
+        };
     }
     let Some(pool) = pool else { return usage("missing pool name") };
     if !exported {

@@ -145,6 +145,8 @@ pub struct CreateSpec {
     pub enabled: Vec<String>,
     /// Root dataset properties (-O).
     pub fs_props: Vec<(String, String)>,
+    /// Pool properties (-o) stored in the pool_props ZAP in the create txg (ashift included).
+    pub pool_props: Vec<(String, String)>,
     pub hostname: String,
 }
 
@@ -361,6 +363,15 @@ impl PoolW {
         }
         if !spec.spares.is_empty() {
             pw.add_aux(3, "spares", &spec.spares)?;
+        }
+        for (k, v) in &spec.pool_props {
+            if k == "ashift" {
+                // spa_create hands its props to spa_sync_props: the ashift asked for is kept.
+                let n = v.parse::<u64>().map_err(|_| ZfsError::Invalid(format!("invalid value '{v}' for property 'ashift'")))?;
+                pw.pool_props_store(k, n)?;
+            } else {
+                pw.set_pool_prop(k, v)?;
+            }
         }
         pw.sync()?;
         Ok(pw)
@@ -1286,6 +1297,11 @@ impl PoolW {
             }
             _ => return Err(ZfsError::Invalid(format!("property '{k}' is not a valid pool property"))),
         };
+        self.pool_props_store(k, num)
+    }
+
+    /// A numeric pool property into the MOS pool_props ZAP (made on first use).
+    fn pool_props_store(&mut self, k: &str, num: u64) -> Result<()> {
         let obj = match self.mos.zap_lookup(1, "pool_props")? {
             Some(o) => o,
             None => {
@@ -2001,15 +2017,6 @@ impl PoolHandle {
 
     pub fn name(&self) -> String {
         self.lock_open().spa.name.clone()
-    }
-
-    /// (available, used) bytes for statfs of dataset `dsobj`.
-    pub fn space(&self, _dsobj: u64) -> (u64, u64) {
-        let w = self.lock_open();
-        let (size, alloc) = w.space_totals();
-        // Keep OpenZFS's slop: 1/32 of the pool, at least 128 MiB but at most half the pool.
-        let slop = (size / 32).max(128 << 20).min(size / 2);
-        (size.saturating_sub(alloc).saturating_sub(slop), alloc)
     }
 
     /// After export: mark the labels destroyed (zpool destroy).

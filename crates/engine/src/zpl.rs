@@ -86,8 +86,6 @@ const DIR_CACHE_WEIGHT: usize = 8192;
 const DIR_MAP_MAX: u64 = 65536;
 /// Object numbers are 48 bits (DN_MAX_OBJECT).
 const DN_MAX_OBJECT: u64 = 1 << 48;
-/// Longest name a directory entry holds (ZAP_MAXNAMELEN - 1).
-const NAME_MAX: u32 = 255;
 
 /// A bounded map that forgets the least recently used half when full (amortized O(1)).
 struct Lru<K, V> {
@@ -162,7 +160,8 @@ pub struct Zfs {
     znodes: Mutex<Lru<u64, Arc<Znode>>>,
     dirs: Mutex<Lru<u64, Arc<DirIndex>>>,
     /// (used, available) bytes of the dataset, for statfs.
-    space: Mutex<(u64, u64)>,
+    /// (referenced, available, recordsize) of the dataset, for statfs.
+    space: Mutex<(u64, u64, u64)>,
 }
 
 fn posix(errno: i32, msg: impl Into<String>) -> ZfsError {
@@ -214,7 +213,7 @@ impl Zfs {
             sa,
             znodes: Mutex::new(Lru::new(ZNODE_CACHE)),
             dirs: Mutex::new(Lru::new(DIR_CACHE_WEIGHT)),
-            space: Mutex::new((0, 0)),
+            space: Mutex::new((0, 0, 128 << 10)),
         }))
     }
 
@@ -226,9 +225,9 @@ impl Zfs {
         self.root
     }
 
-    /// Record the dataset's space (referenced and available bytes) for statfs.
-    pub fn set_space(&self, used: u64, avail: u64) {
-        *self.space.lock().unwrap() = (used, avail);
+    /// Record the dataset's space (referenced and available bytes, recordsize) for statfs.
+    pub fn set_space(&self, referenced: u64, avail: u64, recordsize: u64) {
+        *self.space.lock().unwrap() = (referenced, avail, recordsize);
     }
 
     fn ctx(&self, ino: u64) -> String {
@@ -469,19 +468,10 @@ impl Zfs {
 
     /// Space and object counts, as OpenZFS's statvfs computes them.
     pub fn statfs(&self) -> Result<FsStat> {
-        let (used, avail) = *self.space.lock().unwrap();
-        let bsize = 4096u64;
-        let usedobjs = self.os.bp.fill;
-        let ffree = (DN_MAX_OBJECT - usedobjs.min(DN_MAX_OBJECT)).min(avail >> 9);
-        Ok(FsStat {
-            blocks: (used + avail) / bsize,
-            bfree: avail / bsize,
-            bavail: avail / bsize,
-            files: usedobjs + ffree,
-            ffree,
-            bsize: bsize as u32,
-            namelen: NAME_MAX,
-        })
+        let (referenced, avail, recordsize) = *self.space.lock().unwrap();
+        // zfs_statvfs's numbers, as a writable mount reports them (dsl_space::StatFs).
+        let s = crate::dsl_space::StatFs::compute(referenced, avail, self.os.bp.fill, recordsize);
+        Ok(FsStat { blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, bsize: s.bsize as u32, namelen: s.namemax })
     }
 
     /// The path of object `ino` from the root, through parent pointers (for error reports).

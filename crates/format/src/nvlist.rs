@@ -13,8 +13,8 @@
 //! Encoding follows the kernel's nvlist_pack byte for byte: chars and shorts are written
 //! unsigned (the kernel's XDR refuses sign-extended ones, which userland libtirpc writes and
 //! we accept), and an empty integer array adds 4 to its pair's encoded size and 4 zero bytes
-//! at the end of the buffer, as nvlist_size counts. The native encoding (decode only, either
-//! byte order) is described at the `Native` decoder.
+//! at the end of the buffer, as nvlist_size counts. The native encoding (decoded in either
+//! byte order, encoded little-endian for cache files) is described at the `Native` decoder.
 //! Decoding is bounded: nesting depth ≤ 32 and no allocation larger than the input.
 
 use crate::{FormatError, Result};
@@ -186,6 +186,16 @@ impl NvList {
         // array count for every empty integer array (see enc_list): the packed buffer ends
         // with that many zero bytes.
         out.resize(out.len() + phantom_counts(self), 0);
+        out
+    }
+
+    /// Pack in the native encoding, little-endian, as nvlist_pack(NV_ENCODE_NATIVE) lays it
+    /// out on x86 (fnvlist_pack: what OpenZFS writes into its cache file). See [`Native`].
+    pub fn encode_native(&self) -> Vec<u8> {
+        let mut out = vec![NV_ENCODE_NATIVE, 1, 0, 0];
+        out.extend_from_slice(&NV_VERSION.to_le_bytes());
+        out.extend_from_slice(&NV_UNIQUE_NAME.to_le_bytes());
+        enc_native_pairs(self, &mut out);
         out
     }
 
@@ -755,6 +765,76 @@ fn enc_list(l: &NvList, out: &mut Vec<u8>) {
     put_u32(out, 0);
 }
 
+/// The pairs of a list in the native encoding: each pair's nvpair_t image (pointers and
+/// padding zeroed), the lists it embeds after it, then a 0 end marker.
+fn enc_native_pairs(l: &NvList, out: &mut Vec<u8>) {
+    // An embedded nvlist_t: version, nvflag NV_UNIQUE_NAME, then nvl_priv, nvl_flag, nvl_pad 0.
+    let nvlist_t = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&NV_VERSION.to_le_bytes());
+        out.extend_from_slice(&NV_UNIQUE_NAME.to_le_bytes());
+        out.extend_from_slice(&[0u8; 16]);
+    };
+    for (name, v) in &l.pairs {
+        let start = out.len();
+        let size = native_size(name, v);
+        let (t, n) = type_and_nelem(v);
+        out.extend_from_slice(&(size as i32).to_le_bytes());
+        out.extend_from_slice(&((name.len() + 1) as i16).to_le_bytes());
+        out.extend_from_slice(&0i16.to_le_bytes());
+        out.extend_from_slice(&(n as i32).to_le_bytes());
+        out.extend_from_slice(&t.to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.resize(start + ((16 + name.len() + 1 + 7) & !7), 0);
+        match v {
+            NvValue::Boolean => {}
+            NvValue::BooleanValue(b) => out.extend_from_slice(&(*b as u32).to_le_bytes()),
+            NvValue::Byte(x) | NvValue::Uint8(x) => out.push(*x),
+            NvValue::Int8(x) => out.push(*x as u8),
+            NvValue::Int16(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Uint16(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Int32(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Uint32(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Int64(x) | NvValue::Hrtime(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Uint64(x) => out.extend_from_slice(&x.to_le_bytes()),
+            NvValue::Double(x) => out.extend_from_slice(&x.to_bits().to_le_bytes()),
+            NvValue::String(s) => {
+                out.extend_from_slice(s.as_bytes());
+                out.push(0);
+            }
+            NvValue::ByteArray(b) | NvValue::Uint8Array(b) => out.extend_from_slice(b),
+            NvValue::Int8Array(a) => out.extend(a.iter().map(|x| *x as u8)),
+            NvValue::BooleanArray(a) => a.iter().for_each(|x| out.extend_from_slice(&(*x as u32).to_le_bytes())),
+            NvValue::Int16Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::Uint16Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::Int32Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::Uint32Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::Int64Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::Uint64Array(a) => a.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            NvValue::StringArray(a) => {
+                out.resize(out.len() + 8 * a.len(), 0);
+                for s in a {
+                    out.extend_from_slice(s.as_bytes());
+                    out.push(0);
+                }
+            }
+            NvValue::NvList(_) => nvlist_t(out),
+            NvValue::NvListArray(a) => {
+                out.resize(out.len() + 8 * a.len(), 0);
+                a.iter().for_each(|_| nvlist_t(out));
+            }
+        }
+        assert!(out.len() <= start + size, "native pair '{name}' overruns its size");
+        out.resize(start + size, 0);
+        match v {
+            NvValue::NvList(c) => enc_native_pairs(c, out),
+            NvValue::NvListArray(a) => a.iter().for_each(|c| enc_native_pairs(c, out)),
+            _ => {}
+        }
+    }
+    out.extend_from_slice(&0i32.to_le_bytes());
+}
+
 /// Bytes nvs_xdr_nvp_size counts but never writes: 4 per empty integer array, at any depth.
 fn phantom_counts(l: &NvList) -> usize {
     l.pairs
@@ -1027,6 +1107,8 @@ mod tests {
         for n in 0..native.len() {
             assert!(NvList::decode_packed(&native[..n]).is_err(), "{n} bytes");
         }
+        // Ours packs it to libnvpair's very bytes (x86 native: little-endian).
+        assert_eq!(hex::encode(every_type().encode_native()), hex::encode(&native));
         // A pair size running past the end.
         let mut bad = native.clone();
         bad[12] = 0xf0;
@@ -1063,6 +1145,14 @@ mod tests {
         l.insert("arr", NvValue::Uint64Array(vec![7, 8]));
         l.insert("b", NvValue::BooleanValue(true));
         l
+    }
+
+    #[test]
+    fn native_round_trip() {
+        let l = sample();
+        let packed = l.encode_native();
+        assert_eq!(&packed[..4], &[0, 1, 0, 0]);
+        assert_eq!(NvList::decode_packed(&packed).unwrap(), l);
     }
 
     #[test]

@@ -525,12 +525,11 @@ impl Filesystem for RwFs {
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
-        let (avail, used) = self.inner.pool.space(self.inner.dsobj);
-        let bs = 4096u64;
-        let blocks = (avail + used) / bs;
-        let bfree = avail / bs;
-        let files = 1u64 << 48;
-        reply.statfs(blocks, bfree, bfree, files, files - 1, bs as u32, 255, bs as u32);
+        // zfs_statvfs's numbers (the kernel sets f_fsid and f_type for FUSE mounts itself).
+        match self.inner.pool.statfs(self.inner.dsobj) {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize as u32, s.namemax, s.bsize as u32),
+            Err(e) => reply.error(e.errno()),
+        }
     }
 
     fn setxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
