@@ -14,6 +14,7 @@ OpenZFS zdb -bcc -d clean with no leaks, and the re-imported pool equals the mod
 Every failure names its seed and the whole combination, so it reproduces with OXZFS_SEED=that seed
 and OXZFS_MATRIX_RUNS=1.
 """
+import errno
 import os
 import random
 import shutil
@@ -74,6 +75,14 @@ def draw(seed):
     children = [("c1", props(False))]
     if rng.random() < 0.5:
         children.append(("c1/c2", props(False)))
+    # Keep the workload's data well inside the pool: records much smaller than a sector (with
+    # parity and copies) would allocate many times their bytes and fill it (ENOSPC has its own test).
+    parity = {"raidz1": 1, "raidz2": 2, "raidz3": 3}.get(kind, 0)
+    eff = dict(root_props)
+    for _, p in [("", root_props)] + children:
+        eff.update(p)
+        if int(eff["copies"]) * (parity + 1) * (1 << ashift) // int(eff["recordsize"]) > 12:
+            p["recordsize"] = eff["recordsize"] = "131072"
     return dict(seed=seed, version=version, ashift=ashift, kind=kind, n=n, extras=extras, uneven=uneven,
                 root_props=root_props, children=children)
 
@@ -84,7 +93,7 @@ def layout_args(c, vdir):
     os.makedirs(vdir, exist_ok=True)
     devs = []
     for i in range(total):
-        size = 256 if not c["uneven"] else 160 + 48 * i
+        size = 1024 if not c["uneven"] else 640 + 160 * i
         p = os.path.join(vdir, f"d{i}")
         with open(p, "wb") as f:
             f.truncate(size << 20)
@@ -171,7 +180,7 @@ def extra_shapes(root, rng):
         f.seek(100)
         f.write(b"after")
     with open(os.path.join(root, "big"), "wb") as f:
-        for _ in range(4):
+        for _ in range(rng.choice([1, 4])):
             f.write(rng.randbytes(1 << 20))
 
 
@@ -233,3 +242,40 @@ SEEDS = list(range(SEED0, SEED0 + RUNS))
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
 def test_random_combination(seed, oxzfs):
     run_combination(oxzfs, draw(seed))
+
+
+@pytest.mark.parametrize("layout", [["d0"], ["raidz2", "d0", "d1", "d2", "d3"]], ids=["single", "raidz2"])
+def test_small_records_on_wide_sectors_fill_to_clean_enospc(layout, oxzfs):
+    """512-byte records on 8K sectors with copies=3 allocate ~48 times their bytes (raidz2: ~144):
+    writes must meet ENOSPC while they are made, not be accepted and then fail the txg sync
+    (export said 'out of space' and the pool kept unwritable dirty data). After the ENOSPC,
+    deleting gives space back, export works and zdb is clean."""
+    pool = "mxsmall" + str(len(layout))
+    base = os.path.join(oxzfs.base, pool)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, len([d for d in layout if d.startswith("d")]), 128)
+    spec = [os.path.join(vdir, d) if d.startswith("d") else d for d in layout]
+    r = oxzfs.zpool("create", "-o", "ashift=13", "-O", "recordsize=512", "-O", "copies=3", "-O", "compression=off",
+                    "-R", alt, pool, *spec)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, pool)
+    written = 0
+    with pytest.raises(OSError) as ei:
+        for k in range(64):
+            with open(os.path.join(root, f"f{k}"), "wb") as f:
+                for _ in range(16):
+                    f.write(os.urandom(64 << 10))
+                    f.flush()
+                    written += 64 << 10
+    assert ei.value.errno == errno.ENOSPC, ei.value
+    assert written > 0
+    for k in range(64):
+        p = os.path.join(root, f"f{k}")
+        if os.path.exists(p):
+            os.unlink(p)
+    with open(os.path.join(root, "after"), "wb") as f:
+        f.write(os.urandom(64 << 10))
+    r = oxzfs.export(pool)
+    assert r.returncode == 0, repr(r)
+    zdb_check(vdir, pool)

@@ -181,6 +181,9 @@ pub struct ObjsetW {
     pub delta: SpaceDelta,
     /// Bytes of dirty blocks (for the writer throttle).
     pub dirty_bytes: u64,
+    /// How many data blocks those are (each allocates at least a sector and its parity, which
+    /// small records make far more than their bytes: the space check counts it).
+    pub dirty_blocks: u64,
     /// Decoded clean dnodes of the synced tree (emptied at every sync; bounded).
     dncache: std::sync::Mutex<HashMap<u64, DnodePhys>>,
     /// The objset's system-attribute registry and layouts once the ZPL loaded them (os_sa).
@@ -237,6 +240,7 @@ impl ObjsetW {
             next_obj: 1,
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dirty_blocks: 0,
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
@@ -261,6 +265,7 @@ impl ObjsetW {
             next_obj: max.max(1),
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dirty_blocks: 0,
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
@@ -528,6 +533,7 @@ impl ObjsetW {
             }
             if fresh {
                 self.dirty_bytes += bs;
+                self.dirty_blocks += 1;
             }
             pos += n as u64;
             src += n;
@@ -597,6 +603,7 @@ impl ObjsetW {
         d.blocks.insert(0, b);
         d.dn.datablkszsec = (blksz / 512) as u16;
         self.dirty_bytes += blksz.saturating_sub(counted);
+        self.dirty_blocks += u64::from(counted == 0);
         Ok(())
     }
 
@@ -678,6 +685,7 @@ impl ObjsetW {
     pub fn sync(&mut self, ctx: &mut SyncCtx) -> Result<BlockPointer> {
         let dirty = std::mem::take(&mut self.dirty);
         self.dirty_bytes = 0;
+        self.dirty_blocks = 0;
         self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut dnodes: BTreeMap<u64, Option<DnodePhys>> = BTreeMap::new();
         for (obj, mut d) in dirty {

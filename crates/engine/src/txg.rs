@@ -1345,14 +1345,33 @@ impl PoolW {
             .fold(1.0, f64::max)
     }
 
-    /// Refuse a change that would need `incoming` more bytes of data when the pool cannot take
-    /// it and still keep OpenZFS's slop space (ENOSPC). Space freed in the last two txgs is
-    /// not yet allocatable and does not count as free.
-    pub fn space_check(&self, incoming: u64, copies: usize) -> Result<()> {
+    /// Raw bytes the smallest block takes on the worst top-level vdev (a sector, its raidz
+    /// parity and padding): a dirty block of a small record costs at least this much.
+    fn raw_per_block(&self) -> u64 {
+        self.spa.root_vdev.children.iter().map(|t| psize_to_asize(t, 512)).max().unwrap_or(512)
+    }
+
+    /// Raw bytes `bytes` of data in `blocks` blocks, `copies` times, may allocate: by the
+    /// bytes (large records) or by the blocks (small records on wide sectors), whichever is more.
+    fn raw_estimate(&self, bytes: u64, blocks: u64, copies: usize) -> u64 {
+        let by_bytes = (bytes as f64 * self.raw_per_byte()) as u64;
+        by_bytes.max(blocks.saturating_mul(self.raw_per_block())).saturating_mul(copies.max(1) as u64)
+    }
+
+    /// Refuse a change that would need `incoming` more bytes of data in `incoming_blocks`
+    /// blocks when the pool cannot take it and still keep OpenZFS's slop space (ENOSPC).
+    /// What is dirty counts with its own dataset's copies. Space freed in the last two txgs
+    /// is not yet allocatable and does not count as free.
+    pub fn space_check(&self, incoming: u64, incoming_blocks: u64, copies: usize) -> Result<()> {
         let (size, alloc) = self.ms.space_totals();
-        let per = self.raw_per_byte();
         let slop = crate::dsl::slop_space(size, 0);
-        let dirty = ((self.dirty_bytes() + incoming) as f64 * per * copies.max(1) as f64 * 1.05) as u64 + (1 << 20);
+        let pending = self
+            .datasets
+            .values()
+            .map(|d| self.raw_estimate(d.os.dirty_bytes, d.os.dirty_blocks, d.os.props.copies))
+            .fold(self.raw_estimate(self.mos.dirty_bytes, self.mos.dirty_blocks, copies), u64::saturating_add)
+            .saturating_add(self.raw_estimate(incoming, incoming_blocks, copies));
+        let dirty = (pending as f64 * 1.05) as u64 + (1 << 20);
         if alloc.saturating_add(dirty).saturating_add(slop) > size {
             return Err(ZfsError::Posix(libc::ENOSPC, format!("pool '{}' is out of space", self.spa.name)));
         }
@@ -1621,14 +1640,16 @@ impl PoolHandle {
                 return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
             }
             let copies = os.props.copies;
-            if w.space_check(incoming, copies).is_err() {
+            // A write may start and end in a partial record: one block more than it fills.
+            let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
+            if w.space_check(incoming, blocks, copies).is_err() {
                 // Frees waiting in the open txg or deferred in the last two give space back.
                 if w.dirty() {
                     w.sync()?;
                 }
                 w.ms.release_deferred();
             }
-            w.space_check(incoming, copies)?;
+            w.space_check(incoming, blocks, copies)?;
             if incoming > 0 && w.quota_check(dsobj, incoming).is_err() {
                 // What is dirty may be overwrites: sync and measure again.
                 w.sync()?;
