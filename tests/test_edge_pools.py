@@ -2,10 +2,11 @@
 writes in between, uneven devices, the minimum device size with ashift=13, and wrong command lines
 for every verb (usage or OpenZFS's message, a non-zero exit, never a panic or a hang)."""
 import os
+import subprocess
 
 import pytest
 
-from test_write import make_devs, zdb_check
+from test_write import ZDB, make_devs, zdb_check
 
 
 def test_import_by_id_refuses_a_name_already_imported(oxzfs):
@@ -134,3 +135,36 @@ def test_every_verb_with_wrong_arguments(tool, verbs, oxzfs):
             assert r.returncode != 0 and r.stderr.strip(), repr(r)
             if args == ["-Q"]:
                 assert r.returncode == 2 and "usage" in r.stderr, repr(r)
+
+
+def test_directory_outgrows_the_embedded_zap_pointer_table(oxzfs):
+    """48000 entries with 255-byte names need more than the 1024 leaves a 16K fat ZAP's embedded
+    pointer table names: the table moves to its own block (zt_numblks 1, zt_shift 11) as
+    zap_grow_ptrtbl moves it. The sync used to fail on an assertion, suspending the pool."""
+    import re
+    pool = "fatdir"
+    vdir, alt = os.path.join(oxzfs.base, "fatdir", "vdevs"), os.path.join(oxzfs.base, "fatdir", "alt")
+    devs = make_devs(vdir, 1, 512)
+    assert oxzfs.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    oxzfs.imported.append(pool)
+    d = os.path.join(alt, pool, "dir")
+    os.mkdir(d)
+    names = [f"{k:06d}".ljust(255, "n") for k in range(60000)]
+    for n in names:
+        os.close(os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644))
+    for n in names[::5]:
+        os.unlink(os.path.join(d, n))
+    want = sorted(set(names) - set(names[::5]))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", f"{pool}/"], capture_output=True, text=True, errors="replace")
+    assert r.returncode == 0, r.stderr
+    sections = [sec for sec in r.stdout.split("Fat ZAP stats:")[1:] if re.search(r"ZAP entries: %d\n" % len(want), sec)]
+    assert len(sections) == 1, r.stdout[-3000:]
+    numblks, shift = (int(re.search(k + r": (\d+)", sections[0]).group(1)) for k in ("zt_numblks", "zt_shift"))
+    assert numblks >= 1 and shift >= 11, sections[0][:600]
+    assert oxzfs.import_ro(vdir, pool, alt).returncode == 0
+    assert sorted(os.listdir(d)) == want
+    for n in want[::97]:
+        assert os.path.exists(os.path.join(d, n))
+    assert oxzfs.export(pool).returncode == 0
