@@ -1717,10 +1717,16 @@ impl PoolHandle {
         Ok(spa)
     }
 
-    /// Sync, mark the pool exported and stop the sync thread.
+    /// Sync, mark the pool exported and stop the sync thread. A suspended pool (a sync failed:
+    /// that txg's changes were not written) is not marked exported as if all were on disk: the
+    /// error is returned and the labels keep the pool active at its last synced txg.
     pub fn export(&self) -> Result<()> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.lock().export()
+        let mut w = self.lock();
+        if let Some(e) = self.failed.lock().unwrap().clone() {
+            return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
+        }
+        w.export()
     }
 }
 
@@ -2062,4 +2068,28 @@ fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod export_tests {
+    use super::*;
+
+    /// A pool whose sync failed is suspended: export reports it and leaves the labels active
+    /// (at the last synced txg) instead of marking the pool cleanly exported.
+    #[test]
+    fn suspended_pool_does_not_export_clean() {
+        let dir = std::env::temp_dir().join(format!("oxzfs-suspend-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = dir.join("d0");
+        std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
+        let spec = CreateSpec { name: "susp".into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev.clone()))], ..Default::default() };
+        let h = PoolHandle::start(PoolW::create(&spec, 64 << 20).unwrap());
+        *h.failed.lock().unwrap() = Some("txg sync failed: injected".into());
+        let e = h.export().unwrap_err();
+        assert!(e.to_string().contains("suspended"), "{e}");
+        let scan = crate::spa::scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        assert_eq!(scan.pools[0].pool_state, 0, "labels stay POOL_STATE_ACTIVE");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
