@@ -168,3 +168,33 @@ def test_directory_outgrows_the_embedded_zap_pointer_table(oxzfs):
     for n in want[::97]:
         assert os.path.exists(os.path.join(d, n))
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_zfs_destroy_refusals_and_small_blocks_check(oxzfs):
+    """zfs destroy of the pool's root file system, and of a file system with children without
+    -r, are refused with OpenZFS's messages (they used to fail unmounting, 'busy'); -r on the pool
+    takes every descendant and leaves the root. special_small_blocks must be 0 or a power of 2."""
+    base = os.path.join(oxzfs.base, "destroy")
+    vdir = os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 1)
+    assert oxzfs.zpool("create", "-R", base, "dz", *devs).returncode == 0
+    oxzfs.imported.append("dz")
+    r = oxzfs.zfs("create", "-o", "special_small_blocks=3000", "dz/x")
+    assert r.returncode == 1 and r.stderr == ("cannot create 'dz/x': invalid 'special_small_blocks=3000' property: "
+                                              "must be zero or a power of 2 from 512B to 16M\n"), repr(r)
+    for ds in ("dz/x", "dz/x/y", "dz/x/z"):
+        assert oxzfs.zfs("create", ds).returncode == 0
+    r = oxzfs.zfs("destroy", "dz")
+    assert r.returncode == 1 and r.stderr == ("cannot destroy 'dz': operation does not apply to pools\n"
+                                              "use 'zfs destroy -r dz' to destroy all datasets in the pool\n"
+                                              "use 'zpool destroy dz' to destroy the pool itself\n"), repr(r)
+    r = oxzfs.zfs("destroy", "dz/x")
+    assert r.returncode == 1 and r.stderr.splitlines()[:2] == [
+        "cannot destroy 'dz/x': filesystem has children", "use '-r' to destroy the following datasets:"], repr(r)
+    assert sorted(r.stderr.splitlines()[2:]) == ["dz/x/y", "dz/x/z"], repr(r)
+    assert oxzfs.zfs("list", "-H", "-o", "name").stdout.split() == ["dz", "dz/x", "dz/x/y", "dz/x/z"]
+    r = oxzfs.zfs("destroy", "-r", "dz")
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zfs("list", "-H", "-o", "name").stdout.split() == ["dz"]
+    assert oxzfs.export("dz").returncode == 0
+    zdb_check(vdir, "dz")

@@ -306,13 +306,35 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         Ok(h) => h,
         Err(o) => return o,
     };
-    // The dataset and (with -r) its descendants, deepest first.
-    let mut victims: Vec<String> = match imp.pool.datasets() {
-        Ok(l) => l.into_iter().map(|d| d.name).filter(|n| *n == name || (o.has('r') && n.starts_with(&format!("{name}/")))).collect(),
+    let all: Vec<String> = match imp.pool.datasets() {
+        Ok(l) => l.into_iter().map(|d| d.name).collect(),
         Err(e) => return err_out(e, &format!("cannot destroy '{name}'")),
     };
-    if victims.is_empty() {
+    if !all.contains(&name) {
         return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
+    }
+    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/"))).cloned().collect();
+    children.sort();
+    // OpenZFS's refusals: the pool's root file system is not destroyed (-r takes its
+    // descendants), and a file system with children needs -r.
+    let is_root = !name.contains('/');
+    if is_root && !o.has('r') {
+        return (
+            String::new(),
+            format!(
+                "cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself\n"
+            ),
+            1,
+        );
+    }
+    if !children.is_empty() && !o.has('r') && !o.has('R') {
+        let list: String = children.iter().map(|c| format!("{c}\n")).collect();
+        return (String::new(), format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{list}"), 1);
+    }
+    // The dataset (not the pool's root) and with -r its descendants, deepest first.
+    let mut victims: Vec<String> = children;
+    if !is_root {
+        victims.push(name.clone());
     }
     victims.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
     for v in &victims {
