@@ -198,3 +198,14 @@ def test_zfs_destroy_refusals_and_small_blocks_check(oxzfs):
     assert oxzfs.zfs("list", "-H", "-o", "name").stdout.split() == ["dz"]
     assert oxzfs.export("dz").returncode == 0
     zdb_check(vdir, "dz")
+
+
+def test_pool_name_length_limit(oxzfs):
+    """pool_namecheck: a pool name leaves room for '/$ORIGIN@$ORIGIN' in 256 bytes, so 240 bytes
+    is too long and 239 is accepted."""
+    base = os.path.join(oxzfs.base, "longname")
+    devs = make_devs(os.path.join(base, "vdevs"), 1, 64)
+    r = oxzfs.zpool("create", "-n", "p" * 240, *devs)
+    assert r.returncode == 1 and r.stderr.strip() == f"cannot create '{'p' * 240}': name is too long", repr(r)
+    r = oxzfs.zpool("create", "-n", "p" * 239, *devs)
+    assert r.returncode == 0, repr(r)

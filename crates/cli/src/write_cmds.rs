@@ -23,6 +23,10 @@ fn arc_max() -> u64 {
 /// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
 fn check_pool_name(name: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
+    // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
+    if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
+        return Err(format!("cannot create '{name}': name is too long"));
+    }
     if name.is_empty() {
         return Err("cannot create '': name must begin with a letter".into());
     }
@@ -36,9 +40,6 @@ fn check_pool_name(name: &str) -> Result<(), String> {
         if name.starts_with(r) && (r != "log" || name == "log") {
             return Err(format!("cannot create '{name}': name is reserved\npool name may have been omitted"));
         }
-    }
-    if name.len() > 255 {
-        return Err(format!("cannot create '{name}': name is too long"));
     }
     Ok(())
 }
