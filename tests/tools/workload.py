@@ -238,6 +238,8 @@ def step(root, model, rng, i):
             want = None
         elif sn["type"] == "dir" and (d + "/").startswith(s + "/"):
             want = errno.EINVAL
+        elif (s + "/").startswith(d + "/"):
+            want = errno.ENOTEMPTY  # the target is an ancestor of the source: the VFS refuses first
         elif dn is not None:
             if dn["type"] == "dir" and sn["type"] != "dir":
                 want = errno.EISDIR

@@ -335,8 +335,19 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     for which in which {
         if st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
             out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
+            out.1.push_str(&line("use the form 'zpool import <pool | id> <newpool>' to give it a new name".to_string()));
             out.2 = 1;
             continue;
+        }
+        // By numeric id: the pool found may carry the name of one already imported (the
+        // kernel's EEXIST in OpenZFS); importing it would take that name's place in the table.
+        if which.bytes().all(|b| b.is_ascii_digit()) {
+            let taken = spa::scan(&dirs).pools.into_iter().find(|c| c.guid.to_string() == which).map(|c| c.name).filter(|n| st.pools.contains_key(n));
+            if let Some(name) = taken {
+                out.1.push_str(&line(format!("cannot import '{name}': pool already exists")));
+                out.2 = 1;
+                continue;
+            }
         }
         if !readonly {
             match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {

@@ -23,6 +23,10 @@ fn arc_max() -> u64 {
 /// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
 fn check_pool_name(name: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
+    // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
+    if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
+        return Err(format!("cannot create '{name}': name is too long"));
+    }
     if name.is_empty() {
         return Err("cannot create '': name must begin with a letter".into());
     }
@@ -36,9 +40,6 @@ fn check_pool_name(name: &str) -> Result<(), String> {
         if name.starts_with(r) && (r != "log" || name == "log") {
             return Err(format!("cannot create '{name}': name is reserved\npool name may have been omitted"));
         }
-    }
-    if name.len() > 255 {
-        return Err(format!("cannot create '{name}': name is too long"));
     }
     Ok(())
 }
@@ -322,13 +323,35 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         Ok(h) => h,
         Err(o) => return o,
     };
-    // The dataset and (with -r) its descendants, deepest first.
-    let mut victims: Vec<String> = match imp.pool.datasets() {
-        Ok(l) => l.into_iter().map(|d| d.name).filter(|n| *n == name || (o.has('r') && n.starts_with(&format!("{name}/")))).collect(),
+    let all: Vec<String> = match imp.pool.datasets() {
+        Ok(l) => l.into_iter().map(|d| d.name).collect(),
         Err(e) => return err_out(e, &format!("cannot destroy '{name}'")),
     };
-    if victims.is_empty() {
+    if !all.contains(&name) {
         return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
+    }
+    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/"))).cloned().collect();
+    children.sort();
+    // OpenZFS's refusals: the pool's root file system is not destroyed (-r takes its
+    // descendants), and a file system with children needs -r.
+    let is_root = !name.contains('/');
+    if is_root && !o.has('r') {
+        return (
+            String::new(),
+            format!(
+                "cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself\n"
+            ),
+            1,
+        );
+    }
+    if !children.is_empty() && !o.has('r') && !o.has('R') {
+        let list: String = children.iter().map(|c| format!("{c}\n")).collect();
+        return (String::new(), format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{list}"), 1);
+    }
+    // The dataset (not the pool's root) and with -r its descendants, deepest first.
+    let mut victims: Vec<String> = children;
+    if !is_root {
+        victims.push(name.clone());
     }
     victims.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
     for v in &victims {

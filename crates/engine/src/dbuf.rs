@@ -192,6 +192,9 @@ pub struct ObjsetW {
     pub delta: SpaceDelta,
     /// Bytes of dirty blocks (for the writer throttle).
     pub dirty_bytes: u64,
+    /// How many data blocks those are (each allocates at least a sector and its parity, which
+    /// small records make far more than their bytes: the space check counts it).
+    pub dirty_blocks: u64,
     /// Decoded clean dnodes of the synced tree (emptied at every sync; bounded).
     dncache: std::sync::Mutex<HashMap<u64, DnodePhys>>,
     /// The objset's system-attribute registry and layouts once the ZPL loaded them (os_sa).
@@ -213,6 +216,8 @@ pub struct Frozen {
     pub dirty: BTreeMap<u64, DirtyObj>,
     /// Bytes of dirty data blocks in it (for the write throttle until it is synced).
     pub dirty_bytes: u64,
+    /// How many dirty blocks those are (for the space check until it is synced).
+    pub dirty_blocks: u64,
     /// Spill blocks changed in it (see `ObjsetW::spills`).
     pub spills: BTreeMap<u64, Option<Vec<u8>>>,
 }
@@ -282,6 +287,7 @@ impl ObjsetW {
             next_obj: 1,
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dirty_blocks: 0,
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
@@ -307,6 +313,7 @@ impl ObjsetW {
             next_obj: max.max(1),
             delta: SpaceDelta::default(),
             dirty_bytes: 0,
+            dirty_blocks: 0,
             dncache: Default::default(),
             sa: None,
             spills: BTreeMap::new(),
@@ -603,6 +610,7 @@ impl ObjsetW {
             }
             if fresh {
                 self.dirty_bytes += bs;
+                self.dirty_blocks += 1;
             }
             pos += n as u64;
             src += n;
@@ -672,6 +680,7 @@ impl ObjsetW {
         d.blocks.insert(0, b);
         d.dn.datablkszsec = (blksz / 512) as u16;
         self.dirty_bytes += blksz.saturating_sub(counted);
+        self.dirty_blocks += u64::from(counted == 0);
         Ok(())
     }
 
@@ -773,6 +782,7 @@ impl ObjsetW {
             txg,
             dirty: std::mem::take(&mut self.dirty),
             dirty_bytes: std::mem::take(&mut self.dirty_bytes),
+            dirty_blocks: std::mem::take(&mut self.dirty_blocks),
             spills: std::mem::take(&mut self.spills),
         });
         self.frozen = Some(frozen.clone());
@@ -794,6 +804,11 @@ impl ObjsetW {
     /// Bytes of dirty data blocks of the txg being synced.
     pub fn frozen_bytes(&self) -> u64 {
         self.frozen.as_ref().map_or(0, |f| f.dirty_bytes)
+    }
+
+    /// How many dirty blocks the txg being synced holds.
+    pub fn frozen_blocks(&self) -> u64 {
+        self.frozen.as_ref().map_or(0, |f| f.dirty_blocks)
     }
 
     /// After a job ran: the new synced tree becomes the read base, the frozen state goes away.

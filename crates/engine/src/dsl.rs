@@ -366,7 +366,11 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
             "none" => PropStore::Num(0),
             v => PropStore::Num(size(v).ok_or_else(bad)?),
         },
-        "special_small_blocks" => PropStore::Num(size(value).ok_or_else(bad)?),
+        // libzfs's check, with the pool's maxblocksize of a large_blocks pool (SPA_MAXBLOCKSIZE).
+        "special_small_blocks" => match size(value).ok_or_else(bad)? {
+            n if n == 0 || (n.is_power_of_two() && (512..=MAX_RECORDSIZE).contains(&n)) => PropStore::Num(n),
+            n => return Err(ZfsError::Invalid(format!("invalid 'special_small_blocks={n}' property: must be zero or a power of 2 from 512B to 16M"))),
+        },
         _ if prop.contains(':') => PropStore::Str(value.to_string()),
         _ => return Err(ZfsError::Invalid(format!("invalid property '{prop}'"))),
     })

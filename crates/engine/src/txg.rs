@@ -1419,14 +1419,33 @@ impl PoolW {
             .fold(1.0, f64::max)
     }
 
-    /// Refuse a change that would need `incoming` more bytes of data when the pool cannot take
-    /// it and still keep OpenZFS's slop space (ENOSPC). Space freed in the last two txgs is
-    /// not yet allocatable and does not count as free.
-    pub fn space_check(&self, incoming: u64, copies: usize) -> Result<()> {
+    /// Raw bytes the smallest block takes on the worst top-level vdev (a sector, its raidz
+    /// parity and padding): a dirty block of a small record costs at least this much.
+    fn raw_per_block(&self) -> u64 {
+        self.spa.root_vdev.children.iter().map(|t| psize_to_asize(t, 512)).max().unwrap_or(512)
+    }
+
+    /// Raw bytes `bytes` of data in `blocks` blocks, `copies` times, may allocate: by the
+    /// bytes (large records) or by the blocks (small records on wide sectors), whichever is more.
+    fn raw_estimate(&self, bytes: u64, blocks: u64, copies: usize) -> u64 {
+        let by_bytes = (bytes as f64 * self.raw_per_byte()) as u64;
+        by_bytes.max(blocks.saturating_mul(self.raw_per_block())).saturating_mul(copies.max(1) as u64)
+    }
+
+    /// Refuse a change that would need `incoming` more bytes of data in `incoming_blocks`
+    /// blocks when the pool cannot take it and still keep OpenZFS's slop space (ENOSPC).
+    /// What is dirty counts with its own dataset's copies. Space freed in the last two txgs
+    /// is not yet allocatable and does not count as free.
+    pub fn space_check(&self, incoming: u64, incoming_blocks: u64, copies: usize) -> Result<()> {
         let (size, alloc) = self.space_totals();
-        let per = self.raw_per_byte();
         let slop = crate::dsl::slop_space(size, 0);
-        let dirty = ((self.dirty_bytes() + incoming) as f64 * per * copies.max(1) as f64 * 1.05) as u64 + (1 << 20);
+        let pending = self
+            .datasets
+            .values()
+            .map(|d| self.raw_estimate(d.os.dirty_bytes + d.os.frozen_bytes(), d.os.dirty_blocks + d.os.frozen_blocks(), d.os.props.copies))
+            .fold(self.raw_estimate(self.mos.dirty_bytes, self.mos.dirty_blocks, copies), u64::saturating_add)
+            .saturating_add(self.raw_estimate(incoming, incoming_blocks, copies));
+        let dirty = (pending as f64 * 1.05) as u64 + (1 << 20);
         if alloc.saturating_add(dirty).saturating_add(slop) > size {
             return Err(ZfsError::Posix(libc::ENOSPC, format!("pool '{}' is out of space", self.spa.name)));
         }
@@ -1964,17 +1983,20 @@ impl PoolHandle {
     /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
     /// ENOSPC when the pool is full (keeping the slop space).
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
-        let (space_ok, quota_ok, rsv_ok) = {
+        let (space_ok, quota_ok, rsv_ok, blocks) = {
             let mut w = self.lock_open();
             let os = w.objset(dsobj)?;
             if os.props.readonly {
                 return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
             }
             let copies = os.props.copies;
+            // A write may start and end in a partial record: one block more than it fills.
+            let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
             (
-                w.space_check(incoming, copies).is_ok(),
+                w.space_check(incoming, blocks, copies).is_ok(),
                 incoming == 0 || w.quota_check(dsobj, incoming).is_ok(),
                 w.reservation_check(dsobj, incoming, copies).is_ok(),
+                blocks,
             )
         };
         if !space_ok || !quota_ok || !rsv_ok {
@@ -1986,7 +2008,7 @@ impl PoolHandle {
                 g.ms.release_deferred();
             }
             let copies = g.objset(dsobj)?.props.copies;
-            g.space_check(incoming, copies)?;
+            g.space_check(incoming, blocks, copies)?;
             if incoming > 0 {
                 g.quota_check(dsobj, incoming)?;
             }
@@ -2040,12 +2062,18 @@ impl PoolHandle {
         Ok(spa)
     }
 
-    /// Sync, mark the pool exported and stop the sync thread.
+    /// Sync, mark the pool exported and stop the sync thread. A suspended pool (a sync failed:
+    /// that txg's changes were not written) is not marked exported as if all were on disk: the
+    /// error is returned and the labels keep the pool active at its last synced txg.
     pub fn export(&self) -> Result<()> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         *unpoison(self.kick.lock()) = true;
         self.kick_cv.notify_all();
-        self.lock().export()
+        let mut w = self.lock();
+        if let Some(e) = unpoison(self.failed.lock()).clone() {
+            return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
+        }
+        w.export()
     }
 }
 
@@ -2427,5 +2455,29 @@ mod tests {
         assert_eq!(l.delay_ns(l.max - 1), 100_000_000);
         assert_eq!(l.delay_ns(l.max), 100_000_000);
         assert_eq!(l.delay_ns(2 * l.max), 100_000_000);
+    }
+}
+
+#[cfg(test)]
+mod export_tests {
+    use super::*;
+
+    /// A pool whose sync failed is suspended: export reports it and leaves the labels active
+    /// (at the last synced txg) instead of marking the pool cleanly exported.
+    #[test]
+    fn suspended_pool_does_not_export_clean() {
+        let dir = std::env::temp_dir().join(format!("oxzfs-suspend-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = dir.join("d0");
+        std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
+        let spec = CreateSpec { name: "susp".into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev.clone()))], ..Default::default() };
+        let h = PoolHandle::start(PoolW::create(&spec, 64 << 20).unwrap());
+        *h.failed.lock().unwrap() = Some("txg sync failed: injected".into());
+        let e = h.export().unwrap_err();
+        assert!(e.to_string().contains("suspended"), "{e}");
+        let scan = crate::spa::scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        assert_eq!(scan.pools[0].pool_state, 0, "labels stay POOL_STATE_ACTIVE");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,7 +9,11 @@
 //!          (2^(bs_shift-5) u16 chunk heads), 24-byte chunks: entries, name and value arrays
 //!          (integers big-endian), free chunks
 //! ```
-//! First version: a fat ZAP has one leaf (every pointer names block 1).
+//!
+//! The leaves are blocks 1..=2^p, leaf v holding the hashes whose top p bits are v. While
+//! 2^p fits the embedded table (bs_shift-4 bits: 1024 pointers in a 16K block) the table is
+//! embedded; past that it is external, as zap_grow_ptrtbl leaves it: zt_shift = p, zt_numblks =
+//! 2^p·8/bs blocks at zt_blk, right after the leaves, one pointer per leaf.
 use crate::zap::{zap_hash, zap_hash_bits, zap_hashbits, ZAP_LEAF_MAGIC, ZAP_MAGIC, ZBT_HEADER, ZBT_LEAF, ZBT_MICRO};
 
 pub struct FatEntry {
@@ -53,12 +57,13 @@ fn entry_hash(salt: u64, flags: u64, e: &FatEntry) -> u64 {
 }
 
 /// A fat ZAP: header block with the embedded pointer table, then 2^p leaves, leaf v holding
-/// the entries whose hash starts with the p bits of v (the smallest p for which all fit).
+/// the entries whose hash starts with the p bits of v (the smallest p for which all fit), then
+/// the external pointer table when 2^p outgrows the embedded one.
 pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], leaf_shift: u32) -> Vec<Vec<u8>> {
     let bs = 1usize << leaf_shift;
     let hash_n = 1usize << (leaf_shift - 5);
     let nchunks = (bs - 2 * hash_n) / 24 - 2;
-    let ptr_shift = leaf_shift as u64 - 4;
+    let embedded_shift = leaf_shift as u64 - 4;
     let hashes: Vec<u64> = entries.iter().map(|e| entry_hash(salt, flags, e)).collect();
     let mut p = 0u32;
     loop {
@@ -71,36 +76,46 @@ pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], l
             break;
         }
         p += 1;
-        assert!(p as u64 <= ptr_shift, "fat ZAP of {} entries needs an external pointer table", entries.len());
+        // 2^p leaves of a few chunks' entries each: only hash collisions of many entries
+        // (a salted CRC-64, far past any directory's size) could need more.
+        assert!(p <= 32, "fat ZAP of {} entries: hashes too clustered to split", entries.len());
     }
     let nleaves = 1usize << p;
+    let (ptr_shift, ext_blocks) = if p as u64 <= embedded_shift { (embedded_shift, 0) } else { (p as u64, (8usize << p) / bs) };
+    let ptr_blk = if ext_blocks > 0 { 1 + nleaves as u64 } else { 0 };
     let mut hdr = vec![0u8; bs];
     let put = |b: &mut [u8], o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
     put(&mut hdr, 0, ZBT_HEADER);
     put(&mut hdr, 8, ZAP_MAGIC);
-    put(&mut hdr, 16, 0); // zt_blk: embedded
-    put(&mut hdr, 24, 0); // zt_numblks
+    put(&mut hdr, 16, ptr_blk); // zt_blk (0: embedded)
+    put(&mut hdr, 24, ext_blocks as u64); // zt_numblks
     put(&mut hdr, 32, ptr_shift);
     put(&mut hdr, 40, 0);
     put(&mut hdr, 48, 0);
-    put(&mut hdr, 56, 1 + nleaves as u64); // freeblk
+    put(&mut hdr, 56, 1 + nleaves as u64 + ext_blocks as u64); // freeblk
     put(&mut hdr, 64, nleaves as u64);
     put(&mut hdr, 72, entries.len() as u64);
     put(&mut hdr, 80, salt);
     put(&mut hdr, 88, normflags);
     put(&mut hdr, 96, flags);
+    let mut table = vec![0u8; if ext_blocks > 0 { ext_blocks * bs } else { bs / 2 }];
     for i in 0..(1usize << ptr_shift) {
         let leaf = 1 + (i >> (ptr_shift as u32 - p));
-        put(&mut hdr, bs / 2 + i * 8, leaf as u64);
+        put(&mut table, i * 8, leaf as u64);
+    }
+    if ext_blocks == 0 {
+        hdr[bs / 2..].copy_from_slice(&table);
     }
     let mut out = vec![hdr];
-    for v in 0..nleaves {
-        let members: Vec<(&FatEntry, u64)> = entries
-            .iter()
-            .zip(hashes.iter().copied())
-            .filter(|(_, h)| if p == 0 { true } else { (h >> (64 - p)) as usize == v })
-            .collect();
-        out.push(encode_leaf(&members, leaf_shift, v as u64, p, flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0));
+    let mut members: Vec<Vec<(&FatEntry, u64)>> = vec![Vec::new(); nleaves];
+    for (e, &h) in entries.iter().zip(&hashes) {
+        members[if p == 0 { 0 } else { (h >> (64 - p)) as usize }].push((e, h));
+    }
+    for (v, m) in members.iter().enumerate() {
+        out.push(encode_leaf(m, leaf_shift, v as u64, p, flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0));
+    }
+    if ext_blocks > 0 {
+        out.extend(table.chunks(bs).map(<[u8]>::to_vec));
     }
     out
 }
@@ -174,4 +189,65 @@ fn encode_leaf(members: &[(&FatEntry, u64)], leaf_shift: u32, prefix: u64, prefi
     let fl: u16 = if next < nchunks { next as u16 } else { 0xffff };
     l[34..36].copy_from_slice(&fl.to_le_bytes());
     l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zap::{decode_fat_header, decode_fat_leaf, embedded_ptrtbl, zap_leaf_index};
+
+    /// The pointer of `hash` in an encoded fat ZAP, read as a reader reads it (embedded table,
+    /// or the external blocks at zt_blk).
+    fn leaf_of(blocks: &[Vec<u8>], hash: u64) -> u64 {
+        let h = decode_fat_header(&blocks[0], true).unwrap();
+        let idx = zap_leaf_index(hash, h.ptrtbl_shift) as usize;
+        if h.ptrtbl_numblks == 0 {
+            return embedded_ptrtbl(&blocks[0], true).unwrap()[idx];
+        }
+        let per = blocks[0].len() / 8;
+        let b = &blocks[(h.ptrtbl_blk as usize) + idx / per];
+        u64::from_le_bytes(b[(idx % per) * 8..(idx % per) * 8 + 8].try_into().unwrap())
+    }
+
+    fn roundtrip(n: usize, name_len: usize) -> u64 {
+        let salt = 0x1234_5678_9abc_def1;
+        let entries: Vec<FatEntry> = (0..n)
+            .map(|k| {
+                let mut key = format!("{k:07}").into_bytes();
+                key.resize(name_len, b'n');
+                key.push(0);
+                FatEntry { key, int_size: 8, values: vec![k as u64] }
+            })
+            .collect();
+        let blocks = encode_fat(salt, 0, 0, &entries, 14);
+        let h = decode_fat_header(&blocks[0], true).unwrap();
+        assert_eq!(h.num_entries, n as u64);
+        assert_eq!(h.freeblk, blocks.len() as u64, "every block up to freeblk is written");
+        assert_eq!(1 + h.num_leafs + h.ptrtbl_numblks, blocks.len() as u64);
+        if h.ptrtbl_numblks > 0 {
+            assert_eq!(h.ptrtbl_blk, 1 + h.num_leafs, "the external table follows the leaves");
+            assert_eq!(h.ptrtbl_numblks * (16384 / 8), 1 << h.ptrtbl_shift);
+        } else {
+            assert_eq!((h.ptrtbl_blk, h.ptrtbl_shift), (0, 10));
+        }
+        for (k, e) in entries.iter().enumerate().step_by(7) {
+            let hash = entry_hash(salt, 0, e);
+            let leaf = decode_fat_leaf(&blocks[leaf_of(&blocks, hash) as usize], true).unwrap();
+            assert_eq!(leaf.prefix, zap_leaf_index(hash, leaf.prefix_len as u64));
+            let found = leaf.entries.iter().find(|x| x.key[..] == e.key[..e.key.len() - 1]).expect("entry in the leaf its hash names");
+            assert_eq!(found.value_u64s(), vec![k as u64]);
+        }
+        h.ptrtbl_numblks
+    }
+
+    #[test]
+    fn fat_zap_embedded_table() {
+        assert_eq!(roundtrip(3000, 30), 0);
+    }
+
+    #[test]
+    fn fat_zap_outgrows_the_embedded_table() {
+        // 255-byte names take 15 chunks: ~40 fit a 16K leaf, so 60000 need more than 1024 leaves.
+        assert!(roundtrip(60000, 255) >= 1);
+    }
 }
