@@ -492,9 +492,14 @@ impl ObjsetW {
     /// do not fit the bonus). Written at sync as one DMU_OT_SA block of the buffer's size.
     pub fn set_spill(&mut self, obj: u64, spill: Option<Vec<u8>>) -> Result<()> {
         if let Some(b) = &spill {
-            assert!(!b.is_empty() && b.len() % 512 == 0 && b.len() <= 128 << 10, "spill block of {} bytes", b.len());
+            if b.is_empty() || b.len() % 512 != 0 || b.len() > 128 << 10 {
+                return Err(ZfsError::Posix(libc::EFBIG, format!("object {obj}: a spill block of {} bytes", b.len())));
+            }
         }
-        let had = self.dirty_obj(obj)?.dn.spill.is_some();
+        // A spill written in the txg being synced counts as there (its dnode copy does not
+        // show it yet): removing it must be recorded, or the frozen one would come back.
+        let frozen_spill = matches!(self.frozen.as_ref().and_then(|f| f.spills.get(&obj)), Some(Some(_)));
+        let had = self.dirty_obj(obj)?.dn.spill.is_some() || frozen_spill;
         if spill.is_none() && !had {
             self.spills.remove(&obj);
         } else {

@@ -106,7 +106,7 @@ impl PoolW {
             cur = parent;
         }
         if !ondisk {
-            let dirty: Vec<(u64, u64)> = self.datasets.iter().filter(|(_, d)| d.os.dirty_bytes > 0).map(|(k, d)| (*k, d.os.dirty_bytes)).collect();
+            let dirty: Vec<(u64, u64)> = self.datasets.iter().map(|(k, d)| (*k, d.os.dirty_bytes + d.os.frozen_bytes())).filter(|&(_, b)| b > 0).collect();
             for (ds, bytes) in dirty {
                 let mut cur = self.ds_at(ds)?.dir_obj;
                 for _ in 0..64 {
@@ -338,7 +338,9 @@ impl PoolW {
 impl crate::txg::PoolHandle {
     /// [`PoolW::statfs`] under the pool's lock.
     pub fn statfs(&self, dsobj: u64) -> Result<StatFs> {
-        self.lock().statfs(dsobj)
+        // Only the MOS and the space totals are read: they change under the write state's lock
+        // alone, so a sync under way does not hold statfs up.
+        self.lock_open().statfs(dsobj)
     }
 }
 

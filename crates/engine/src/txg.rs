@@ -216,6 +216,9 @@ pub struct PoolW {
     /// While a txg's datasets sync without the pool lock the allocator is with that sync:
     /// its (size, allocated) totals at quiesce stand in for it.
     ms_out: Option<(u64, u64)>,
+    /// Set when a sync failed: that txg's frozen state was not installed, so no later txg may
+    /// sync on top of it (the pool is suspended; every later sync and export refuses).
+    pub suspended: Option<String>,
     /// The last txg whose uberblock is on disk.
     pub synced_txg: u64,
 }
@@ -354,6 +357,7 @@ impl PoolW {
             config_nv: config,
             added: Default::default(),
             ms_out: None,
+            suspended: None,
             synced_txg: 0,
         };
         pw.create_mos_contents(spec)?;
@@ -633,6 +637,7 @@ impl PoolW {
             config_nv: spa.config.clone(),
             added: Default::default(),
             ms_out: None,
+            suspended: None,
             synced_txg: spa.uberblock.txg,
         };
         pw.check_writable()?;
@@ -746,13 +751,28 @@ impl PoolW {
     /// Sync the open txg and open the next one (stopping the world: quiesce, sync the
     /// datasets and finish under the caller's hold of the write state).
     pub fn sync(&mut self) -> Result<()> {
-        let mut q = self.quiesce();
-        let env = self.sync_env();
-        sync_datasets(&env, &mut self.ms, &mut q)?;
-        let ub = self.sync_finish(q)?;
-        ub.write()?;
-        self.sync_done(ub);
-        Ok(())
+        self.check_suspended()?;
+        let r = (|| -> Result<()> {
+            let mut q = self.quiesce();
+            let env = self.sync_env();
+            sync_datasets(&env, &mut self.ms, &mut q)?;
+            let ub = self.sync_finish(q)?;
+            ub.write()?;
+            self.sync_done(ub);
+            Ok(())
+        })();
+        if let Err(e) = &r {
+            self.suspended = Some(e.to_string());
+        }
+        r
+    }
+
+    /// Refuse to sync (or export) a pool whose earlier sync failed.
+    pub fn check_suspended(&self) -> Result<()> {
+        match &self.suspended {
+            Some(e) => Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.spa.name))),
+            None => Ok(()),
+        }
     }
 
     /// Quiesce the open txg: every dirty dataset's dirty state is frozen into a sync job, and
@@ -1455,7 +1475,7 @@ impl PoolW {
     /// refquota of the dataset and quota of its directory and every ancestor: EDQUOT when
     /// `incoming` more bytes (plus what is dirty) would pass one.
     pub fn quota_check(&mut self, dsobj: u64, incoming: u64) -> Result<()> {
-        let dirty = self.datasets.get(&dsobj).map_or(0, |d| d.os.dirty_bytes) + incoming;
+        let dirty = self.datasets.get(&dsobj).map_or(0, |d| d.os.dirty_bytes + d.os.frozen_bytes()) + incoming;
         let p = self.ds_phys(dsobj)?;
         let mut dir = p.dir_obj;
         let mut first = true;
@@ -1872,7 +1892,7 @@ impl PoolHandle {
     }
 
     /// The write state for a change or a read in the open txg (a sync may be under way).
-    fn lock_open(&self) -> std::sync::MutexGuard<'_, PoolW> {
+    pub(crate) fn lock_open(&self) -> std::sync::MutexGuard<'_, PoolW> {
         unpoison(self.w.lock())
     }
 
@@ -1889,6 +1909,7 @@ impl PoolHandle {
     fn sync_txg(&self, _sync: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
         let (mut q, env, mut ms) = {
             let mut w = self.lock_open();
+            w.check_suspended()?;
             if !w.dirty() {
                 return Ok(());
             }
@@ -1913,6 +1934,10 @@ impl PoolHandle {
         });
         if let Err(e) = &r {
             *unpoison(self.failed.lock()) = Some(e.to_string());
+            let mut w = self.lock_open();
+            if w.suspended.is_none() {
+                w.suspended = Some(e.to_string());
+            }
         }
         r
     }
