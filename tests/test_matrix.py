@@ -23,7 +23,7 @@ import pytest
 
 import manifest as manifest_mod
 from conftest import diff_manifests
-from test_write import make_devs, zdb_check
+from test_write import make_devs, new_pool, zdb_check
 
 RUNS = int(os.environ.get("OXZFS_MATRIX_RUNS", "3"))
 SEED0 = int(os.environ.get("OXZFS_SEED", "1"))
@@ -291,12 +291,7 @@ def test_dedup_writes(oxzfs):
     """dedup=on with sha256: two copies of the same data share one block (zdb's DDT and dedup ratio),
     zdb-clean."""
     pool = "mxdedup"
-    base = os.path.join(oxzfs.base, pool)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 256)
-    r = oxzfs.zpool("create", "-O", "checksum=sha256", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, pool, 1, "-O", "checksum=sha256", size_mib=256)
     r = oxzfs.zfs("create", "-o", "dedup=on", f"{pool}/d")
     assert r.returncode == 0, repr(r)
     data = os.urandom(4 << 20)

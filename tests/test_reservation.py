@@ -8,7 +8,7 @@ import re
 import subprocess
 
 import oracle_pools
-from test_write import make_devs, zdb_check
+from test_write import new_pool, zdb_check
 
 ZDB = oracle_pools.ZDB
 M = 1 << 20
@@ -136,12 +136,7 @@ def fill(path, limit):
 
 def test_reservations_account_refuse_and_protect(oxzfs):
     pool = "rsv"
-    base = os.path.join(oxzfs.base, pool)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 512)
-    r = oxzfs.zpool("create", "-O", "compression=off", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, pool, 1, "-O", "compression=off", size_mib=512)
     assert oxzfs.zfs("create", "-o", "reservation=100M", f"{pool}/a").returncode == 0
     assert oxzfs.zfs("create", "-o", "refreservation=50M", f"{pool}/b").returncode == 0
     assert oxzfs.zfs("create", f"{pool}/c").returncode == 0

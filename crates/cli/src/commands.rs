@@ -736,19 +736,14 @@ const FEATURES_2_1: &[&str] = &[
     "livelist", "device_rebuild", "zstd_compress", "draid",
 ];
 
-/// feature@NAME of a pool: disabled, enabled (refcount 0) or active (zpool_prop_get_feature).
+/// feature@NAME of a pool: disabled, enabled (refcount 0) or active (zpool_prop_get_feature) —
+/// from the open txg's counts on a pool imported for writing, else from the MOS.
 fn feature_state(imp: &Imported, name: &str) -> String {
     let Some(f) = oxzfs_format::features::lookup_name(name) else { return "-".into() };
-    let spa = &imp.pool.spa;
-    let mos = spa.mos();
-    let mut refcount = None;
-    for zap in ["features_for_read", "features_for_write"] {
-        if let Ok(Some(obj)) = oxzfs::zap::zap_lookup_u64(&mos, 1, zap) {
-            if let Some((_, n)) = oxzfs::zap::zap_list_u64(&mos, obj).unwrap_or_default().into_iter().find(|(g, _)| g == f.guid) {
-                refcount = Some(n);
-            }
-        }
-    }
+    let refcount = match &imp.rw {
+        Some(h) => h.lock().features.get(f.guid).map(|&(refs, _)| refs),
+        None => imp.pool.spa.features_enabled().into_iter().find(|(g, _)| g == f.guid).map(|(_, refs)| refs),
+    };
     match refcount {
         None => "disabled",
         Some(0) => "enabled",
@@ -851,22 +846,7 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
     };
     let mut rows = Vec::new();
     for imp in pools {
-        let enabled: std::collections::HashMap<String, u64> = match &imp.rw {
-            Some(h) => h.lock().features.iter().map(|(g, (refs, _))| (g.clone(), *refs)).collect(),
-            None => imp.pool.spa.features_enabled().into_iter().collect(),
-        };
         for n in &wanted {
-            if let Some(f) = n.strip_prefix("feature@") {
-                // Each feature: active (in use), enabled, or disabled; source local.
-                let guid = oxzfs_format::features::lookup_name(f).map(|i| i.guid).unwrap_or("");
-                let v = match enabled.get(guid) {
-                    Some(&r) if r > 0 => "active",
-                    Some(_) => "enabled",
-                    None => "disabled",
-                };
-                rows.push(vec![imp.pool.name().to_string(), n.clone(), v.to_string(), "local".to_string()]);
-                continue;
-            }
             let v = zpool_value(imp, n, o.has('p'));
             let source = match n.as_str() {
                 "altroot" => if v == "-" { "default" } else { "local" },
