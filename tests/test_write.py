@@ -502,3 +502,31 @@ def test_zfs_mount_unmount_and_mountpoint_changes(oxzfs):
     assert not os.path.ismount(os.path.join(alt, "moved"))
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_create_without_daemon_starts_it(oxzfs_bin, work_dir):
+    """`zpool create` with no daemon running starts one, as `zpool import` does: the new pool is
+    imported and mounted afterwards (it used to be written and left behind, neither imported nor
+    exported)."""
+    from conftest import Oxzfs
+    base = os.path.join(work_dir, "run", "create-autostart")
+    unmount_below(base)
+    import shutil
+    shutil.rmtree(base, ignore_errors=True)
+    ox = Oxzfs(oxzfs_bin, base)
+    try:
+        assert not ox.daemon_alive()
+        devs = make_devs(os.path.join(base, "vdevs"), 2)
+        alt = os.path.join(base, "alt")
+        r = ox.zpool("create", "-R", alt, "auto", "mirror", *devs)
+        assert r.returncode == 0, repr(r)
+        ox.imported.append("auto")
+        assert ox.daemon_alive()
+        r = ox.zpool("list", "-H", "-o", "name,health")
+        assert r.stdout.split() == ["auto", "ONLINE"], repr(r)
+        with open(os.path.join(alt, "auto", "f"), "wb") as f:
+            f.write(b"x" * 100000)
+        assert ox.export("auto").returncode == 0
+        zdb_check(os.path.join(base, "vdevs"), "auto")
+    finally:
+        ox.teardown()
