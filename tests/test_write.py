@@ -530,3 +530,34 @@ def test_create_without_daemon_starts_it(oxzfs_bin, work_dir):
         zdb_check(os.path.join(base, "vdevs"), "auto")
     finally:
         ox.teardown()
+
+
+def test_zpool_iostat_v_classes_and_cache(oxzfs):
+    """`zpool iostat -v` as OpenZFS lays it out: the data vdevs, then a heading with a dash in
+    every column for each class (special, logs) and for cache devices; the top-level vdevs'
+    alloc adds up to the pool's; writes reach the raidz children."""
+    pool = "wiostat"
+    vdir = os.path.join(oxzfs.base, "iostat", "vdevs")
+    alt = os.path.join(oxzfs.base, "iostat", "alt")
+    d = make_devs(vdir, 6)
+    r = oxzfs.zpool("create", "-R", alt, pool, "raidz1", *d[:3], "special", d[3], "log", d[4], "cache", d[5])
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    with open(os.path.join(alt, pool, "big"), "wb") as f:
+        f.write(os.urandom(8 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    r = oxzfs.zpool("iostat", "-vp", pool)
+    assert r.returncode == 0, repr(r)
+    rows = [ln.split() for ln in r.stdout.splitlines()[3:-1]]
+    names = [x[0] for x in rows]
+    assert names == [pool, "raidz1-0", *d[:3], "special", d[3], "logs", d[4], "cache", d[5]], r.stdout
+    for heading in ("special", "logs", "cache"):
+        assert rows[names.index(heading)][1:] == ["-"] * 6, r.stdout
+    by = {x[0]: x for x in rows}
+    assert int(by[pool][1]) == int(by["raidz1-0"][1]) + int(by[d[3]][1]) + int(by[d[4]][1]), r.stdout
+    assert int(by["raidz1-0"][1]) >= 8 << 20, r.stdout
+    assert all(int(by[c][4]) > 0 or int(by[c][6]) > 0 for c in d[:3]), r.stdout
+    # The cache device: nothing cached yet, its space (less labels) free.
+    assert int(by[d[5]][1]) == 0 and (128 << 20) - (5 << 20) < int(by[d[5]][2]) < 128 << 20, r.stdout
+    assert oxzfs.export(pool).returncode == 0

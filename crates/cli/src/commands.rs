@@ -620,6 +620,18 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
             section(Some("dedup"), kids.iter().filter(|t| t.alloc_bias == "dedup").collect(), &mut rows);
             section(Some("special"), kids.iter().filter(|t| t.alloc_bias == "special").collect(), &mut rows);
             section(Some("logs"), kids.iter().filter(|t| t.is_log).collect(), &mut rows);
+            // Cache devices hold no pool data (their space is the L2ARC's): OpenZFS shows their
+            // size as free while nothing is cached on them.
+            let cache = pool.aux_devices("l2cache");
+            if !cache.is_empty() {
+                rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
+                for (path, state) in cache {
+                    let size = if state == "ONLINE" { device_len(&path).map(l2arc_space) } else { None };
+                    let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
+                    let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
+                    rows.push((format!("  {path}"), alloc, free, [0; 4]));
+                }
+            }
         }
     }
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(10);
@@ -631,7 +643,12 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
     }
     for (name, a, f, r) in rows {
         if r[0] == u64::MAX {
-            let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "", "", "", "", "", "");
+            // A class heading (print_iostat_dashes with a name): a dash in every column.
+            if !o.has('H') {
+                let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "-", "-", "-", "-", "-", "-");
+            } else {
+                let _ = writeln!(out);
+            }
             continue;
         }
         let bw = |x: u64| if p || x < 1024 { x.to_string() } else { oxzfs::dsl::nicebytes(x) };
@@ -671,6 +688,18 @@ fn zpool_history(st: &mut State, args: &[String]) -> Out {
         out.push('\n');
     }
     ok(out)
+}
+
+/// The space an L2ARC device offers (l2arc_add_vdev): the device rounded down to whole labels
+/// (256 KiB), less the four labels and boot area (4.5 MiB) and the device header block.
+fn l2arc_space(len: u64) -> u64 {
+    (len & !((256 << 10) - 1)).saturating_sub((4 << 20) + (512 << 10) + 512)
+}
+
+/// The size in bytes of a device file or block device (its end, as a seek finds it).
+fn device_len(path: &str) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(path).ok()?.seek(SeekFrom::End(0)).ok()
 }
 
 fn nice(n: u64, parsable: bool) -> String {

@@ -489,7 +489,7 @@ impl Pool {
 
     /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
     /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
-    fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
+    pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let stored = read_mos_packed(&self.spa, key);
         let list = stored.as_ref().and_then(|nv| nv.get_nvlist_array(key)).or_else(|| self.spa.config.get_nvlist_array(key));
