@@ -532,8 +532,8 @@ def test_create_without_daemon_starts_it(oxzfs_bin, work_dir):
         ox.teardown()
 
 
-def test_zpool_iostat_v_classes_and_cache(oxzfs):
-    """`zpool iostat -v` as OpenZFS lays it out: the data vdevs, then a heading with a dash in
+def test_zpool_iostat_and_list_v_classes_and_cache(oxzfs):
+    """`zpool iostat -v` and `zpool list -v` as OpenZFS lays it out: the data vdevs, then a heading with a dash in
     every column for each class (special, logs) and for cache devices; the top-level vdevs'
     alloc adds up to the pool's; writes reach the raidz children."""
     pool = "wiostat"
@@ -560,4 +560,16 @@ def test_zpool_iostat_v_classes_and_cache(oxzfs):
     assert all(int(by[c][4]) > 0 or int(by[c][6]) > 0 for c in d[:3]), r.stdout
     # The cache device: nothing cached yet, its space (less labels) free.
     assert int(by[d[5]][1]) == 0 and (128 << 20) - (5 << 20) < int(by[d[5]][2]) < 128 << 20, r.stdout
+    # zpool list -v: the same order and headings; top-level vdevs carry FRAG and CAP.
+    r = oxzfs.zpool("list", "-vHp", "-o", "name,size,alloc,frag,cap,health", pool)
+    assert r.returncode == 0, repr(r)
+    lrows = [ln.split("\t") for ln in r.stdout.splitlines()]
+    assert [x[0].strip() for x in lrows] == names, r.stdout
+    lby = {x[0].strip(): x for x in lrows}
+    for heading in ("special", "logs", "cache"):
+        assert lby[heading][1:] == ["-"] * 5, r.stdout
+    for top in ("raidz1-0", d[3], d[4]):
+        assert lby[top][3].isdigit() and lby[top][4].isdigit() and lby[top][5] == "ONLINE", r.stdout
+    assert int(lby["raidz1-0"][2]) == int(by["raidz1-0"][1]), (r.stdout, by)
+    assert lby[d[0]][1:5] == ["-"] * 4, r.stdout
     assert oxzfs.export(pool).returncode == 0

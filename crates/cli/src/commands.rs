@@ -626,7 +626,7 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
             if !cache.is_empty() {
                 rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
                 for (path, state) in cache {
-                    let size = if state == "ONLINE" { device_len(&path).map(l2arc_space) } else { None };
+                    let size = if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None };
                     let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
                     let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
                     rows.push((format!("  {path}"), alloc, free, [0; 4]));
@@ -688,18 +688,6 @@ fn zpool_history(st: &mut State, args: &[String]) -> Out {
         out.push('\n');
     }
     ok(out)
-}
-
-/// The space an L2ARC device offers (l2arc_add_vdev): the device rounded down to whole labels
-/// (256 KiB), less the four labels and boot area (4.5 MiB) and the device header block.
-fn l2arc_space(len: u64) -> u64 {
-    (len & !((256 << 10) - 1)).saturating_sub((4 << 20) + (512 << 10) + 512)
-}
-
-/// The size in bytes of a device file or block device (its end, as a seek finds it).
-fn device_len(path: &str) -> Option<u64> {
-    use std::io::{Seek, SeekFrom};
-    std::fs::File::open(path).ok()?.seek(SeekFrom::End(0)).ok()
 }
 
 fn nice(n: u64, parsable: bool) -> String {
@@ -803,20 +791,23 @@ fn zpool_list(st: &mut State, args: &[String]) -> Out {
         rows.push(cols.iter().map(|c| zpool_value(imp, c, p)).collect());
         if o.has('v') {
             // One row per vdev below the pool, as `zpool list -v` prints them.
-            for (name, size, alloc, health) in imp.pool.list_vdev_rows() {
-                let heading = health.is_empty();
+            for row in imp.pool.list_vdev_rows() {
+                let heading = row.health.is_empty();
+                let (size, alloc) = (row.size, row.alloc);
                 rows.push(
                     cols.iter()
                         .map(|c| match c.as_str() {
-                            "name" => name.clone(),
-                            _ if heading => String::new(),
+                            "name" => row.name.clone(),
                             "altroot" => String::new(),
+                            // A class heading: a dash in every column (print_list_stats).
+                            _ if heading => "-".into(),
                             "size" => size.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
                             "allocated" => alloc.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
                             "free" => match (size, alloc) {
                                 (Some(s), Some(a)) => nice(s.saturating_sub(a), p),
                                 _ => "-".into(),
                             },
+                            "fragmentation" => row.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
                             "capacity" => match (size, alloc) {
                                 (Some(s), Some(a)) if s > 0 => {
                                     let pct = a as f64 * 100.0 / s as f64;
@@ -824,7 +815,7 @@ fn zpool_list(st: &mut State, args: &[String]) -> Out {
                                 }
                                 _ => "-".into(),
                             },
-                            "health" => health.clone(),
+                            "health" => row.health.clone(),
                             _ => "-".into(),
                         })
                         .collect(),

@@ -10,7 +10,7 @@ use crate::zpl::Zfs;
 use crate::{Result, ZfsError};
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use oxzfs_format::nvlist::NvList;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,24 @@ pub struct Pool {
     pub load_guid: u64,
     /// The cachefile property: None for the default, Some("none") or Some(path).
     pub cachefile: Mutex<Option<String>>,
+}
+
+/// The space an L2ARC device offers (l2arc_add_vdev): the device rounded down to whole labels
+/// (256 KiB), less the four labels and boot area (4.5 MiB) and the device header block. None
+/// when the device cannot be opened.
+pub fn l2arc_space(path: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    let len = std::fs::File::open(path).ok()?.seek(SeekFrom::End(0)).ok()?;
+    Some((len & !((256 << 10) - 1)).saturating_sub((4 << 20) + (512 << 10) + 512))
+}
+
+/// One vdev row of `zpool list -v` (a class heading when `health` is empty).
+pub struct ListVdevRow {
+    pub name: String,
+    pub size: Option<u64>,
+    pub alloc: Option<u64>,
+    pub frag: Option<u64>,
+    pub health: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -343,33 +361,51 @@ impl Pool {
         }
         (sp > 0).then(|| (f / sp) as u64)
     }
-
-    /// Rows of `zpool list -v` below the pool: (indented name, size, alloc, health).
-    pub fn list_vdev_rows(&self) -> Vec<(String, Option<u64>, Option<u64>, String)> {
+    /// The rows of `zpool list -v` below the pool (print_list_stats): the data vdevs, then each
+    /// class (dedup, special, logs) under a heading, then cache and spare devices. A heading
+    /// row has no health; top-level vdevs carry size, alloc and fragmentation, others none.
+    pub fn list_vdev_rows(&self) -> Vec<ListVdevRow> {
         let mut out = Vec::new();
-        let push_tree = |v: &Vdev, depth: usize, out: &mut Vec<(String, Option<u64>, Option<u64>, String)>| {
-            let mut stack = vec![(v, depth)];
+        let push_tree = |v: &Vdev, out: &mut Vec<ListVdevRow>| {
+            let mut stack = vec![(v, 1usize)];
             while let Some((n, d)) = stack.pop() {
                 let top = d == 1;
-                out.push((
-                    format!("{}{}", "  ".repeat(d), n.display_name()),
-                    top.then_some(n.asize),
-                    if top { self.vdev_alloc(n) } else { None },
-                    n.state().as_str().to_string(),
-                ));
+                out.push(ListVdevRow {
+                    name: format!("{}{}", "  ".repeat(d), n.display_name()),
+                    size: top.then_some(n.asize),
+                    alloc: if top { self.vdev_alloc(n) } else { None },
+                    frag: if top { self.vdev_frag(n) } else { None },
+                    health: n.state().as_str().to_string(),
+                });
                 for c in n.children.iter().rev() {
                     stack.push((c, d + 1));
                 }
             }
         };
-        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.kind != VdevKind::Hole) {
-            push_tree(top, 1, &mut out);
+        let heading = |name: &str| ListVdevRow { name: name.into(), size: None, alloc: None, frag: None, health: String::new() };
+        let tops = &self.spa.root_vdev.children;
+        for top in tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t).is_empty()) {
+            push_tree(top, &mut out);
         }
-        let logs: Vec<_> = self.spa.root_vdev.children.iter().filter(|t| t.is_log).collect();
-        if !logs.is_empty() {
-            out.push(("logs".into(), None, None, String::new()));
-            for t in logs {
-                push_tree(t, 1, &mut out);
+        for class in ["dedup", "special", "logs"] {
+            let members: Vec<_> = tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t) == class).collect();
+            if !members.is_empty() {
+                out.push(heading(class));
+                for t in members {
+                    push_tree(t, &mut out);
+                }
+            }
+        }
+        for (key, title) in [("l2cache", "cache"), ("spares", "spare")] {
+            let devs = self.aux_devices(key);
+            if !devs.is_empty() {
+                out.push(heading(title));
+                for (path, state) in devs {
+                    // A cache device's size is its L2ARC space, nothing of it allocated yet.
+                    let size = if key == "l2cache" && state == "ONLINE" { l2arc_space(Path::new(&path)) } else { None };
+                    let state = if key == "spares" && state == "ONLINE" { "AVAIL".to_string() } else { state };
+                    out.push(ListVdevRow { name: format!("  {path}"), size, alloc: size.map(|_| 0), frag: None, health: state });
+                }
             }
         }
         out
