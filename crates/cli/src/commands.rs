@@ -206,7 +206,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
-    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit")) {
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename")) {
         let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
         if let Some(t) = target {
             let pool = if cmd == "zpool" && verb != "set" {
@@ -264,6 +264,7 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
         ("zfs", "inherit") => crate::write_cmds::zfs_inherit(st, rest),
+        ("zfs", "rename") => crate::write_cmds::zfs_rename(st, rest),
         ("zpool", "export") => zpool_export(st, rest),
         ("zpool", "status") => zpool_status(st, rest),
         ("zpool", "list") => zpool_list(st, rest),
@@ -272,10 +273,22 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "get") => zfs_get(st, rest),
         ("zfs", "mount") => zfs_mount(st, rest),
         ("zfs", "unmount") | ("zfs", "umount") => zfs_unmount(st, rest),
-        ("zpool", v) => usage(format!("unrecognized command '{v}'\nusage: zpool command args ...\nwhere 'command' is one of the following:\n\n\timport\n\texport\n\tstatus\n\tlist\n\tget")),
-        ("zfs", v) => usage(format!("unrecognized command '{v}'\nusage: zfs command args ...\nwhere 'command' is one of the following:\n\n\tlist\n\tget\n\tmount")),
+        ("zpool", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zpool", ZPOOL_VERBS))),
+        ("zfs", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zfs", ZFS_VERBS))),
         (c, _) => usage(format!("unrecognized command '{c}'")),
     }
+}
+
+/// The verbs oxzfs answers, in the order OpenZFS's usage lists them.
+const ZPOOL_VERBS: &[&str] = &["create", "destroy", "add", "list", "iostat", "status", "import", "export", "history", "get", "set"];
+const ZFS_VERBS: &[&str] = &["create", "destroy", "rename", "list", "set", "get", "inherit", "mount", "unmount"];
+
+fn verb_list(cmd: &str, verbs: &[&str]) -> String {
+    let mut s = format!("usage: {cmd} command args ...\nwhere 'command' is one of the following:\n\n");
+    for v in verbs {
+        s.push_str(&format!("\t{v}\n"));
+    }
+    s.trim_end().to_string()
 }
 
 fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
@@ -390,6 +403,27 @@ fn prop_of(props: &[PropValue], name: &str) -> String {
     props.iter().find(|p| p.name == name).map(|p| p.value.clone()).unwrap_or_default()
 }
 
+/// The mountpoints libzfs's remove_mountpoint takes away once file systems are unmounted (on
+/// export and rename): those of the default or inherited mountpoint. Gathered before the
+/// unmounts; `remove_mountpoints` runs after all of them, so a child's mountpoint directory
+/// inside its (by then unmounted) parent stays, as in OpenZFS.
+pub fn derived_mountpoints(pool: &Pool, mounts: &[&MountHandle]) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| pool.prop(&m.dataset, "mountpoint").map(|p| p.source == "default" || p.source.starts_with("inherited")).unwrap_or(false))
+        .map(|m| m.mountpoint.clone())
+        .collect()
+}
+
+/// rmdir each of `dirs` that is no longer a mount point, ignoring errors (remove_mountpoint).
+pub fn remove_mountpoints(dirs: &[PathBuf], still_mounted: &[MountHandle]) {
+    for d in dirs {
+        if !still_mounted.iter().any(|m| &m.mountpoint == d) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
 /// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
 /// the engine's properties), parents before children. Returns the number of failures.
 pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
@@ -492,6 +526,7 @@ pub fn zpool_export(st: &mut State, args: &[String]) -> Out {
         };
         // Children before parents.
         let mut busy = false;
+        let derived = derived_mountpoints(&imp.pool, &imp.mounts.iter().collect::<Vec<_>>());
         while let Some(h) = imp.mounts.pop() {
             let (ds, mp) = (h.dataset.clone(), h.mountpoint.clone());
             match h.unmount(o.has('f')) {
@@ -513,6 +548,7 @@ pub fn zpool_export(st: &mut State, args: &[String]) -> Out {
             st.pools.insert(n.clone(), imp);
             continue;
         }
+        remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");

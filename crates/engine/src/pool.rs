@@ -236,6 +236,13 @@ impl Pool {
         Ok(z)
     }
 
+    /// Forget the cached file systems of `name`, its snapshots and its descendants (after it
+    /// was renamed or destroyed, the names may come back for other datasets).
+    pub fn forget_fs(&self, name: &str) {
+        let within = |n: &str| n == name || n.strip_prefix(name).is_some_and(|r| r.starts_with('/') || r.starts_with('@'));
+        self.fs_cache.lock().unwrap().retain(|n, _| !within(n));
+    }
+
     /// Drop cached objsets and the MOS so the pool's memory is freed after export.
     pub fn close(&self) {
         self.fs_cache.lock().unwrap().clear();
