@@ -573,3 +573,43 @@ def test_zpool_iostat_and_list_v_classes_and_cache(oxzfs):
     assert int(lby["raidz1-0"][2]) == int(by["raidz1-0"][1]), (r.stdout, by)
     assert lby[d[0]][1:5] == ["-"] * 4, r.stdout
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_import_under_a_new_name(oxzfs):
+    """`zpool import POOL NEWPOOL`: the pool lives on under the new name, which a read-write
+    import writes into its labels and MOS config (OpenZFS's zdb finds it by that name); a
+    read-only import renames it in memory only; OpenZFS's refusals."""
+    pool = "imporig"
+    vdir, alt, root = new_pool(oxzfs, pool, "impnew", 2, "-O", "compression=off")
+    data = os.urandom(300000)
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.export(pool).returncode == 0
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool, "9bad")
+    assert r.returncode == 1 and r.stderr == "cannot import '9bad': name must begin with a letter\n", repr(r)
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool, "impnew")
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("impnew")
+    assert oxzfs.zpool("list", "-H", "-o", "name").stdout.split() == ["impnew"]
+    with open(os.path.join(alt, "impnew", "f"), "rb") as f:
+        assert f.read() == data
+    with open(os.path.join(alt, "impnew", "g"), "wb") as f:
+        f.write(data[::-1])
+    assert oxzfs.export("impnew").returncode == 0
+    # OpenZFS finds it under the new name only, labels and MOS config alike.
+    zdb_check(vdir, "impnew")
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-C", "impnew"], capture_output=True, text=True)
+    assert r.returncode == 0 and "name: 'impnew'" in r.stdout and "imporig" not in r.stdout, r.stdout + r.stderr
+    lab = subprocess.run([ZDB, "-l", os.path.join(vdir, "d1")], capture_output=True, text=True)
+    assert "name: 'impnew'" in lab.stdout and "imporig" not in lab.stdout, lab.stdout
+    # Read-only under yet another name: nothing written.
+    r = oxzfs.zpool("import", "-d", vdir, "-o", "readonly=on", "-R", alt, "impnew", "imp3")
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("imp3")
+    with open(os.path.join(alt, "imp3", "g"), "rb") as f:
+        assert f.read() == data[::-1]
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, "impnew", "imp3")
+    assert r.returncode == 1 and r.stderr == "cannot import 'impnew' as 'imp3': pool already exists\n", repr(r)
+    assert oxzfs.export("imp3").returncode == 0
+    lab = subprocess.run([ZDB, "-l", os.path.join(vdir, "d0")], capture_output=True, text=True)
+    assert "name: 'impnew'" in lab.stdout, lab.stdout

@@ -305,8 +305,12 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if o.operands.len() > 2 {
         return usage(format!("too many arguments\n{IMPORT_USAGE}"));
     }
-    if o.operands.len() == 2 {
-        return fail(format!("cannot import '{}': renaming a pool on import is not supported yet", o.operands[0]));
+    // `zpool import POOL NEWPOOL`: the new name must be valid and free.
+    let new_name = o.operands.get(1).cloned();
+    if let Some(n) = &new_name {
+        if let Err(e) = crate::write_cmds::check_pool_name(n) {
+            return fail(format!("cannot import '{n}': {}", e.trim_start_matches(&format!("cannot create '{n}': "))));
+        }
     }
     let mut readonly = false;
     let mut cachefile = None;
@@ -345,8 +349,14 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         o.operands.clone()
     };
     let mut out = (String::new(), String::new(), 0);
+    let which: Vec<String> = if new_name.is_some() { which.into_iter().take(1).collect() } else { which };
     for which in which {
-        if st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
+        if let Some(n) = new_name.as_ref().filter(|n| st.pools.contains_key(n.as_str())) {
+            out.1.push_str(&line(format!("cannot import '{which}' as '{n}': pool already exists")));
+            out.2 = 1;
+            continue;
+        }
+        if new_name.is_none() && st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
             out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
             out.1.push_str(&line("use the form 'zpool import <pool | id> <newpool>' to give it a new name".to_string()));
             out.2 = 1;
@@ -354,7 +364,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         // By numeric id: the pool found may carry the name of one already imported (the
         // kernel's EEXIST in OpenZFS); importing it would take that name's place in the table.
-        if which.bytes().all(|b| b.is_ascii_digit()) {
+        if new_name.is_none() && which.bytes().all(|b| b.is_ascii_digit()) {
             let taken = spa::scan(&dirs).pools.into_iter().find(|c| c.guid.to_string() == which).map(|c| c.name).filter(|n| st.pools.contains_key(n));
             if let Some(name) = taken {
                 out.1.push_str(&line(format!("cannot import '{name}': pool already exists")));
@@ -363,7 +373,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         }
         if !readonly {
-            match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {
+            match crate::write_cmds::import_rw(&dirs, &which, new_name.as_deref(), altroot.clone(), o.has('f')) {
                 Ok((pool, h)) => {
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
@@ -380,7 +390,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
             continue;
         }
-        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None };
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone() };
         let pool = match Pool::import(&dirs, &which, &opts) {
             Ok(p) => p,
             Err(e) => {

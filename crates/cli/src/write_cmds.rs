@@ -21,7 +21,7 @@ fn arc_max() -> u64 {
 }
 
 /// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
-fn check_pool_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_pool_name(name: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
     // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
     if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
@@ -237,10 +237,15 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
 }
 
 /// Import a pool read-write: the write state and the read view over the same Spa.
-pub fn import_rw(dirs: &[PathBuf], which: &str, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
-    let scan = spa::scan(dirs);
-    let cand = oxzfs::pool::choose(&scan, which)?;
-    let pw = PoolW::open(cand, arc_max(), &hostname())?;
+/// `new_name`: import under that name (written into the labels and MOS config at once).
+pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let mut scan = spa::scan(dirs);
+    let cand = oxzfs::pool::choose_as(&mut scan, which, new_name)?;
+    let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
+    if new_name.is_some() {
+        pw.config_dirty = true;
+        pw.sync()?;
+    }
     let spa = pw.spa.clone();
     let h = PoolHandle::start(pw);
     Ok((Pool::from_spa(spa, altroot, dirs), h))

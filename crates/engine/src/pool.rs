@@ -21,6 +21,8 @@ pub struct ImportOptions {
     pub altroot: Option<PathBuf>,
     pub force: bool,
     pub arc_max: Option<u64>,
+    /// Import under this name instead of the pool's own.
+    pub new_name: Option<String>,
 }
 
 pub struct Pool {
@@ -105,10 +107,26 @@ pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate
     }
 }
 
+/// The candidate `which` of a scan, renamed to `new_name` when given (`zpool import POOL
+/// NEWPOOL`): the pool is opened under that name, and a read-write import writes it into the
+/// labels and the MOS config at its first sync.
+pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a PoolCandidate> {
+    let i = {
+        let c = choose(scan, which)?;
+        scan.pools.iter().position(|p| std::ptr::eq(p, c)).expect("chosen from this scan")
+    };
+    let c = &mut scan.pools[i];
+    if let Some(n) = new_name {
+        c.name = n.to_string();
+        c.config.add_str("name", n);
+    }
+    Ok(&scan.pools[i])
+}
+
 impl Pool {
     pub fn import(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<Arc<Pool>> {
-        let scan = spa::scan(dirs);
-        let cand = choose(&scan, which)?;
+        let mut scan = spa::scan(dirs);
+        let cand = choose_as(&mut scan, which, opts.new_name.as_deref())?;
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);
