@@ -525,11 +525,7 @@ impl Spa {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
-        let key = if bp.embedded {
-            None
-        } else {
-            Some(ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum0: bp.cksum[0] })
-        };
+        let key = arc_key(bp);
         if let Some(k) = &key {
             if let Some(d) = self.arc.get(k) {
                 return Ok(d);
@@ -543,6 +539,18 @@ impl Spa {
         Ok(data)
     }
 
+    /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep
+    /// their arc bufs after the write): the next sync reads back the blocks it rewrites (space
+    /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
+    pub fn cache_written(&self, bp: &BlockPointer, data: &[u8]) {
+        if bp.is_hole() || data.len() as u64 != bp.lsize {
+            return;
+        }
+        if let Some(k) = arc_key(bp) {
+            self.arc.replace(k, Arc::new(data.to_vec()));
+        }
+    }
+
     /// Remember a block that could not be read, for `zpool status -v`.
     pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
         let mut log = self.errlog.lock().unwrap();
@@ -554,6 +562,11 @@ impl Spa {
     pub fn errors(&self) -> Vec<(u64, u64, u64)> {
         self.errlog.lock().unwrap().iter().copied().collect()
     }
+}
+
+/// A block's ARC key: its first DVA, birth and whole checksum (none for embedded blocks).
+fn arc_key(bp: &BlockPointer) -> Option<ArcKey> {
+    (!bp.embedded).then(|| ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum })
 }
 
 /// OpenZFS keeps a top-level vdev's allocation class (special, dedup, log) in the vdev's

@@ -2483,6 +2483,17 @@ mod tests {
     }
 }
 
+/// A new pool `name` on one 128 MiB file in a fresh directory (removed by the caller).
+#[cfg(test)]
+pub(crate) fn test_pool(name: &str) -> (PathBuf, PoolW) {
+    let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dev = dir.join("d0");
+    std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
+    let spec = CreateSpec { name: name.into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev))], ..Default::default() };
+    (dir, PoolW::create(&spec, 64 << 20).unwrap())
+}
+
 #[cfg(test)]
 mod export_tests {
     use super::*;
@@ -2491,18 +2502,36 @@ mod export_tests {
     /// (at the last synced txg) instead of marking the pool cleanly exported.
     #[test]
     fn suspended_pool_does_not_export_clean() {
-        let dir = std::env::temp_dir().join(format!("oxzfs-suspend-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let dev = dir.join("d0");
-        std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
-        let spec = CreateSpec { name: "susp".into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev.clone()))], ..Default::default() };
-        let h = PoolHandle::start(PoolW::create(&spec, 64 << 20).unwrap());
+        let (dir, pw) = test_pool("susp");
+        let h = PoolHandle::start(pw);
         *h.failed.lock().unwrap() = Some("txg sync failed: injected".into());
         let e = h.export().unwrap_err();
         assert!(e.to_string().contains("suspended"), "{e}");
         let scan = crate::spa::scan(&[dir.clone()]);
         assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
         assert_eq!(scan.pools[0].pool_state, 0, "labels stay POOL_STATE_ACTIVE");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod arc_tests {
+    use super::*;
+
+    /// Blocks a sync writes stay in the ARC: later syncs read back what they rewrite (space
+    /// map tails, dnode and indirect blocks, the history object) without one cache miss.
+    #[test]
+    fn syncs_read_back_written_blocks_from_the_arc() {
+        let (dir, mut pw) = test_pool("arcw");
+        pw.sync().unwrap();
+        let before = pw.spa.arc.stats();
+        for i in 0..5 {
+            pw.log_history(&format!("zpool set comment=c{i} arcw")).unwrap();
+            pw.sync().unwrap();
+        }
+        let after = pw.spa.arc.stats();
+        assert!(after.hits > before.hits, "the syncs read blocks back");
+        assert_eq!(after.misses, before.misses, "every block read back was cached when written");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
