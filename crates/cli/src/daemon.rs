@@ -135,7 +135,20 @@ pub fn request(argv: &[String]) -> Result<(String, String, i32), String> {
     Ok((r.stdout, r.stderr, r.code))
 }
 
+/// The allocator's thresholds for a daemon that churns block-sized buffers (16K to 1M) every
+/// txg: glibc would give each freed buffer above its mmap/trim thresholds back to the kernel
+/// and fault fresh zeroed pages in for the next (a third of the CPU of an fsync loop went to
+/// page faults); buffers up to 32 MiB stay in the heap, and up to 128 MiB of free heap stays.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
+    }
+}
+
 fn serve() -> Result<(), String> {
+    tune_allocator();
     let sock = socket_path();
     if let Some(dir) = sock.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
