@@ -1498,6 +1498,31 @@ impl PoolW {
         Ok(())
     }
 
+    /// Whether dataset `dsobj` may take a change needing `incoming` more bytes: None, or what
+    /// it is short of (pool space, quota, reservation) with the error to give. A read-only
+    /// dataset is an error (EROFS).
+    fn space_for(&mut self, dsobj: u64, incoming: u64) -> Result<Option<Short>> {
+        let os = self.objset(dsobj)?;
+        if os.props.readonly {
+            return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+        }
+        let copies = os.props.copies;
+        // A write may start and end in a partial record: one block more than it fills.
+        let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
+        if let Err(err) = self.space_check(incoming, blocks, copies) {
+            return Ok(Some(Short { space: true, err }));
+        }
+        if incoming > 0 {
+            if let Err(err) = self.quota_check(dsobj, incoming) {
+                return Ok(Some(Short { space: false, err }));
+            }
+        }
+        if let Err(err) = self.reservation_check(dsobj, incoming, copies) {
+            return Ok(Some(Short { space: false, err }));
+        }
+        Ok(None)
+    }
+
     /// Bytes of dirty data blocks waiting for a sync (the open txg's and the syncing one's).
     pub fn dirty_bytes(&self) -> u64 {
         self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes + d.os.frozen_bytes()).sum::<u64>()
@@ -1512,6 +1537,13 @@ impl PoolW {
     pub fn dirty(&self) -> bool {
         self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
     }
+}
+
+/// What a change was refused for (`PoolW::space_for`): `space` when the pool itself is full
+/// (the retry may release deferred frees), and the error to give.
+struct Short {
+    space: bool,
+    err: ZfsError,
 }
 
 /// The zfs_max_recordsize tunable: the largest recordsize `zfs set` accepts (1M, as in
@@ -2006,40 +2038,38 @@ impl PoolHandle {
     }
 
     /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
-    /// ENOSPC when the pool is full (keeping the slop space).
+    /// ENOSPC when the pool is full (keeping the slop space), EDQUOT past a quota.
+    ///
+    /// The checks and the change run under one hold of the write state, so the change is
+    /// dirty (and counted by the next writer's check) before anyone else checks: concurrent
+    /// writers cannot pass the checks together and overshoot the margin between them (what
+    /// OpenZFS's dsl_dir_tempreserve_space counts its reservations for; here the dirty bytes
+    /// themselves are the reservation, as nothing happens between check and change).
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
-        let (space_ok, quota_ok, rsv_ok, blocks) = {
+        self.suspended()?;
+        self.throttle();
+        let short = {
             let mut w = self.lock_open();
-            let os = w.objset(dsobj)?;
-            if os.props.readonly {
-                return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+            match w.space_for(dsobj, incoming)? {
+                None => {
+                    let txg = w.txg;
+                    return f(w.objset(dsobj)?, txg);
+                }
+                Some(short) => short,
             }
-            let copies = os.props.copies;
-            // A write may start and end in a partial record: one block more than it fills.
-            let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
-            (
-                w.space_check(incoming, blocks, copies).is_ok(),
-                incoming == 0 || w.quota_check(dsobj, incoming).is_ok(),
-                w.reservation_check(dsobj, incoming, copies).is_ok(),
-                blocks,
-            )
         };
-        if !space_ok || !quota_ok || !rsv_ok {
-            // Frees waiting in the open txg or deferred in the last two give space back; what
-            // is dirty may be overwrites: sync and measure again.
-            self.sync_now()?;
-            let mut g = self.lock();
-            if !space_ok {
-                g.ms.release_deferred();
-            }
-            let copies = g.objset(dsobj)?.props.copies;
-            g.space_check(incoming, blocks, copies)?;
-            if incoming > 0 {
-                g.quota_check(dsobj, incoming)?;
-            }
-            g.reservation_check(dsobj, incoming, copies)?;
+        // Frees waiting in the open txg or deferred in the last two give space back; what
+        // is dirty may be overwrites: sync and measure again, holding the pool meanwhile.
+        self.sync_now()?;
+        let mut g = self.lock();
+        if short.space {
+            g.ms.release_deferred();
         }
-        self.with_fs(dsobj, f)
+        if let Some(short) = g.space_for(dsobj, incoming)? {
+            return Err(short.err);
+        }
+        let txg = g.txg;
+        f(g.objset(dsobj)?, txg)
     }
 
     /// Run a read on dataset `dsobj` (it sees the open txg).
@@ -2532,6 +2562,50 @@ mod arc_tests {
         let after = pw.spa.arc.stats();
         assert!(after.hits > before.hits, "the syncs read blocks back");
         assert_eq!(after.misses, before.misses, "every block read back was cached when written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod space_tests {
+    use super::*;
+
+    /// Writers racing to fill a small pool: each change passes the space check and is made
+    /// in one step, so the pool never holds more dirty data than the check allows — after
+    /// every writer met ENOSPC, the state itself still passes the check.
+    #[test]
+    fn concurrent_writers_cannot_pass_the_space_check_together() {
+        let (dir, mut pw) = test_pool("racefill");
+        let ds = pw.find_dataset("racefill").unwrap().expect("the root dataset");
+        let h = PoolHandle::start(pw);
+        // Incompressible bytes (the pool compresses by default).
+        let chunk: Vec<u8> = (0..4u64 << 20).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (i >> 13) as u8).collect();
+        let accepted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let obj = h.with_fs(ds, |os, _| os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 128 << 10, 0, 0, 1)).unwrap();
+                    for i in 0..64u64 {
+                        match h.with_fs_space(ds, chunk.len() as u64, |os, _| os.write(obj, i * chunk.len() as u64, &chunk)) {
+                            Ok(()) => {
+                                let r = h.lock_open().space_check(0, 0, 1);
+                                assert!(r.is_ok(), "writers together overshot the space check: {r:?}");
+                                accepted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed)
+                            }
+                            Err(ZfsError::Posix(e, _)) if e == libc::ENOSPC => return,
+                            Err(e) => panic!("write: {e}"),
+                        };
+                    }
+                    panic!("a 128 MiB pool took 256 MiB from one writer");
+                });
+            }
+        });
+        assert!(accepted.into_inner() > 8 << 20, "the pool took some data");
+        let g = h.lock();
+        let r = g.space_check(0, 0, 1);
+        assert!(r.is_ok(), "the writers together overshot the space check: {r:?}");
+        drop(g);
+        h.sync_now().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
