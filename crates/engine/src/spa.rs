@@ -52,6 +52,8 @@ pub struct ProbedDevice {
     pub state: u64,
     /// Valid uberblocks found in the device's labels.
     pub uberblocks: Vec<UberblockPhys>,
+    /// Every valid label config with its txg (`config` is the newest of them).
+    pub labels: Vec<(u64, NvList)>,
     /// How many of the four labels were valid.
     pub valid_labels: usize,
 }
@@ -91,6 +93,7 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
         return Err(format!("{}: too small to hold ZFS labels ({size} bytes)", path.display()));
     }
     let mut best: Option<(u64, NvList)> = None;
+    let mut labels = Vec::new();
     let mut ubs = Vec::new();
     let mut valid = 0;
     let mut ashift_hint = 9;
@@ -110,6 +113,7 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
                 if let Some(a) = cfg.get_nvlist("vdev_tree").and_then(|t| t.get_u64("ashift")) {
                     ashift_hint = a;
                 }
+                labels.push((txg, cfg.clone()));
                 if best.as_ref().map_or(true, |(t, _)| txg > *t) {
                     best = Some((txg, cfg));
                 }
@@ -129,8 +133,19 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
         txg,
         config,
         uberblocks: ubs,
+        labels,
         valid_labels: valid,
     })
+}
+
+/// The label config of `d` that goes with an uberblock of txg `ub_txg` (vdev_label_read_config
+/// with the load txg): the newest label not newer than the uberblock (one without a txg counts
+/// as the oldest). A label newer than the
+/// uberblock was written by a txg whose uberblock never landed and describes a pool that is
+/// not there; a device with only such labels is left out (OpenZFS finds its label invalid).
+fn label_for_txg(d: &ProbedDevice, ub_txg: u64) -> Option<(u64, NvList)> {
+    let usable = d.labels.iter().filter(|(t, _)| *t <= ub_txg);
+    usable.max_by_key(|(t, _)| *t).cloned()
 }
 
 /// Find every pool whose devices are in `dirs` (files and block devices directly inside them,
@@ -180,7 +195,26 @@ pub fn scan(dirs: &[PathBuf]) -> ScanResult {
 }
 
 /// Assemble a candidate from the devices of one pool.
-fn assemble(devs: Vec<ProbedDevice>) -> PoolCandidate {
+fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
+    let uberblock = {
+        let all: Vec<&UberblockPhys> = devs.iter().flat_map(|d| d.uberblocks.iter()).collect();
+        uberblock::best_uberblock(all.into_iter()).cloned()
+    };
+    // Labels newer than the uberblock chosen are ignored, as spa_load's vdev_validate does.
+    // (Should every label be newer, the labels are all there is to go by.)
+    if let Some(ub) = uberblock.as_ref().filter(|ub| devs.iter().any(|d| label_for_txg(d, ub.txg).is_some())) {
+        let kept: Vec<ProbedDevice> = devs
+            .drain(..)
+            .filter_map(|mut d| {
+                let (txg, config) = label_for_txg(&d, ub.txg)?;
+                d.txg = txg;
+                d.state = config.get_u64("state").unwrap_or(d.state);
+                d.config = config;
+                Some(d)
+            })
+            .collect();
+        devs = kept;
+    }
     let newest = devs.iter().max_by_key(|d| d.txg).expect("non-empty group");
     let config = newest.config.clone();
     let name = config.get_str("name").unwrap_or("?").to_string();
@@ -248,10 +282,6 @@ fn assemble(devs: Vec<ProbedDevice>) -> PoolCandidate {
         }
     }
     let state = root_state(&root).as_str().to_string();
-    let uberblock = {
-        let all: Vec<&UberblockPhys> = devs.iter().flat_map(|d| d.uberblocks.iter()).collect();
-        uberblock::best_uberblock(all.into_iter()).cloned()
-    };
     PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing }
 }
 
@@ -597,4 +627,46 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     }
     let bytes = mos.read(&dn, 0, size).ok()?;
     NvList::decode_packed(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A txg that wrote the even labels (a second top-level vdev, as `zpool add` does) but
+    /// whose uberblock never landed: import goes by the odd labels, which match the newest
+    /// uberblock, not by the newer even ones.
+    #[test]
+    fn labels_newer_than_the_uberblock_are_ignored() {
+        let (dir, mut pw) = crate::txg::test_pool("newlbl");
+        pw.export().unwrap();
+        drop(pw);
+        let dev = dir.join("d0");
+        let pd = probe(&dev).unwrap();
+        let ub_txg = uberblock::best_uberblock(pd.uberblocks.iter()).unwrap().txg;
+        assert_eq!(pd.txg, ub_txg, "export writes labels at the last synced txg");
+        let mut cfg = pd.config.clone();
+        cfg.add_u64("txg", ub_txg + 1);
+        cfg.add_u64("vdev_children", 2);
+        cfg.add_u64("state", POOL_STATE_ACTIVE);
+        let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+        let size = f.metadata().unwrap().len();
+        for l in [0, 2] {
+            let off = label::label_offset(l, size) + label::VDEV_PHYS_OFFSET;
+            let b = label::encode_label_config(&cfg, off).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &b, off).unwrap();
+        }
+        drop(f);
+        assert_eq!(probe(&dev).unwrap().txg, ub_txg + 1, "the newer labels are valid labels");
+        let scan = scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        let c = &scan.pools[0];
+        assert_eq!(c.txg, ub_txg);
+        assert_eq!(c.config.get_u64("vdev_children"), Some(1));
+        assert_eq!(c.pool_state, POOL_STATE_EXPORTED);
+        assert_eq!(c.state, "ONLINE", "{:?}", c.missing);
+        assert!(c.missing.is_empty());
+        Spa::open(c, true, 64 << 20).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
