@@ -26,7 +26,7 @@
 //! history) run only from commands, which hold the sync lock (`PoolHandle::lock`): they never
 //! meet a txg half-synced, and they may sync inline (stopping the world, `PoolW::sync`).
 //!
-//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`, `failed`,
+//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`,
 //! `fs`, `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
 //! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
 //! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
@@ -217,7 +217,8 @@ pub struct PoolW {
     /// its (size, allocated) totals at quiesce stand in for it.
     ms_out: Option<(u64, u64)>,
     /// Set when a sync failed: that txg's frozen state was not installed, so no later txg may
-    /// sync on top of it (the pool is suspended; every later sync and export refuses).
+    /// sync on top of it (the pool is suspended; every later change, sync and export refuses).
+    /// The one record of suspension, whether the sync thread's sync or a command's failed.
     pub suspended: Option<String>,
     /// The last txg whose uberblock is on disk.
     pub synced_txg: u64,
@@ -1817,14 +1818,12 @@ impl DirtyLimits {
 ///
 /// Lock order: `sync` (one sync at a time; also held by commands through `lock()`, so a
 /// command never sees a txg half-synced and may sync inline) → `w` (the write state) →
-/// `kick`, `failed`, `fs`, `wakeup` (leaves, held briefly).
+/// `kick`, `fs`, `wakeup` (leaves, held briefly).
 pub struct PoolHandle {
     pub w: std::sync::Mutex<PoolW>,
     sync: std::sync::Mutex<()>,
     fs: std::sync::Mutex<std::collections::HashMap<u64, crate::zplw::FsInfo>>,
     stop: std::sync::atomic::AtomicBool,
-    /// The last sync's error, reported to the next caller.
-    failed: std::sync::Mutex<Option<String>>,
     /// Wakes the sync thread early (dirty data past the sync threshold).
     kick: std::sync::Mutex<bool>,
     kick_cv: std::sync::Condvar,
@@ -1876,7 +1875,6 @@ impl PoolHandle {
             sync: std::sync::Mutex::new(()),
             fs: std::sync::Mutex::new(std::collections::HashMap::new()),
             stop: std::sync::atomic::AtomicBool::new(false),
-            failed: std::sync::Mutex::new(None),
             kick: std::sync::Mutex::new(false),
             kick_cv: std::sync::Condvar::new(),
             wakeup: std::sync::Mutex::new(std::time::Instant::now()),
@@ -1895,12 +1893,9 @@ impl PoolHandle {
                 if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                if unpoison(h.failed.lock()).is_some() {
-                    continue;
-                }
                 let due = {
                     let w = h.lock_open();
-                    w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
+                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
                 };
                 if due {
                     let s = unpoison(h.sync.lock());
@@ -1929,11 +1924,7 @@ impl PoolHandle {
     }
 
     fn suspended(&self) -> Result<()> {
-        let failed = unpoison(self.failed.lock()).clone();
-        match failed {
-            Some(e) => Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name()))),
-            None => Ok(()),
-        }
+        self.lock_open().check_suspended()
     }
 
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
@@ -1965,7 +1956,6 @@ impl PoolHandle {
             Ok(())
         });
         if let Err(e) = &r {
-            *unpoison(self.failed.lock()) = Some(e.to_string());
             let mut w = self.lock_open();
             if w.suspended.is_none() {
                 w.suspended = Some(e.to_string());
@@ -2125,7 +2115,7 @@ impl PoolHandle {
         *unpoison(self.kick.lock()) = true;
         self.kick_cv.notify_all();
         let mut w = self.lock();
-        if let Some(e) = unpoison(self.failed.lock()).clone() {
+        if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
         }
         w.export()
@@ -2532,9 +2522,12 @@ mod export_tests {
     /// (at the last synced txg) instead of marking the pool cleanly exported.
     #[test]
     fn suspended_pool_does_not_export_clean() {
-        let (dir, pw) = test_pool("susp");
+        let (dir, mut pw) = test_pool("susp");
+        let ds = pw.find_dataset("susp").unwrap().expect("the root dataset");
         let h = PoolHandle::start(pw);
-        *h.failed.lock().unwrap() = Some("txg sync failed: injected".into());
+        h.lock_open().suspended = Some("txg sync failed: injected".into());
+        let e = h.with_fs(ds, |_, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("is suspended: txg sync failed: injected"), "{e}");
         let e = h.export().unwrap_err();
         assert!(e.to_string().contains("suspended"), "{e}");
         let scan = crate::spa::scan(&[dir.clone()]);
