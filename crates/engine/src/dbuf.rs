@@ -576,7 +576,8 @@ impl ObjsetW {
         if self.dirty_any(obj).is_none() {
             if let Some(ro) = self.ro() {
                 let dn = self.dnode(obj)?;
-                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len });
+                let _pin = self.spa.pin_reader(self.bp.birth);
+                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len, _pin });
             }
         }
         self.read(obj, offset, len).map(ReadLater::Done)
@@ -1046,7 +1047,8 @@ fn md_checksum(c: u8) -> u8 {
 /// A read planned under the pool lock (see `ObjsetW::read_later`).
 pub enum ReadLater {
     Done(Vec<u8>),
-    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize },
+    /// A read of the synced tree; the pin keeps its freed blocks from being reallocated early.
+    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize, _pin: crate::spa::ReaderPin },
 }
 
 impl ReadLater {
@@ -1055,7 +1057,7 @@ impl ReadLater {
     pub fn finish(self) -> Result<Vec<u8>> {
         match self {
             ReadLater::Done(v) => Ok(v),
-            ReadLater::Clean { ro, dn, obj, offset, len } => {
+            ReadLater::Clean { ro, dn, obj, offset, len, _pin } => {
                 let mut v = ro.read_obj(&dn, obj, offset, len as u64)?;
                 v.resize(len, 0);
                 Ok(v)

@@ -340,6 +340,8 @@ pub struct Spa {
     pub checksum_salt: [u8; 32],
     mos: Mutex<Option<Arc<Objset>>>,
     errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
+    readers: Mutex<BTreeMap<u64, usize>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
 }
@@ -386,6 +388,7 @@ impl Spa {
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
+            readers: Mutex::new(BTreeMap::new()),
             devices: cand.devices.clone(),
         };
         // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
@@ -452,6 +455,7 @@ impl Spa {
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
+            readers: Mutex::new(BTreeMap::new()),
             devices,
         }
     }
@@ -581,6 +585,19 @@ impl Spa {
         }
     }
 
+    /// Register a reader that will walk, without the pool lock, a tree synced in `txg`: until
+    /// the pin is dropped, blocks freed after `txg` stay out of the allocator (see
+    /// `Metaslabs::release_deferred`).
+    pub fn pin_reader(self: &Arc<Self>, txg: u64) -> ReaderPin {
+        *self.readers.lock().unwrap().entry(txg).or_default() += 1;
+        ReaderPin { spa: self.clone(), txg }
+    }
+
+    /// The txg of the oldest tree a pinned reader walks now.
+    pub fn oldest_reader(&self) -> Option<u64> {
+        self.readers.lock().unwrap().keys().next().copied()
+    }
+
     /// Remember a block that could not be read, for `zpool status -v`.
     pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
         let mut log = self.errlog.lock().unwrap();
@@ -591,6 +608,24 @@ impl Spa {
 
     pub fn errors(&self) -> Vec<(u64, u64, u64)> {
         self.errlog.lock().unwrap().iter().copied().collect()
+    }
+}
+
+/// A lock-free reader's hold on the tree it walks (`Spa::pin_reader`); dropped when it is done.
+pub struct ReaderPin {
+    spa: Arc<Spa>,
+    txg: u64,
+}
+
+impl Drop for ReaderPin {
+    fn drop(&mut self) {
+        let mut r = self.spa.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = r.get_mut(&self.txg) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.txg);
+            }
+        }
     }
 }
 

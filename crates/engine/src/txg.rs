@@ -30,7 +30,8 @@
 //! `fs`, `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
 //! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
 //! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
-//! also keeps blocks a lock-free reader may still walk after a sync replaced them.
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them (the ENOSPC
+//! retry's early release spares the frees newer than the oldest tree a reader has pinned).
 
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
 use crate::metaslab::{Metaslabs, MsSync};
@@ -2053,7 +2054,8 @@ impl PoolHandle {
         self.sync_now()?;
         let mut g = self.lock();
         if short.space {
-            g.ms.release_deferred();
+            let (synced, oldest) = (g.synced_txg, g.spa.oldest_reader());
+            g.ms.release_deferred(synced, oldest);
         }
         if let Some(short) = g.space_for(dsobj, incoming)? {
             return Err(short.err);
@@ -2562,6 +2564,23 @@ mod arc_tests {
 #[cfg(test)]
 mod space_tests {
     use super::*;
+
+    /// A read planned under the lock and finished without it pins the tree it walks, so the
+    /// ENOSPC retry does not hand that tree's freed blocks out again meanwhile.
+    #[test]
+    fn a_planned_read_pins_its_tree() {
+        let (dir, mut pw) = test_pool("pin");
+        let ds = pw.find_dataset("pin").unwrap().expect("the root dataset");
+        pw.sync().unwrap();
+        let spa = pw.spa.clone();
+        let os = pw.objset(ds).unwrap();
+        let r = os.read_later(1, 0, 512).unwrap();
+        assert!(matches!(r, crate::dbuf::ReadLater::Clean { .. }), "a clean object is read without the lock");
+        assert_eq!(spa.oldest_reader(), Some(os.bp.birth));
+        r.finish().unwrap();
+        assert_eq!(spa.oldest_reader(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// Writers racing to fill a small pool: each change passes the space check and is made
     /// in one step, so the pool never holds more dirty data than the check allows — after
