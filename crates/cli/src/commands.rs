@@ -1332,6 +1332,11 @@ mod tests {
         let r = execute(&mut st, &v(&["zfs", "list", "-Q"]), cwd);
         assert_eq!(r.2, 2);
         assert!(r.1.starts_with("invalid option 'Q'\nusage:\n\tlist"));
+        for (args, msg) in [(&["-Q", "x"][..], "invalid option 'Q'"), (&["a=b"][..], "missing pool name"), (&["a=b", "p", "q"][..], "too many pool names")] {
+            let r = execute(&mut st, &v(&[&["zpool", "set"][..], args].concat()), cwd);
+            assert_eq!(r.2, 2);
+            assert!(r.1.starts_with(&format!("{msg}\nusage:\n\tset <property=value> <pool> \n")), "{}", r.1);
+        }
         let r = execute(&mut st, &v(&["zfs", "list", "-o", "nope"]), cwd);
         assert_eq!(r.2, 2);
         assert!(r.1.starts_with("invalid property 'nope'"));
