@@ -704,4 +704,28 @@ mod tests {
         Spa::open(c, true, 64 << 20).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Labels carry features_for_read and no vdev ZAP numbers (those are the MOS config's);
+    /// the MOS config carries features_for_read too — as spa_config_generate and
+    /// vdev_config_generate make them.
+    #[test]
+    fn label_and_mos_configs_as_openzfs_makes_them() {
+        let (dir, mut pw) = crate::txg::test_pool("lblcfg");
+        pw.export().unwrap();
+        drop(pw);
+        let pd = probe(&dir.join("d0")).unwrap();
+        let f = pd.config.get_nvlist("features_for_read").expect("the label has features_for_read");
+        assert!(f.get("com.delphix:embedded_data").is_some(), "an active MOS feature is listed");
+        let tree = pd.config.get_nvlist("vdev_tree").unwrap();
+        assert!(tree.get("com.delphix:vdev_zap_top").is_none() && tree.get("com.delphix:vdev_zap_leaf").is_none(), "{tree:?}");
+        assert!(pd.config.get("com.delphix:has_per_vdev_zaps").is_none(), "has_per_vdev_zaps is the MOS config's");
+        let scan = scan(&[dir.clone()]);
+        let spa = Spa::open(&scan.pools[0], true, 64 << 20).unwrap();
+        assert!(spa.config.get_nvlist("features_for_read").is_some(), "the MOS config has features_for_read");
+        let mos_tree = spa.config.get_nvlist("vdev_tree").unwrap().get_nvlist_array("children").unwrap()[0].clone();
+        assert!(mos_tree.get("com.delphix:vdev_zap_top").is_some(), "the MOS config keeps the vdev ZAPs");
+        assert!(spa.config.get("com.delphix:has_per_vdev_zaps").is_some());
+        spa.close();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -747,6 +747,10 @@ impl PoolW {
             }
             c.add_nvlist("vdev_tree", tree);
         }
+        if self.version >= SPA_VERSION_FEATURES {
+            // spa_config_generate adds them to every config it makes, the MOS copy too.
+            c.add_nvlist("features_for_read", self.label_features());
+        }
         c
     }
 
@@ -1109,19 +1113,14 @@ impl PoolW {
                 c.add_u64("top_guid", top_guid);
                 c.add_u64("guid", guid);
                 c.add_u64("vdev_children", tops.len() as u64);
-                c.add_nvlist("vdev_tree", top_nv.clone());
+                // The vdev ZAPs are the MOS config's alone (vdev_config_generate's VDEV_CONFIG_MOS).
+                let mut top_label = top_nv.clone();
+                strip_vdev_zaps(&mut top_label);
+                c.add_nvlist("vdev_tree", top_label);
                 if self.version >= SPA_VERSION_FEATURES {
-                    let mut f = NvList::new();
-                    for (g, (refs, _)) in &self.features {
-                        if *refs > 0 && oxzfs_format::features::lookup(g).is_some_and(|f| f.mos) {
-                            f.insert(g, NvValue::Boolean);
-                        }
-                    }
-                    c.add_nvlist("features_for_read", f);
+                    c.add_nvlist("features_for_read", self.label_features());
                 }
-                if full.get("com.delphix:has_per_vdev_zaps").is_some() {
-                    c.insert("com.delphix:has_per_vdev_zaps", NvValue::Boolean);
-                }
+                // has_per_vdev_zaps, like the vdev ZAPs, is the MOS config's only.
                 for &l in which {
                     let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
                     let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
@@ -1130,6 +1129,18 @@ impl PoolW {
             }
         }
         Ok(out)
+    }
+
+    /// The features a reader of the MOS must know (spa_label_features: active features with
+    /// the MOS flag), which the labels and the MOS config carry, even when there are none.
+    fn label_features(&self) -> NvList {
+        let mut f = NvList::new();
+        for (g, (refs, _)) in &self.features {
+            if *refs > 0 && oxzfs_format::features::lookup(g).is_some_and(|f| f.mos) {
+                f.insert(g, NvValue::Boolean);
+            }
+        }
+        f
     }
 
     /// The open device of leaf `guid` (the pool's, or one being added).
@@ -1639,6 +1650,16 @@ fn write_aux_labels(dev: &dyn BlockDevice, label: &NvList) -> Result<()> {
         dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
     }
     dev.flush().map_err(|e| ZfsError::Io { device: dev.name(), offset: 0, source: e })
+}
+
+/// Remove the vdev ZAP object numbers from a vdev config and its children (a label's copy).
+fn strip_vdev_zaps(nv: &mut NvList) {
+    nv.remove("com.delphix:vdev_zap_top");
+    nv.remove("com.delphix:vdev_zap_leaf");
+    if let Some(mut kids) = nv.get_nvlist_array("children").map(|a| a.to_vec()) {
+        kids.iter_mut().for_each(strip_vdev_zaps);
+        nv.insert("children", NvValue::NvListArray(kids));
+    }
 }
 
 fn guid_sum(v: &Vdev) -> u64 {
