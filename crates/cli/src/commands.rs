@@ -292,8 +292,15 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if o.operands.len() > 2 {
         return usage(format!("too many arguments\n{IMPORT_USAGE}"));
     }
-    if o.operands.len() == 2 {
-        return fail(format!("cannot import '{}': renaming a pool on import is not supported yet", o.operands[0]));
+    // `zpool import POOL NEWNAME`: the pool takes NEWNAME (zpool_import_props).
+    let newname = o.operands.get(1).filter(|n| **n != o.operands[0]).cloned();
+    if let Some(n) = &newname {
+        if let Err(e) = crate::write_cmds::check_pool_name(n, "import") {
+            return fail(e);
+        }
+        if st.pools.contains_key(n) {
+            return fail(format!("cannot import '{}' as '{n}': pool already exists", o.operands[0]));
+        }
     }
     let mut readonly = false;
     let mut cachefile = None;
@@ -329,11 +336,11 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         names
     } else {
-        o.operands.clone()
+        o.operands[..1].to_vec()
     };
     let mut out = (String::new(), String::new(), 0);
     for which in which {
-        if st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
+        if newname.is_none() && (st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which)) {
             out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
             out.1.push_str(&line("use the form 'zpool import <pool | id> <newpool>' to give it a new name".to_string()));
             out.2 = 1;
@@ -341,7 +348,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         // By numeric id: the pool found may carry the name of one already imported (the
         // kernel's EEXIST in OpenZFS); importing it would take that name's place in the table.
-        if which.bytes().all(|b| b.is_ascii_digit()) {
+        if newname.is_none() && which.bytes().all(|b| b.is_ascii_digit()) {
             let taken = spa::scan(&dirs).pools.into_iter().find(|c| c.guid.to_string() == which).map(|c| c.name).filter(|n| st.pools.contains_key(n));
             if let Some(name) = taken {
                 out.1.push_str(&line(format!("cannot import '{name}': pool already exists")));
@@ -350,7 +357,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         }
         if !readonly {
-            match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {
+            match crate::write_cmds::import_rw(&dirs, &which, newname.as_deref(), altroot.clone(), o.has('f')) {
                 Ok((pool, h)) => {
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
@@ -365,6 +372,11 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     out.2 = 1;
                 }
             }
+            continue;
+        }
+        if let Some(n) = &newname {
+            out.1.push_str(&line(format!("cannot import '{which}' as '{n}': renaming a read-only import is not supported")));
+            out.2 = 1;
             continue;
         }
         let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None };

@@ -20,25 +20,26 @@ fn arc_max() -> u64 {
     std::env::var("OXZFS_ARC_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
 }
 
-/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
-fn check_pool_name(name: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
+/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck, through zpool_name_valid); the
+/// error says "cannot VERB 'NAME': why".
+pub fn check_pool_name(name: &str, verb: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("cannot {verb} '{name}': invalid character{why}"));
     // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
     if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
-        return Err(format!("cannot create '{name}': name is too long"));
+        return Err(format!("cannot {verb} '{name}': name is too long"));
     }
     if name.is_empty() {
-        return Err("cannot create '': name must begin with a letter".into());
+        return Err(format!("cannot {verb} '': name must begin with a letter"));
     }
     if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
-        return Err(format!("cannot create '{name}': name must begin with a letter"));
+        return Err(format!("cannot {verb} '{name}': name must begin with a letter"));
     }
     if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-:. ".contains(*c))) {
         return bad(&format!(" '{c}' in pool name"));
     }
     for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
         if name.starts_with(r) && (r != "log" || name == "log") {
-            return Err(format!("cannot create '{name}': name is reserved\npool name may have been omitted"));
+            return Err(format!("cannot {verb} '{name}': name is reserved\npool name may have been omitted"));
         }
     }
     Ok(())
@@ -94,7 +95,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return (String::new(), format!("missing vdev specification\n{CREATE_USAGE}\n"), 2);
     }
     let name = o.operands[0].clone();
-    if let Err(e) = check_pool_name(&name) {
+    if let Err(e) = check_pool_name(&name, "create") {
         return (String::new(), format!("{e}\n"), 1);
     }
     let force = o.has('f');
@@ -237,9 +238,16 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
 }
 
 /// Import a pool read-write: the write state and the read view over the same Spa.
-pub fn import_rw(dirs: &[PathBuf], which: &str, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
-    let scan = spa::scan(dirs);
-    let cand = oxzfs::pool::choose(&scan, which)?;
+pub fn import_rw(dirs: &[PathBuf], which: &str, newname: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let mut scan = spa::scan(dirs);
+    let i = {
+        let cand = oxzfs::pool::choose(&scan, which)?;
+        scan.pools.iter().position(|p| std::ptr::eq(p, cand)).expect("chosen from the scan")
+    };
+    let cand = &mut scan.pools[i];
+    if let Some(n) = newname {
+        cand.name = n.to_string();
+    }
     let pw = PoolW::open(cand, arc_max(), &hostname())?;
     let spa = pw.spa.clone();
     let h = PoolHandle::start(pw);

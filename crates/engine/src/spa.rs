@@ -413,6 +413,11 @@ impl Spa {
             }
             config = cfg;
         }
+        // The candidate's name is the one to import under (`zpool import POOL NEWNAME` renames
+        // the candidate; the new name reaches the labels and the MOS config at the first sync).
+        if config.get_str("name") != Some(cand.name.as_str()) {
+            config.add_str("name", &cand.name);
+        }
         drop(mos0);
         drop(spa0);
         let spa = Arc::new(build(config, root, salt, arc_max));

@@ -619,6 +619,8 @@ impl PoolW {
     pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
         let spa = Spa::open_rw(cand, arc_max)?;
         let version = spa.version;
+        // Imported under a new name: the labels and the MOS config take it at the first sync.
+        let renamed = cand.config.get_str("name") != Some(spa.name.as_str());
         let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
         let mut pw = PoolW {
             spa: spa.clone(),
@@ -626,7 +628,7 @@ impl PoolW {
             datasets: BTreeMap::new(),
             ms: Metaslabs::new_pool(&spa.root_vdev),
             txg: spa.uberblock.txg + 1,
-            config_dirty: false,
+            config_dirty: renamed,
             version,
             features: BTreeMap::new(),
             feature_objs: None,
