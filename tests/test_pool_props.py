@@ -228,3 +228,35 @@ def test_import_under_a_new_name(oxzfs):
     zdb_check(vdir, "rnnew")
     r = oxzfs.zpool("import", "-d", vdir)
     assert "pool: rnnew" in r.stdout and "rnold" not in r.stdout, r.stdout
+
+
+def test_daemon_start_imports_the_cachefile_pools(oxzfs):
+    """`daemon start -c FILE` imports the pools FILE lists, as zfs-import-cache does at boot:
+    a pool imported with cachefile=FILE when the daemon stopped is back after the restart
+    (not mounted, as `zpool import -aN`; `zfs mount -a` mounts it, without the altroot of
+    before); once exported it is out of FILE and a restart leaves it alone."""
+    base = os.path.join(oxzfs.base, "autoimport")
+    os.makedirs(base, exist_ok=True)
+    cf = os.path.join(base, "auto.cache")
+    mnt = os.path.join(base, "mnt")
+    vdir, alt, root = new_pool(oxzfs, "pauto", "auto", 1, "-o", f"cachefile={cf}", "-m", mnt)
+    with open(os.path.join(alt + mnt, "f"), "wb") as f:
+        f.write(b"back after a restart\n")
+    assert sorted(zdb_cachefile(cf)[1]) == ["pauto"]
+    oxzfs.stop_daemon()
+    r = oxzfs.run("daemon", "start", "-c", cf)
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("list", "-H", "-o", "name")
+    assert r.stdout.split() == ["pauto"], repr(r)
+    assert get1(oxzfs, "cachefile", "pauto") == (cf, "local")
+    assert not os.path.ismount(mnt)
+    assert oxzfs.zfs("mount", "-a").returncode == 0
+    with open(os.path.join(mnt, "f"), "rb") as f:
+        assert f.read() == b"back after a restart\n"
+    assert oxzfs.export("pauto").returncode == 0
+    assert not os.path.exists(cf), "the last pool left the cache file"
+    oxzfs.stop_daemon()
+    r = oxzfs.run("daemon", "start", "-c", cf)
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zpool("list", "-H", "-o", "name").stdout.split() == [], "an exported pool stays exported"
+    zdb_check(vdir, "pauto")
