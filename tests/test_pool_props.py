@@ -199,3 +199,64 @@ def test_statfs_reports_the_datasets_space(oxzfs):
     assert oxzfs.import_ro(vdir, pool, alt).returncode == 0
     assert check_statfs(oxzfs, datasets, root) == used_objs
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_import_under_a_new_name(oxzfs):
+    """`zpool import POOL NEWNAME`: the pool is imported as NEWNAME, its labels and MOS config
+    take the new name at the first sync (OpenZFS's zdb finds it by that name, clean), and the
+    old name is gone; a new name already taken or invalid is refused with libzfs's message."""
+    vdir, alt, root = new_pool(oxzfs, "rnold", "rename", 1)
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(b"renamed pool content\n")
+    assert oxzfs.export("rnold").returncode == 0
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, "rnold", "9bad")
+    assert (r.returncode, r.stderr) == (1, "cannot import '9bad': name must begin with a letter\n"), repr(r)
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, "rnold", "rnnew")
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("rnnew")
+    r = oxzfs.zpool("list", "-H", "-o", "name")
+    assert "rnnew" in r.stdout.split() and "rnold" not in r.stdout.split(), r.stdout
+    with open(os.path.join(alt, "rnnew", "f"), "rb") as f:
+        assert f.read() == b"renamed pool content\n"
+    vdir2, _, _ = new_pool(oxzfs, "rnother", "rename2", 1)
+    assert oxzfs.export("rnother").returncode == 0
+    r = oxzfs.zpool("import", "-d", vdir2, "rnother", "rnnew")
+    assert (r.returncode, r.stderr) == (1, "cannot import 'rnother' as 'rnnew': pool already exists\n"), repr(r)
+    assert oxzfs.export("rnnew").returncode == 0
+    labels = subprocess.run([oracle_pools.ZDB, "-l", os.path.join(vdir, "d0")], capture_output=True, text=True).stdout
+    assert "name: 'rnnew'" in labels and "rnold" not in labels, labels
+    zdb_check(vdir, "rnnew")
+    r = oxzfs.zpool("import", "-d", vdir)
+    assert "pool: rnnew" in r.stdout and "rnold" not in r.stdout, r.stdout
+
+
+def test_daemon_start_imports_the_cachefile_pools(oxzfs):
+    """`daemon start -c FILE` imports the pools FILE lists, as zfs-import-cache does at boot:
+    a pool imported with cachefile=FILE when the daemon stopped is back after the restart
+    (not mounted, as `zpool import -aN`; `zfs mount -a` mounts it, without the altroot of
+    before); once exported it is out of FILE and a restart leaves it alone."""
+    base = os.path.join(oxzfs.base, "autoimport")
+    os.makedirs(base, exist_ok=True)
+    cf = os.path.join(base, "auto.cache")
+    mnt = os.path.join(base, "mnt")
+    vdir, alt, root = new_pool(oxzfs, "pauto", "auto", 1, "-o", f"cachefile={cf}", "-m", mnt)
+    with open(os.path.join(alt + mnt, "f"), "wb") as f:
+        f.write(b"back after a restart\n")
+    assert sorted(zdb_cachefile(cf)[1]) == ["pauto"]
+    oxzfs.stop_daemon()
+    r = oxzfs.run("daemon", "start", "-c", cf)
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("list", "-H", "-o", "name")
+    assert r.stdout.split() == ["pauto"], repr(r)
+    assert get1(oxzfs, "cachefile", "pauto") == (cf, "local")
+    assert not os.path.ismount(mnt)
+    assert oxzfs.zfs("mount", "-a").returncode == 0
+    with open(os.path.join(mnt, "f"), "rb") as f:
+        assert f.read() == b"back after a restart\n"
+    assert oxzfs.export("pauto").returncode == 0
+    assert not os.path.exists(cf), "the last pool left the cache file"
+    oxzfs.stop_daemon()
+    r = oxzfs.run("daemon", "start", "-c", cf)
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zpool("list", "-H", "-o", "name").stdout.split() == [], "an exported pool stays exported"
+    zdb_check(vdir, "pauto")

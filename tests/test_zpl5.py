@@ -102,6 +102,8 @@ def check_znodes(text, want, ds, sa_xattrs, dnsize):
         xd = int(z.get("xattr", "0"))
         assert xd in zn, f"{ctx}: xattr directory {z.get('xattr')} not found"
         assert int(zn[xd]["pflags"], 16) & 1, f"{ctx}: xattr directory without ZFS_XATTR"
+        # zfs_get_xattrdir makes it S_IFDIR | S_ISVTX | 0777.
+        assert zn[xd]["mode"] == "41777", f"{ctx}: xattr directory mode {zn[xd]['mode']}"
         names = {ln.split(" = ")[0].strip() for ln in section(text, xd) if "(type: Regular File)" in ln}
         assert names == want_dir, f"{ctx}: xattr directory holds {sorted(names)}"
     e = zn[paths["empty"]]

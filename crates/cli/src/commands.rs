@@ -308,8 +308,8 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     // `zpool import POOL NEWPOOL`: the new name must be valid and free.
     let new_name = o.operands.get(1).cloned();
     if let Some(n) = &new_name {
-        if let Err(e) = crate::write_cmds::check_pool_name(n) {
-            return fail(format!("cannot import '{n}': {}", e.trim_start_matches(&format!("cannot create '{n}': "))));
+        if let Err(e) = crate::write_cmds::check_pool_name(n, "import") {
+            return fail(e);
         }
     }
     let mut readonly = false;
@@ -346,10 +346,9 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         names
     } else {
-        o.operands.clone()
+        o.operands[..1].to_vec()
     };
     let mut out = (String::new(), String::new(), 0);
-    let which: Vec<String> = if new_name.is_some() { which.into_iter().take(1).collect() } else { which };
     for which in which {
         if let Some(n) = new_name.as_ref().filter(|n| st.pools.contains_key(n.as_str())) {
             out.1.push_str(&line(format!("cannot import '{which}' as '{n}': pool already exists")));
@@ -1398,6 +1397,11 @@ mod tests {
         let r = execute(&mut st, &v(&["zfs", "list", "-Q"]), cwd);
         assert_eq!(r.2, 2);
         assert!(r.1.starts_with("invalid option 'Q'\nusage:\n\tlist"));
+        for (args, msg) in [(&["-Q", "x"][..], "invalid option 'Q'"), (&["a=b"][..], "missing pool name"), (&["a=b", "p", "q"][..], "too many pool names")] {
+            let r = execute(&mut st, &v(&[&["zpool", "set"][..], args].concat()), cwd);
+            assert_eq!(r.2, 2);
+            assert!(r.1.starts_with(&format!("{msg}\nusage:\n\tset <property=value> <pool> \n")), "{}", r.1);
+        }
         let r = execute(&mut st, &v(&["zfs", "list", "-o", "nope"]), cwd);
         assert_eq!(r.2, 2);
         assert!(r.1.starts_with("invalid property 'nope'"));

@@ -66,7 +66,7 @@ fn run(args: &[String]) -> i32 {
             let autostart = cmd == "zpool" && matches!(args.get(1).map(|s| s.as_str()), Some("import" | "create"));
             if !daemon::is_running() {
                 if autostart {
-                    if let Err(e) = daemon::start() {
+                    if let Err(e) = daemon::start(&[]) {
                         eprintln!("cannot start the oxzfs daemon: {e}");
                         return 1;
                     }

@@ -20,25 +20,26 @@ fn arc_max() -> u64 {
     std::env::var("OXZFS_ARC_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
 }
 
-/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
-pub(crate) fn check_pool_name(name: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
+/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck, through zpool_name_valid); the
+/// error says "cannot VERB 'NAME': why".
+pub fn check_pool_name(name: &str, verb: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("cannot {verb} '{name}': invalid character{why}"));
     // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
     if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
-        return Err(format!("cannot create '{name}': name is too long"));
+        return Err(format!("cannot {verb} '{name}': name is too long"));
     }
     if name.is_empty() {
-        return Err("cannot create '': name must begin with a letter".into());
+        return Err(format!("cannot {verb} '': name must begin with a letter"));
     }
     if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
-        return Err(format!("cannot create '{name}': name must begin with a letter"));
+        return Err(format!("cannot {verb} '{name}': name must begin with a letter"));
     }
     if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-:. ".contains(*c))) {
         return bad(&format!(" '{c}' in pool name"));
     }
     for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
         if name.starts_with(r) && (r != "log" || name == "log") {
-            return Err(format!("cannot create '{name}': name is reserved\npool name may have been omitted"));
+            return Err(format!("cannot {verb} '{name}': name is reserved\npool name may have been omitted"));
         }
     }
     Ok(())
@@ -94,7 +95,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return (String::new(), format!("missing vdev specification\n{CREATE_USAGE}\n"), 2);
     }
     let name = o.operands[0].clone();
-    if let Err(e) = check_pool_name(&name) {
+    if let Err(e) = check_pool_name(&name, "create") {
         return (String::new(), format!("{e}\n"), 1);
     }
     let force = o.has('f');
@@ -113,12 +114,12 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
             return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
         };
         match k {
-            "ashift" => match v.parse::<u8>() {
-                Ok(a) if a == 0 || (9..=16).contains(&a) => {
+            "ashift" => match ashift_option(v) {
+                Ok(a) => {
                     cs.ashift = if a == 0 { None } else { Some(a) };
                     cs.pool_props.push((k.to_string(), a.to_string()));
                 }
-                _ => return (String::new(), format!("property 'ashift' number {v} is invalid, only values between 9 and 16 are allowed.\n"), 1),
+                Err(e) => return (String::new(), e, 1),
             },
             "version" => match v.parse::<u64>() {
                 Ok(n) if n == 5000 || (1..=28).contains(&n) => cs.version = Some(n),
@@ -539,9 +540,9 @@ pub fn zpool_add(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let mut ashift = None;
     for p in o.values('o') {
         match p.split_once('=') {
-            Some(("ashift", v)) => match v.parse::<u8>() {
-                Ok(a) if (9..=16).contains(&a) => ashift = Some(a),
-                _ => return (String::new(), format!("property 'ashift' number {v} is invalid, only values between 9 and 16 are allowed.\n"), 1),
+            Some(("ashift", v)) => match ashift_option(v) {
+                Ok(a) => ashift = (a != 0).then_some(a),
+                Err(e) => return (String::new(), e, 1),
             },
             _ => return (String::new(), format!("property '{p}' is not a valid pool property for 'add'\n"), 1),
         }
@@ -650,8 +651,17 @@ pub fn zpool_add(st: &mut State, args: &[String], cwd: &Path) -> Out {
 /// `zpool set prop=value POOL`
 pub fn zpool_set(st: &mut State, args: &[String]) -> Out {
     let usage = "usage:\n\tset <property=value> <pool> \n";
+    // zpool_do_set takes no options: a first argument starting with '-' is one.
+    if let Some(opt) = args.first().and_then(|a| a.strip_prefix('-')) {
+        return (String::new(), format!("invalid option '{}'\n{usage}", opt.chars().next().map(String::from).unwrap_or_default()), 2);
+    }
     if args.len() != 2 {
-        return (String::new(), format!("{} argument\n{usage}", if args.is_empty() { "missing property=value" } else if args.len() == 1 { "missing pool name" } else { "too many" }), 2);
+        let what = match args.len() {
+            0 => "missing property=value argument",
+            1 => "missing pool name",
+            _ => "too many pool names",
+        };
+        return (String::new(), format!("{what}\n{usage}"), 2);
     }
     let Some((k, v)) = args[0].split_once('=') else {
         return (String::new(), format!("missing value in property=value argument\n{usage}"), 2);
@@ -768,4 +778,42 @@ pub fn zfs_rename(st: &mut State, args: &[String]) -> Out {
     // Mount again what can be (under the new names, or the old ones if the rename failed).
     let n = mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err);
     (String::new(), err, if failed || n > 0 { 1 } else { 0 })
+}
+
+/// The value of `-o ashift=V` for create and add, as make_leaf_vdev reads it: a number in
+/// zfs_nicestrtonum's form (digits, an optional K/M/G/T/P/E suffix), 0 for the device's own
+/// sector size, else 9 to 16; the error is OpenZFS's message.
+fn ashift_option(v: &str) -> Result<u8, String> {
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let suffix = v[digits..].to_ascii_uppercase();
+    let shift = match suffix.split_at(suffix.len().min(1)) {
+        ("", _) | ("B", "") => Some(0),
+        (u, "" | "B" | "IB") => "KMGTPE".find(u).map(|i| 10 * (i as u32 + 1)),
+        _ => None,
+    };
+    let n = match (digits, shift) {
+        (1.., Some(sh)) => v[..digits].parse::<u64>().ok().and_then(|n| n.checked_mul(1u64.checked_shl(sh)?)),
+        _ => None,
+    };
+    match n {
+        None => Err("ashift must be a number.\n".to_string()),
+        Some(0) => Ok(0),
+        Some(a @ 9..=16) => Ok(a as u8),
+        Some(a) => Err(format!("invalid 'ashift={a}' property: only values between 9 and 16 are allowed.\n")),
+    }
+}
+
+#[cfg(test)]
+mod ashift_tests {
+    use super::ashift_option;
+
+    #[test]
+    fn ashift_values_and_messages_as_make_leaf_vdev() {
+        assert_eq!(ashift_option("12"), Ok(12));
+        assert_eq!(ashift_option("0"), Ok(0));
+        assert_eq!(ashift_option("abc").unwrap_err(), "ashift must be a number.\n");
+        assert_eq!(ashift_option("12x").unwrap_err(), "ashift must be a number.\n");
+        assert_eq!(ashift_option("17").unwrap_err(), "invalid 'ashift=17' property: only values between 9 and 16 are allowed.\n");
+        assert_eq!(ashift_option("1k").unwrap_err(), "invalid 'ashift=1024' property: only values between 9 and 16 are allowed.\n");
+    }
 }

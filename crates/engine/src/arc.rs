@@ -6,10 +6,15 @@
 //! would have kept the block. Everything is bounded by `c_max` bytes of data; ghost lists are
 //! bounded by the same number of bytes of the blocks they name.
 //!
-//! Keys are (vdev, offset, birth txg) of the first DVA: a block's address and birth name its
-//! content uniquely in a pool (copy-on-write never rewrites a live address with other bytes
-//! in the same txg). One cache serves a whole pool; a mutex guards it (lock order: ARC is a leaf
-//! lock, nothing else is taken while it is held).
+//! Keys are (vdev, offset, birth txg) of the first DVA and the block's whole checksum. Address
+//! and birth alone do not name a block's content: a block born in a txg may be rewritten in
+//! place in a later sync pass of that txg (same DVA, same birth, new bytes, new checksum), so
+//! the checksum is part of the key (OpenZFS's hdr identity is DVA + birth too, and its
+//! in-place rewrites release the old header first; here the old entry simply ages out). Blocks
+//! read are inserted with `insert` (a repeat keeps the entry: the bytes are the same); blocks
+//! just written are inserted with `replace` (the writer's bytes are what is on disk now).
+//! One cache serves a whole pool; a mutex guards it (lock order: ARC is a leaf lock, nothing
+//! else is taken while it is held).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,9 +24,9 @@ pub struct ArcKey {
     pub vdev: u64,
     pub offset: u64,
     pub birth: u64,
-    /// First checksum word: a block rewritten in place during a txg's later sync passes keeps
+    /// The whole checksum: a block rewritten in place during a txg's later sync passes keeps
     /// its DVA and birth, but not its checksum.
-    pub cksum0: u64,
+    pub cksum: [u64; 4],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +168,16 @@ impl Arc_ {
 
     /// Insert a block just read. Adapts `p` on ghost hits, then evicts to stay under `c_max`.
     pub fn insert(&self, key: ArcKey, data: Arc<Vec<u8>>) {
+        self.put(key, data, false)
+    }
+
+    /// Insert a block just written: as `insert`, but a cached entry under the same key takes
+    /// the new bytes (the device holds them now).
+    pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>) {
+        self.put(key, data, true)
+    }
+
+    fn put(&self, key: ArcKey, data: Arc<Vec<u8>>, replace: bool) {
         let size = data.len() as u64;
         if size > self.c_max / 4 {
             return; // Never let one block flush the cache.
@@ -186,7 +201,19 @@ impl Arc_ {
                 st.sizes[3] -= osz;
                 ListId::Mfu
             }
-            Some(_) => return, // Already cached.
+            Some((list, _, osz)) => {
+                if !replace {
+                    return; // Already cached.
+                }
+                // Same place in the lists, new bytes.
+                st.sizes[idx(list)] -= osz;
+                st.sizes[idx(list)] += size;
+                let e = st.entries.get_mut(&key).expect("present");
+                e.size = size;
+                e.data = Some(data);
+                self.evict(st);
+                return;
+            }
             None => ListId::Mru,
         };
         st.entries.insert(key, Entry { list: target, seq, size, data: Some(data) });
@@ -245,7 +272,31 @@ mod tests {
     use super::*;
 
     fn k(o: u64) -> ArcKey {
-        ArcKey { vdev: 0, offset: o, birth: 1, cksum0: 0 }
+        ArcKey { vdev: 0, offset: o, birth: 1, cksum: [0; 4] }
+    }
+
+    #[test]
+    fn whole_checksum_names_a_block_rewritten_in_place() {
+        let arc = Arc_::new(1 << 20);
+        let a = ArcKey { vdev: 0, offset: 4096, birth: 9, cksum: [7, 1, 2, 3] };
+        // Rewritten in place in a later pass: same DVA and birth, checksum differs past word 0.
+        let b = ArcKey { cksum: [7, 1, 2, 4], ..a };
+        arc.insert(a, Arc::new(vec![1u8; 512]));
+        assert!(arc.get(&b).is_none(), "a different checksum is a different block");
+        arc.replace(b, Arc::new(vec![2u8; 512]));
+        assert_eq!(arc.get(&b).unwrap()[0], 2);
+        assert_eq!(arc.get(&a).unwrap()[0], 1);
+    }
+
+    #[test]
+    fn replace_takes_new_bytes_insert_keeps_old() {
+        let arc = Arc_::new(1 << 20);
+        arc.insert(k(1), Arc::new(vec![1u8; 512]));
+        arc.insert(k(1), Arc::new(vec![2u8; 512]));
+        assert_eq!(arc.get(&k(1)).unwrap()[0], 1);
+        arc.replace(k(1), Arc::new(vec![3u8; 1024]));
+        assert_eq!(arc.get(&k(1)).unwrap()[0], 3);
+        assert_eq!(arc.stats().size, 1024);
     }
 
     #[test]

@@ -576,7 +576,8 @@ impl ObjsetW {
         if self.dirty_any(obj).is_none() {
             if let Some(ro) = self.ro() {
                 let dn = self.dnode(obj)?;
-                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len });
+                let _pin = self.spa.pin_reader(self.bp.birth);
+                return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len, _pin });
             }
         }
         self.read(obj, offset, len).map(ReadLater::Done)
@@ -957,7 +958,7 @@ impl SyncJob {
         p.embed_ok = false;
         let fill: u64 = self.phys.meta_dnode.blkptr.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
         let prev = if self.bp.is_hole() { None } else { Some(self.bp.clone()) };
-        let mut bp = match zio::write_block_over(&ctx.spa.root_vdev, &ctx.spa.checksum_salt, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
+        let mut bp = match write_cached(ctx.spa, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an objset block is never all zeros"),
         };
@@ -1046,7 +1047,8 @@ fn md_checksum(c: u8) -> u8 {
 /// A read planned under the pool lock (see `ObjsetW::read_later`).
 pub enum ReadLater {
     Done(Vec<u8>),
-    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize },
+    /// A read of the synced tree; the pin keeps its freed blocks from being reallocated early.
+    Clean { ro: Arc<Objset>, dn: DnodePhys, obj: u64, offset: u64, len: usize, _pin: crate::spa::ReaderPin },
 }
 
 impl ReadLater {
@@ -1055,7 +1057,7 @@ impl ReadLater {
     pub fn finish(self) -> Result<Vec<u8>> {
         match self {
             ReadLater::Done(v) => Ok(v),
-            ReadLater::Clean { ro, dn, obj, offset, len } => {
+            ReadLater::Clean { ro, dn, obj, offset, len, _pin } => {
                 let mut v = ro.read_obj(&dn, obj, offset, len as u64)?;
                 v.resize(len, 0);
                 Ok(v)
@@ -1145,7 +1147,7 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
     dn.flags &= !DNODE_FLAG_SPILL_BLKPTR;
     if let Some(data) = spill {
         let props = os.block_props(ctx, types::DMU_OT_SA, 0, true, data.len() as u64, dn.compress, dn.checksum);
-        let bp = match zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &data, &props, ctx.txg, None)? {
+        let bp = match write_cached(&os.spa, ctx.alloc, &data, &props, ctx.txg, None)? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an SA spill block starts with its magic"),
         };
@@ -1158,6 +1160,17 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
     }
     dn.used = used.max(0) as u64;
     Ok(())
+}
+
+/// Write a block (`zio::write_block_over`) and keep its logical bytes in the pool's ARC, as a
+/// dbuf keeps its buffer after the write: the next txg's sync reads back what it rewrites
+/// (space map tails, indirect and dnode blocks) from memory.
+fn write_cached(spa: &Spa, alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
+    let w = zio::write_block_over(&spa.root_vdev, &spa.checksum_salt, alloc, data, p, txg, prev)?;
+    if let Written::Bp(bp) = &w {
+        spa.cache_written(bp, data);
+    }
+    Ok(w)
 }
 
 /// Free every block of a dnode's tree (object freed).
@@ -1330,7 +1343,7 @@ fn sync_tree(
             p.embed_ok = false;
         }
         let prev = old_bp(0, blkid)?;
-        let w = zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?;
+        let w = write_cached(&os.spa, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?;
         let bp = match w {
             Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
             Written::Bp(mut bp) => {
@@ -1398,7 +1411,7 @@ fn sync_tree(
             } else {
                 let bytes = encode_bps(&entries);
                 let prev = old_bp(level, k.1)?;
-                match zio::write_block_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
+                match write_cached(&os.spa, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
                     Written::Hole => BlockPointer::hole(),
                     Written::Bp(mut bp) => {
                         bp.fill = fill;

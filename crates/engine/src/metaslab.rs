@@ -213,11 +213,20 @@ impl Metaslabs {
     }
 
     /// Make space freed in synced txgs allocatable now, before its two-txg deferral ends
-    /// (when the pool is full: the deferral only protects rewinding to older uberblocks).
-    pub fn release_deferred(&mut self) {
-        for g in &mut self.groups {
-            for m in &mut g.ms {
-                for slot in 0..2 {
+    /// (when the pool is full: the deferral protects rewinding to older uberblocks, and lock-free
+    /// readers still walking a tree from before the free). `synced_txg` is the last txg whose
+    /// `sync_done` ran (the deferred frees are its and the one before's); the frees of a txg
+    /// are released only when no reader walks a tree older than it (`oldest_reader`, the txg of
+    /// the oldest tree a reader walks: a tree synced in txg S no longer points at blocks freed
+    /// in txgs up to S).
+    pub fn release_deferred(&mut self, synced_txg: u64, oldest_reader: Option<u64>) {
+        for freed_in in [synced_txg, synced_txg.saturating_sub(1)] {
+            if oldest_reader.is_some_and(|s| s < freed_in) {
+                continue;
+            }
+            let slot = (freed_in % 2) as usize;
+            for g in &mut self.groups {
+                for m in &mut g.ms {
                     for (s, l) in std::mem::take(&mut m.defer[slot]) {
                         add(&mut m.free, s, l);
                     }
@@ -258,5 +267,44 @@ impl Metaslabs {
             }
         }
         (size, alloc.max(0) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_metaslab() -> Metaslabs {
+        let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
+        m.free.insert(0, 1 << 20);
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+    }
+
+    fn is_free(ms: &Metaslabs, off: u64) -> bool {
+        ms.groups[0].ms[0].free.range(..=off).next_back().is_some_and(|(_, &e)| e > off)
+    }
+
+    /// The ENOSPC retry's early release gives back the frees of a txg only when no lock-free
+    /// reader walks a tree older than that txg (such a tree may still point at them).
+    #[test]
+    fn release_deferred_spares_blocks_a_reader_may_walk() {
+        let mut ms = one_metaslab();
+        let sz = |_| 4096u64;
+        let a = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
+        let b = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
+        ms.sync(10, 1);
+        ms.sync_done(10);
+        for (txg, off) in [(11, a), (12, b)] {
+            ms.free(0, off, 4096, txg, 10);
+            ms.sync(txg, 1);
+            ms.sync_done(txg);
+        }
+        assert!(!is_free(&ms, a) && !is_free(&ms, b), "both frees are deferred");
+        // A reader walks the tree of txg 11: b (freed in 12) may be in it, a (freed in 11) not.
+        ms.release_deferred(12, Some(11));
+        assert!(is_free(&ms, a), "the free of txg 11 is released");
+        assert!(!is_free(&ms, b), "the free of txg 12 waits for the reader");
+        ms.release_deferred(12, None);
+        assert!(is_free(&ms, b), "released once no reader walks an older tree");
     }
 }

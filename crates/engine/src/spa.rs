@@ -52,6 +52,8 @@ pub struct ProbedDevice {
     pub state: u64,
     /// Valid uberblocks found in the device's labels.
     pub uberblocks: Vec<UberblockPhys>,
+    /// Every valid label config with its txg (`config` is the newest of them).
+    pub labels: Vec<(u64, NvList)>,
     /// How many of the four labels were valid.
     pub valid_labels: usize,
 }
@@ -91,6 +93,7 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
         return Err(format!("{}: too small to hold ZFS labels ({size} bytes)", path.display()));
     }
     let mut best: Option<(u64, NvList)> = None;
+    let mut labels = Vec::new();
     let mut ubs = Vec::new();
     let mut valid = 0;
     let mut ashift_hint = 9;
@@ -110,6 +113,7 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
                 if let Some(a) = cfg.get_nvlist("vdev_tree").and_then(|t| t.get_u64("ashift")) {
                     ashift_hint = a;
                 }
+                labels.push((txg, cfg.clone()));
                 if best.as_ref().map_or(true, |(t, _)| txg > *t) {
                     best = Some((txg, cfg));
                 }
@@ -129,8 +133,19 @@ pub fn probe(path: &Path) -> std::result::Result<ProbedDevice, String> {
         txg,
         config,
         uberblocks: ubs,
+        labels,
         valid_labels: valid,
     })
+}
+
+/// The label config of `d` that goes with an uberblock of txg `ub_txg` (vdev_label_read_config
+/// with the load txg): the newest label not newer than the uberblock (one without a txg counts
+/// as the oldest). A label newer than the
+/// uberblock was written by a txg whose uberblock never landed and describes a pool that is
+/// not there; a device with only such labels is left out (OpenZFS finds its label invalid).
+fn label_for_txg(d: &ProbedDevice, ub_txg: u64) -> Option<(u64, NvList)> {
+    let usable = d.labels.iter().filter(|(t, _)| *t <= ub_txg);
+    usable.max_by_key(|(t, _)| *t).cloned()
 }
 
 /// Find every pool whose devices are in `dirs` (files and block devices directly inside them,
@@ -180,7 +195,26 @@ pub fn scan(dirs: &[PathBuf]) -> ScanResult {
 }
 
 /// Assemble a candidate from the devices of one pool.
-fn assemble(devs: Vec<ProbedDevice>) -> PoolCandidate {
+fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
+    let uberblock = {
+        let all: Vec<&UberblockPhys> = devs.iter().flat_map(|d| d.uberblocks.iter()).collect();
+        uberblock::best_uberblock(all.into_iter()).cloned()
+    };
+    // Labels newer than the uberblock chosen are ignored, as spa_load's vdev_validate does.
+    // (Should every label be newer, the labels are all there is to go by.)
+    if let Some(ub) = uberblock.as_ref().filter(|ub| devs.iter().any(|d| label_for_txg(d, ub.txg).is_some())) {
+        let kept: Vec<ProbedDevice> = devs
+            .drain(..)
+            .filter_map(|mut d| {
+                let (txg, config) = label_for_txg(&d, ub.txg)?;
+                d.txg = txg;
+                d.state = config.get_u64("state").unwrap_or(d.state);
+                d.config = config;
+                Some(d)
+            })
+            .collect();
+        devs = kept;
+    }
     let newest = devs.iter().max_by_key(|d| d.txg).expect("non-empty group");
     let config = newest.config.clone();
     let name = config.get_str("name").unwrap_or("?").to_string();
@@ -248,10 +282,6 @@ fn assemble(devs: Vec<ProbedDevice>) -> PoolCandidate {
         }
     }
     let state = root_state(&root).as_str().to_string();
-    let uberblock = {
-        let all: Vec<&UberblockPhys> = devs.iter().flat_map(|d| d.uberblocks.iter()).collect();
-        uberblock::best_uberblock(all.into_iter()).cloned()
-    };
     PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing }
 }
 
@@ -310,6 +340,8 @@ pub struct Spa {
     pub checksum_salt: [u8; 32],
     mos: Mutex<Option<Arc<Objset>>>,
     errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
+    readers: Mutex<BTreeMap<u64, usize>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
 }
@@ -356,6 +388,7 @@ impl Spa {
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
+            readers: Mutex::new(BTreeMap::new()),
             devices: cand.devices.clone(),
         };
         // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
@@ -380,8 +413,11 @@ impl Spa {
             }
             config = cfg;
         }
-        // The name the pool is imported under (a new one with `zpool import POOL NEWPOOL`).
-        config.add_str("name", &cand.name);
+        // The candidate's name is the one to import under (`zpool import POOL NEWNAME` renames
+        // the candidate; the new name reaches the labels and the MOS config at the first sync).
+        if config.get_str("name") != Some(cand.name.as_str()) {
+            config.add_str("name", &cand.name);
+        }
         drop(mos0);
         drop(spa0);
         let spa = Arc::new(build(config, root, salt, arc_max));
@@ -424,6 +460,7 @@ impl Spa {
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
+            readers: Mutex::new(BTreeMap::new()),
             devices,
         }
     }
@@ -527,11 +564,7 @@ impl Spa {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
-        let key = if bp.embedded {
-            None
-        } else {
-            Some(ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum0: bp.cksum[0] })
-        };
+        let key = arc_key(bp);
         if let Some(k) = &key {
             if let Some(d) = self.arc.get(k) {
                 return Ok(d);
@@ -545,6 +578,31 @@ impl Spa {
         Ok(data)
     }
 
+    /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep
+    /// their arc bufs after the write): the next sync reads back the blocks it rewrites (space
+    /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
+    pub fn cache_written(&self, bp: &BlockPointer, data: &[u8]) {
+        if bp.is_hole() || data.len() as u64 != bp.lsize {
+            return;
+        }
+        if let Some(k) = arc_key(bp) {
+            self.arc.replace(k, Arc::new(data.to_vec()));
+        }
+    }
+
+    /// Register a reader that will walk, without the pool lock, a tree synced in `txg`: until
+    /// the pin is dropped, blocks freed after `txg` stay out of the allocator (see
+    /// `Metaslabs::release_deferred`).
+    pub fn pin_reader(self: &Arc<Self>, txg: u64) -> ReaderPin {
+        *self.readers.lock().unwrap().entry(txg).or_default() += 1;
+        ReaderPin { spa: self.clone(), txg }
+    }
+
+    /// The txg of the oldest tree a pinned reader walks now.
+    pub fn oldest_reader(&self) -> Option<u64> {
+        self.readers.lock().unwrap().keys().next().copied()
+    }
+
     /// Remember a block that could not be read, for `zpool status -v`.
     pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
         let mut log = self.errlog.lock().unwrap();
@@ -556,6 +614,29 @@ impl Spa {
     pub fn errors(&self) -> Vec<(u64, u64, u64)> {
         self.errlog.lock().unwrap().iter().copied().collect()
     }
+}
+
+/// A lock-free reader's hold on the tree it walks (`Spa::pin_reader`); dropped when it is done.
+pub struct ReaderPin {
+    spa: Arc<Spa>,
+    txg: u64,
+}
+
+impl Drop for ReaderPin {
+    fn drop(&mut self) {
+        let mut r = self.spa.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = r.get_mut(&self.txg) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.txg);
+            }
+        }
+    }
+}
+
+/// A block's ARC key: its first DVA, birth and whole checksum (none for embedded blocks).
+fn arc_key(bp: &BlockPointer) -> Option<ArcKey> {
+    (!bp.embedded).then(|| ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum })
 }
 
 /// OpenZFS keeps a top-level vdev's allocation class (special, dedup, log) in the vdev's
@@ -586,4 +667,70 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     }
     let bytes = mos.read(&dn, 0, size).ok()?;
     NvList::decode_packed(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A txg that wrote the even labels (a second top-level vdev, as `zpool add` does) but
+    /// whose uberblock never landed: import goes by the odd labels, which match the newest
+    /// uberblock, not by the newer even ones.
+    #[test]
+    fn labels_newer_than_the_uberblock_are_ignored() {
+        let (dir, mut pw) = crate::txg::test_pool("newlbl");
+        pw.export().unwrap();
+        drop(pw);
+        let dev = dir.join("d0");
+        let pd = probe(&dev).unwrap();
+        let ub_txg = uberblock::best_uberblock(pd.uberblocks.iter()).unwrap().txg;
+        assert_eq!(pd.txg, ub_txg, "export writes labels at the last synced txg");
+        let mut cfg = pd.config.clone();
+        cfg.add_u64("txg", ub_txg + 1);
+        cfg.add_u64("vdev_children", 2);
+        cfg.add_u64("state", POOL_STATE_ACTIVE);
+        let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+        let size = f.metadata().unwrap().len();
+        for l in [0, 2] {
+            let off = label::label_offset(l, size) + label::VDEV_PHYS_OFFSET;
+            let b = label::encode_label_config(&cfg, off).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &b, off).unwrap();
+        }
+        drop(f);
+        assert_eq!(probe(&dev).unwrap().txg, ub_txg + 1, "the newer labels are valid labels");
+        let scan = scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        let c = &scan.pools[0];
+        assert_eq!(c.txg, ub_txg);
+        assert_eq!(c.config.get_u64("vdev_children"), Some(1));
+        assert_eq!(c.pool_state, POOL_STATE_EXPORTED);
+        assert_eq!(c.state, "ONLINE", "{:?}", c.missing);
+        assert!(c.missing.is_empty());
+        Spa::open(c, true, 64 << 20).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Labels carry features_for_read and no vdev ZAP numbers (those are the MOS config's);
+    /// the MOS config carries features_for_read too — as spa_config_generate and
+    /// vdev_config_generate make them.
+    #[test]
+    fn label_and_mos_configs_as_openzfs_makes_them() {
+        let (dir, mut pw) = crate::txg::test_pool("lblcfg");
+        pw.export().unwrap();
+        drop(pw);
+        let pd = probe(&dir.join("d0")).unwrap();
+        let f = pd.config.get_nvlist("features_for_read").expect("the label has features_for_read");
+        assert!(f.get("com.delphix:embedded_data").is_some(), "an active MOS feature is listed");
+        let tree = pd.config.get_nvlist("vdev_tree").unwrap();
+        assert!(tree.get("com.delphix:vdev_zap_top").is_none() && tree.get("com.delphix:vdev_zap_leaf").is_none(), "{tree:?}");
+        assert!(pd.config.get("com.delphix:has_per_vdev_zaps").is_none(), "has_per_vdev_zaps is the MOS config's");
+        let scan = scan(&[dir.clone()]);
+        let spa = Spa::open(&scan.pools[0], true, 64 << 20).unwrap();
+        assert!(spa.config.get_nvlist("features_for_read").is_some(), "the MOS config has features_for_read");
+        let mos_tree = spa.config.get_nvlist("vdev_tree").unwrap().get_nvlist_array("children").unwrap()[0].clone();
+        assert!(mos_tree.get("com.delphix:vdev_zap_top").is_some(), "the MOS config keeps the vdev ZAPs");
+        assert!(spa.config.get("com.delphix:has_per_vdev_zaps").is_some());
+        spa.close();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

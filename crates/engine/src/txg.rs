@@ -26,11 +26,12 @@
 //! history) run only from commands, which hold the sync lock (`PoolHandle::lock`): they never
 //! meet a txg half-synced, and they may sync inline (stopping the world, `PoolW::sync`).
 //!
-//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`, `failed`,
+//! Lock order: `PoolHandle::sync` → `PoolHandle::w` → the handle's leaves (`kick`,
 //! `fs`, `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
 //! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
 //! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
-//! also keeps blocks a lock-free reader may still walk after a sync replaced them.
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them (the ENOSPC
+//! retry's early release spares the frees newer than the oldest tree a reader has pinned).
 
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
 use crate::metaslab::{Metaslabs, MsSync};
@@ -217,7 +218,8 @@ pub struct PoolW {
     /// its (size, allocated) totals at quiesce stand in for it.
     ms_out: Option<(u64, u64)>,
     /// Set when a sync failed: that txg's frozen state was not installed, so no later txg may
-    /// sync on top of it (the pool is suspended; every later sync and export refuses).
+    /// sync on top of it (the pool is suspended; every later change, sync and export refuses).
+    /// The one record of suspension, whether the sync thread's sync or a command's failed.
     pub suspended: Option<String>,
     /// The last txg whose uberblock is on disk.
     pub synced_txg: u64,
@@ -617,6 +619,8 @@ impl PoolW {
     pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
         let spa = Spa::open_rw(cand, arc_max)?;
         let version = spa.version;
+        // Imported under a new name: the labels and the MOS config take it at the first sync.
+        let renamed = cand.config.get_str("name") != Some(spa.name.as_str());
         let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
         let mut pw = PoolW {
             spa: spa.clone(),
@@ -624,7 +628,7 @@ impl PoolW {
             datasets: BTreeMap::new(),
             ms: Metaslabs::new_pool(&spa.root_vdev),
             txg: spa.uberblock.txg + 1,
-            config_dirty: false,
+            config_dirty: renamed,
             version,
             features: BTreeMap::new(),
             feature_objs: None,
@@ -744,6 +748,10 @@ impl PoolW {
                 tree.insert("children", NvValue::NvListArray(children));
             }
             c.add_nvlist("vdev_tree", tree);
+        }
+        if self.version >= SPA_VERSION_FEATURES {
+            // spa_config_generate adds them to every config it makes, the MOS copy too.
+            c.add_nvlist("features_for_read", self.label_features());
         }
         c
     }
@@ -1107,19 +1115,14 @@ impl PoolW {
                 c.add_u64("top_guid", top_guid);
                 c.add_u64("guid", guid);
                 c.add_u64("vdev_children", tops.len() as u64);
-                c.add_nvlist("vdev_tree", top_nv.clone());
+                // The vdev ZAPs are the MOS config's alone (vdev_config_generate's VDEV_CONFIG_MOS).
+                let mut top_label = top_nv.clone();
+                strip_vdev_zaps(&mut top_label);
+                c.add_nvlist("vdev_tree", top_label);
                 if self.version >= SPA_VERSION_FEATURES {
-                    let mut f = NvList::new();
-                    for (g, (refs, _)) in &self.features {
-                        if *refs > 0 && oxzfs_format::features::lookup(g).is_some_and(|f| f.mos) {
-                            f.insert(g, NvValue::Boolean);
-                        }
-                    }
-                    c.add_nvlist("features_for_read", f);
+                    c.add_nvlist("features_for_read", self.label_features());
                 }
-                if full.get("com.delphix:has_per_vdev_zaps").is_some() {
-                    c.insert("com.delphix:has_per_vdev_zaps", NvValue::Boolean);
-                }
+                // has_per_vdev_zaps, like the vdev ZAPs, is the MOS config's only.
                 for &l in which {
                     let off = label_offset(l, dev.size()) + VDEV_PHYS_OFFSET;
                     let b = oxzfs_format::label::encode_label_config(&c, off).map_err(|e| ZfsError::Invalid(format!("label: {e}")))?;
@@ -1128,6 +1131,18 @@ impl PoolW {
             }
         }
         Ok(out)
+    }
+
+    /// The features a reader of the MOS must know (spa_label_features: active features with
+    /// the MOS flag), which the labels and the MOS config carry, even when there are none.
+    fn label_features(&self) -> NvList {
+        let mut f = NvList::new();
+        for (g, (refs, _)) in &self.features {
+            if *refs > 0 && oxzfs_format::features::lookup(g).is_some_and(|f| f.mos) {
+                f.insert(g, NvValue::Boolean);
+            }
+        }
+        f
     }
 
     /// The open device of leaf `guid` (the pool's, or one being added).
@@ -1502,6 +1517,31 @@ impl PoolW {
         Ok(())
     }
 
+    /// Whether dataset `dsobj` may take a change needing `incoming` more bytes: None, or what
+    /// it is short of (pool space, quota, reservation) with the error to give. A read-only
+    /// dataset is an error (EROFS).
+    fn space_for(&mut self, dsobj: u64, incoming: u64) -> Result<Option<Short>> {
+        let os = self.objset(dsobj)?;
+        if os.props.readonly {
+            return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+        }
+        let copies = os.props.copies;
+        // A write may start and end in a partial record: one block more than it fills.
+        let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
+        if let Err(err) = self.space_check(incoming, blocks, copies) {
+            return Ok(Some(Short { space: true, err }));
+        }
+        if incoming > 0 {
+            if let Err(err) = self.quota_check(dsobj, incoming) {
+                return Ok(Some(Short { space: false, err }));
+            }
+        }
+        if let Err(err) = self.reservation_check(dsobj, incoming, copies) {
+            return Ok(Some(Short { space: false, err }));
+        }
+        Ok(None)
+    }
+
     /// Bytes of dirty data blocks waiting for a sync (the open txg's and the syncing one's).
     pub fn dirty_bytes(&self) -> u64 {
         self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes + d.os.frozen_bytes()).sum::<u64>()
@@ -1516,6 +1556,13 @@ impl PoolW {
     pub fn dirty(&self) -> bool {
         self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
     }
+}
+
+/// What a change was refused for (`PoolW::space_for`): `space` when the pool itself is full
+/// (the retry may release deferred frees), and the error to give.
+struct Short {
+    space: bool,
+    err: ZfsError,
 }
 
 /// The zfs_max_recordsize tunable: the largest recordsize `zfs set` accepts (1M, as in
@@ -1609,6 +1656,16 @@ fn write_aux_labels(dev: &dyn BlockDevice, label: &NvList) -> Result<()> {
         dev.write_at(&b, off).map_err(|e| ZfsError::Io { device: dev.name(), offset: off, source: e })?;
     }
     dev.flush().map_err(|e| ZfsError::Io { device: dev.name(), offset: 0, source: e })
+}
+
+/// Remove the vdev ZAP object numbers from a vdev config and its children (a label's copy).
+fn strip_vdev_zaps(nv: &mut NvList) {
+    nv.remove("com.delphix:vdev_zap_top");
+    nv.remove("com.delphix:vdev_zap_leaf");
+    if let Some(mut kids) = nv.get_nvlist_array("children").map(|a| a.to_vec()) {
+        kids.iter_mut().for_each(strip_vdev_zaps);
+        nv.insert("children", NvValue::NvListArray(kids));
+    }
 }
 
 fn guid_sum(v: &Vdev) -> u64 {
@@ -1789,14 +1846,12 @@ impl DirtyLimits {
 ///
 /// Lock order: `sync` (one sync at a time; also held by commands through `lock()`, so a
 /// command never sees a txg half-synced and may sync inline) → `w` (the write state) →
-/// `kick`, `failed`, `fs`, `wakeup` (leaves, held briefly).
+/// `kick`, `fs`, `wakeup` (leaves, held briefly).
 pub struct PoolHandle {
     pub w: std::sync::Mutex<PoolW>,
     sync: std::sync::Mutex<()>,
     fs: std::sync::Mutex<std::collections::HashMap<u64, crate::zplw::FsInfo>>,
     stop: std::sync::atomic::AtomicBool,
-    /// The last sync's error, reported to the next caller.
-    failed: std::sync::Mutex<Option<String>>,
     /// Wakes the sync thread early (dirty data past the sync threshold).
     kick: std::sync::Mutex<bool>,
     kick_cv: std::sync::Condvar,
@@ -1848,7 +1903,6 @@ impl PoolHandle {
             sync: std::sync::Mutex::new(()),
             fs: std::sync::Mutex::new(std::collections::HashMap::new()),
             stop: std::sync::atomic::AtomicBool::new(false),
-            failed: std::sync::Mutex::new(None),
             kick: std::sync::Mutex::new(false),
             kick_cv: std::sync::Condvar::new(),
             wakeup: std::sync::Mutex::new(std::time::Instant::now()),
@@ -1867,12 +1921,9 @@ impl PoolHandle {
                 if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                if unpoison(h.failed.lock()).is_some() {
-                    continue;
-                }
                 let due = {
                     let w = h.lock_open();
-                    w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
+                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
                 };
                 if due {
                     let s = unpoison(h.sync.lock());
@@ -1901,11 +1952,7 @@ impl PoolHandle {
     }
 
     fn suspended(&self) -> Result<()> {
-        let failed = unpoison(self.failed.lock()).clone();
-        match failed {
-            Some(e) => Err(ZfsError::Unavailable(format!("pool '{}' is suspended: {e}", self.name()))),
-            None => Ok(()),
-        }
+        self.lock_open().check_suspended()
     }
 
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
@@ -1937,7 +1984,6 @@ impl PoolHandle {
             Ok(())
         });
         if let Err(e) = &r {
-            *unpoison(self.failed.lock()) = Some(e.to_string());
             let mut w = self.lock_open();
             if w.suspended.is_none() {
                 w.suspended = Some(e.to_string());
@@ -2010,40 +2056,39 @@ impl PoolHandle {
     }
 
     /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
-    /// ENOSPC when the pool is full (keeping the slop space).
+    /// ENOSPC when the pool is full (keeping the slop space), EDQUOT past a quota.
+    ///
+    /// The checks and the change run under one hold of the write state, so the change is
+    /// dirty (and counted by the next writer's check) before anyone else checks: concurrent
+    /// writers cannot pass the checks together and overshoot the margin between them (what
+    /// OpenZFS's dsl_dir_tempreserve_space counts its reservations for; here the dirty bytes
+    /// themselves are the reservation, as nothing happens between check and change).
     pub fn with_fs_space<T>(&self, dsobj: u64, incoming: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
-        let (space_ok, quota_ok, rsv_ok, blocks) = {
+        self.suspended()?;
+        self.throttle();
+        let short = {
             let mut w = self.lock_open();
-            let os = w.objset(dsobj)?;
-            if os.props.readonly {
-                return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+            match w.space_for(dsobj, incoming)? {
+                None => {
+                    let txg = w.txg;
+                    return f(w.objset(dsobj)?, txg);
+                }
+                Some(short) => short,
             }
-            let copies = os.props.copies;
-            // A write may start and end in a partial record: one block more than it fills.
-            let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
-            (
-                w.space_check(incoming, blocks, copies).is_ok(),
-                incoming == 0 || w.quota_check(dsobj, incoming).is_ok(),
-                w.reservation_check(dsobj, incoming, copies).is_ok(),
-                blocks,
-            )
         };
-        if !space_ok || !quota_ok || !rsv_ok {
-            // Frees waiting in the open txg or deferred in the last two give space back; what
-            // is dirty may be overwrites: sync and measure again.
-            self.sync_now()?;
-            let mut g = self.lock();
-            if !space_ok {
-                g.ms.release_deferred();
-            }
-            let copies = g.objset(dsobj)?.props.copies;
-            g.space_check(incoming, blocks, copies)?;
-            if incoming > 0 {
-                g.quota_check(dsobj, incoming)?;
-            }
-            g.reservation_check(dsobj, incoming, copies)?;
+        // Frees waiting in the open txg or deferred in the last two give space back; what
+        // is dirty may be overwrites: sync and measure again, holding the pool meanwhile.
+        self.sync_now()?;
+        let mut g = self.lock();
+        if short.space {
+            let (synced, oldest) = (g.synced_txg, g.spa.oldest_reader());
+            g.ms.release_deferred(synced, oldest);
         }
-        self.with_fs(dsobj, f)
+        if let Some(short) = g.space_for(dsobj, incoming)? {
+            return Err(short.err);
+        }
+        let txg = g.txg;
+        f(g.objset(dsobj)?, txg)
     }
 
     /// Run a read on dataset `dsobj` (it sees the open txg).
@@ -2099,7 +2144,7 @@ impl PoolHandle {
         *unpoison(self.kick.lock()) = true;
         self.kick_cv.notify_all();
         let mut w = self.lock();
-        if let Some(e) = unpoison(self.failed.lock()).clone() {
+        if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
         }
         w.export()
@@ -2487,6 +2532,17 @@ mod tests {
     }
 }
 
+/// A new pool `name` on one 128 MiB file in a fresh directory (removed by the caller).
+#[cfg(test)]
+pub(crate) fn test_pool(name: &str) -> (PathBuf, PoolW) {
+    let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dev = dir.join("d0");
+    std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
+    let spec = CreateSpec { name: name.into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev))], ..Default::default() };
+    (dir, PoolW::create(&spec, 64 << 20).unwrap())
+}
+
 #[cfg(test)]
 mod export_tests {
     use super::*;
@@ -2495,18 +2551,100 @@ mod export_tests {
     /// (at the last synced txg) instead of marking the pool cleanly exported.
     #[test]
     fn suspended_pool_does_not_export_clean() {
-        let dir = std::env::temp_dir().join(format!("oxzfs-suspend-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let dev = dir.join("d0");
-        std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
-        let spec = CreateSpec { name: "susp".into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev.clone()))], ..Default::default() };
-        let h = PoolHandle::start(PoolW::create(&spec, 64 << 20).unwrap());
-        *h.failed.lock().unwrap() = Some("txg sync failed: injected".into());
+        let (dir, mut pw) = test_pool("susp");
+        let ds = pw.find_dataset("susp").unwrap().expect("the root dataset");
+        let h = PoolHandle::start(pw);
+        h.lock_open().suspended = Some("txg sync failed: injected".into());
+        let e = h.with_fs(ds, |_, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("is suspended: txg sync failed: injected"), "{e}");
         let e = h.export().unwrap_err();
         assert!(e.to_string().contains("suspended"), "{e}");
         let scan = crate::spa::scan(&[dir.clone()]);
         assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
         assert_eq!(scan.pools[0].pool_state, 0, "labels stay POOL_STATE_ACTIVE");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod arc_tests {
+    use super::*;
+
+    /// Blocks a sync writes stay in the ARC: later syncs read back what they rewrite (space
+    /// map tails, dnode and indirect blocks, the history object) without one cache miss.
+    #[test]
+    fn syncs_read_back_written_blocks_from_the_arc() {
+        let (dir, mut pw) = test_pool("arcw");
+        pw.sync().unwrap();
+        let before = pw.spa.arc.stats();
+        for i in 0..5 {
+            pw.log_history(&format!("zpool set comment=c{i} arcw")).unwrap();
+            pw.sync().unwrap();
+        }
+        let after = pw.spa.arc.stats();
+        assert!(after.hits > before.hits, "the syncs read blocks back");
+        assert_eq!(after.misses, before.misses, "every block read back was cached when written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod space_tests {
+    use super::*;
+
+    /// A read planned under the lock and finished without it pins the tree it walks, so the
+    /// ENOSPC retry does not hand that tree's freed blocks out again meanwhile.
+    #[test]
+    fn a_planned_read_pins_its_tree() {
+        let (dir, mut pw) = test_pool("pin");
+        let ds = pw.find_dataset("pin").unwrap().expect("the root dataset");
+        pw.sync().unwrap();
+        let spa = pw.spa.clone();
+        let os = pw.objset(ds).unwrap();
+        let r = os.read_later(1, 0, 512).unwrap();
+        assert!(matches!(r, crate::dbuf::ReadLater::Clean { .. }), "a clean object is read without the lock");
+        assert_eq!(spa.oldest_reader(), Some(os.bp.birth));
+        r.finish().unwrap();
+        assert_eq!(spa.oldest_reader(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writers racing to fill a small pool: each change passes the space check and is made
+    /// in one step, so the pool never holds more dirty data than the check allows — after
+    /// every writer met ENOSPC, the state itself still passes the check.
+    #[test]
+    fn concurrent_writers_cannot_pass_the_space_check_together() {
+        let (dir, mut pw) = test_pool("racefill");
+        let ds = pw.find_dataset("racefill").unwrap().expect("the root dataset");
+        let h = PoolHandle::start(pw);
+        // Incompressible bytes (the pool compresses by default).
+        let chunk: Vec<u8> = (0..4u64 << 20).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (i >> 13) as u8).collect();
+        let accepted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let obj = h.with_fs(ds, |os, _| os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 128 << 10, 0, 0, 1)).unwrap();
+                    for i in 0..64u64 {
+                        match h.with_fs_space(ds, chunk.len() as u64, |os, _| os.write(obj, i * chunk.len() as u64, &chunk)) {
+                            Ok(()) => {
+                                let r = h.lock_open().space_check(0, 0, 1);
+                                assert!(r.is_ok(), "writers together overshot the space check: {r:?}");
+                                accepted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed)
+                            }
+                            Err(ZfsError::Posix(e, _)) if e == libc::ENOSPC => return,
+                            Err(e) => panic!("write: {e}"),
+                        };
+                    }
+                    panic!("a 128 MiB pool took 256 MiB from one writer");
+                });
+            }
+        });
+        assert!(accepted.into_inner() > 8 << 20, "the pool took some data");
+        let g = h.lock();
+        let r = g.space_check(0, 0, 1);
+        assert!(r.is_ok(), "the writers together overshot the space check: {r:?}");
+        drop(g);
+        h.sync_now().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

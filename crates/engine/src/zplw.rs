@@ -905,8 +905,9 @@ fn xattr_dir(os: &mut ObjsetW, obj: u64, create: bool, txg: u64) -> Result<Optio
         return Ok(None);
     }
     let use_sa = is_sa(os, obj)?;
-    // The hidden directory and the files in it carry ZFS_XATTR.
-    let d = mknode(os, use_sa, Some((obj, ZFS_XATTR)), S_IFDIR | 0o755, z.uid, z.gid, 0, txg)?;
+    // The hidden directory and the files in it carry ZFS_XATTR; the directory's mode is
+    // S_IFDIR | S_ISVTX | 0777 (zfs_get_xattrdir).
+    let d = mknode(os, use_sa, Some((obj, ZFS_XATTR)), S_IFDIR | 0o1777, z.uid, z.gid, 0, txg)?;
     z.xattr = d;
     put(os, obj, &z)?;
     Ok(Some(d))
