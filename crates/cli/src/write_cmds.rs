@@ -375,6 +375,80 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
     (String::new(), String::new(), 0)
 }
 
+const ZFS_SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
+
+/// `zfs snapshot [-r] [-o prop=val]... FS@SNAP...`: every snapshot in one txg, or none.
+pub fn zfs_snapshot(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "o", "r") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ZFS_SNAPSHOT_USAGE}"), 2),
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing snapshot argument\n{ZFS_SNAPSHOT_USAGE}"), 2);
+    }
+    let mut props = Vec::new();
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some((k, _)) if !k.contains(':') => {
+                return (String::new(), format!("cannot create snapshot '{}': property '{k}' cannot be set on snapshots\n", o.operands[0]), 1);
+            }
+            Some((k, v)) => props.push((k.to_string(), v.to_string())),
+            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_SNAPSHOT_USAGE}"), 2),
+        }
+    }
+    let multiple = o.has('r') || o.operands.len() > 1;
+    let mut names = Vec::new();
+    let mut pool_name = None;
+    for a in &o.operands {
+        let Some((fs, snap)) = a.split_once('@') else {
+            return (String::new(), ZFS_SNAPSHOT_USAGE.to_string(), 2);
+        };
+        let pool = fs.split('/').next().unwrap_or(fs).to_string();
+        let imp = match st.pools.get(&pool) {
+            Some(i) => i,
+            None => return (String::new(), format!("cannot open '{fs}': dataset does not exist\n{ZFS_SNAPSHOT_USAGE}"), 2),
+        };
+        let all: Vec<String> = match imp.pool.datasets() {
+            Ok(l) => l.into_iter().map(|d| d.name).filter(|n| !n.contains('@')).collect(),
+            Err(e) => return err_out(e, &format!("cannot open '{fs}'")),
+        };
+        if !all.iter().any(|n| n == fs) {
+            return (String::new(), format!("cannot open '{fs}': dataset does not exist\n{ZFS_SNAPSHOT_USAGE}"), 2);
+        }
+        if pool_name.get_or_insert_with(|| pool.clone()) != &pool {
+            return (String::new(), "cannot create snapshots : cross-pool snapshots are not allowed\n".into(), 1);
+        }
+        names.push(format!("{fs}@{snap}"));
+        if o.has('r') {
+            let mut below: Vec<&String> = all.iter().filter(|n| n.starts_with(&format!("{fs}/"))).collect();
+            below.sort();
+            names.extend(below.into_iter().map(|n| format!("{n}@{snap}")));
+        }
+    }
+    for n in &names {
+        if let Some(why) = oxzfs::dsl_snapshot::snapshot_name_error(n) {
+            return (String::new(), format!("cannot create snapshot '{n}': {why}\n"), 1);
+        }
+    }
+    let pool = pool_name.expect("one operand at least");
+    let imp = st.pools.get(&pool).expect("looked up above");
+    let h = match rw_of(imp, &names[0], "create snapshot") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = h.lock().snapshot(&names, &props);
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => {
+            let mut out = err_out(e, &format!("cannot create snapshot '{}'", names[0]));
+            if multiple {
+                out.1.push_str("no snapshots were created\n");
+            }
+            out
+        }
+    }
+}
+
 /// `zfs set prop=val... FS...`
 pub fn zfs_set(st: &mut State, args: &[String]) -> Out {
     let usage = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";

@@ -63,6 +63,7 @@ const VDEV_UBERBLOCK_RING: u64 = 128 << 10;
 /// (guid, name, for-read, description, active on enable)
 pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:async_destroy", "async_destroy", false, "Destroy filesystems asynchronously.", false),
+    ("com.delphix:empty_bpobj", "empty_bpobj", false, "Snapshots use less space.", false),
     ("org.illumos:lz4_compress", "lz4_compress", true, "LZ4 compression algorithm support.", true),
     ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
     ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
@@ -187,6 +188,9 @@ impl DvaAllocator for PoolAlloc<'_> {
 pub struct DatasetW {
     pub dsobj: u64,
     pub os: ObjsetW,
+    /// ds_prev_snap_txg: a block born at or before it is shared with the previous snapshot
+    /// (or a clone's origin) and goes to the deadlist when freed (dsl_dataset_block_kill).
+    pub prev_snap_txg: u64,
 }
 
 /// The pool opened for writing.
@@ -227,6 +231,10 @@ pub struct PoolW {
 pub struct Quiesced {
     pub txg: u64,
     jobs: Vec<SyncJob>,
+    /// Each job's dataset's ds_prev_snap_txg (frees of blocks born at or before it are dead,
+    /// not freed), and the dead blocks its sync left for the deadlist.
+    keep: Vec<u64>,
+    dead: Vec<Vec<BlockPointer>>,
 }
 
 /// What the sync of datasets needs from the pool, taken under the lock at quiesce.
@@ -242,7 +250,7 @@ fn now() -> u64 {
 }
 
 /// bp_get_dsize: allocated bytes scaled by each vdev's deflate ratio (raidz parity left out).
-fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
+pub(crate) fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
     bp.dvas()
         .iter()
         .filter(|d| !d.is_empty())
@@ -406,7 +414,7 @@ impl PoolW {
         mos.zap_add_u64(root_child, "$MOS", mos_dir)?;
         self.mos_dir = mos_dir;
         let bpobj_new = |mos: &mut ObjsetW, bs: u64| -> Result<u64> {
-            let o = mos.alloc_object(types::DMU_OT_BPOBJ, bs, types::DMU_OT_BPOBJ_HDR, oxzfs_format::dsl::BPOBJ_SIZE_V2.min(if v >= 5000 { 56 } else { 40 }), 1)?;
+            let o = mos.alloc_object(types::DMU_OT_BPOBJ, bs, types::DMU_OT_BPOBJ_HDR, crate::deadlist::bpobj_bonus_size(v, false), 1)?;
             let len = mos.bonus(o)?.len();
             mos.set_bonus(o, &BpobjPhys::default().encode(len))?;
             Ok(o)
@@ -545,7 +553,7 @@ impl PoolW {
         let props = self.effective_props(root_dir)?;
         let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, self.txg)?;
-        self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os });
+        self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os, prev_snap_txg: 1 });
         Ok(())
     }
 
@@ -780,13 +788,16 @@ impl PoolW {
     pub fn quiesce(&mut self) -> Quiesced {
         let txg = self.txg;
         let mut jobs = Vec::new();
+        let mut keep = Vec::new();
         for ds in self.datasets.values_mut() {
             if ds.os.is_dirty() {
                 jobs.push(ds.os.freeze(txg));
+                keep.push(ds.prev_snap_txg);
             }
         }
         self.txg = txg + 1;
-        Quiesced { txg, jobs }
+        let dead = vec![Vec::new(); jobs.len()];
+        Quiesced { txg, jobs, keep, dead }
     }
 
     fn sync_env(&self) -> SyncEnv {
@@ -811,7 +822,7 @@ impl PoolW {
             self.dir_diduse(self.mos_dir, md, true)?;
         }
         // 1. Datasets: their new bps and space into the MOS.
-        for job in q.jobs {
+        for (job, dead) in q.jobs.into_iter().zip(q.dead) {
             let id = job.id;
             let bp = job.bp_synced();
             let ds = self.datasets.get_mut(&id).expect("a quiesced dataset stays open until synced");
@@ -827,10 +838,16 @@ impl PoolW {
             p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
             p.compressed_bytes = (p.compressed_bytes as i64 + delta.psize).max(0) as u64;
             p.uncompressed_bytes = (p.uncompressed_bytes as i64 + delta.lsize).max(0) as u64;
-            p.unique_bytes = (p.unique_bytes as i64 + delta.dsize).max(0) as u64;
+            // Dead blocks (kept by a snapshot) left the tree but stay this dataset's unique.
+            let dead_dsize: i64 = dead.iter().map(|b| dsize_of(&root, b) as i64).sum();
+            p.unique_bytes = (p.unique_bytes as i64 + delta.dsize + dead_dsize).max(0) as u64;
             let dir = p.dir_obj;
             self.mos.set_bonus(id, &p.encode())?;
-            self.ds_diduse(dir, unique, &delta)?;
+            if dead.is_empty() {
+                self.ds_diduse(dir, unique, &delta)?;
+            } else {
+                self.dataset_blocks_dead(id, unique, &delta, &dead)?;
+            }
         }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
@@ -911,9 +928,9 @@ impl PoolW {
     fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
         let env = self.sync_env();
         let mut job = os.freeze(txg);
-        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg);
+        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg, 0);
         os.install(job);
-        r
+        r.map(|(bp, _)| bp)
     }
 
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
@@ -1413,17 +1430,12 @@ impl PoolW {
     pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
         if !self.datasets.contains_key(&dsobj) {
             let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
-            // Blocks shared with a snapshot (or a clone's origin) must go to a deadlist, not be
-            // freed: until the writer keeps deadlists, such datasets stay read-only.
-            if p.prev_snap_txg > 1 {
-                return Err(ZfsError::Posix(
-                    libc::EROFS,
-                    format!("dataset {dsobj} has snapshots or is a clone: writing to it is not supported yet (mount it read-only)"),
-                ));
-            }
+            // A clone with a livelist (OpenZFS 2.x) would need it kept in step with every
+            // block born and freed: such a clone stays read-only.
+            self.refuse_livelist(dsobj, p.dir_obj)?;
             let props = self.effective_props(p.dir_obj)?;
             let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
-            self.datasets.insert(dsobj, DatasetW { dsobj, os });
+            self.datasets.insert(dsobj, DatasetW { dsobj, os, prev_snap_txg: p.prev_snap_txg });
         }
         Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
     }
@@ -1631,8 +1643,10 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
 }
 
 /// Run one objset's sync job in pass `pass` of `txg` with allocator `ms`, and free what it
-/// replaced (deferred by the metaslabs for two txgs).
-fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
+/// replaced (deferred by the metaslabs for two txgs) when born after `keep`; the blocks born
+/// at or before it (shared with a snapshot) come back for the dataset's deadlist.
+#[allow(clippy::too_many_arguments)]
+fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
     let root = env.spa.root_vdev.clone();
     let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
     let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
@@ -1649,12 +1663,12 @@ fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_m
         hole_birth: env.hole_birth,
     };
     let bp = job.run(&mut ctx)?;
-    let freed = std::mem::take(&mut ctx.freed);
+    let (dead, freed): (Vec<BlockPointer>, Vec<BlockPointer>) = std::mem::take(&mut ctx.freed).into_iter().partition(|b| b.birth <= keep);
     drop(ctx);
     for bp in &freed {
         free_bp_in(&env.spa, ms, bp, txg)?;
     }
-    Ok(bp)
+    Ok((bp, dead))
 }
 
 /// Give every allocation behind `bp` back to the allocator (free in `txg`, deferred): its
@@ -1710,8 +1724,8 @@ impl UbWrite {
 
 /// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
 fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, q: &mut Quiesced) -> Result<()> {
-    for job in &mut q.jobs {
-        run_job(env, ms, job, 1, false, q.txg)?;
+    for ((job, keep), dead) in q.jobs.iter_mut().zip(&q.keep).zip(&mut q.dead) {
+        *dead = run_job(env, ms, job, 1, false, q.txg, *keep)?.1;
     }
     Ok(())
 }
@@ -2106,11 +2120,11 @@ impl PoolHandle {
 // Datasets: create and destroy file systems (dsl_dir + dsl_dataset + objset + ZPL skeleton).
 
 impl PoolW {
-    fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
+    pub(crate) fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
         DslDirPhys::decode(&self.mos.bonus(dir)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {dir}"), e))
     }
 
-    fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
+    pub(crate) fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
         DslDatasetPhys::decode(&self.mos.bonus(ds)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {ds}"), e))
     }
 
@@ -2193,13 +2207,8 @@ impl PoolW {
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
-        let deadlist = if v >= 26 {
-            mos.create_zap(types::DMU_OT_DEADLIST, types::DMU_OT_DEADLIST_HDR, 320, 0)?
-        } else {
-            let o = mos.alloc_object(types::DMU_OT_BPOBJ, 128 << 10, types::DMU_OT_BPOBJ_HDR, 40, 1)?;
-            mos.set_bonus(o, &BpobjPhys::default().encode(40))?;
-            o
-        };
+        let deadlist = self.deadlist_alloc()?;
+        let mos = &mut self.mos;
         let snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
         let mut dp = DslDatasetPhys {
             dir_obj: dd,
@@ -2257,7 +2266,7 @@ impl PoolW {
         let osprops = self.effective_props(dd)?;
         let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
-        self.datasets.insert(ds, DatasetW { dsobj: ds, os });
+        self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
         for (k, val) in props {
             self.prop_feature_activate(ds, k, val)?;
         }
@@ -2339,7 +2348,8 @@ impl PoolW {
         let dp = self.ds_phys(ds)?;
         let mut freed = Vec::new();
         if !dp.bp.is_hole() {
-            collect_objset_bps(&self.spa, &dp.bp, &mut freed)?;
+            // A clone's blocks born at or before its origin stay the origin's.
+            collect_objset_bps(&self.spa, &dp.bp, dp.prev_snap_txg, &mut freed)?;
         }
         let txg = self.txg;
         for bp in &freed {
@@ -2378,15 +2388,11 @@ impl PoolW {
         }
         let _ = delta;
         self.ds_features_release(ds)?;
-        for o in [dp.deadlist_obj, dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
+        if dp.deadlist_obj != 0 {
+            self.deadlist_free(dp.deadlist_obj)?;
+        }
+        for o in [dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
             if o != 0 {
-                // A deadlist ZAP's bpobjs go with it.
-                if o == dp.deadlist_obj && self.version >= 26 {
-                    let bps: Vec<u64> = self.mos.zap(o)?.entries.values().filter_map(|(_, v)| v.first().copied()).collect();
-                    for b in bps {
-                        self.mos.free_object(b)?;
-                    }
-                }
                 self.mos.free_object(o)?;
             }
         }
@@ -2394,10 +2400,14 @@ impl PoolW {
     }
 }
 
-/// Every block pointer of an objset (its own block, the dnode tree, every object's tree).
-fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPointer>) -> Result<()> {
+/// Every block pointer of an objset born after `mintxg` (its own block, the dnode tree,
+/// every object's tree; a block born earlier has no later children).
+fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
     use oxzfs_format::blkptr::BLKPTR_SIZE;
     let os = crate::dmu::Objset::open(spa, osbp)?;
+    if osbp.birth <= mintxg {
+        return Ok(());
+    }
     out.push(osbp.clone());
     let mut stack: Vec<BlockPointer> = Vec::new();
     let mut dn_stack: Vec<DnodePhys> = vec![os.phys.meta_dnode.clone()];
@@ -2409,6 +2419,9 @@ fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPo
             }
         }
         while let Some(bp) = stack.pop() {
+            if bp.birth <= mintxg {
+                continue;
+            }
             if !bp.embedded {
                 out.push(bp.clone());
             }

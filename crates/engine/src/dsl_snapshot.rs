@@ -1,0 +1,177 @@
+//! dsl_snapshot: `zfs snapshot` — a new snapshot dsl_dataset taken from a head, as
+//! dsl_dataset_snapshot_sync_impl makes it.
+//!
+//! ```text
+//!   before:  prev ──next──► head (deadlist D, prev_snap_txg P, unique U)
+//!   after:   prev ──next──► snap ──next──► head
+//!            snap: the head's bp, referenced/compressed/uncompressed, flags; deadlist D;
+//!                  prev_snap_obj/txg the head's old ones; creation txg T; unique 0
+//!            head: prev_snap_obj = snap, prev_snap_txg = T, unique 0, a new deadlist with an
+//!                  empty entry per key of D and one for P (dsl_deadlist_clone + add_key;
+//!                  an old-format deadlist is just a new empty bpobj)
+//!            head.snapnames_zapobj: name → snap; the snapshot counts the head's per-dataset
+//!            features. A clone's first snapshot takes the head's place in its origin's
+//!            next_clones.
+//! ```
+//!
+//! A command holds the pool's sync lock: everything dirty is synced first, so the head's bp
+//! is the one on disk and no block of the head is born in the snapshot's txg; the snapshots of
+//! one command are made in one txg, which is synced before the command returns.
+
+use crate::txg::{set_prop_in, PoolW};
+use crate::{Result, ZfsError};
+use oxzfs_format::dsl::{DslDatasetPhys, DD_USED_REFRSRV, DS_FLAG_UNIQUE_ACCURATE};
+use oxzfs_format::types;
+
+/// Why a snapshot name is refused (zfs_namecheck's messages), or None.
+pub fn snapshot_name_error(full: &str) -> Option<String> {
+    if full.len() >= 256 {
+        return Some("name is too long".into());
+    }
+    let (fs, snap) = full.split_once('@')?;
+    if snap.contains('@') || snap.contains('#') {
+        return Some("multiple '@' and/or '#' delimiters in name".into());
+    }
+    if snap.is_empty() || fs.is_empty() || fs.split('/').any(|c| c.is_empty()) {
+        return Some("empty component or misplaced '@' or '#' delimiter in name".into());
+    }
+    let ok = |c: char| c.is_ascii_alphanumeric() || "_-:. ".contains(c);
+    if let Some(c) = fs.chars().chain(snap.chars()).find(|&c| !ok(c) && c != '/') {
+        return Some(format!("invalid character '{c}' in name"));
+    }
+    if let Some(c) = snap.chars().find(|&c| !ok(c)) {
+        return Some(format!("invalid character '{c}' in name"));
+    }
+    None
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl PoolW {
+    /// The snapshot object named `name` ("fs@snap"), or None.
+    pub fn find_snapshot(&mut self, name: &str) -> Result<Option<u64>> {
+        let Some((fs, snap)) = name.split_once('@') else { return Ok(None) };
+        let Some(head) = self.find_dataset(fs)? else { return Ok(None) };
+        let names = self.ds_phys(head)?.snapnames_zapobj;
+        if names == 0 {
+            return Ok(None);
+        }
+        self.mos.zap_lookup(names, snap)
+    }
+
+    /// `zfs snapshot`: snapshots `names` ("fs@snap", checked by the caller for their form)
+    /// in one txg, each with the user properties `props`; nothing is made when one fails
+    /// (the error names it).
+    pub fn snapshot(&mut self, names: &[String], props: &[(String, String)]) -> Result<()> {
+        let mut heads = Vec::new();
+        for n in names {
+            let (fs, snap) = n.split_once('@').ok_or_else(|| ZfsError::Invalid(format!("cannot create snapshot '{n}': missing '@' delimiter in snapshot name")))?;
+            let head = self.find_dataset(fs)?.ok_or_else(|| ZfsError::NotFound(format!("cannot create snapshot '{n}': dataset does not exist")))?;
+            if self.find_snapshot(n)?.is_some() {
+                return Err(ZfsError::Invalid(format!("cannot create snapshot '{n}': dataset already exists")));
+            }
+            if heads.iter().any(|&(h, _): &(u64, &str)| h == head) {
+                return Err(ZfsError::Invalid("cannot create snapshots : multiple snapshots of same fs not allowed".into()));
+            }
+            heads.push((head, snap));
+        }
+        // The heads as on disk, then the snapshots in the next txg.
+        self.sync()?;
+        let txg = self.txg;
+        for (head, snap) in heads {
+            self.snapshot_one(head, snap, txg, props)?;
+        }
+        self.sync()
+    }
+
+    /// dsl_dataset_snapshot_sync_impl for head `ds` in txg `crtxg`.
+    fn snapshot_one(&mut self, ds: u64, name: &str, crtxg: u64, props: &[(String, String)]) -> Result<()> {
+        let mut hp = self.ds_phys(ds)?;
+        let dir = hp.dir_obj;
+        let mos = &mut self.mos;
+        let snap = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        let props_obj = if props.is_empty() {
+            0
+        } else {
+            let o = mos.create_zap(types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+            for (k, v) in props {
+                set_prop_in(mos, o, k, v)?;
+            }
+            o
+        };
+        let sp = DslDatasetPhys {
+            dir_obj: dir,
+            prev_snap_obj: hp.prev_snap_obj,
+            prev_snap_txg: hp.prev_snap_txg,
+            next_snap_obj: ds,
+            snapnames_zapobj: 0,
+            num_children: 1,
+            creation_time: now(),
+            creation_txg: crtxg,
+            deadlist_obj: hp.deadlist_obj,
+            referenced_bytes: hp.referenced_bytes,
+            compressed_bytes: hp.compressed_bytes,
+            uncompressed_bytes: hp.uncompressed_bytes,
+            unique_bytes: 0,
+            fsid_guid: crate::dbuf::rand_u64() >> 8,
+            guid: crate::dbuf::rand_u64(),
+            flags: hp.flags,
+            bp: hp.bp.clone(),
+            next_clones_obj: 0,
+            props_obj,
+            userrefs_obj: 0,
+        };
+        mos.set_bonus(snap, &sp.encode())?;
+        for f in self.ds_features(ds)? {
+            self.ds_feature_activate(snap, &f)?;
+        }
+        if hp.prev_snap_obj != 0 {
+            let mut pp = self.ds_phys(hp.prev_snap_obj)?;
+            if pp.next_snap_obj == ds {
+                pp.next_snap_obj = snap;
+                self.mos.set_bonus(hp.prev_snap_obj, &pp.encode())?;
+            } else if pp.next_clones_obj != 0 {
+                self.mos.zap_remove(pp.next_clones_obj, &format!("{ds:x}"))?;
+                self.mos.zap_add_u64(pp.next_clones_obj, &format!("{snap:x}"), snap)?;
+            }
+        }
+        // A refreservation is charged in full once the unique bytes go to zero.
+        let res = self.local_num(dir, "refreservation")?;
+        if res > 0 {
+            let d = hp.unique_bytes.min(res) as i64;
+            self.dir_transfer(dir, d, 0, 0, d, DD_USED_REFRSRV, DD_USED_REFRSRV)?;
+        }
+        let dl = self.deadlist_clone(hp.deadlist_obj, u64::MAX, hp.prev_snap_obj)?;
+        self.deadlist_add_key(dl, hp.prev_snap_txg)?;
+        hp.deadlist_obj = dl;
+        hp.prev_snap_obj = snap;
+        hp.prev_snap_txg = crtxg;
+        hp.unique_bytes = 0;
+        if self.version >= 9 {
+            hp.flags |= DS_FLAG_UNIQUE_ACCURATE;
+        }
+        self.mos.set_bonus(ds, &hp.encode())?;
+        self.mos.zap_add_u64(hp.snapnames_zapobj, name, snap)?;
+        if let Some(d) = self.datasets.get_mut(&ds) {
+            d.prev_snap_txg = crtxg;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_name_error;
+
+    #[test]
+    fn names_as_zfs_namecheck_says() {
+        assert_eq!(snapshot_name_error("tank/a@s1"), None);
+        assert_eq!(snapshot_name_error("tank/a@x@y").as_deref(), Some("multiple '@' and/or '#' delimiters in name"));
+        assert_eq!(snapshot_name_error("tank/a@").as_deref(), Some("empty component or misplaced '@' or '#' delimiter in name"));
+        assert_eq!(snapshot_name_error("tank/a@b%c").as_deref(), Some("invalid character '%' in name"));
+        assert_eq!(snapshot_name_error("tank/a@b/c").as_deref(), Some("invalid character '/' in name"));
+        assert!(snapshot_name_error(&format!("tank@{}", "x".repeat(260))).is_some());
+    }
+}
