@@ -317,3 +317,50 @@ def test_zfs_fuse_pool_written_after_its_snapshot(oxzfs, shared_fixtures):
     check_space_identities(sp, pool)
     assert oxzfs.export(pool).returncode == 0
     check_exported(oxzfs, vdir, pool, pool, sp)
+
+
+@pytest.mark.parametrize("version", [5000, 23])
+def test_destroy_snapshots(version, oxzfs):
+    """Five snapshots between workload rounds, destroyed one by one in a random order: after each
+    the others still equal their models, the head its own; OpenZFS's identities hold, with one
+    snapshot left its used is all of usedbysnapshots, with none usedbysnapshots is 0; zdb finds
+    the pool clean (every block only the destroyed snapshot held is freed, nothing more)."""
+    pool = f"sndes{version}"
+    base = os.path.join(oxzfs.base, f"destroy{version}")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 2, 512)
+    r = oxzfs.zpool("create", "-o", "ashift=12", "-o", f"version={version}", "-R", alt, pool, "mirror", *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    fs = f"{pool}/fs"
+    assert oxzfs.zfs("create", fs).returncode == 0
+    root = os.path.join(alt, fs)
+    rng = new_rng(version)
+    model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 6, ops=70)
+    r = oxzfs.zfs("destroy", f"{fs}@nope")
+    assert r.returncode == 1 and "could not find any snapshots to destroy" in r.stderr, repr(r)
+    order = list(snaps)
+    rng.shuffle(order)
+    for i, name in enumerate(order):
+        r = oxzfs.zfs("destroy", f"{fs}@{name}")
+        assert r.returncode == 0, repr(r)
+        del snaps[name]
+        steps(root, model, rng, 15)
+        assert oxzfs.export(pool).returncode == 0
+        r = oxzfs.import_ro(vdir, pool, alt)
+        assert r.returncode == 0, repr(r)
+        sp = space(oxzfs, pool)
+        left = check_space_identities(sp, fs)
+        assert sorted(left) == sorted(f"{fs}@{s}" for s in snaps), (left, snaps.keys())
+        if len(left) == 1:
+            (only,) = left.values()
+            assert only["used"] == sp[fs]["usedsnap"], sp
+        if not left:
+            assert sp[fs]["usedsnap"] == 0, sp
+        verify_snapshots(root, model, snaps, f"after destroying {order[:i + 1]}")
+        assert oxzfs.export(pool).returncode == 0
+        check_exported(oxzfs, vdir, pool, fs, sp)
+        r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        oxzfs.imported.append(pool)
+    assert oxzfs.export(pool).returncode == 0

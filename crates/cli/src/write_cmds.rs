@@ -312,9 +312,6 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         return (String::new(), "missing dataset argument\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n".into(), 2);
     }
     let name = o.operands[0].clone();
-    if name.contains('@') {
-        return (String::new(), format!("cannot destroy '{name}': snapshots are not supported yet by the writer\n"), 1);
-    }
     let imp = match pool_of(st, &name) {
         Ok(i) => i,
         Err(o) => return o,
@@ -323,6 +320,13 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         Ok(h) => h,
         Err(o) => return o,
     };
+    if name.contains('@') {
+        let r = h.lock().destroy_snapshot(&name);
+        return match r {
+            Ok(()) => (String::new(), String::new(), 0),
+            Err(e) => (String::new(), format!("{e}\n"), 1),
+        };
+    }
     let all: Vec<String> = match imp.pool.datasets() {
         Ok(l) => l.into_iter().map(|d| d.name).collect(),
         Err(e) => return err_out(e, &format!("cannot destroy '{name}'")),

@@ -136,7 +136,7 @@ impl PoolW {
     }
 
     /// bpobj_enqueue of each of `bps` (none embedded) at the end of bpobj `obj`.
-    fn bpobj_enqueue(&mut self, obj: u64, bps: &[BlockPointer]) -> Result<()> {
+    pub(crate) fn bpobj_enqueue(&mut self, obj: u64, bps: &[BlockPointer]) -> Result<()> {
         let bonus = self.mos.bonus(obj)?;
         let mut h = BpobjPhys::decode(&bonus, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
         let root = self.spa.root_vdev.clone();
@@ -162,7 +162,7 @@ impl PoolW {
     }
 
     /// Whether deadlist `dl` is of the old format (a bpobj itself).
-    fn deadlist_oldfmt(&mut self, dl: u64) -> Result<bool> {
+    pub(crate) fn deadlist_oldfmt(&mut self, dl: u64) -> Result<bool> {
         Ok(self.mos.dnode(dl)?.typ == types::DMU_OT_BPOBJ)
     }
 
@@ -287,7 +287,7 @@ impl PoolW {
     }
 
     /// bpobj_free: the bpobj and the sub-bpobjs it lists.
-    fn bpobj_free(&mut self, obj: u64) -> Result<()> {
+    pub(crate) fn bpobj_free(&mut self, obj: u64) -> Result<()> {
         let bonus = self.mos.bonus(obj)?;
         let h = BpobjPhys::decode(&bonus, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
         if h.subobjs != 0 {
@@ -302,6 +302,173 @@ impl PoolW {
             self.mos.free_object(h.subobjs)?;
         }
         self.mos.free_object(obj)
+    }
+
+    /// bpobj_space: (bytes, comp, uncomp) of a bpobj, its sub-bpobjs included.
+    pub(crate) fn bpobj_space(&mut self, obj: u64) -> Result<SpaceDelta> {
+        let h = BpobjPhys::decode(&self.mos.bonus(obj)?, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
+        Ok(SpaceDelta { dsize: h.bytes as i64, psize: h.comp as i64, lsize: h.uncomp as i64 })
+    }
+
+    /// Every bp a bpobj holds, its sub-bpobjs' included (bpobj_iterate_nofree).
+    pub(crate) fn bpobj_read_all(&mut self, obj: u64, depth: u32, out: &mut Vec<BlockPointer>) -> Result<()> {
+        if depth > 64 {
+            return Err(ZfsError::Invalid(format!("bpobj {obj}: sub-bpobjs nested too deep")));
+        }
+        let h = BpobjPhys::decode(&self.mos.bonus(obj)?, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
+        let size = self.mos.dnode(obj)?.data_block_size().max(1) * (self.mos.dnode(obj)?.maxblkid + 1);
+        if h.num_blkptrs.saturating_mul(BLKPTR_SIZE as u64) > size {
+            return Err(ZfsError::Invalid(format!("bpobj {obj}: {} blkptrs in {size} bytes", h.num_blkptrs)));
+        }
+        let raw = self.mos.read(obj, 0, (h.num_blkptrs * BLKPTR_SIZE as u64) as usize)?;
+        for c in raw.chunks_exact(BLKPTR_SIZE) {
+            let bp = BlockPointer::decode(c, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
+            if !bp.is_hole() {
+                out.push(bp);
+            }
+        }
+        if h.subobjs != 0 {
+            let n = h.num_subobjs.min(1 << 24);
+            let raw = self.mos.read(h.subobjs, 0, (n * 8) as usize)?;
+            for c in raw.chunks_exact(8) {
+                let sub = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                if sub != 0 {
+                    self.bpobj_read_all(sub, depth + 1, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add the content of bpobj `src` (then gone) to deadlist `dl`'s entry at `entry`
+    /// (mintxg, bpobj): an entry still naming the empty bpobj takes `src` itself, as
+    /// dle_enqueue_subobj does; otherwise `src`'s bps are appended and `src` freed. The
+    /// deadlist's header is not changed. Returns the entry's bpobj after.
+    fn entry_take(&mut self, dl: u64, entry: (u64, u64), src: u64) -> Result<u64> {
+        let empty = self.empty_bpobj()?;
+        if src == empty && empty != 0 {
+            self.bpobj_decr_empty()?;
+            return Ok(entry.1);
+        }
+        if entry.1 == empty && empty != 0 {
+            self.bpobj_decr_empty()?;
+            self.mos.zap_add_u64(dl, &format!("{:x}", entry.0), src)?;
+            return Ok(src);
+        }
+        let mut bps = Vec::new();
+        self.bpobj_read_all(src, 0, &mut bps)?;
+        if !bps.is_empty() {
+            self.bpobj_enqueue(entry.1, &bps)?;
+        }
+        self.bpobj_free(src)?;
+        Ok(entry.1)
+    }
+
+    /// dsl_deadlist_remove_key: the entry `mintxg` merges into the one before it.
+    pub(crate) fn deadlist_remove_key(&mut self, dl: u64, mintxg: u64) -> Result<()> {
+        if self.deadlist_oldfmt(dl)? {
+            return Ok(());
+        }
+        let entries = self.deadlist_entries(dl)?;
+        let Some(i) = entries.iter().position(|&(t, _)| t == mintxg) else { return Ok(()) };
+        self.mos.zap_remove(dl, &format!("{mintxg:x}"))?;
+        match i.checked_sub(1) {
+            Some(p) => {
+                self.entry_take(dl, entries[p], entries[i].1)?;
+            }
+            None => {
+                // No entry before it (cannot happen for a key a snapshot added): keep its
+                // blocks under the next one, else free it.
+                match entries.get(i + 1) {
+                    Some(&next) => {
+                        self.entry_take(dl, next, entries[i].1)?;
+                    }
+                    None => self.deadlist_entry_free(entries[i].1)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deadlist_entry_free(&mut self, obj: u64) -> Result<()> {
+        let empty = self.empty_bpobj()?;
+        if obj == empty && empty != 0 {
+            self.bpobj_decr_empty()
+        } else {
+            self.bpobj_free(obj)
+        }
+    }
+
+    /// dsl_deadlist_space_range: the space of the entries of new-format `dl` with
+    /// mintxg in [min, max).
+    pub(crate) fn deadlist_space_range(&mut self, dl: u64, min: u64, max: u64) -> Result<SpaceDelta> {
+        let empty = self.empty_bpobj()?;
+        let mut d = SpaceDelta::default();
+        for (t, obj) in self.deadlist_entries(dl)? {
+            if t >= min && t < max && !(obj == empty && empty != 0) {
+                let s = self.bpobj_space(obj)?;
+                d.dsize += s.dsize;
+                d.psize += s.psize;
+                d.lsize += s.lsize;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Take the entries of new-format `dl` with mintxg >= `min` out of it: their blocks (to
+    /// be freed) and their space; the header goes down by it (dsl_deadlist_move_bpobj, with
+    /// the blocks freed at once instead of through the pool's free bpobj).
+    pub(crate) fn deadlist_take_from(&mut self, dl: u64, min: u64) -> Result<(Vec<BlockPointer>, SpaceDelta)> {
+        let mut bps = Vec::new();
+        let mut d = SpaceDelta::default();
+        let empty = self.empty_bpobj()?;
+        for (t, obj) in self.deadlist_entries(dl)? {
+            if t < min {
+                continue;
+            }
+            if !(obj == empty && empty != 0) {
+                let s = self.bpobj_space(obj)?;
+                d.dsize += s.dsize;
+                d.psize += s.psize;
+                d.lsize += s.lsize;
+                self.bpobj_read_all(obj, 0, &mut bps)?;
+            }
+            self.deadlist_entry_free(obj)?;
+            self.mos.zap_remove(dl, &format!("{t:x}"))?;
+        }
+        let mut hdr = self.mos.bonus(dl)?;
+        add3(&mut hdr, &SpaceDelta { dsize: -d.dsize, psize: -d.psize, lsize: -d.lsize });
+        self.mos.set_bonus(dl, &hdr)?;
+        Ok((bps, d))
+    }
+
+    /// dsl_deadlist_merge of new-format deadlist `src` into `dl`: each entry of `src` goes to
+    /// the entry of `dl` with the same mintxg or the nearest before it; `src` is freed.
+    pub(crate) fn deadlist_merge_free(&mut self, dl: u64, src: u64) -> Result<()> {
+        let mut space = SpaceDelta::default();
+        for (t, obj) in self.deadlist_entries(src)? {
+            let empty = self.empty_bpobj()?;
+            if !(obj == empty && empty != 0) {
+                let s = self.bpobj_space(obj)?;
+                space.dsize += s.dsize;
+                space.psize += s.psize;
+                space.lsize += s.lsize;
+            }
+            let entries = self.deadlist_entries(dl)?;
+            let i = entries.partition_point(|&(k, _)| k <= t).saturating_sub(1);
+            match entries.get(i) {
+                Some(&e) => {
+                    self.entry_take(dl, e, obj)?;
+                }
+                None => {
+                    self.mos.zap_add_u64(dl, &format!("{t:x}"), obj)?;
+                }
+            }
+        }
+        let mut hdr = self.mos.bonus(dl)?;
+        add3(&mut hdr, &space);
+        self.mos.set_bonus(dl, &hdr)?;
+        self.mos.free_object(src)
     }
 
     /// The dead blocks of a dataset's sync (born at or before its ds_prev_snap_txg, already

@@ -161,6 +161,140 @@ impl PoolW {
     }
 }
 
+impl PoolW {
+    /// `zfs destroy fs@snap` (dsl_destroy_snapshot_sync_impl): the blocks only this snapshot
+    /// held are freed, its deadlist merges into the next one's, and the accounting of its
+    /// neighbours follows. A snapshot with clones or holds is refused.
+    pub fn destroy_snapshot(&mut self, name: &str) -> Result<()> {
+        let obj = self.find_snapshot(name)?.ok_or_else(|| ZfsError::NotFound("could not find any snapshots to destroy; check snapshot names.".into()))?;
+        let sp = self.ds_phys(obj)?;
+        if sp.num_children > 1 {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:")));
+        }
+        if sp.userrefs_obj != 0 && !self.mos.zap(sp.userrefs_obj)?.entries.is_empty() {
+            return Err(ZfsError::Posix(libc::EBUSY, format!("cannot destroy snapshot {name}: dataset is busy")));
+        }
+        self.sync()?;
+        let sp = self.ds_phys(obj)?;
+        let txg = self.txg;
+        let dir = sp.dir_obj;
+        self.ds_features_release(obj)?;
+        // The previous snapshot (or the origin, past a branch point) lets go of us.
+        let mut after_branch_point = false;
+        let mut prev = None;
+        if sp.prev_snap_obj != 0 {
+            let mut pp = self.ds_phys(sp.prev_snap_obj)?;
+            after_branch_point = pp.next_snap_obj != obj;
+            if after_branch_point && pp.next_clones_obj != 0 {
+                self.mos.zap_remove(pp.next_clones_obj, &format!("{obj:x}"))?;
+                if sp.next_snap_obj != 0 {
+                    self.mos.zap_add_u64(pp.next_clones_obj, &format!("{:x}", sp.next_snap_obj), sp.next_snap_obj)?;
+                }
+            }
+            if !after_branch_point {
+                pp.next_snap_obj = sp.next_snap_obj;
+            }
+            self.mos.set_bonus(sp.prev_snap_obj, &pp.encode())?;
+            prev = Some(sp.prev_snap_obj);
+        }
+        let next = sp.next_snap_obj;
+        let mut np = self.ds_phys(next)?;
+        let old_unique = np.unique_bytes;
+        np.prev_snap_obj = sp.prev_snap_obj;
+        np.prev_snap_txg = sp.prev_snap_txg;
+        self.mos.set_bonus(next, &np.encode())?;
+        let root = self.spa.root_vdev.clone();
+        let freed;
+        if self.deadlist_oldfmt(np.deadlist_obj)? {
+            // process_old_deadlist: next's dead blocks born before us join our deadlist, the
+            // rest were ours alone; then the deadlists swap.
+            let mut bps = Vec::new();
+            self.bpobj_read_all(np.deadlist_obj, 0, &mut bps)?;
+            let (keep, gone): (Vec<_>, Vec<_>) = bps.into_iter().partition(|b| b.birth <= sp.prev_snap_txg);
+            if let (Some(p), false) = (prev, after_branch_point) {
+                let mut pp = self.ds_phys(p)?;
+                let more: u64 = keep.iter().filter(|b| b.birth > pp.prev_snap_txg).map(|b| crate::txg::dsize_of(&root, b)).sum();
+                pp.unique_bytes += more;
+                self.mos.set_bonus(p, &pp.encode())?;
+            }
+            self.deadlist_insert(sp.deadlist_obj, &keep)?;
+            let mut np = self.ds_phys(next)?;
+            let old_dl = np.deadlist_obj;
+            np.deadlist_obj = sp.deadlist_obj;
+            self.mos.set_bonus(next, &np.encode())?;
+            self.bpobj_free(old_dl)?;
+            freed = gone;
+        } else {
+            if let (Some(p), false) = (prev, after_branch_point) {
+                let mut pp = self.ds_phys(p)?;
+                let d = self.deadlist_space_range(np.deadlist_obj, pp.prev_snap_txg, sp.prev_snap_txg)?;
+                pp.unique_bytes += d.dsize as u64;
+                self.mos.set_bonus(p, &pp.encode())?;
+            }
+            let (gone, _) = self.deadlist_take_from(np.deadlist_obj, sp.prev_snap_txg)?;
+            self.deadlist_merge_free(np.deadlist_obj, sp.deadlist_obj)?;
+            freed = gone;
+        }
+        // What only we held is freed: out of the dir's SNAP usage.
+        let mut used = crate::dbuf::SpaceDelta::default();
+        for bp in &freed {
+            used.dsize -= crate::txg::dsize_of(&root, bp) as i64;
+            used.psize -= bp.psize as i64;
+            used.lsize -= bp.lsize as i64;
+            self.free_bp(bp, txg)?;
+        }
+        self.dir_transfer(dir, used.dsize, used.psize, used.lsize, used.dsize, oxzfs_format::dsl::DD_USED_SNAP, oxzfs_format::dsl::DD_USED_SNAP)?;
+        let head = self.dir_phys(dir)?.head_dataset_obj;
+        let mut np = self.ds_phys(next)?;
+        if next != head {
+            // Next's unique gains what only we and it held: born after our prev, dead after it.
+            let nn = self.ds_phys(np.next_snap_obj)?;
+            if !self.deadlist_oldfmt(nn.deadlist_obj)? {
+                let d = self.deadlist_space_range(nn.deadlist_obj, sp.prev_snap_txg, sp.creation_txg)?;
+                np.unique_bytes += d.dsize as u64;
+            } else {
+                let mut bps = Vec::new();
+                self.bpobj_read_all(nn.deadlist_obj, 0, &mut bps)?;
+                np.unique_bytes += bps.iter().filter(|b| b.birth > sp.prev_snap_txg && b.birth <= sp.creation_txg).map(|b| crate::txg::dsize_of(&root, b)).sum::<u64>();
+            }
+            self.mos.set_bonus(next, &np.encode())?;
+            let hdl = self.ds_phys(head)?.deadlist_obj;
+            self.deadlist_remove_key(hdl, sp.creation_txg)?;
+        } else {
+            // dsl_dataset_recalc_head_uniq.
+            let mrs = match prev {
+                Some(p) => self.ds_phys(p)?.referenced_bytes,
+                None => 0,
+            };
+            let dl_used = if self.deadlist_oldfmt(np.deadlist_obj)? {
+                self.bpobj_space(np.deadlist_obj)?.dsize as u64
+            } else {
+                u64::from_le_bytes(self.mos.bonus(np.deadlist_obj)?[0..8].try_into().expect("8 bytes"))
+            };
+            np.unique_bytes = (np.referenced_bytes + dl_used).saturating_sub(mrs);
+            self.mos.set_bonus(next, &np.encode())?;
+            let res = self.local_num(dir, "refreservation")?;
+            if old_unique < res {
+                let d = (np.unique_bytes.saturating_sub(old_unique)).min(res - old_unique) as i64;
+                self.dir_transfer(dir, -d, 0, 0, -d, DD_USED_REFRSRV, DD_USED_REFRSRV)?;
+            }
+            if let Some(d) = self.datasets.get_mut(&next) {
+                d.prev_snap_txg = sp.prev_snap_txg;
+            }
+        }
+        // Out of the namespace; the objects go.
+        let names = self.ds_phys(head)?.snapnames_zapobj;
+        let snapname = name.split_once('@').map(|(_, s)| s).unwrap_or(name);
+        self.mos.zap_remove(names, snapname)?;
+        for o in [sp.next_clones_obj, sp.props_obj, sp.userrefs_obj, obj] {
+            if o != 0 {
+                self.mos.free_object(o)?;
+            }
+        }
+        self.sync()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::snapshot_name_error;

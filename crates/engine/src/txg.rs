@@ -934,7 +934,7 @@ impl PoolW {
     }
 
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
-    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
+    pub(crate) fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
         let spa = self.spa.clone();
         free_bp_in(&spa, &mut self.ms, bp, txg)
     }
@@ -1076,7 +1076,7 @@ impl PoolW {
     /// Before dataset `dsobj` is freed: each per-dataset feature it counts is released
     /// (dsl_dataset_deactivate_feature), and so is its extensible_dataset count
     /// (dmu_object_free_zapified).
-    fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
+    pub(crate) fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
         if self.version < SPA_VERSION_FEATURES {
             return Ok(());
         }
