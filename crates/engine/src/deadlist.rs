@@ -288,17 +288,11 @@ impl PoolW {
 
     /// bpobj_free: the bpobj and the sub-bpobjs it lists.
     pub(crate) fn bpobj_free(&mut self, obj: u64) -> Result<()> {
-        let bonus = self.mos.bonus(obj)?;
-        let h = BpobjPhys::decode(&bonus, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
+        let h = BpobjPhys::decode(&self.mos.bonus(obj)?, true).map_err(|e| ZfsError::corrupt(format!("bpobj {obj}"), e))?;
+        for sub in self.bpobj_subobjs(&h)? {
+            self.bpobj_free(sub)?;
+        }
         if h.subobjs != 0 {
-            let n = h.num_subobjs.min(1 << 24);
-            let raw = self.mos.read(h.subobjs, 0, (n * 8) as usize)?;
-            for c in raw.chunks_exact(8) {
-                let sub = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-                if sub != 0 {
-                    self.bpobj_free(sub)?;
-                }
-            }
             self.mos.free_object(h.subobjs)?;
         }
         self.mos.free_object(obj)
@@ -327,17 +321,20 @@ impl PoolW {
                 out.push(bp);
             }
         }
-        if h.subobjs != 0 {
-            let n = h.num_subobjs.min(1 << 24);
-            let raw = self.mos.read(h.subobjs, 0, (n * 8) as usize)?;
-            for c in raw.chunks_exact(8) {
-                let sub = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-                if sub != 0 {
-                    self.bpobj_read_all(sub, depth + 1, out)?;
-                }
-            }
+        for sub in self.bpobj_subobjs(&h)? {
+            self.bpobj_read_all(sub, depth + 1, out)?;
         }
         Ok(())
+    }
+
+    /// The sub-bpobjs a bpobj lists (its bpo_subobjs array).
+    fn bpobj_subobjs(&mut self, h: &BpobjPhys) -> Result<Vec<u64>> {
+        if h.subobjs == 0 {
+            return Ok(Vec::new());
+        }
+        let n = h.num_subobjs.min(1 << 24);
+        let raw = self.mos.read(h.subobjs, 0, (n * 8) as usize)?;
+        Ok(raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).filter(|&o| o != 0).collect())
     }
 
     /// Add the content of bpobj `src` (then gone) to deadlist `dl`'s entry at `entry`
