@@ -56,12 +56,16 @@ def space(oxzfs, pool):
     return out
 
 
-def check_space_identities(sp, fs):
-    """OpenZFS's space identities for file system FS and its snapshots."""
+def check_space_identities(sp, fs, clone=False):
+    """OpenZFS's space identities for file system FS and its snapshots (a clone's dataset uses
+    less than it references: the origin's blocks are the origin's)."""
     head = sp[fs]
     parts = head["usedsnap"] + head["usedds"] + head["usedchild"] + head["usedrefreserv"]
     assert head["used"] == parts, f"{fs}: used {head['used']} != usedsnap+usedds+usedchild+usedrefreserv {parts}"
-    assert head["usedds"] == head["refer"], f"{fs}: usedbydataset {head['usedds']} != referenced {head['refer']}"
+    if clone:
+        assert head["usedds"] <= head["refer"], f"{fs}: usedbydataset {head['usedds']} > referenced {head['refer']}"
+    else:
+        assert head["usedds"] == head["refer"], f"{fs}: usedbydataset {head['usedds']} != referenced {head['refer']}"
     snaps = {n: v for n, v in sp.items() if n.startswith(fs + "@")}
     # A snapshot's used is what only it holds: together never more than usedbysnapshots.
     total_unique = sum(v["used"] for v in snaps.values())
@@ -363,4 +367,63 @@ def test_destroy_snapshots(version, oxzfs):
         r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
         assert r.returncode == 0, repr(r)
         oxzfs.imported.append(pool)
+    assert oxzfs.export(pool).returncode == 0
+
+
+@pytest.mark.parametrize("version", [5000, 23])
+def test_clones_written_and_destroyed(version, oxzfs):
+    """zfs clone of a snapshot in the middle of a file system's history; the clone and the file
+    system are both written (the clone's deadlist keeps what it frees of the origin's blocks),
+    the clone is snapshotted; zdb clean and every dataset and snapshot equal to its model across
+    export/import; the origin refuses to go while the clone lives; clone snapshot, clone and
+    origin destroyed, zdb clean again."""
+    pool = f"sncl{version}"
+    base = os.path.join(oxzfs.base, f"clone{version}")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 3, 384)
+    r = oxzfs.zpool("create", "-o", "ashift=9", "-o", f"version={version}", "-R", alt, pool, "raidz1", *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    fs, cl = f"{pool}/fs", f"{pool}/cl"
+    assert oxzfs.zfs("create", fs).returncode == 0
+    root, croot = os.path.join(alt, fs), os.path.join(alt, cl)
+    rng = new_rng(version + 1)
+    model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 3, ops=70)
+    r = oxzfs.zfs("clone", f"{fs}@s1", cl)
+    assert r.returncode == 0, repr(r)
+    cmodel = copy.deepcopy(snaps["s1"])
+    diffs = workload.verify(croot, cmodel)
+    assert not diffs, "a new clone differs from its origin:\n" + "\n".join(diffs[:10])
+    steps(croot, cmodel, rng, 70)
+    assert oxzfs.zfs("snapshot", f"{cl}@c1").returncode == 0
+    csnaps = {"c1": copy.deepcopy(cmodel)}
+    steps(croot, cmodel, rng, 50)
+    steps(root, model, rng, 50)
+    r = oxzfs.zfs("destroy", f"{fs}@s1")
+    assert r.returncode == 1 and "snapshot has dependent clones" in r.stderr, repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    verify_snapshots(root, model, snaps, "origin file system")
+    verify_snapshots(croot, cmodel, csnaps, "clone")
+    sp = space(oxzfs, pool)
+    check_space_identities(sp, fs)
+    check_space_identities(sp, cl, clone=True)
+    assert oxzfs.export(pool).returncode == 0
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    for victim in (f"{cl}@c1", cl, f"{fs}@s1"):
+        r = oxzfs.zfs("destroy", victim)
+        assert r.returncode == 0, repr(r)
+    del snaps["s1"]
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    verify_snapshots(root, model, snaps, "after the clone and its origin went")
+    sp = space(oxzfs, pool)
+    assert sorted(sp) == sorted([pool, fs] + [f"{fs}@{s}" for s in snaps]), sp
+    check_space_identities(sp, fs)
     assert oxzfs.export(pool).returncode == 0

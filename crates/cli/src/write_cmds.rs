@@ -379,6 +379,55 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
     (String::new(), String::new(), 0)
 }
 
+const ZFS_CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
+
+/// `zfs clone [-p] [-o prop=val]... FS@SNAP NEWFS`
+pub fn zfs_clone(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "o", "p") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ZFS_CLONE_USAGE}"), 2),
+    };
+    match o.operands.len() {
+        0 => return (String::new(), format!("missing source dataset argument\n{ZFS_CLONE_USAGE}"), 2),
+        1 => return (String::new(), format!("missing target dataset argument\n{ZFS_CLONE_USAGE}"), 2),
+        2 => {}
+        _ => return (String::new(), format!("too many arguments\n{ZFS_CLONE_USAGE}"), 2),
+    }
+    let (src, target) = (o.operands[0].clone(), o.operands[1].clone());
+    let mut props = Vec::new();
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some((k, v)) => props.push((k.to_string(), v.to_string())),
+            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_CLONE_USAGE}"), 2),
+        }
+    }
+    let imp = match pool_of(st, &src) {
+        Ok(i) => i,
+        Err(o) => return o,
+    };
+    if target.split('/').next() != src.split(['/', '@']).next() {
+        return (String::new(), format!("cannot create '{target}': source and target pools differ\n"), 1);
+    }
+    let h = match rw_of(imp, &target, "create") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = {
+        let mut w = h.lock();
+        match w.find_snapshot(&src) {
+            Ok(Some(snap)) => w.create_dataset_from(&target, &props, o.has('p'), Some(snap)).and_then(|_| w.sync()),
+            Ok(None) => return (String::new(), format!("cannot open '{src}': dataset does not exist\n"), 1),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot create '{target}'"));
+    }
+    let mut err = String::new();
+    let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
+    (String::new(), err, code)
+}
+
 const ZFS_SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 
 /// `zfs snapshot [-r] [-o prop=val]... FS@SNAP...`: every snapshot in one txg, or none.

@@ -166,7 +166,7 @@ impl PoolW {
     /// held are freed, its deadlist merges into the next one's, and the accounting of its
     /// neighbours follows. A snapshot with clones or holds is refused.
     pub fn destroy_snapshot(&mut self, name: &str) -> Result<()> {
-        let obj = self.find_snapshot(name)?.ok_or_else(|| ZfsError::NotFound("could not find any snapshots to destroy; check snapshot names.".into()))?;
+        let obj = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid("could not find any snapshots to destroy; check snapshot names.".into()))?;
         let sp = self.ds_phys(obj)?;
         if sp.num_children > 1 {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:")));

@@ -2158,6 +2158,12 @@ impl PoolW {
 
     /// `zfs create [-p]`: a new file system, a clone of $ORIGIN@$ORIGIN as OpenZFS makes them.
     pub fn create_dataset(&mut self, name: &str, props: &[(String, String)], parents: bool) -> Result<u64> {
+        self.create_dataset_from(name, props, parents, None)
+    }
+
+    /// `zfs create`, or with `origin` (a snapshot object) `zfs clone`: the new head shares the
+    /// origin's objset, its blocks born at or before the origin stay the origin's.
+    pub fn create_dataset_from(&mut self, name: &str, props: &[(String, String)], parents: bool, origin: Option<u64>) -> Result<u64> {
         if name.len() > 255 {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': name is too long")));
         }
@@ -2189,11 +2195,16 @@ impl PoolW {
         let root_dir = self.mos.zap_lookup(1, "root_dataset")?.expect("checked");
         let root_child = self.dir_phys(root_dir)?.child_dir_zapobj;
         let origin_dir = self.mos.zap_lookup(root_child, "$ORIGIN")?;
-        let osnap = match origin_dir {
-            Some(od) => {
+        let osnap = match (origin, origin_dir) {
+            (Some(o), _) => Some((self.ds_phys(o)?.dir_obj, o)),
+            (None, Some(od)) => {
                 let head = self.dir_phys(od)?.head_dataset_obj;
                 Some((od, self.ds_phys(head)?.prev_snap_obj))
             }
+            (None, None) => None,
+        };
+        let ophys = match origin {
+            Some(o) => Some(self.ds_phys(o)?),
             None => None,
         };
         let mos = &mut self.mos;
@@ -2207,7 +2218,16 @@ impl PoolW {
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
-        let deadlist = self.deadlist_alloc()?;
+        // dsl_deadlist_clone of the origin's head's deadlist, its keys before the origin.
+        let deadlist = match osnap {
+            Some((od, o)) => {
+                let op = self.ds_phys(o)?;
+                let ohead = self.dir_phys(od)?.head_dataset_obj;
+                let hdl = self.ds_phys(ohead)?.deadlist_obj;
+                self.deadlist_clone(hdl, op.creation_txg, o)?
+            }
+            None => self.deadlist_alloc()?,
+        };
         let mos = &mut self.mos;
         let snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
         let mut dp = DslDatasetPhys {
@@ -2245,6 +2265,14 @@ impl PoolW {
             dp.prev_snap_obj = snap;
             dp.prev_snap_txg = 1;
             ddp.origin_obj = snap;
+            if let Some(op) = &ophys {
+                dp.prev_snap_txg = op.creation_txg;
+                dp.referenced_bytes = op.referenced_bytes;
+                dp.compressed_bytes = op.compressed_bytes;
+                dp.uncompressed_bytes = op.uncompressed_bytes;
+                dp.bp = op.bp.clone();
+                dp.flags |= op.flags & (oxzfs_format::dsl::DS_FLAG_INCONSISTENT | oxzfs_format::dsl::DS_FLAG_CI_DATASET);
+            }
             let mut sp = DslDatasetPhys::decode(&mos.bonus(snap)?, true).map_err(|e| ZfsError::corrupt("origin".to_string(), e))?;
             sp.num_children += 1;
             if sp.next_clones_obj == 0 {
@@ -2264,9 +2292,20 @@ impl PoolW {
         mos.set_bonus(ds, &dp.encode())?;
         mos.set_bonus(dd, &ddp.encode())?;
         let osprops = self.effective_props(dd)?;
-        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
-        crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
-        self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
+        match (origin, &ophys) {
+            (Some(o), Some(op)) => {
+                let os = ObjsetW::open(&self.spa, ds, &op.bp, osprops)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: op.creation_txg });
+                for f in self.ds_features(o)? {
+                    self.ds_feature_activate(ds, &f)?;
+                }
+            }
+            _ => {
+                let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
+                crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
+            }
+        }
         for (k, val) in props {
             self.prop_feature_activate(ds, k, val)?;
         }
