@@ -119,6 +119,20 @@ def snapshot_rounds(oxzfs, pool, fs, root, rng, rounds, ops=90):
     return model, snaps
 
 
+def pool_with_fs(oxzfs, tag, pool, ndevs, size_mib, layout, *create_args):
+    """A new pool of NDEVS files (LAYOUT builds the vdev arguments) with file system POOL/fs:
+    (vdev dir, altroot, fs name, fs mountpoint)."""
+    base = os.path.join(oxzfs.base, tag)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, ndevs, size_mib)
+    r = oxzfs.zpool("create", *create_args, "-R", alt, pool, *layout(devs))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    fs = f"{pool}/fs"
+    assert oxzfs.zfs("create", fs).returncode == 0
+    return vdir, alt, fs, os.path.join(alt, fs)
+
+
 def verify_snapshots(root, model, snaps, ctx):
     diffs = workload.verify(root, model)
     assert not diffs, f"{ctx}: the head differs from the model:\n" + "\n".join(diffs[:10])
@@ -149,16 +163,7 @@ def test_writes_after_snapshots(lid, layout, n, ashift, version, oxzfs):
     snapshot equals its model and the head the last one, across export/import; then writes go on
     after a re-import and a fourth snapshot, and the pool is checked again."""
     pool = "sn" + lid.replace("-", "")
-    base = os.path.join(oxzfs.base, lid)
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, n, 192)
-    r = oxzfs.zpool("create", "-o", f"ashift={ashift}", "-o", f"version={version}", "-R", alt, pool, *layout(devs))
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    fs = f"{pool}/fs"
-    assert oxzfs.zfs("create", fs).returncode == 0
-    root = os.path.join(alt, fs)
+    vdir, alt, fs, root = pool_with_fs(oxzfs, lid, pool, n, 192, layout, "-o", f"ashift={ashift}", "-o", f"version={version}")
     rng = new_rng(sum(map(ord, lid)))
     model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 4)
     assert oxzfs.export(pool).returncode == 0
@@ -193,15 +198,7 @@ def test_snapshot_space_follows_openzfs(oxzfs):
     records rewritten (the snapshot alone holds the old ones), snapshot, the file truncated to
     one record (six records held by both snapshots, two more by the second only)."""
     pool = "snspace"
-    base = os.path.join(oxzfs.base, "space")
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 128)
-    r = oxzfs.zpool("create", "-o", "ashift=9", "-O", "compression=off", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    fs = f"{pool}/fs"
-    assert oxzfs.zfs("create", fs).returncode == 0
-    root = os.path.join(alt, fs)
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "space", pool, 1, 128, lambda d: d, "-o", "ashift=9", "-O", "compression=off")
     rec = 128 << 10
     with open(os.path.join(root, "f"), "wb") as f:
         f.write(os.urandom(8 * rec))
@@ -330,15 +327,8 @@ def test_destroy_snapshots(version, oxzfs):
     snapshot left its used is all of usedbysnapshots, with none usedbysnapshots is 0; zdb finds
     the pool clean (every block only the destroyed snapshot held is freed, nothing more)."""
     pool = f"sndes{version}"
-    base = os.path.join(oxzfs.base, f"destroy{version}")
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 2, 512)
-    r = oxzfs.zpool("create", "-o", "ashift=12", "-o", f"version={version}", "-R", alt, pool, "mirror", *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    fs = f"{pool}/fs"
-    assert oxzfs.zfs("create", fs).returncode == 0
-    root = os.path.join(alt, fs)
+    vdir, alt, fs, root = pool_with_fs(oxzfs, f"destroy{version}", pool, 2, 512, lambda d: ["mirror"] + d,
+                                       "-o", "ashift=12", "-o", f"version={version}")
     rng = new_rng(version)
     model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 6, ops=70)
     r = oxzfs.zfs("destroy", f"{fs}@nope")
@@ -378,15 +368,10 @@ def test_clones_written_and_destroyed(version, oxzfs):
     export/import; the origin refuses to go while the clone lives; clone snapshot, clone and
     origin destroyed, zdb clean again."""
     pool = f"sncl{version}"
-    base = os.path.join(oxzfs.base, f"clone{version}")
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 3, 384)
-    r = oxzfs.zpool("create", "-o", "ashift=9", "-o", f"version={version}", "-R", alt, pool, "raidz1", *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    fs, cl = f"{pool}/fs", f"{pool}/cl"
-    assert oxzfs.zfs("create", fs).returncode == 0
-    root, croot = os.path.join(alt, fs), os.path.join(alt, cl)
+    vdir, alt, fs, root = pool_with_fs(oxzfs, f"clone{version}", pool, 3, 384, lambda d: ["raidz1"] + d,
+                                       "-o", "ashift=9", "-o", f"version={version}")
+    cl = f"{pool}/cl"
+    croot = os.path.join(alt, cl)
     rng = new_rng(version + 1)
     model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 3, ops=70)
     r = oxzfs.zfs("clone", f"{fs}@s1", cl)

@@ -379,13 +379,18 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
     (String::new(), String::new(), 0)
 }
 
+/// `getopt`, a bad option answered with the verb's usage (exit 2).
+fn getopt_or_usage(args: &[String], with_value: &str, plain: &str, usage: &str) -> Result<crate::commands::Opts, Out> {
+    getopt(args, with_value, plain).map_err(|e| (String::new(), format!("{e}\n{usage}"), 2))
+}
+
 const ZFS_CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 /// `zfs clone [-p] [-o prop=val]... FS@SNAP NEWFS`
 pub fn zfs_clone(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "o", "p") {
+    let o = match getopt_or_usage(args, "o", "p", ZFS_CLONE_USAGE) {
         Ok(o) => o,
-        Err(e) => return (String::new(), format!("{e}\n{ZFS_CLONE_USAGE}"), 2),
+        Err(out) => return out,
     };
     match o.operands.len() {
         0 => return (String::new(), format!("missing source dataset argument\n{ZFS_CLONE_USAGE}"), 2),
@@ -432,9 +437,9 @@ const ZFS_SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ..
 
 /// `zfs snapshot [-r] [-o prop=val]... FS@SNAP...`: every snapshot in one txg, or none.
 pub fn zfs_snapshot(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "o", "r") {
+    let o = match getopt_or_usage(args, "o", "r", ZFS_SNAPSHOT_USAGE) {
         Ok(o) => o,
-        Err(e) => return (String::new(), format!("{e}\n{ZFS_SNAPSHOT_USAGE}"), 2),
+        Err(out) => return out,
     };
     if o.operands.is_empty() {
         return (String::new(), format!("missing snapshot argument\n{ZFS_SNAPSHOT_USAGE}"), 2);
