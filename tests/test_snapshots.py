@@ -114,8 +114,7 @@ def snapshot_rounds(oxzfs, pool, fs, root, rng, rounds, ops=90):
         r = oxzfs.zfs("snapshot", f"{fs}@{name}")
         assert r.returncode == 0, repr(r)
         snaps[name] = copy.deepcopy(model)
-        diffs = workload.verify(root, model)
-        assert not diffs, f"head after snapshot {name} differs from the model:\n" + "\n".join(diffs[:10])
+        verify_head(root, model, f"after snapshot {name}")
     return model, snaps
 
 
@@ -133,9 +132,23 @@ def pool_with_fs(oxzfs, tag, pool, ndevs, size_mib, layout, *create_args):
     return vdir, alt, fs, os.path.join(alt, fs)
 
 
-def verify_snapshots(root, model, snaps, ctx):
+def snapshot_between(oxzfs, fs, root, model, rng, snaps, name, before, after):
+    """BEFORE workload steps, snapshot NAME (its model kept in SNAPS), AFTER more steps."""
+    steps(root, model, rng, before)
+    r = oxzfs.zfs("snapshot", f"{fs}@{name}")
+    assert r.returncode == 0, repr(r)
+    snaps[name] = copy.deepcopy(model)
+    steps(root, model, rng, after)
+
+
+def verify_head(root, model, ctx):
     diffs = workload.verify(root, model)
     assert not diffs, f"{ctx}: the head differs from the model:\n" + "\n".join(diffs[:10])
+
+
+def verify_snapshots(root, model, snaps, ctx):
+    """The head and every snapshot (under .zfs/snapshot: read-only mounts) against their models."""
+    verify_head(root, model, ctx)
     for name, m in snaps.items():
         sroot = os.path.join(root, ".zfs", "snapshot", name)
         assert os.path.isdir(sroot), f"{ctx}: {sroot} missing"
@@ -179,10 +192,7 @@ def test_writes_after_snapshots(lid, layout, n, ashift, version, oxzfs):
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
     assert r.returncode == 0, repr(r)
     oxzfs.imported.append(pool)
-    steps(root, model, rng, 60)
-    assert oxzfs.zfs("snapshot", f"{fs}@s4").returncode == 0
-    snaps["s4"] = copy.deepcopy(model)
-    steps(root, model, rng, 60)
+    snapshot_between(oxzfs, fs, root, model, rng, snaps, "s4", 60, 60)
     assert oxzfs.export(pool).returncode == 0
     r = oxzfs.import_ro(vdir, pool, alt)
     assert r.returncode == 0, repr(r)
@@ -377,8 +387,7 @@ def test_clones_written_and_destroyed(version, oxzfs):
     r = oxzfs.zfs("clone", f"{fs}@s1", cl)
     assert r.returncode == 0, repr(r)
     cmodel = copy.deepcopy(snaps["s1"])
-    diffs = workload.verify(croot, cmodel)
-    assert not diffs, "a new clone differs from its origin:\n" + "\n".join(diffs[:10])
+    verify_head(croot, cmodel, "a new clone")
     steps(croot, cmodel, rng, 70)
     assert oxzfs.zfs("snapshot", f"{cl}@c1").returncode == 0
     csnaps = {"c1": copy.deepcopy(cmodel)}
@@ -412,3 +421,39 @@ def test_clones_written_and_destroyed(version, oxzfs):
     assert sorted(sp) == sorted([pool, fs] + [f"{fs}@{s}" for s in snaps]), sp
     check_space_identities(sp, fs)
     assert oxzfs.export(pool).returncode == 0
+
+
+@pytest.mark.parametrize("version", [5000, 23])
+def test_rollback(version, oxzfs):
+    """zfs rollback: refused past newer snapshots (naming them), with -r the newer ones go; the
+    head equals the snapshot's model again, takes more writes and snapshots, and the pool stays
+    clean for zdb with its space identities."""
+    pool = f"snrb{version}"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, f"rollback{version}", pool, 2, 384, lambda d: ["mirror"] + d,
+                                       "-o", "ashift=12", "-o", f"version={version}")
+    rng = new_rng(version + 2)
+    model, snaps = snapshot_rounds(oxzfs, pool, fs, root, rng, 4, ops=60)
+    r = oxzfs.zfs("rollback", f"{fs}@s2")
+    assert r.returncode == 1, repr(r)
+    assert f"cannot rollback to '{fs}@s2': more recent snapshots or bookmarks exist" in r.stderr, repr(r)
+    assert f"{fs}@s3" in r.stderr, repr(r)
+    r = oxzfs.zfs("rollback", f"{fs}@s3")
+    assert r.returncode == 0, repr(r)
+    model = copy.deepcopy(snaps["s3"])
+    verify_head(root, model, "after rollback to the latest snapshot")
+    steps(root, model, rng, 40)
+    r = oxzfs.zfs("rollback", "-r", f"{fs}@s2")
+    assert r.returncode == 0, repr(r)
+    del snaps["s3"]
+    model = copy.deepcopy(snaps["s2"])
+    verify_head(root, model, "after rollback -r")
+    snapshot_between(oxzfs, fs, root, model, rng, snaps, "s3b", 40, 30)
+    assert oxzfs.export(pool).returncode == 0
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    verify_snapshots(root, model, snaps, "re-imported after rollbacks")
+    sp = space(oxzfs, pool)
+    assert sorted(n for n in sp if "@" in n) == sorted(f"{fs}@{s}" for s in snaps), sp
+    check_space_identities(sp, fs)
+    assert oxzfs.export(pool).returncode == 0
+    check_exported(oxzfs, vdir, pool, fs, sp)

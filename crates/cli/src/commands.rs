@@ -206,7 +206,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
-    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "snapshot" | "snap" | "clone")) {
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "snapshot" | "snap" | "clone" | "rollback")) {
         let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
         if let Some(t) = target {
             let pool = if cmd == "zpool" && verb != "set" {
@@ -264,6 +264,7 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "snapshot" | "snap") => crate::write_cmds::zfs_snapshot(st, rest),
         ("zfs", "clone") => crate::write_cmds::zfs_clone(st, rest),
+        ("zfs", "rollback") => crate::write_cmds::zfs_rollback(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
         ("zfs", "inherit") => crate::write_cmds::zfs_inherit(st, rest),
         ("zpool", "export") => zpool_export(st, rest),

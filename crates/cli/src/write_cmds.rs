@@ -258,6 +258,14 @@ fn rw_of(imp: &Imported, ds: &str, verb: &str) -> Result<Arc<PoolHandle>, Out> {
     imp.rw.clone().ok_or_else(|| (String::new(), format!("cannot {verb} '{ds}': pool is read-only\n"), 1))
 }
 
+/// The imported pool of dataset `ds` and its write handle (`verb` names the refusal of a
+/// read-only pool).
+fn imported_rw<'a>(st: &'a mut State, ds: &str, verb: &str) -> Result<(&'a mut Imported, Arc<PoolHandle>), Out> {
+    let imp = pool_of(st, ds)?;
+    let h = rw_of(imp, ds, verb)?;
+    Ok((imp, h))
+}
+
 fn err_out(e: ZfsError, ctx: &str) -> Out {
     let m = e.to_string();
     (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("{ctx}: {m}") }), 1)
@@ -312,12 +320,8 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         return (String::new(), "missing dataset argument\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n".into(), 2);
     }
     let name = o.operands[0].clone();
-    let imp = match pool_of(st, &name) {
-        Ok(i) => i,
-        Err(o) => return o,
-    };
-    let h = match rw_of(imp, &name, "destroy") {
-        Ok(h) => h,
+    let (imp, h) = match imported_rw(st, &name, "destroy") {
+        Ok(x) => x,
         Err(o) => return o,
     };
     if name.contains('@') {
@@ -384,20 +388,89 @@ fn getopt_or_usage(args: &[String], with_value: &str, plain: &str, usage: &str) 
     getopt(args, with_value, plain).map_err(|e| (String::new(), format!("{e}\n{usage}"), 2))
 }
 
+/// `getopt_or_usage` for a verb of exactly `missing.len()` operands: too few answered with
+/// `missing[n]`, too many with "too many arguments", each with the usage.
+fn verb_args(args: &[String], with_value: &str, plain: &str, usage: &str, missing: &[&str]) -> Result<crate::commands::Opts, Out> {
+    let o = getopt_or_usage(args, with_value, plain, usage)?;
+    let n = o.operands.len();
+    if n < missing.len() {
+        return Err((String::new(), format!("{}\n{usage}", missing[n]), 2));
+    }
+    if n > missing.len() {
+        return Err((String::new(), format!("too many arguments\n{usage}"), 2));
+    }
+    Ok(o)
+}
+
+const ZFS_ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
+
+/// `zfs rollback [-rRf] FS@SNAP`: with -r the newer snapshots are destroyed first; the file
+/// system is unmounted around the change and mounted again.
+pub fn zfs_rollback(st: &mut State, args: &[String]) -> Out {
+    let o = match verb_args(args, "", "rRf", ZFS_ROLLBACK_USAGE, &["missing dataset argument"]) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    let name = o.operands[0].clone();
+    let (imp, h) = match imported_rw(st, &name, "rollback") {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    let Some((fs, _)) = name.split_once('@') else {
+        return (String::new(), format!("cannot open '{name}': operation only applies to snapshots\n"), 1);
+    };
+    let newer = {
+        let mut w = h.lock();
+        match w.find_snapshot(&name) {
+            Ok(Some(snap)) => w.snapshots_after(fs, snap),
+            Ok(None) => return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1),
+            Err(e) => Err(e),
+        }
+    };
+    let newer = match newer {
+        Ok(n) => n,
+        Err(e) => return err_out(e, &format!("cannot rollback to '{name}'")),
+    };
+    if !newer.is_empty() && !o.has('r') && !o.has('R') {
+        let list: String = newer.iter().rev().map(|n| format!("{n}\n")).collect();
+        return (
+            String::new(),
+            format!("cannot rollback to '{name}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{list}"),
+            1,
+        );
+    }
+    for n in &newer {
+        let r = h.lock().destroy_snapshot(n);
+        if let Err(e) = r {
+            return (String::new(), format!("{e}\n"), 1);
+        }
+    }
+    if let Some(i) = imp.mounts.iter().position(|m| m.dataset == fs) {
+        let m = imp.mounts.remove(i);
+        if let Err((m, e)) = m.unmount(o.has('f')) {
+            imp.mounts.insert(i, m);
+            return (String::new(), format!("cannot unmount '{fs}': {e}\n"), 1);
+        }
+        imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(fs);
+    }
+    let r = h.lock().rollback(&name);
+    let mut err = match r {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e}\n"),
+    };
+    let failed = !err.is_empty();
+    let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 || failed { 1 } else { 0 };
+    (String::new(), err, code)
+}
+
 const ZFS_CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 /// `zfs clone [-p] [-o prop=val]... FS@SNAP NEWFS`
 pub fn zfs_clone(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt_or_usage(args, "o", "p", ZFS_CLONE_USAGE) {
+    let o = match verb_args(args, "o", "p", ZFS_CLONE_USAGE, &["missing source dataset argument", "missing target dataset argument"]) {
         Ok(o) => o,
         Err(out) => return out,
     };
-    match o.operands.len() {
-        0 => return (String::new(), format!("missing source dataset argument\n{ZFS_CLONE_USAGE}"), 2),
-        1 => return (String::new(), format!("missing target dataset argument\n{ZFS_CLONE_USAGE}"), 2),
-        2 => {}
-        _ => return (String::new(), format!("too many arguments\n{ZFS_CLONE_USAGE}"), 2),
-    }
     let (src, target) = (o.operands[0].clone(), o.operands[1].clone());
     let mut props = Vec::new();
     for p in o.values('o') {

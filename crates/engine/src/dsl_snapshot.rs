@@ -50,6 +50,19 @@ fn now() -> u64 {
 }
 
 impl PoolW {
+    /// Free every one of `bps` in `txg`: the (negative) space change.
+    fn free_all(&mut self, bps: &[oxzfs_format::blkptr::BlockPointer], txg: u64) -> Result<crate::dbuf::SpaceDelta> {
+        let root = self.spa.root_vdev.clone();
+        let mut d = crate::dbuf::SpaceDelta::default();
+        for bp in bps {
+            d.dsize -= crate::txg::dsize_of(&root, bp) as i64;
+            d.psize -= bp.psize as i64;
+            d.lsize -= bp.lsize as i64;
+            self.free_bp(bp, txg)?;
+        }
+        Ok(d)
+    }
+
     /// The snapshot object named `name` ("fs@snap"), or None.
     pub fn find_snapshot(&mut self, name: &str) -> Result<Option<u64>> {
         let Some((fs, snap)) = name.split_once('@') else { return Ok(None) };
@@ -236,13 +249,7 @@ impl PoolW {
             freed = gone;
         }
         // What only we held is freed: out of the dir's SNAP usage.
-        let mut used = crate::dbuf::SpaceDelta::default();
-        for bp in &freed {
-            used.dsize -= crate::txg::dsize_of(&root, bp) as i64;
-            used.psize -= bp.psize as i64;
-            used.lsize -= bp.lsize as i64;
-            self.free_bp(bp, txg)?;
-        }
+        let used = self.free_all(&freed, txg)?;
         self.dir_transfer(dir, used.dsize, used.psize, used.lsize, used.dsize, oxzfs_format::dsl::DD_USED_SNAP, oxzfs_format::dsl::DD_USED_SNAP)?;
         let head = self.dir_phys(dir)?.head_dataset_obj;
         let mut np = self.ds_phys(next)?;
@@ -291,6 +298,79 @@ impl PoolW {
                 self.mos.free_object(o)?;
             }
         }
+        self.sync()
+    }
+}
+
+impl PoolW {
+    /// The snapshots of file system `fs` newer than snapshot object `snap`, newest first.
+    pub fn snapshots_after(&mut self, fs: &str, snap: u64) -> Result<Vec<String>> {
+        let head = self.find_dataset(fs)?.ok_or_else(|| ZfsError::Invalid(format!("cannot open '{fs}': dataset does not exist")))?;
+        let hp = self.ds_phys(head)?;
+        let names: std::collections::HashMap<u64, String> =
+            self.mos.zap(hp.snapnames_zapobj)?.entries.iter().filter_map(|(k, (_, v))| v.first().map(|&o| (o, String::from_utf8_lossy(k).into_owned()))).collect();
+        let mut out = Vec::new();
+        let mut cur = hp.prev_snap_obj;
+        while cur != 0 && cur != snap && out.len() < 1 << 20 {
+            let Some(n) = names.get(&cur) else { break };
+            out.push(format!("{fs}@{n}"));
+            cur = self.ds_phys(cur)?.prev_snap_obj;
+        }
+        Ok(out)
+    }
+
+    /// `zfs rollback fs@snap` to the file system's latest snapshot (the caller destroys the
+    /// newer ones first and unmounts the file system): the head becomes the snapshot again —
+    /// its blocks born since are freed, what its deadlist kept is its own again (SNAP → HEAD),
+    /// the snapshot's unique bytes go to zero — the end state of dsl_dataset_rollback_sync's
+    /// clone-and-swap.
+    pub fn rollback(&mut self, name: &str) -> Result<()> {
+        let (fs, _) = name.split_once('@').ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': operation only applies to snapshots")))?;
+        let snap = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': dataset does not exist")))?;
+        let head = self.find_dataset(fs)?.expect("the snapshot's file system exists");
+        self.sync()?;
+        let mut hp = self.ds_phys(head)?;
+        if hp.prev_snap_obj != snap {
+            return Err(ZfsError::Invalid(format!("cannot rollback to '{name}': more recent snapshots or bookmarks exist")));
+        }
+        self.datasets.remove(&head);
+        let mut sp = self.ds_phys(snap)?;
+        let dir = hp.dir_obj;
+        let root = self.spa.root_vdev.clone();
+        let txg = self.txg;
+        // The head's own blocks (born after the snapshot) are freed.
+        let mut freed = Vec::new();
+        if !hp.bp.is_hole() && hp.bp != sp.bp {
+            crate::txg::collect_objset_bps(&self.spa, &hp.bp, hp.prev_snap_txg, &mut freed)?;
+        }
+        let gone = self.free_all(&freed, txg)?;
+        self.ds_diduse(dir, hp.unique_bytes, &gone)?;
+        // What the head's deadlist kept is the head's again.
+        let ddp = self.dir_phys(dir)?;
+        let origin_txg = if ddp.origin_obj != 0 { self.ds_phys(ddp.origin_obj)?.creation_txg } else { 0 };
+        let mut dead = Vec::new();
+        if self.deadlist_oldfmt(hp.deadlist_obj)? {
+            self.bpobj_read_all(hp.deadlist_obj, 0, &mut dead)?;
+        } else {
+            for (_, obj) in self.deadlist_entries(hp.deadlist_obj)? {
+                self.bpobj_read_all(obj, 0, &mut dead)?;
+            }
+        }
+        let back: i64 = dead.iter().filter(|b| b.birth > origin_txg).map(|b| crate::txg::dsize_of(&root, b) as i64).sum();
+        if back != 0 {
+            self.dir_transfer(dir, 0, 0, 0, back, oxzfs_format::dsl::DD_USED_SNAP, oxzfs_format::dsl::DD_USED_HEAD)?;
+        }
+        let dl = self.deadlist_clone(hp.deadlist_obj, u64::MAX, hp.prev_snap_obj)?;
+        self.deadlist_free(hp.deadlist_obj)?;
+        hp.deadlist_obj = dl;
+        hp.bp = sp.bp.clone();
+        hp.referenced_bytes = sp.referenced_bytes;
+        hp.compressed_bytes = sp.compressed_bytes;
+        hp.uncompressed_bytes = sp.uncompressed_bytes;
+        hp.unique_bytes = 0;
+        self.mos.set_bonus(head, &hp.encode())?;
+        sp.unique_bytes = 0;
+        self.mos.set_bonus(snap, &sp.encode())?;
         self.sync()
     }
 }

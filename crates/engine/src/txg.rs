@@ -2441,7 +2441,7 @@ impl PoolW {
 
 /// Every block pointer of an objset born after `mintxg` (its own block, the dnode tree,
 /// every object's tree; a block born earlier has no later children).
-fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
+pub(crate) fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
     use oxzfs_format::blkptr::BLKPTR_SIZE;
     let os = crate::dmu::Objset::open(spa, osbp)?;
     if osbp.birth <= mintxg {
