@@ -83,12 +83,20 @@ def nicenum(s):
 
 
 def zdb_deadlists(vdir, pool):
-    """{dataset name: deadlist bytes} as OpenZFS's zdb -dddd decodes each deadlist."""
+    """{dataset name: deadlist bytes} as OpenZFS's zdb -dddd decodes each deadlist; checks on the
+    way that the empty_bpobj feature counts exactly the deadlist entries naming the pool's empty
+    bpobj (zdb itself does not)."""
     r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", pool], capture_output=True, text=True, errors="replace",
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = {}
     cur = None
+    m = re.search(r"^\s+empty_bpobj = (\d+)\s*$", r.stdout, re.M)
+    empty = m.group(1) if m else None
+    m = re.search(r"^\s+com\.delphix:empty_bpobj = (\d+)\s*$", r.stdout, re.M)
+    refcount = int(m.group(1)) if m else 0
+    users = len(re.findall(rf"^mintxg \d+ -> obj {empty}$", r.stdout, re.M)) if empty else 0
+    assert users == refcount, f"empty_bpobj refcount {refcount} but {users} deadlist entries name object {empty}"
     for line in r.stdout.splitlines():
         m = re.match(r"Dataset (\S+) \[", line)
         if m:
