@@ -396,6 +396,8 @@ def test_clones_written_and_destroyed(version, oxzfs):
     assert r.returncode == 0, repr(r)
     cmodel = copy.deepcopy(snaps["s1"])
     verify_head(croot, cmodel, "a new clone")
+    r = oxzfs.zfs("get", "-H", "-o", "value", "origin", cl, fs)
+    assert r.stdout.split() == [f"{fs}@s1", "-"], repr(r)
     steps(croot, cmodel, rng, 70)
     assert oxzfs.zfs("snapshot", f"{cl}@c1").returncode == 0
     csnaps = {"c1": copy.deepcopy(cmodel)}
