@@ -284,6 +284,14 @@ def test_snapshot_grammar_and_refusals(oxzfs):
     assert len({rows[f"{pool}/a@rec"], rows[f"{pool}/a/b@rec"], rows[f"{pool}/a/b/c@rec"]}) == 1, rows
     r = oxzfs.zpool("history", pool)
     assert f"zfs snapshot -r {pool}/a@rec" in r.stdout, r.stdout
+    # A file system with snapshots has children for zfs destroy; -r takes them all.
+    r = oxzfs.zfs("destroy", f"{pool}/z")
+    assert r.returncode == 1 and f"cannot destroy '{pool}/z': filesystem has children" in r.stderr, repr(r)
+    assert f"{pool}/z@one" in r.stderr, repr(r)
+    r = oxzfs.zfs("destroy", "-r", f"{pool}/a")
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zfs("list", "-H", "-t", "all", "-o", "name", "-r", pool)
+    assert r.stdout.split() == [pool, f"{pool}/z", f"{pool}/z@one"], repr(r)
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
 

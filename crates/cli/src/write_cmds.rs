@@ -338,7 +338,8 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
     if !all.contains(&name) {
         return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
     }
-    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/"))).cloned().collect();
+    // Descendants and snapshots (of the dataset and of its descendants).
+    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/")) || n.starts_with(&format!("{name}@"))).cloned().collect();
     children.sort();
     // OpenZFS's refusals: the pool's root file system is not destroyed (-r takes its
     // descendants), and a file system with children needs -r.
@@ -356,8 +357,9 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         let list: String = children.iter().map(|c| format!("{c}\n")).collect();
         return (String::new(), format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{list}"), 1);
     }
-    // The dataset (not the pool's root) and with -r its descendants, deepest first.
-    let mut victims: Vec<String> = children;
+    // The dataset (not the pool's root) and with -r its descendants, deepest first, each
+    // after its snapshots (newest first).
+    let mut victims: Vec<String> = children.into_iter().filter(|n| !n.contains('@')).collect();
     if !is_root {
         victims.push(name.clone());
     }
@@ -374,7 +376,14 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         }
         let r = {
             let mut w = h.lock();
-            w.destroy_dataset(v).and_then(|_| w.sync())
+            (|| {
+                let snaps = w.snapshots_after(v, 0)?;
+                for s in &snaps {
+                    w.destroy_snapshot(s)?;
+                }
+                w.destroy_dataset(v)?;
+                w.sync()
+            })()
         };
         if let Err(e) = r {
             return err_out(e, &format!("cannot destroy '{v}'"));
