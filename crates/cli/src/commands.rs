@@ -206,7 +206,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
-    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename")) {
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename" | "snapshot" | "snap" | "clone" | "rollback")) {
         let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
         if let Some(t) = target {
             let pool = if cmd == "zpool" && verb != "set" {
@@ -262,6 +262,9 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zpool", "history") => zpool_history(st, rest),
         ("zfs", "create") => crate::write_cmds::zfs_create(st, rest),
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
+        ("zfs", "snapshot" | "snap") => crate::write_cmds::zfs_snapshot(st, rest),
+        ("zfs", "clone") => crate::write_cmds::zfs_clone(st, rest),
+        ("zfs", "rollback") => crate::write_cmds::zfs_rollback(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
         ("zfs", "inherit") => crate::write_cmds::zfs_inherit(st, rest),
         ("zfs", "rename") => crate::write_cmds::zfs_rename(st, rest),
@@ -281,7 +284,7 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
 
 /// The verbs oxzfs answers, in the order OpenZFS's usage lists them.
 const ZPOOL_VERBS: &[&str] = &["create", "destroy", "add", "list", "iostat", "status", "import", "export", "history", "get", "set"];
-const ZFS_VERBS: &[&str] = &["create", "destroy", "rename", "list", "set", "get", "inherit", "mount", "unmount"];
+const ZFS_VERBS: &[&str] = &["create", "destroy", "snapshot", "rollback", "clone", "rename", "list", "set", "get", "inherit", "mount", "unmount"];
 
 fn verb_list(cmd: &str, verbs: &[&str]) -> String {
     let mut s = format!("usage: {cmd} command args ...\nwhere 'command' is one of the following:\n\n");
@@ -1063,6 +1066,13 @@ fn zfs_list(st: &mut State, args: &[String]) -> Out {
     };
     let typed = o.list('o');
     let typed = if typed.is_empty() { vec!["name".into(), "used".into(), "available".into(), "referenced".into(), "mountpoint".into()] } else { typed };
+    // "space" stands for the space columns (zprop_get_list); alone and without -t it leaves
+    // snapshots out.
+    let types = if typed == ["space"] && o.list('t').is_empty() { types.into_iter().filter(|k| *k != DatasetKind::Snapshot).collect() } else { types };
+    let typed: Vec<String> = typed
+        .into_iter()
+        .flat_map(|c| if c == "space" { ["name", "avail", "used", "usedbysnapshots", "usedbydataset", "usedbyrefreservation", "usedbychildren"].map(String::from).to_vec() } else { vec![c] })
+        .collect();
     let mut cols = Vec::new();
     for c in &typed {
         match props::zfs_prop(c) {

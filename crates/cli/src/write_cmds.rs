@@ -264,6 +264,14 @@ fn rw_of(imp: &Imported, ds: &str, verb: &str) -> Result<Arc<PoolHandle>, Out> {
     imp.rw.clone().ok_or_else(|| (String::new(), format!("cannot {verb} '{ds}': pool is read-only\n"), 1))
 }
 
+/// The imported pool of dataset `ds` and its write handle (`verb` names the refusal of a
+/// read-only pool).
+fn imported_rw<'a>(st: &'a mut State, ds: &str, verb: &str) -> Result<(&'a mut Imported, Arc<PoolHandle>), Out> {
+    let imp = pool_of(st, ds)?;
+    let h = rw_of(imp, ds, verb)?;
+    Ok((imp, h))
+}
+
 fn err_out(e: ZfsError, ctx: &str) -> Out {
     let m = e.to_string();
     (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("{ctx}: {m}") }), 1)
@@ -318,17 +326,18 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         return (String::new(), "missing dataset argument\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n".into(), 2);
     }
     let name = o.operands[0].clone();
+    let (imp, h) = match imported_rw(st, &name, "destroy") {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
     if name.contains('@') {
-        return (String::new(), format!("cannot destroy '{name}': snapshots are not supported yet by the writer\n"), 1);
+        let r = h.lock().destroy_snapshot(&name);
+        imp.pool.forget_fs(&name);
+        return match r {
+            Ok(()) => (String::new(), String::new(), 0),
+            Err(e) => (String::new(), format!("{e}\n"), 1),
+        };
     }
-    let imp = match pool_of(st, &name) {
-        Ok(i) => i,
-        Err(o) => return o,
-    };
-    let h = match rw_of(imp, &name, "destroy") {
-        Ok(h) => h,
-        Err(o) => return o,
-    };
     let all: Vec<String> = match imp.pool.datasets() {
         Ok(l) => l.into_iter().map(|d| d.name).collect(),
         Err(e) => return err_out(e, &format!("cannot destroy '{name}'")),
@@ -336,7 +345,8 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
     if !all.contains(&name) {
         return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
     }
-    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/"))).cloned().collect();
+    // Descendants and snapshots (of the dataset and of its descendants).
+    let mut children: Vec<String> = all.iter().filter(|n| n.starts_with(&format!("{name}/")) || n.starts_with(&format!("{name}@"))).cloned().collect();
     children.sort();
     // OpenZFS's refusals: the pool's root file system is not destroyed (-r takes its
     // descendants), and a file system with children needs -r.
@@ -354,8 +364,9 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         let list: String = children.iter().map(|c| format!("{c}\n")).collect();
         return (String::new(), format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{list}"), 1);
     }
-    // The dataset (not the pool's root) and with -r its descendants, deepest first.
-    let mut victims: Vec<String> = children;
+    // The dataset (not the pool's root) and with -r its descendants, deepest first, each
+    // after its snapshots (newest first).
+    let mut victims: Vec<String> = children.into_iter().filter(|n| !n.contains('@')).collect();
     if !is_root {
         victims.push(name.clone());
     }
@@ -372,7 +383,14 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         }
         let r = {
             let mut w = h.lock();
-            w.destroy_dataset(v).and_then(|_| w.sync())
+            (|| {
+                let snaps = w.snapshots_after(v, 0)?;
+                for s in &snaps {
+                    w.destroy_snapshot(s)?;
+                }
+                w.destroy_dataset(v)?;
+                w.sync()
+            })()
         };
         imp.pool.forget_fs(v);
         if let Err(e) = r {
@@ -380,6 +398,203 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
         }
     }
     (String::new(), String::new(), 0)
+}
+
+/// `getopt`, a bad option answered with the verb's usage (exit 2).
+fn getopt_or_usage(args: &[String], with_value: &str, plain: &str, usage: &str) -> Result<crate::commands::Opts, Out> {
+    getopt(args, with_value, plain).map_err(|e| (String::new(), format!("{e}\n{usage}"), 2))
+}
+
+/// `getopt_or_usage` for a verb of exactly `missing.len()` operands: too few answered with
+/// `missing[n]`, too many with "too many arguments", each with the usage.
+fn verb_args(args: &[String], with_value: &str, plain: &str, usage: &str, missing: &[&str]) -> Result<crate::commands::Opts, Out> {
+    let o = getopt_or_usage(args, with_value, plain, usage)?;
+    let n = o.operands.len();
+    if n < missing.len() {
+        return Err((String::new(), format!("{}\n{usage}", missing[n]), 2));
+    }
+    if n > missing.len() {
+        return Err((String::new(), format!("too many arguments\n{usage}"), 2));
+    }
+    Ok(o)
+}
+
+const ZFS_ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
+
+/// `zfs rollback [-rRf] FS@SNAP`: with -r the newer snapshots are destroyed first; the file
+/// system is unmounted around the change and mounted again.
+pub fn zfs_rollback(st: &mut State, args: &[String]) -> Out {
+    let o = match verb_args(args, "", "rRf", ZFS_ROLLBACK_USAGE, &["missing dataset argument"]) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    let name = o.operands[0].clone();
+    let (imp, h) = match imported_rw(st, &name, "rollback") {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    let Some((fs, _)) = name.split_once('@') else {
+        return (String::new(), format!("cannot open '{name}': operation only applies to snapshots\n"), 1);
+    };
+    let newer = {
+        let mut w = h.lock();
+        match w.find_snapshot(&name) {
+            Ok(Some(snap)) => w.snapshots_after(fs, snap),
+            Ok(None) => return (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1),
+            Err(e) => Err(e),
+        }
+    };
+    let newer = match newer {
+        Ok(n) => n,
+        Err(e) => return err_out(e, &format!("cannot rollback to '{name}'")),
+    };
+    if !newer.is_empty() && !o.has('r') && !o.has('R') {
+        let list: String = newer.iter().rev().map(|n| format!("{n}\n")).collect();
+        return (
+            String::new(),
+            format!("cannot rollback to '{name}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{list}"),
+            1,
+        );
+    }
+    for n in &newer {
+        let r = h.lock().destroy_snapshot(n);
+        if let Err(e) = r {
+            return (String::new(), format!("{e}\n"), 1);
+        }
+    }
+    if let Some(i) = imp.mounts.iter().position(|m| m.dataset == fs) {
+        let m = imp.mounts.remove(i);
+        if let Err((m, e)) = m.unmount(o.has('f')) {
+            imp.mounts.insert(i, m);
+            return (String::new(), format!("cannot unmount '{fs}': {e}\n"), 1);
+        }
+        imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(fs);
+    }
+    let r = h.lock().rollback(&name);
+    let mut err = match r {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e}\n"),
+    };
+    let failed = !err.is_empty();
+    let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 || failed { 1 } else { 0 };
+    (String::new(), err, code)
+}
+
+const ZFS_CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
+
+/// `zfs clone [-p] [-o prop=val]... FS@SNAP NEWFS`
+pub fn zfs_clone(st: &mut State, args: &[String]) -> Out {
+    let o = match verb_args(args, "o", "p", ZFS_CLONE_USAGE, &["missing source dataset argument", "missing target dataset argument"]) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    let (src, target) = (o.operands[0].clone(), o.operands[1].clone());
+    let mut props = Vec::new();
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some((k, v)) => props.push((k.to_string(), v.to_string())),
+            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_CLONE_USAGE}"), 2),
+        }
+    }
+    let imp = match pool_of(st, &src) {
+        Ok(i) => i,
+        Err(o) => return o,
+    };
+    if target.split('/').next() != src.split(['/', '@']).next() {
+        return (String::new(), format!("cannot create '{target}': source and target pools differ\n"), 1);
+    }
+    let h = match rw_of(imp, &target, "create") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = {
+        let mut w = h.lock();
+        match w.find_snapshot(&src) {
+            Ok(Some(snap)) => w.create_dataset_from(&target, &props, o.has('p'), Some(snap)).and_then(|_| w.sync()),
+            Ok(None) => return (String::new(), format!("cannot open '{src}': dataset does not exist\n"), 1),
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot create '{target}'"));
+    }
+    let mut err = String::new();
+    let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
+    (String::new(), err, code)
+}
+
+const ZFS_SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
+
+/// `zfs snapshot [-r] [-o prop=val]... FS@SNAP...`: every snapshot in one txg, or none.
+pub fn zfs_snapshot(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt_or_usage(args, "o", "r", ZFS_SNAPSHOT_USAGE) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing snapshot argument\n{ZFS_SNAPSHOT_USAGE}"), 2);
+    }
+    let mut props = Vec::new();
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some((k, _)) if !k.contains(':') => {
+                return (String::new(), format!("cannot create snapshot '{}': property '{k}' cannot be set on snapshots\n", o.operands[0]), 1);
+            }
+            Some((k, v)) => props.push((k.to_string(), v.to_string())),
+            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_SNAPSHOT_USAGE}"), 2),
+        }
+    }
+    let multiple = o.has('r') || o.operands.len() > 1;
+    let mut names = Vec::new();
+    let mut pool_name = None;
+    for a in &o.operands {
+        let Some((fs, snap)) = a.split_once('@') else {
+            return (String::new(), ZFS_SNAPSHOT_USAGE.to_string(), 2);
+        };
+        let pool = fs.split('/').next().unwrap_or(fs).to_string();
+        let imp = match st.pools.get(&pool) {
+            Some(i) => i,
+            None => return (String::new(), format!("cannot open '{fs}': dataset does not exist\n{ZFS_SNAPSHOT_USAGE}"), 2),
+        };
+        let all: Vec<String> = match imp.pool.datasets() {
+            Ok(l) => l.into_iter().map(|d| d.name).filter(|n| !n.contains('@')).collect(),
+            Err(e) => return err_out(e, &format!("cannot open '{fs}'")),
+        };
+        if !all.iter().any(|n| n == fs) {
+            return (String::new(), format!("cannot open '{fs}': dataset does not exist\n{ZFS_SNAPSHOT_USAGE}"), 2);
+        }
+        if pool_name.get_or_insert_with(|| pool.clone()) != &pool {
+            return (String::new(), "cannot create snapshots : cross-pool snapshots are not allowed\n".into(), 1);
+        }
+        names.push(format!("{fs}@{snap}"));
+        if o.has('r') {
+            let mut below: Vec<&String> = all.iter().filter(|n| n.starts_with(&format!("{fs}/"))).collect();
+            below.sort();
+            names.extend(below.into_iter().map(|n| format!("{n}@{snap}")));
+        }
+    }
+    for n in &names {
+        if let Some(why) = oxzfs::dsl_snapshot::snapshot_name_error(n) {
+            return (String::new(), format!("cannot create snapshot '{n}': {why}\n"), 1);
+        }
+    }
+    let pool = pool_name.expect("one operand at least");
+    let imp = st.pools.get(&pool).expect("looked up above");
+    let h = match rw_of(imp, &names[0], "create snapshot") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = h.lock().snapshot(&names, &props);
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => {
+            let mut out = err_out(e, &format!("cannot create snapshot '{}'", names[0]));
+            if multiple {
+                out.1.push_str("no snapshots were created\n");
+            }
+            out
+        }
+    }
 }
 
 /// `zfs set prop=val... FS...`

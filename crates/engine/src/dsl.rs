@@ -622,6 +622,13 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         let m = if mounted { "yes" } else { "no" };
         push("mounted", m.into(), m.into(), "-");
     }
+    // A clone's origin snapshot ($ORIGIN@$ORIGIN, which every file system comes from, is not
+    // listed and not shown).
+    if !snapshot && ds.dir.origin_obj != 0 {
+        if let Some(o) = list_datasets(spa)?.into_iter().find(|o| o.kind == DatasetKind::Snapshot && o.ds_obj == ds.dir.origin_obj) {
+            push("origin", o.name.clone(), o.name, "-");
+        }
+    }
     let numprop = |prop: &str, default: u64, none_if_zero: bool| -> (String, String, String) {
         match find(prop, false) {
             Some((Stored::Num(v), src)) => {

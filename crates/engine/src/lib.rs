@@ -31,6 +31,8 @@ pub mod pool;
 pub mod metaslab;
 pub mod dbuf;
 pub mod txg;
+pub mod deadlist;
+pub mod dsl_snapshot;
 pub mod zplw;
 
 pub use error::{ZfsError, Result};

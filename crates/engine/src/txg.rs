@@ -64,6 +64,7 @@ const VDEV_UBERBLOCK_RING: u64 = 128 << 10;
 /// (guid, name, for-read, description, active on enable)
 pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:async_destroy", "async_destroy", false, "Destroy filesystems asynchronously.", false),
+    ("com.delphix:empty_bpobj", "empty_bpobj", false, "Snapshots use less space.", false),
     ("org.illumos:lz4_compress", "lz4_compress", true, "LZ4 compression algorithm support.", true),
     ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
     ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
@@ -188,6 +189,9 @@ impl DvaAllocator for PoolAlloc<'_> {
 pub struct DatasetW {
     pub dsobj: u64,
     pub os: ObjsetW,
+    /// ds_prev_snap_txg: a block born at or before it is shared with the previous snapshot
+    /// (or a clone's origin) and goes to the deadlist when freed (dsl_dataset_block_kill).
+    pub prev_snap_txg: u64,
 }
 
 /// The pool opened for writing.
@@ -229,6 +233,10 @@ pub struct PoolW {
 pub struct Quiesced {
     pub txg: u64,
     jobs: Vec<SyncJob>,
+    /// Each job's dataset's ds_prev_snap_txg (frees of blocks born at or before it are dead,
+    /// not freed), and the dead blocks its sync left for the deadlist.
+    keep: Vec<u64>,
+    dead: Vec<Vec<BlockPointer>>,
 }
 
 /// What the sync of datasets needs from the pool, taken under the lock at quiesce.
@@ -244,7 +252,7 @@ fn now() -> u64 {
 }
 
 /// bp_get_dsize: allocated bytes scaled by each vdev's deflate ratio (raidz parity left out).
-fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
+pub(crate) fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
     bp.dvas()
         .iter()
         .filter(|d| !d.is_empty())
@@ -408,7 +416,7 @@ impl PoolW {
         mos.zap_add_u64(root_child, "$MOS", mos_dir)?;
         self.mos_dir = mos_dir;
         let bpobj_new = |mos: &mut ObjsetW, bs: u64| -> Result<u64> {
-            let o = mos.alloc_object(types::DMU_OT_BPOBJ, bs, types::DMU_OT_BPOBJ_HDR, oxzfs_format::dsl::BPOBJ_SIZE_V2.min(if v >= 5000 { 56 } else { 40 }), 1)?;
+            let o = mos.alloc_object(types::DMU_OT_BPOBJ, bs, types::DMU_OT_BPOBJ_HDR, crate::deadlist::bpobj_bonus_size(v, false), 1)?;
             let len = mos.bonus(o)?.len();
             mos.set_bonus(o, &BpobjPhys::default().encode(len))?;
             Ok(o)
@@ -547,7 +555,7 @@ impl PoolW {
         let props = self.effective_props(root_dir)?;
         let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
         crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, self.txg)?;
-        self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os });
+        self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os, prev_snap_txg: 1 });
         Ok(())
     }
 
@@ -788,13 +796,16 @@ impl PoolW {
     pub fn quiesce(&mut self) -> Quiesced {
         let txg = self.txg;
         let mut jobs = Vec::new();
+        let mut keep = Vec::new();
         for ds in self.datasets.values_mut() {
             if ds.os.is_dirty() {
                 jobs.push(ds.os.freeze(txg));
+                keep.push(ds.prev_snap_txg);
             }
         }
         self.txg = txg + 1;
-        Quiesced { txg, jobs }
+        let dead = vec![Vec::new(); jobs.len()];
+        Quiesced { txg, jobs, keep, dead }
     }
 
     fn sync_env(&self) -> SyncEnv {
@@ -819,7 +830,7 @@ impl PoolW {
             self.dir_diduse(self.mos_dir, md, true)?;
         }
         // 1. Datasets: their new bps and space into the MOS.
-        for job in q.jobs {
+        for (job, dead) in q.jobs.into_iter().zip(q.dead) {
             let id = job.id;
             let bp = job.bp_synced();
             let ds = self.datasets.get_mut(&id).expect("a quiesced dataset stays open until synced");
@@ -835,10 +846,16 @@ impl PoolW {
             p.referenced_bytes = (p.referenced_bytes as i64 + delta.dsize).max(0) as u64;
             p.compressed_bytes = (p.compressed_bytes as i64 + delta.psize).max(0) as u64;
             p.uncompressed_bytes = (p.uncompressed_bytes as i64 + delta.lsize).max(0) as u64;
-            p.unique_bytes = (p.unique_bytes as i64 + delta.dsize).max(0) as u64;
+            // Dead blocks (kept by a snapshot) left the tree but stay this dataset's unique.
+            let dead_dsize: i64 = dead.iter().map(|b| dsize_of(&root, b) as i64).sum();
+            p.unique_bytes = (p.unique_bytes as i64 + delta.dsize + dead_dsize).max(0) as u64;
             let dir = p.dir_obj;
             self.mos.set_bonus(id, &p.encode())?;
-            self.ds_diduse(dir, unique, &delta)?;
+            if dead.is_empty() {
+                self.ds_diduse(dir, unique, &delta)?;
+            } else {
+                self.dataset_blocks_dead(id, unique, &delta, &dead)?;
+            }
         }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
@@ -919,13 +936,13 @@ impl PoolW {
     fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
         let env = self.sync_env();
         let mut job = os.freeze(txg);
-        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg);
+        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg, 0);
         os.install(job);
-        r
+        r.map(|(bp, _)| bp)
     }
 
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
-    fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
+    pub(crate) fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
         let spa = self.spa.clone();
         free_bp_in(&spa, &mut self.ms, bp, txg)
     }
@@ -1067,7 +1084,7 @@ impl PoolW {
     /// Before dataset `dsobj` is freed: each per-dataset feature it counts is released
     /// (dsl_dataset_deactivate_feature), and so is its extensible_dataset count
     /// (dmu_object_free_zapified).
-    fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
+    pub(crate) fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
         if self.version < SPA_VERSION_FEATURES {
             return Ok(());
         }
@@ -1432,17 +1449,12 @@ impl PoolW {
     pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
         if !self.datasets.contains_key(&dsobj) {
             let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
-            // Blocks shared with a snapshot (or a clone's origin) must go to a deadlist, not be
-            // freed: until the writer keeps deadlists, such datasets stay read-only.
-            if p.prev_snap_txg > 1 {
-                return Err(ZfsError::Posix(
-                    libc::EROFS,
-                    format!("dataset {dsobj} has snapshots or is a clone: writing to it is not supported yet (mount it read-only)"),
-                ));
-            }
+            // A clone with a livelist (OpenZFS 2.x) would need it kept in step with every
+            // block born and freed: such a clone stays read-only.
+            self.refuse_livelist(dsobj, p.dir_obj)?;
             let props = self.effective_props(p.dir_obj)?;
             let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
-            self.datasets.insert(dsobj, DatasetW { dsobj, os });
+            self.datasets.insert(dsobj, DatasetW { dsobj, os, prev_snap_txg: p.prev_snap_txg });
         }
         Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
     }
@@ -1692,8 +1704,10 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
 }
 
 /// Run one objset's sync job in pass `pass` of `txg` with allocator `ms`, and free what it
-/// replaced (deferred by the metaslabs for two txgs).
-fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
+/// replaced (deferred by the metaslabs for two txgs) when born after `keep`; the blocks born
+/// at or before it (shared with a snapshot) come back for the dataset's deadlist.
+#[allow(clippy::too_many_arguments)]
+fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
     let root = env.spa.root_vdev.clone();
     let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
     let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
@@ -1710,12 +1724,12 @@ fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_m
         hole_birth: env.hole_birth,
     };
     let bp = job.run(&mut ctx)?;
-    let freed = std::mem::take(&mut ctx.freed);
+    let (dead, freed): (Vec<BlockPointer>, Vec<BlockPointer>) = std::mem::take(&mut ctx.freed).into_iter().partition(|b| b.birth <= keep);
     drop(ctx);
     for bp in &freed {
         free_bp_in(&env.spa, ms, bp, txg)?;
     }
-    Ok(bp)
+    Ok((bp, dead))
 }
 
 /// Give every allocation behind `bp` back to the allocator (free in `txg`, deferred): its
@@ -1771,8 +1785,8 @@ impl UbWrite {
 
 /// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
 fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, q: &mut Quiesced) -> Result<()> {
-    for job in &mut q.jobs {
-        run_job(env, ms, job, 1, false, q.txg)?;
+    for ((job, keep), dead) in q.jobs.iter_mut().zip(&q.keep).zip(&mut q.dead) {
+        *dead = run_job(env, ms, job, 1, false, q.txg, *keep)?.1;
     }
     Ok(())
 }
@@ -2159,7 +2173,7 @@ impl PoolW {
         DslDirPhys::decode(&self.mos.bonus(dir)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {dir}"), e))
     }
 
-    fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
+    pub(crate) fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
         DslDatasetPhys::decode(&self.mos.bonus(ds)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {ds}"), e))
     }
 
@@ -2193,6 +2207,12 @@ impl PoolW {
 
     /// `zfs create [-p]`: a new file system, a clone of $ORIGIN@$ORIGIN as OpenZFS makes them.
     pub fn create_dataset(&mut self, name: &str, props: &[(String, String)], parents: bool) -> Result<u64> {
+        self.create_dataset_from(name, props, parents, None)
+    }
+
+    /// `zfs create`, or with `origin` (a snapshot object) `zfs clone`: the new head shares the
+    /// origin's objset, its blocks born at or before the origin stay the origin's.
+    pub fn create_dataset_from(&mut self, name: &str, props: &[(String, String)], parents: bool, origin: Option<u64>) -> Result<u64> {
         if name.len() > 255 {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': name is too long")));
         }
@@ -2224,11 +2244,16 @@ impl PoolW {
         let root_dir = self.mos.zap_lookup(1, "root_dataset")?.expect("checked");
         let root_child = self.dir_phys(root_dir)?.child_dir_zapobj;
         let origin_dir = self.mos.zap_lookup(root_child, "$ORIGIN")?;
-        let osnap = match origin_dir {
-            Some(od) => {
+        let osnap = match (origin, origin_dir) {
+            (Some(o), _) => Some((self.ds_phys(o)?.dir_obj, o)),
+            (None, Some(od)) => {
                 let head = self.dir_phys(od)?.head_dataset_obj;
                 Some((od, self.ds_phys(head)?.prev_snap_obj))
             }
+            (None, None) => None,
+        };
+        let ophys = match origin {
+            Some(o) => Some(self.ds_phys(o)?),
             None => None,
         };
         let mos = &mut self.mos;
@@ -2242,13 +2267,17 @@ impl PoolW {
             set_prop_in(mos, props_obj, k, val)?;
         }
         let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
-        let deadlist = if v >= 26 {
-            mos.create_zap(types::DMU_OT_DEADLIST, types::DMU_OT_DEADLIST_HDR, 320, 0)?
-        } else {
-            let o = mos.alloc_object(types::DMU_OT_BPOBJ, 128 << 10, types::DMU_OT_BPOBJ_HDR, 40, 1)?;
-            mos.set_bonus(o, &BpobjPhys::default().encode(40))?;
-            o
+        // dsl_deadlist_clone of the origin's head's deadlist, its keys before the origin.
+        let deadlist = match osnap {
+            Some((od, o)) => {
+                let op = self.ds_phys(o)?;
+                let ohead = self.dir_phys(od)?.head_dataset_obj;
+                let hdl = self.ds_phys(ohead)?.deadlist_obj;
+                self.deadlist_clone(hdl, op.creation_txg, o)?
+            }
+            None => self.deadlist_alloc()?,
         };
+        let mos = &mut self.mos;
         let snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
         let mut dp = DslDatasetPhys {
             dir_obj: dd,
@@ -2285,6 +2314,14 @@ impl PoolW {
             dp.prev_snap_obj = snap;
             dp.prev_snap_txg = 1;
             ddp.origin_obj = snap;
+            if let Some(op) = &ophys {
+                dp.prev_snap_txg = op.creation_txg;
+                dp.referenced_bytes = op.referenced_bytes;
+                dp.compressed_bytes = op.compressed_bytes;
+                dp.uncompressed_bytes = op.uncompressed_bytes;
+                dp.bp = op.bp.clone();
+                dp.flags |= op.flags & (oxzfs_format::dsl::DS_FLAG_INCONSISTENT | oxzfs_format::dsl::DS_FLAG_CI_DATASET);
+            }
             let mut sp = DslDatasetPhys::decode(&mos.bonus(snap)?, true).map_err(|e| ZfsError::corrupt("origin".to_string(), e))?;
             sp.num_children += 1;
             if sp.next_clones_obj == 0 {
@@ -2304,9 +2341,20 @@ impl PoolW {
         mos.set_bonus(ds, &dp.encode())?;
         mos.set_bonus(dd, &ddp.encode())?;
         let osprops = self.effective_props(dd)?;
-        let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
-        crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
-        self.datasets.insert(ds, DatasetW { dsobj: ds, os });
+        match (origin, &ophys) {
+            (Some(o), Some(op)) => {
+                let os = ObjsetW::open(&self.spa, ds, &op.bp, osprops)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: op.creation_txg });
+                for f in self.ds_features(o)? {
+                    self.ds_feature_activate(ds, &f)?;
+                }
+            }
+            _ => {
+                let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
+                crate::zplw::create_fs(&mut os, if v >= 24 { 5 } else { 4 }, txg)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
+            }
+        }
         for (k, val) in props {
             self.prop_feature_activate(ds, k, val)?;
         }
@@ -2388,7 +2436,8 @@ impl PoolW {
         let dp = self.ds_phys(ds)?;
         let mut freed = Vec::new();
         if !dp.bp.is_hole() {
-            collect_objset_bps(&self.spa, &dp.bp, &mut freed)?;
+            // A clone's blocks born at or before its origin stay the origin's.
+            collect_objset_bps(&self.spa, &dp.bp, dp.prev_snap_txg, &mut freed)?;
         }
         let txg = self.txg;
         for bp in &freed {
@@ -2427,15 +2476,11 @@ impl PoolW {
         }
         let _ = delta;
         self.ds_features_release(ds)?;
-        for o in [dp.deadlist_obj, dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
+        if dp.deadlist_obj != 0 {
+            self.deadlist_free(dp.deadlist_obj)?;
+        }
+        for o in [dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
             if o != 0 {
-                // A deadlist ZAP's bpobjs go with it.
-                if o == dp.deadlist_obj && self.version >= 26 {
-                    let bps: Vec<u64> = self.mos.zap(o)?.entries.values().filter_map(|(_, v)| v.first().copied()).collect();
-                    for b in bps {
-                        self.mos.free_object(b)?;
-                    }
-                }
                 self.mos.free_object(o)?;
             }
         }
@@ -2443,10 +2488,14 @@ impl PoolW {
     }
 }
 
-/// Every block pointer of an objset (its own block, the dnode tree, every object's tree).
-fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPointer>) -> Result<()> {
+/// Every block pointer of an objset born after `mintxg` (its own block, the dnode tree,
+/// every object's tree; a block born earlier has no later children).
+pub(crate) fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
     use oxzfs_format::blkptr::BLKPTR_SIZE;
     let os = crate::dmu::Objset::open(spa, osbp)?;
+    if osbp.birth <= mintxg {
+        return Ok(());
+    }
     out.push(osbp.clone());
     let mut stack: Vec<BlockPointer> = Vec::new();
     let mut dn_stack: Vec<DnodePhys> = vec![os.phys.meta_dnode.clone()];
@@ -2458,6 +2507,9 @@ fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, out: &mut Vec<BlockPo
             }
         }
         while let Some(bp) = stack.pop() {
+            if bp.birth <= mintxg {
+                continue;
+            }
             if !bp.embedded {
                 out.push(bp.clone());
             }
