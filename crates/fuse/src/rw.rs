@@ -49,6 +49,67 @@ pub struct Inner {
     open: Arc<Mutex<HashMap<u64, u32>>>,
     /// Objects unlinked while open: their last release frees them.
     orphans: Arc<Mutex<std::collections::HashSet<u64>>>,
+    /// Sequential read streams per object, for prefetch.
+    streams: Mutex<HashMap<u64, Stream>>,
+    /// Blocks to read ahead into the ARC (full queue: the prefetch is skipped, never waited for).
+    prefetch: SyncSender<Prefetch>,
+}
+
+/// A file being read sequentially (dmu_zfetch's stream): where the next read should start,
+/// how far ahead blocks were asked for, and how far ahead the next ask goes (it doubles with
+/// each sequential read, up to `PREFETCH_MAX`).
+#[derive(Default)]
+struct Stream {
+    next: u64,
+    ahead: u64,
+    window: u64,
+}
+
+/// One block to read ahead, from the synced tree a clean read planned with.
+struct Prefetch {
+    ro: Arc<oxzfs::dmu::Objset>,
+    dn: Arc<oxzfs_format::dnode::DnodePhys>,
+    blkid: u64,
+    asked: std::time::Instant,
+}
+
+const PREFETCH_WORKERS: usize = 4;
+const PREFETCH_QUEUE: usize = 256;
+/// The first window and the largest (zfetch_max_distance is 8 MiB).
+const PREFETCH_MIN: u64 = 1 << 20;
+const PREFETCH_MAX: u64 = 8 << 20;
+/// A read ahead still queued after this long is dropped: its blocks may have been freed and
+/// reused since (a stale block would only fail its checksum and be ignored, but costs a read).
+const PREFETCH_STALE: Duration = Duration::from_millis(200);
+/// How far from the last read's end a read may start and still count as sequential (reads of
+/// one stream may arrive out of order from the kernel's parallel readahead).
+const PREFETCH_SLACK: u64 = 2 << 20;
+
+/// zfs_prefetch_disable: OXZFS_PREFETCH_DISABLE=1 in the daemon's environment turns read-ahead off.
+fn prefetch_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("OXZFS_PREFETCH_DISABLE").map_or(false, |v| v == "1"))
+}
+
+/// A prefetch worker: read blocks into the ARC; errors are ignored (the demand read that
+/// follows reports them).
+fn prefetcher(name: String, rx: Arc<Mutex<Receiver<Prefetch>>>) {
+    let _ = std::thread::Builder::new().name(name).spawn(move || loop {
+        let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        if job.asked.elapsed() > PREFETCH_STALE {
+            continue;
+        }
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Ok(Some(bp)) = job.ro.block_pointer(&job.dn, 0, job.blkid) {
+                if !bp.is_hole() && !bp.embedded {
+                    let _ = job.ro.spa.read_bp(&bp);
+                }
+            }
+        }));
+    });
 }
 
 type Job = Box<dyn FnOnce(&Inner) + Send + 'static>;
@@ -248,7 +309,50 @@ impl Inner {
             let len = (size as u64).min(a.size - offset);
             os.read_later(obj, offset, len as usize)
         })?;
+        if let ReadLater::Clean { ro, dn, obj, offset, len } = &plan {
+            self.read_ahead(ro, dn, *obj, *offset, *len as u64);
+        }
         plan.finish()
+    }
+
+    /// After a read of a clean object: when it continues a sequential stream, ask for the
+    /// blocks of the next window (dmu_zfetch), so they come from the vdevs in parallel with
+    /// this read and the kernel's copy, and are in the ARC when the next read wants them.
+    fn read_ahead(&self, ro: &Arc<oxzfs::dmu::Objset>, dn: &oxzfs_format::dnode::DnodePhys, obj: u64, offset: u64, len: u64) {
+        let bs = dn.data_block_size();
+        if bs == 0 || dn.maxblkid == 0 || prefetch_disabled() {
+            return;
+        }
+        let end = offset + len;
+        let (from, to) = {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            if streams.len() > 1024 && !streams.contains_key(&obj) {
+                streams.clear();
+            }
+            let s = streams.entry(obj).or_default();
+            if offset.abs_diff(s.next) > PREFETCH_SLACK {
+                // Not sequential: a new stream starts here (prefetch from its next read).
+                *s = Stream { next: end, ahead: end, window: 0 };
+                return;
+            }
+            s.next = s.next.max(end);
+            s.window = (s.window * 2).clamp(PREFETCH_MIN, PREFETCH_MAX);
+            let to = (s.next + s.window).min((dn.maxblkid + 1) * bs);
+            let from = s.ahead.max(s.next);
+            if from >= to {
+                return;
+            }
+            s.ahead = to;
+            (from, to)
+        };
+        let dn = Arc::new(dn.clone());
+        let asked = std::time::Instant::now();
+        for blkid in from / bs..to.div_ceil(bs) {
+            let job = Prefetch { ro: ro.clone(), dn: dn.clone(), blkid, asked };
+            if self.prefetch.try_send(job).is_err() {
+                return;
+            }
+        }
     }
 
     fn fallocate(&self, ino: u64, offset: i64, length: i64, mode: i32) -> Result<(), ZfsError> {
@@ -621,7 +725,21 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
     let root = pool.with_fs(dsobj, |os, _| Ok(pool.fs_info(os)?.root))?;
-    let fs = RwFs::new(Inner { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())), orphans: Arc::new(Mutex::new(Default::default())) });
+    let (prefetch, rx) = sync_channel(PREFETCH_QUEUE);
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..PREFETCH_WORKERS {
+        prefetcher(format!("oxzfs-pf-{i}"), rx.clone());
+    }
+    let inner = Inner {
+        pool,
+        dsobj,
+        root,
+        open: Arc::new(Mutex::new(HashMap::new())),
+        orphans: Arc::new(Mutex::new(Default::default())),
+        streams: Mutex::new(HashMap::new()),
+        prefetch,
+    };
+    let fs = RwFs::new(inner);
     let root_user = unsafe { libc::geteuid() } == 0;
     let mut mo = vec![
         MountOption::RW,
