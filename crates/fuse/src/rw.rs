@@ -205,11 +205,19 @@ impl RwFs {
     /// queued (so the order holds) and the pool lock is free (the change will not wait): a
     /// lone writer pays no thread hand-off.
     fn change(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
+        match self.change_inline(ino) {
+            None => self.inline(f),
+            Some(i) => self.queue(i, f),
+        }
+    }
+
+    /// Whether a change to inode `ino` may run here now (None), else the worker it goes to.
+    fn change_inline(&self, ino: u64) -> Option<usize> {
         let i = (ino as usize) % self.ordered.len();
         if self.pending[i].load(Ordering::Acquire) == 0 && self.inner.pool.idle() {
-            return self.inline(f);
+            return None;
         }
-        self.queue(i, f);
+        Some(i)
     }
 
     /// Run a change on the worker of inode `ino`, always (it may wait long: fsync).
@@ -616,14 +624,21 @@ impl Filesystem for RwFs {
     }
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
-        let data = data.to_vec();
-        self.change(ino, move |s| {
+        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, &data, os.props.recordsize)) {
+            match s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
             }
-        });
+        }
+        // Run here, the data is written from the request's buffer; queued, it is copied.
+        match self.change_inline(ino) {
+            None => self.inline(|s| write(s, ino, offset, data, reply)),
+            Some(i) => {
+                let data = data.to_vec();
+                self.queue(i, move |s| write(s, ino, offset, &data, reply));
+            }
+        }
     }
 
     fn fallocate(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, length: i64, mode: i32, reply: ReplyEmpty) {
