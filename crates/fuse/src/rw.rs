@@ -128,6 +128,8 @@ pub struct RwFs {
 /// Workers that take changes (each its own queue) and reads (one queue for all).
 const CHANGE_WORKERS: usize = 4;
 const READ_WORKERS: usize = 4;
+/// Reads up to this size may run on the session thread (see `read`).
+const SMALL_READ: u32 = 32 << 10;
 /// Requests queued per queue before the session thread waits (bounded memory).
 const QUEUE_DEPTH: usize = 64;
 
@@ -617,10 +619,19 @@ impl Filesystem for RwFs {
     }
 
     fn read(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
-        self.read_op(move |s| match s.read(ino, offset, size) {
+        let job = move |s: &Inner| match s.read(ino, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e.errno()),
-        });
+        };
+        // A big read goes to a reader: the kernel's readahead sends reads of a stream several
+        // at a time, and their copies then run side by side while this thread takes the next
+        // request. A small one (random I/O) is not worth the hand-off.
+        if size <= SMALL_READ {
+            return self.read_op(job);
+        }
+        if let Err(e) = self.readers.send(Box::new(job)) {
+            (e.0)(&self.inner);
+        }
     }
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
