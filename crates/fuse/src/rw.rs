@@ -779,5 +779,6 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     }
     let session = fuser::spawn_mount2(fs, mountpoint, &mo)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}' on '{}': {e}", mountpoint.display())))?;
+    crate::widen_readahead(mountpoint);
     Ok(crate::MountHandle::from_session(session, dataset, mountpoint.to_path_buf()))
 }
