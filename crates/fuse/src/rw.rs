@@ -67,6 +67,8 @@ struct Stream {
 
 /// One block to read ahead, from the synced tree a clean read planned with.
 struct Prefetch {
+    pool: Arc<PoolHandle>,
+    dsobj: u64,
     ro: Arc<oxzfs::dmu::Objset>,
     dn: Arc<oxzfs_format::dnode::DnodePhys>,
     blkid: u64,
@@ -99,7 +101,10 @@ fn prefetcher(name: String, rx: Arc<Mutex<Receiver<Prefetch>>>) {
             Ok(j) => j,
             Err(_) => return,
         };
-        if job.asked.elapsed() > PREFETCH_STALE {
+        // Only from the dataset's current synced tree: a block a later sync replaced stays
+        // allocated for two txgs only (deferred frees), and read after its space was reused it
+        // would fail its checksum and count as a device error.
+        if job.asked.elapsed() > PREFETCH_STALE || !job.pool.with_fs_ro(job.dsobj, |os| Ok(os.bp == job.ro.bp)).unwrap_or(false) {
             continue;
         }
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -358,7 +363,7 @@ impl Inner {
         let dn = Arc::new(dn.clone());
         let asked = std::time::Instant::now();
         for blkid in from / bs..to.div_ceil(bs) {
-            let job = Prefetch { ro: ro.clone(), dn: dn.clone(), blkid, asked };
+            let job = Prefetch { pool: self.pool.clone(), dsobj: self.dsobj, ro: ro.clone(), dn: dn.clone(), blkid, asked };
             if self.prefetch.try_send(job).is_err() {
                 return;
             }
