@@ -6,7 +6,14 @@
 //! read holds the lock only to see what is dirty and to take the synced tree, then reads the
 //! blocks without it. fsync waits until a txg holding everything written before it is synced.
 //!
-//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves).
+//! Round trips are what a metadata operation costs here: readdirplus hands the kernel every
+//! listed entry's attributes (a walk needs no lookups), flush is declined once (ENOSYS) so
+//! close(2) sends none. Sequential reads: the kernel reads ahead 1 MiB per request; a read of
+//! a clean object that continues a stream asks prefetch workers for the next window of blocks
+//! (dmu_zfetch), which land in the ARC while the kernel copies this one.
+//!
+//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves); `streams` is a leaf
+//! taken without the pool's; a prefetch worker takes the pool's alone, briefly.
 //!
 //! Inode numbers: the dataset's root directory is FUSE inode 1; every other file keeps its
 //! ZFS object number (object 1 is the ZPL master node, never a file).
