@@ -14,8 +14,9 @@
 //! 4. `features_for_read` in the MOS object directory is checked: a feature oxzfs does not know
 //!    that is in use refuses the import, naming it.
 //!
-//! Locking: the Spa is immutable after open except for the ARC (its own lock) and the error log
-//! (a mutex, a leaf lock).
+//! Locking: the Spa is immutable after open except for the ARC (its own lock), the error log
+//! (a mutex, a leaf lock) and the blocks being read (`inflight`, a leaf lock; a reader waiting
+//! for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
 use crate::dmu::Objset;
