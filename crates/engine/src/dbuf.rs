@@ -568,12 +568,15 @@ impl ObjsetW {
         Ok(out)
     }
 
-    /// A read of `len` bytes at `offset` of `obj` to be done without the pool lock: when the
-    /// object is dirty in no txg, the synced tree (an `Arc`, immutable) and the dnode are all
+    /// A read of `len` bytes at `offset` of `obj` to be done without the pool lock: when no
+    /// data of the object is dirty in any txg, the synced tree (an `Arc`, immutable) and the dnode are all
     /// it needs; otherwise the bytes are read now. Blocks the reader may still walk after a
     /// later sync replaced them stay allocated for two txgs (deferred frees).
     pub fn read_later(&self, obj: u64, offset: u64, len: usize) -> Result<ReadLater> {
-        if self.dirty_any(obj).is_none() {
+        // Dirty only in its bonus (an atime, a chmod) counts as clean: its dnode copy keeps the
+        // synced block-pointer tree, and no block of it changes at sync.
+        let data_dirty = |d: &DirtyObj| d.freed || d.zap.is_some() || !d.blocks.is_empty() || d.trunc_from.is_some() || !d.holes.is_empty();
+        if ![self.dirty.get(&obj), self.frozen_obj(obj)].into_iter().flatten().any(data_dirty) {
             if let Some(ro) = self.ro() {
                 let dn = self.dnode(obj)?;
                 let _pin = self.spa.pin_reader(self.bp.birth);

@@ -14,8 +14,9 @@
 //! 4. `features_for_read` in the MOS object directory is checked: a feature oxzfs does not know
 //!    that is in use refuses the import, naming it.
 //!
-//! Locking: the Spa is immutable after open except for the ARC (its own lock) and the error log
-//! (a mutex, a leaf lock).
+//! Locking: the Spa is immutable after open except for the ARC (its own lock), the error log
+//! (a mutex, a leaf lock) and the blocks being read (`inflight`, a leaf lock; a reader waiting
+//! for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
 use crate::dmu::Objset;
@@ -342,6 +343,9 @@ pub struct Spa {
     errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
     /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
     readers: Mutex<BTreeMap<u64, usize>>,
+    /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
+    /// prefetch) waits for that read instead of issuing its own (arc_read's in-flight header).
+    inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
 }
@@ -389,6 +393,7 @@ impl Spa {
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
             readers: Mutex::new(BTreeMap::new()),
+            inflight: Default::default(),
             devices: cand.devices.clone(),
         };
         // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
@@ -461,6 +466,7 @@ impl Spa {
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
             readers: Mutex::new(BTreeMap::new()),
+            inflight: Default::default(),
             devices,
         }
     }
@@ -570,12 +576,50 @@ impl Spa {
                 return Ok(d);
             }
         }
-        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt };
-        let data = Arc::new(zio::read_bp(&ctx, bp)?);
-        if let Some(k) = key {
-            self.arc.insert(k, data.clone());
+        let Some(k) = key else { return self.read_bp_uncached(bp).map(Arc::new) };
+        // One read per block at a time: join one under way, or announce ours.
+        let (mine, flight) = {
+            let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match m.get(&k) {
+                Some(f) => (false, f.clone()),
+                None => {
+                    let f = Arc::new(InFlight::default());
+                    m.insert(k, f.clone());
+                    (true, f)
+                }
+            }
+        };
+        if !mine {
+            let done = flight.done.lock().unwrap_or_else(|p| p.into_inner());
+            let done = flight.cv.wait_while(done, |d| d.is_none()).unwrap_or_else(|p| p.into_inner());
+            if let Some(Some(d)) = done.as_ref() {
+                return Ok(d.clone());
+            }
+            // That read failed: try on our own (and report our own error).
+            drop(done);
+            return self.read_bp_uncached(bp).map(Arc::new);
         }
-        Ok(data)
+        // Done (or unwound by a bug): the waiters are told either way.
+        struct Announce<'a>(&'a Spa, ArcKey, Arc<InFlight>, Option<Arc<Vec<u8>>>);
+        impl Drop for Announce<'_> {
+            fn drop(&mut self) {
+                self.0.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+                *self.2.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.3.take());
+                self.2.cv.notify_all();
+            }
+        }
+        let mut announce = Announce(self, k, flight, None);
+        let r = self.read_bp_uncached(bp).map(Arc::new);
+        if let Ok(d) = &r {
+            self.arc.insert(k, d.clone());
+            announce.3 = Some(d.clone());
+        }
+        r
+    }
+
+    fn read_bp_uncached(&self, bp: &BlockPointer) -> Result<Vec<u8>> {
+        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt };
+        zio::read_bp(&ctx, bp)
     }
 
     /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep
@@ -637,6 +681,13 @@ impl Drop for ReaderPin {
 /// A block's ARC key: its first DVA, birth and whole checksum (none for embedded blocks).
 fn arc_key(bp: &BlockPointer) -> Option<ArcKey> {
     (!bp.embedded).then(|| ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum })
+}
+
+/// A block read under way (see `Spa::inflight`): its outcome once done (None: it failed).
+#[derive(Default)]
+struct InFlight {
+    done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
+    cv: std::sync::Condvar,
 }
 
 /// OpenZFS keeps a top-level vdev's allocation class (special, dedup, log) in the vdev's

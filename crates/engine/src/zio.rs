@@ -85,20 +85,29 @@ pub fn read_bp(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
         return Err(ZfsError::Unsupported(format!("encrypted block, key not loaded ({bp})")));
     }
     let physical = read_physical(ctx, bp)?;
-    decompress(bp, &physical)
+    decompress_owned(bp, physical)
+}
+
+fn is_uncompressed(bp: &BlockPointer) -> bool {
+    bp.compress == compress::ZIO_COMPRESS_OFF || bp.compress == compress::ZIO_COMPRESS_INHERIT || (!bp.embedded && bp.psize == bp.lsize)
 }
 
 fn decompress(bp: &BlockPointer, physical: &[u8]) -> Result<Vec<u8>> {
-    let uncompressed = bp.compress == compress::ZIO_COMPRESS_OFF
-        || bp.compress == compress::ZIO_COMPRESS_INHERIT
-        || (!bp.embedded && bp.psize == bp.lsize);
-    if uncompressed {
-        let mut v = physical.to_vec();
-        v.resize(bp.lsize as usize, 0);
-        return Ok(v);
+    if is_uncompressed(bp) {
+        return decompress_owned(bp, physical.to_vec());
     }
     compress::decompress(bp.compress, physical, bp.lsize as usize)
         .map_err(|e| ZfsError::corrupt(format!("decompressing {bp}"), e))
+}
+
+/// `decompress` of bytes the caller gives up: an uncompressed block is handed back as it is
+/// (no copy of the block on every read from the vdevs).
+fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>> {
+    if is_uncompressed(bp) {
+        physical.resize(bp.lsize as usize, 0);
+        return Ok(physical);
+    }
+    decompress(bp, &physical)
 }
 
 /// The verified physical (psize) bytes of a non-embedded, non-hole bp.

@@ -600,6 +600,20 @@ impl Filesystem for ZfsFuse {
 }
 
 /// A mounted dataset; unmounted (lazily, if busy) when dropped.
+/// Let the kernel read ahead as much as one FUSE read carries (1 MiB). A FUSE mount's
+/// backing device starts with the kernel's default of 128 KiB (the smaller of it and
+/// max_readahead wins), so a sequential reader's pages would come in 128 KiB requests, each a
+/// round trip. Set through the device's /sys/class/bdi/MAJOR:MINOR/read_ahead_kb, as an
+/// administrator would; best effort (root only: otherwise the default stays).
+pub(crate) fn widen_readahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(mountpoint) else { return };
+    let dev = m.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let _ = std::fs::write(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"), format!("{}\n", MIB >> 10));
+}
+
 pub struct MountHandle {
     session: Option<fuser::BackgroundSession>,
     pub dataset: String,
@@ -696,6 +710,7 @@ pub fn mount(fs: Arc<Zfs>, pool: Arc<Pool>, dataset: String, mountpoint: &Path, 
     let session = fuser::spawn_mount2(fsimpl, mountpoint, &mo).map_err(|e| {
         ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}' on '{}': {e}", mountpoint.display()))
     })?;
+    widen_readahead(mountpoint);
     Ok(MountHandle { session: Some(session), dataset, mountpoint: mountpoint.to_path_buf() })
 }
 

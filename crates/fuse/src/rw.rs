@@ -6,7 +6,14 @@
 //! read holds the lock only to see what is dirty and to take the synced tree, then reads the
 //! blocks without it. fsync waits until a txg holding everything written before it is synced.
 //!
-//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves).
+//! Round trips are what a metadata operation costs here: readdirplus hands the kernel every
+//! listed entry's attributes (a walk needs no lookups), flush is declined once (ENOSYS) so
+//! close(2) sends none. Sequential reads: the kernel reads ahead 1 MiB per request; a read of
+//! a clean object that continues a stream asks prefetch workers for the next window of blocks
+//! (dmu_zfetch), which land in the ARC while the kernel copies this one.
+//!
+//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves); `streams` is a leaf
+//! taken without the pool's; a prefetch worker takes the pool's alone, briefly.
 //!
 //! Inode numbers: the dataset's root directory is FUSE inode 1; every other file keeps its
 //! ZFS object number (object 1 is the ZPL master node, never a file).
@@ -14,7 +21,7 @@
 
 use crate::kind_of;
 use fuser::{
-    FileAttr, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    FileAttr, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 use oxzfs::txg::PoolHandle;
@@ -49,6 +56,72 @@ pub struct Inner {
     open: Arc<Mutex<HashMap<u64, u32>>>,
     /// Objects unlinked while open: their last release frees them.
     orphans: Arc<Mutex<std::collections::HashSet<u64>>>,
+    /// Sequential read streams per object, for prefetch.
+    streams: Mutex<HashMap<u64, Stream>>,
+    /// Blocks to read ahead into the ARC (full queue: the prefetch is skipped, never waited for).
+    prefetch: SyncSender<Prefetch>,
+}
+
+/// A file being read sequentially (dmu_zfetch's stream): where the next read should start,
+/// how far ahead blocks were asked for, and how far ahead the next ask goes (it doubles with
+/// each sequential read, up to `PREFETCH_MAX`).
+#[derive(Default)]
+struct Stream {
+    next: u64,
+    ahead: u64,
+    window: u64,
+}
+
+/// One block to read ahead, from the synced tree a clean read planned with.
+struct Prefetch {
+    pool: Arc<PoolHandle>,
+    dsobj: u64,
+    ro: Arc<oxzfs::dmu::Objset>,
+    dn: Arc<oxzfs_format::dnode::DnodePhys>,
+    blkid: u64,
+    asked: std::time::Instant,
+}
+
+const PREFETCH_WORKERS: usize = 4;
+const PREFETCH_QUEUE: usize = 256;
+/// The first window and the largest (zfetch_max_distance is 8 MiB).
+const PREFETCH_MIN: u64 = 1 << 20;
+const PREFETCH_MAX: u64 = 8 << 20;
+/// A read ahead still queued after this long is dropped: its blocks may have been freed and
+/// reused since (a stale block would only fail its checksum and be ignored, but costs a read).
+const PREFETCH_STALE: Duration = Duration::from_millis(200);
+/// How far from the last read's end a read may start and still count as sequential (reads of
+/// one stream may arrive out of order from the kernel's parallel readahead).
+const PREFETCH_SLACK: u64 = 2 << 20;
+
+/// zfs_prefetch_disable: OXZFS_PREFETCH_DISABLE=1 in the daemon's environment turns read-ahead off.
+fn prefetch_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("OXZFS_PREFETCH_DISABLE").map_or(false, |v| v == "1"))
+}
+
+/// A prefetch worker: read blocks into the ARC; errors are ignored (the demand read that
+/// follows reports them).
+fn prefetcher(name: String, rx: Arc<Mutex<Receiver<Prefetch>>>) {
+    let _ = std::thread::Builder::new().name(name).spawn(move || loop {
+        let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        // Only from the dataset's current synced tree: a block a later sync replaced stays
+        // allocated for two txgs only (deferred frees), and read after its space was reused it
+        // would fail its checksum and count as a device error.
+        if job.asked.elapsed() > PREFETCH_STALE || !job.pool.with_fs_ro(job.dsobj, |os| Ok(os.bp == job.ro.bp)).unwrap_or(false) {
+            continue;
+        }
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Ok(Some(bp)) = job.ro.block_pointer(&job.dn, 0, job.blkid) {
+                if !bp.is_hole() && !bp.embedded {
+                    let _ = job.ro.spa.read_bp(&bp);
+                }
+            }
+        }));
+    });
 }
 
 type Job = Box<dyn FnOnce(&Inner) + Send + 'static>;
@@ -71,6 +144,8 @@ pub struct RwFs {
 /// Workers that take changes (each its own queue) and reads (one queue for all).
 const CHANGE_WORKERS: usize = 4;
 const READ_WORKERS: usize = 4;
+/// Reads up to this size may run on the session thread (see `read`).
+const SMALL_READ: u32 = 32 << 10;
 /// Requests queued per queue before the session thread waits (bounded memory).
 const QUEUE_DEPTH: usize = 64;
 
@@ -158,11 +233,19 @@ impl RwFs {
     /// queued (so the order holds) and the pool lock is free (the change will not wait): a
     /// lone writer pays no thread hand-off.
     fn change(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
+        match self.change_inline(ino) {
+            None => self.inline(f),
+            Some(i) => self.queue(i, f),
+        }
+    }
+
+    /// Whether a change to inode `ino` may run here now (None), else the worker it goes to.
+    fn change_inline(&self, ino: u64) -> Option<usize> {
         let i = (ino as usize) % self.ordered.len();
         if self.pending[i].load(Ordering::Acquire) == 0 && self.inner.pool.idle() {
-            return self.inline(f);
+            return None;
         }
-        self.queue(i, f);
+        Some(i)
     }
 
     /// Run a change on the worker of inode `ino`, always (it may wait long: fsync).
@@ -262,7 +345,50 @@ impl Inner {
             let len = (size as u64).min(a.size - offset);
             os.read_later(obj, offset, len as usize)
         })?;
+        if let ReadLater::Clean { ro, dn, obj, offset, len, .. } = &plan {
+            self.read_ahead(ro, dn, *obj, *offset, *len as u64);
+        }
         plan.finish()
+    }
+
+    /// After a read of a clean object: when it continues a sequential stream, ask for the
+    /// blocks of the next window (dmu_zfetch), so they come from the vdevs in parallel with
+    /// this read and the kernel's copy, and are in the ARC when the next read wants them.
+    fn read_ahead(&self, ro: &Arc<oxzfs::dmu::Objset>, dn: &oxzfs_format::dnode::DnodePhys, obj: u64, offset: u64, len: u64) {
+        let bs = dn.data_block_size();
+        if bs == 0 || dn.maxblkid == 0 || prefetch_disabled() {
+            return;
+        }
+        let end = offset + len;
+        let (from, to) = {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            if streams.len() > 1024 && !streams.contains_key(&obj) {
+                streams.clear();
+            }
+            let s = streams.entry(obj).or_default();
+            if offset.abs_diff(s.next) > PREFETCH_SLACK {
+                // Not sequential: a new stream starts here (prefetch from its next read).
+                *s = Stream { next: end, ahead: end, window: 0 };
+                return;
+            }
+            s.next = s.next.max(end);
+            s.window = (s.window * 2).clamp(PREFETCH_MIN, PREFETCH_MAX);
+            let to = (s.next + s.window).min((dn.maxblkid + 1) * bs);
+            let from = s.ahead.max(s.next);
+            if from >= to {
+                return;
+            }
+            s.ahead = to;
+            (from, to)
+        };
+        let dn = Arc::new(dn.clone());
+        let asked = std::time::Instant::now();
+        for blkid in from / bs..to.div_ceil(bs) {
+            let job = Prefetch { pool: self.pool.clone(), dsobj: self.dsobj, ro: ro.clone(), dn: dn.clone(), blkid, asked };
+            if self.prefetch.try_send(job).is_err() {
+                return;
+            }
+        }
     }
 
     fn fallocate(&self, ino: u64, offset: i64, length: i64, mode: i32) -> Result<(), ZfsError> {
@@ -271,28 +397,51 @@ impl Inner {
         self.pool.with_fs_space(self.dsobj, need, |os, _| zplw::fallocate(os, obj, offset.max(0) as u64, length.max(0) as u64, mode, os.props.recordsize))
     }
 
-    fn readdir(&self, ino: u64, offset: i64, mut reply: ReplyDirectory) {
+    /// The entries of directory `ino` from position `offset` on: ".", "..", then the ZAP's
+    /// names; each with its FUSE inode, kind and ZFS object (for readdirplus's attributes).
+    fn dir_entries(&self, os: &mut oxzfs::dbuf::ObjsetW, ino: u64, offset: i64) -> Result<Vec<(u64, fuser::FileType, Vec<u8>, u64)>, ZfsError> {
         let dir = obj_of(self.root, ino);
-        let r = self.pool.with_fs_ro(self.dsobj, |os| {
-            let parent = zplw::get(os, dir)?.parent;
-            Ok((parent, zplw::readdir(os, dir)?))
-        });
-        match r {
-            Ok((parent, ents)) => {
-                let mut all: Vec<(u64, fuser::FileType, Vec<u8>)> = vec![
-                    (ino, fuser::FileType::Directory, b".".to_vec()),
-                    (ino_of(self.root, if dir == self.root { dir } else { parent }), fuser::FileType::Directory, b"..".to_vec()),
-                ];
-                for e in ents {
-                    all.push((ino_of(self.root, e.ino), kind_of(e.mode), e.name));
-                }
-                for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(offset.max(0) as usize) {
-                    if reply.add(ino, (i + 1) as i64, kind, OsStr::from_bytes(&name)) {
+        let parent = if dir == self.root { dir } else { zplw::get(os, dir)?.parent };
+        let ents = zplw::readdir(os, dir)?;
+        let dots = [(ino, fuser::FileType::Directory, b".".to_vec(), dir), (ino_of(self.root, parent), fuser::FileType::Directory, b"..".to_vec(), parent)];
+        let rest = ents.into_iter().map(|e| (ino_of(self.root, e.ino), kind_of(e.mode), e.name, e.ino));
+        Ok(dots.into_iter().chain(rest).skip(offset.max(0) as usize).collect())
+    }
+
+    fn readdir(&self, ino: u64, offset: i64, mut reply: ReplyDirectory) {
+        match self.pool.with_fs_ro(self.dsobj, |os| self.dir_entries(os, ino, offset)) {
+            Ok(all) => {
+                for (i, (ino, kind, name, _)) in all.into_iter().enumerate() {
+                    if reply.add(ino, offset.max(0) + (i + 1) as i64, kind, OsStr::from_bytes(&name)) {
                         break;
                     }
                 }
                 reply.ok();
             }
+            Err(e) => reply.error(e.errno()),
+        }
+    }
+
+    /// readdir with every entry's attributes (READDIR + LOOKUP in one request): a walk that
+    /// stats what it lists needs no lookup of its own. Attributes are read only for the
+    /// entries that fit the kernel's buffer.
+    fn readdirplus(&self, ino: u64, offset: i64, mut reply: ReplyDirectoryPlus) {
+        let r = self.pool.with_fs_ro(self.dsobj, |os| {
+            let all = self.dir_entries(os, ino, offset)?;
+            let mut full = false;
+            for (i, (ino, _, name, obj)) in all.into_iter().enumerate() {
+                // A name whose object cannot be read (a bug, damage) is left out, as readdir would
+                // show it and a lookup fail.
+                let Ok(a) = zplw::getattr(os, obj) else { continue };
+                if reply.add(ino, offset.max(0) + (i + 1) as i64, OsStr::from_bytes(&name), &TTL, &crate::file_attr(ino, &a), 0) {
+                    full = true;
+                    break;
+                }
+            }
+            Ok(full)
+        });
+        match r {
+            Ok(_) => reply.ok(),
             Err(e) => reply.error(e.errno()),
         }
     }
@@ -307,12 +456,12 @@ fn reply_empty(r: Result<(), ZfsError>, reply: ReplyEmpty) {
 
 impl Filesystem for RwFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
-        use fuser::consts::{FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS, FUSE_WRITEBACK_CACHE};
+        use fuser::consts::{FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS, FUSE_PARALLEL_DIROPS, FUSE_WRITEBACK_CACHE};
         let _ = config.set_max_readahead(MIB);
         let _ = config.set_max_write(MIB);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
-        for cap in [FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS] {
+        for cap in [FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS, FUSE_DO_READDIRPLUS] {
             let _ = config.add_capabilities(cap);
         }
         if WRITEBACK_CACHE {
@@ -544,24 +693,40 @@ impl Filesystem for RwFs {
         if let Some(v) = self.snap_ino(ino) {
             return v.read(_req, ino, _fh, offset, size, _flags, _lock, reply);
         }
-        self.read_op(move |s| match s.read(ino, offset, size) {
+        let job = move |s: &Inner| match s.read(ino, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e.errno()),
-        });
+        };
+        // A big read goes to a reader: the kernel's readahead sends reads of a stream several
+        // at a time, and their copies then run side by side while this thread takes the next
+        // request. A small one (random I/O) is not worth the hand-off.
+        if size <= SMALL_READ {
+            return self.read_op(job);
+        }
+        if let Err(e) = self.readers.send(Box::new(job)) {
+            (e.0)(&self.inner);
+        }
     }
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         if ino >> crate::SNAP_SHIFT != 0 {
             return reply.error(libc::EROFS);
         }
-        let data = data.to_vec();
-        self.change(ino, move |s| {
+        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, &data, os.props.recordsize)) {
+            match s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
             }
-        });
+        }
+        // Run here, the data is written from the request's buffer; queued, it is copied.
+        match self.change_inline(ino) {
+            None => self.inline(|s| write(s, ino, offset, data, reply)),
+            Some(i) => {
+                let data = data.to_vec();
+                self.queue(i, move |s| write(s, ino, offset, &data, reply));
+            }
+        }
     }
 
     fn fallocate(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, length: i64, mode: i32, reply: ReplyEmpty) {
@@ -571,8 +736,10 @@ impl Filesystem for RwFs {
         self.change(ino, move |s| reply_empty(s.fallocate(ino, offset, length, mode), reply));
     }
 
+    /// Nothing to do at close (writes are in the open txg already, fsync syncs): ENOSYS tells
+    /// the kernel so, and it sends no more flushes, sparing every close(2) a round trip.
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
-        reply.ok();
+        reply.error(libc::ENOSYS);
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
@@ -606,6 +773,13 @@ impl Filesystem for RwFs {
             return v.readdir(_req, ino, _fh, offset, reply);
         }
         self.read_op(move |s| s.readdir(ino, offset, reply));
+    }
+
+    fn readdirplus(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, reply: ReplyDirectoryPlus) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.readdirplus(_req, ino, _fh, offset, reply);
+        }
+        self.read_op(move |s| s.readdirplus(ino, offset, reply));
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
@@ -690,7 +864,21 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
     let root = pool.with_fs(dsobj, |os, _| Ok(pool.fs_info(os)?.root))?;
-    let mut fs = RwFs::new(Inner { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())), orphans: Arc::new(Mutex::new(Default::default())) });
+    let (prefetch, rx) = sync_channel(PREFETCH_QUEUE);
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..PREFETCH_WORKERS {
+        prefetcher(format!("oxzfs-pf-{i}"), rx.clone());
+    }
+    let inner = Inner {
+        pool,
+        dsobj,
+        root,
+        open: Arc::new(Mutex::new(HashMap::new())),
+        orphans: Arc::new(Mutex::new(Default::default())),
+        streams: Mutex::new(HashMap::new()),
+        prefetch,
+    };
+    let mut fs = RwFs::new(inner);
     if let Some((ro, visible)) = snapshots {
         // Snapshots never change; the names in .zfs/snapshot do, so entries live briefly.
         let opts = crate::MountOpts { workers: 2, ttl: TTL, snapdir_visible: visible, ..crate::MountOpts::default() };
@@ -709,5 +897,6 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     }
     let session = fuser::spawn_mount2(fs, mountpoint, &mo)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}' on '{}': {e}", mountpoint.display())))?;
+    crate::widen_readahead(mountpoint);
     Ok(crate::MountHandle::from_session(session, dataset, mountpoint.to_path_buf()))
 }
