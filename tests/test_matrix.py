@@ -286,7 +286,6 @@ def test_small_records_on_wide_sectors_fill_to_clean_enospc(layout, oxzfs):
     zdb_check(vdir, pool)
 
 
-@pytest.mark.xfail(strict=True, reason="the writer has no dedup table yet: zfs create -o dedup=on is refused")
 def test_dedup_writes(oxzfs):
     """dedup=on with sha256: two copies of the same data share one block (zdb's DDT and dedup ratio),
     zdb-clean."""
