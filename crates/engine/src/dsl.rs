@@ -259,6 +259,9 @@ pub enum PropStore {
     Str(String),
 }
 
+/// The dedup property's values as zfs_prop.c registers them (OpenZFS 2.1, Linux).
+pub const DEDUP_VALUES: &str = "on | off | verify | sha256[,verify] | sha512[,verify] | skein[,verify] | edonr,verify";
+
 /// Properties `zfs set`/`zfs inherit` accept (besides user properties, which contain ':').
 pub const SETTABLE: &[&str] = &[
     "mountpoint", "compression", "checksum", "atime", "relatime", "readonly", "setuid", "exec", "devices", "nbmand", "overlay",
@@ -348,7 +351,8 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
                 "edonr,verify" => f(checksum::ZIO_CHECKSUM_EDONR) | verify,
                 "blake3" => f(checksum::ZIO_CHECKSUM_BLAKE3),
                 "blake3,verify" => f(checksum::ZIO_CHECKSUM_BLAKE3) | verify,
-                _ => return Err(bad()),
+                // zprop_parse_value's words for an index value it does not know.
+                _ => return Err(ZfsError::Invalid(format!("'dedup' must be one of '{DEDUP_VALUES}'"))),
             })
         }
         "atime" | "relatime" | "readonly" | "setuid" | "exec" | "devices" | "nbmand" | "overlay" | "utf8only" | "vscan" | "zoned" | "jailed" => {

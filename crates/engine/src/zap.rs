@@ -346,7 +346,9 @@ impl Zap {
             return Err(ZfsError::Invalid(format!("{}: pointer table names block 0 as a leaf", self.ctx())));
         }
         let (b, le) = self.block(os, blk, "leaf")?;
-        fz::decode_fat_leaf(&b[..self.dn.data_block_size() as usize], le)
+        // The dedup table's ZAPs have keys of 8-byte words.
+        let uint64_key = matches!(&self.kind, Kind::Fat(f) if f.hdr.flags & fz::ZAP_FLAG_UINT64_KEY != 0);
+        fz::decode_fat_leaf_keyed(&b[..self.dn.data_block_size() as usize], le, uint64_key)
             .map_err(|e| ZfsError::corrupt(format!("{} leaf block {blk}", self.ctx()), e))
     }
 }
