@@ -733,8 +733,10 @@ impl ObjsetW {
         if dn.maxblkid > 0 {
             out.leaf_shift = dn.data_block_size().trailing_zeros() as u8;
         }
+        let uint64_key = z.flags() & oxzfs_format::zap::ZAP_FLAG_UINT64_KEY != 0;
         for e in z.list(ro)? {
-            let key = e.name_key();
+            // A uint64 key is its words (a last zero byte is part of it, not a NUL).
+            let key = if uint64_key { e.name.clone() } else { e.name_key() };
             out.entries.insert(key, (e.int_size, e.value_u64s()));
         }
         Ok(out)

@@ -54,7 +54,8 @@ impl ZapEntry {
     pub fn name_str(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
-    /// The key as held in memory for rewriting: the name without its NUL (uint64 keys as is).
+    /// The key of a string-keyed ZAP as held in memory for rewriting: the name without its
+    /// NUL (a uint64-key ZAP's key is `name` itself).
     pub fn name_key(&self) -> Vec<u8> {
         let mut k = self.name.clone();
         if k.last() == Some(&0) {
