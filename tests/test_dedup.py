@@ -22,6 +22,8 @@ import subprocess
 import pytest
 
 import workload
+import zdbparse
+from conftest import Oxzfs, unmount_below
 from test_write import ZDB, make_devs, new_pool, zdb_check
 
 REC = 16 << 10
@@ -75,9 +77,14 @@ def check_files(root, files):
         assert got == b"".join(recs), f"{rel}: {len(got)} bytes differ from the {len(recs)} records written"
 
 
-def check_pool(vdir, pool, files, checksum, dedup_class):
-    """Exported POOL: zdb clean, its DDT the model's, the dedup class used when there is one."""
+def check_pool(ox, vdir, pool, files, checksum, dedup_class):
+    """Exported POOL: zdb clean, its DDT the model's, the dedup class used when there is one, and
+    our own zdb's block totals and dedup savings those of OpenZFS's."""
     text = zdb_check(vdir, pool)
+    theirs = zdbparse.parse(text)
+    ours = ox.zdb("-e", "-p", vdir, "-bb", pool)
+    got = zdbparse.parse(ours.stdout)
+    assert (got.totals(), got.bp_deduped) == (theirs.totals(), theirs.bp_deduped), repr(ours)
     objs, hist, ddt_text = zdb_ddt(vdir, pool)
     want_objs, want_hist = expected_ddt(files, checksum)
     if not want_objs:
@@ -135,7 +142,7 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
     r = oxzfs.zpool("get", "-Hp", "-o", "value", "dedupratio", pool)
     assert r.stdout.strip() == f"{referenced * 100 // allocated / 100:.2f}", repr(r)
     assert oxzfs.export(pool).returncode == 0
-    check_pool(vdir, pool, files, checksum, extra == "dedup")
+    check_pool(oxzfs, vdir, pool, files, checksum, extra == "dedup")
 
     # Fewer references: deletes, and an overwrite that drops blk[0] and doubles uniq[0].
     assert oxzfs.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
@@ -149,7 +156,7 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
         os.fsync(f.fileno())
     files["d/a"] = [uniq[0]] + blk[1:]
     assert oxzfs.export(pool).returncode == 0
-    check_pool(vdir, pool, files, checksum, extra == "dedup")
+    check_pool(oxzfs, vdir, pool, files, checksum, extra == "dedup")
 
     # Nothing left: the entries and the class objects go.
     assert oxzfs.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
@@ -159,7 +166,7 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
         os.unlink(os.path.join(root, rel))
     files.clear()
     assert oxzfs.export(pool).returncode == 0
-    check_pool(vdir, pool, files, checksum, False)
+    check_pool(oxzfs, vdir, pool, files, checksum, False)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -233,3 +240,56 @@ def test_dedup_property_values_and_refusals(oxzfs):
     assert r.returncode == 1 and "pool must be upgraded to set this property or value" in r.stderr, repr(r)
     r = oxzfs.zfs("create", "-o", "dedup=verify", "ddprop23/x")
     assert r.returncode == 0, repr(r)
+
+
+@pytest.fixture(scope="module")
+def forced(oxzfs_bin, work_dir):
+    """A daemon of its own that gangs every allocation of 32 KiB or more."""
+    base = os.path.join(work_dir, "run", "test_dedup_forced")
+    unmount_below(base)
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    ox = Oxzfs(oxzfs_bin, base)
+    ox.env["OXZFS_FORCE_GANGING"] = "32K"
+    ox.start_daemon()
+    try:
+        yield ox
+    finally:
+        ox.teardown()
+
+
+def test_dedup_of_gang_blocks(forced):
+    """128K records ganged: the DDT keeps the gang DVAs, references share the tree, and the last
+    free takes the whole tree (header copies and children) — zdb clean at each step."""
+    ox = forced
+    pool = "ddgang"
+    base = os.path.join(ox.base, pool)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 2, 128)
+    assert ox.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    ox.imported.append(pool)
+    assert ox.zfs("create", "-o", "dedup=on", "-o", "compression=off", f"{pool}/d").returncode == 0
+    rng = random.Random(5)
+    recs = [rng.randbytes(128 << 10) for _ in range(6)]
+    files = {"d/a": recs, "d/b": recs[:3], "d/c": recs[3:] + recs[3:]}
+    root = os.path.join(alt, pool)
+    for rel, r in files.items():
+        write_file(os.path.join(root, rel), r)
+    assert ox.export(pool).returncode == 0
+    text = check_pool(ox, vdir, pool, files, "sha256", False)
+    assert zdbparse.parse(text).ganged_count > 0, text[-2000:]
+    assert ox.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
+    ox.imported.append(pool)
+    check_files(root, files)
+    os.unlink(os.path.join(root, "d/a"))
+    del files["d/a"]
+    assert ox.export(pool).returncode == 0
+    check_pool(ox, vdir, pool, files, "sha256", False)
+    assert ox.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
+    ox.imported.append(pool)
+    check_files(root, files)
+    for rel in list(files):
+        os.unlink(os.path.join(root, rel))
+    files.clear()
+    assert ox.export(pool).returncode == 0
+    check_pool(ox, vdir, pool, files, "sha256", False)

@@ -353,3 +353,24 @@ fn collides(root: &Vdev, salt: &[u8; 32], key: &DdtKey, c: u8, e: &Entry, data: 
     }
     Ok(false)
 }
+
+/// zdb's dedup figures for "bp deduped" (zdb_ddt_leak_init): over the duplicate-class entries
+/// of every table, the allocated bytes saved (a phys's asize times its references beyond the
+/// first) and how many phys that is. Read-only, from the synced MOS.
+pub fn zdb_dedup_totals(spa: &crate::spa::Spa) -> Result<(u64, u64)> {
+    let mos = spa.mos();
+    let (mut asize, mut blocks) = (0u64, 0u64);
+    for c in 0..checksum::ZIO_CHECKSUM_FUNCTIONS as u8 {
+        let name = ddt_object_name(checksum::checksum_name(c), DdtClass::Duplicate);
+        let Some(obj) = crate::zap::zap_lookup_u64(&mos, 1, &name)? else { continue };
+        for e in crate::zap::zap_list(&mos, obj)? {
+            let phys = decode_phys(&e.value).map_err(|err| ZfsError::corrupt(format!("{name} (object {obj})"), err))?;
+            for ph in phys[1..].iter().filter(|p| p.phys_birth != 0) {
+                let a: u64 = ph.dva.iter().map(|d| d.asize).sum();
+                asize = asize.saturating_add(a.saturating_mul(ph.refcnt.saturating_sub(1)));
+                blocks += 1;
+            }
+        }
+    }
+    Ok((asize, blocks))
+}

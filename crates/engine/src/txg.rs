@@ -1529,7 +1529,7 @@ impl PoolW {
 
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
-        self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
+        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty())
     }
 }
 
