@@ -23,7 +23,7 @@ import pytest
 
 import workload
 import zdbparse
-from conftest import Oxzfs, unmount_below
+from test_gang import forced_ganging_daemon
 from test_write import ZDB, make_devs, new_pool, zdb_check
 
 REC = 16 << 10
@@ -75,6 +75,23 @@ def check_files(root, files):
         with open(os.path.join(root, rel), "rb") as f:
             got = f.read()
         assert got == b"".join(recs), f"{rel}: {len(got)} bytes differ from the {len(recs)} records written"
+
+
+def reimport(ox, vdir, alt, pool, files):
+    """Import POOL read-write again; its files must read back as the model has them."""
+    assert ox.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
+    ox.imported.append(pool)
+    check_files(os.path.join(alt, pool), files)
+
+
+def delete_all_and_check(ox, vdir, alt, pool, files, checksum):
+    """Re-import, delete every file, export: the DDT must be empty and zdb clean."""
+    reimport(ox, vdir, alt, pool, files)
+    for rel in list(files):
+        os.unlink(os.path.join(alt, pool, rel))
+    files.clear()
+    assert ox.export(pool).returncode == 0
+    check_pool(ox, vdir, pool, files, checksum, False)
 
 
 def check_pool(ox, vdir, pool, files, checksum, dedup_class):
@@ -145,9 +162,7 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
     check_pool(oxzfs, vdir, pool, files, checksum, extra == "dedup")
 
     # Fewer references: deletes, and an overwrite that drops blk[0] and doubles uniq[0].
-    assert oxzfs.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
-    oxzfs.imported.append(pool)
-    check_files(root, files)
+    reimport(oxzfs, vdir, alt, pool, files)
     for rel in ("d/b", "d/e/c"):
         os.unlink(os.path.join(root, rel))
         del files[rel]
@@ -159,14 +174,7 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
     check_pool(oxzfs, vdir, pool, files, checksum, extra == "dedup")
 
     # Nothing left: the entries and the class objects go.
-    assert oxzfs.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
-    oxzfs.imported.append(pool)
-    check_files(root, files)
-    for rel in list(files):
-        os.unlink(os.path.join(root, rel))
-    files.clear()
-    assert oxzfs.export(pool).returncode == 0
-    check_pool(oxzfs, vdir, pool, files, checksum, False)
+    delete_all_and_check(oxzfs, vdir, alt, pool, files, checksum)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -244,18 +252,7 @@ def test_dedup_property_values_and_refusals(oxzfs):
 
 @pytest.fixture(scope="module")
 def forced(oxzfs_bin, work_dir):
-    """A daemon of its own that gangs every allocation of 32 KiB or more."""
-    base = os.path.join(work_dir, "run", "test_dedup_forced")
-    unmount_below(base)
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    ox = Oxzfs(oxzfs_bin, base)
-    ox.env["OXZFS_FORCE_GANGING"] = "32K"
-    ox.start_daemon()
-    try:
-        yield ox
-    finally:
-        ox.teardown()
+    yield from forced_ganging_daemon(oxzfs_bin, work_dir, "test_dedup_forced")
 
 
 def test_dedup_of_gang_blocks(forced):
@@ -278,18 +275,9 @@ def test_dedup_of_gang_blocks(forced):
     assert ox.export(pool).returncode == 0
     text = check_pool(ox, vdir, pool, files, "sha256", False)
     assert zdbparse.parse(text).ganged_count > 0, text[-2000:]
-    assert ox.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
-    ox.imported.append(pool)
-    check_files(root, files)
+    reimport(ox, vdir, alt, pool, files)
     os.unlink(os.path.join(root, "d/a"))
     del files["d/a"]
     assert ox.export(pool).returncode == 0
     check_pool(ox, vdir, pool, files, "sha256", False)
-    assert ox.run("zpool", "import", "-d", vdir, "-R", alt, pool).returncode == 0
-    ox.imported.append(pool)
-    check_files(root, files)
-    for rel in list(files):
-        os.unlink(os.path.join(root, rel))
-    files.clear()
-    assert ox.export(pool).returncode == 0
-    check_pool(ox, vdir, pool, files, "sha256", False)
+    delete_all_and_check(ox, vdir, alt, pool, files, "sha256")
