@@ -137,11 +137,8 @@ impl Ddt {
         let Some(stat_obj) = mos.zap_lookup(1, DMU_POOL_DDT_STATS)? else { return Ok(ddt) };
         ddt.stat_obj = stat_obj;
         let stats = mos.zap(stat_obj)?.clone();
+        // Every function: older systems deduplicated with weak checksums and verify too.
         for c in 0..checksum::ZIO_CHECKSUM_FUNCTIONS as u8 {
-            let Some(info) = checksum::checksum_info(c) else { continue };
-            if !info.dedup() && c != checksum::ZIO_CHECKSUM_EDONR {
-                continue;
-            }
             let mut t = Table::default();
             for class in DdtClass::ALL {
                 let name = ddt_object_name(checksum::checksum_name(c), class);
@@ -253,6 +250,10 @@ impl Ddt {
         }
         let stat_obj = self.stat_obj;
         for (&c, t) in self.tables.iter_mut() {
+            // ddt_sync_table: a table nothing touched this txg is left as it is.
+            if t.dirty.is_empty() {
+                continue;
+            }
             let cname = checksum::checksum_name(c);
             for key in std::mem::take(&mut t.dirty) {
                 let Some(e) = t.entries.get_mut(&key) else { continue };
