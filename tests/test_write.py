@@ -502,3 +502,114 @@ def test_zfs_mount_unmount_and_mountpoint_changes(oxzfs):
     assert not os.path.ismount(os.path.join(alt, "moved"))
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_create_without_daemon_starts_it(oxzfs_bin, work_dir):
+    """`zpool create` with no daemon running starts one, as `zpool import` does: the new pool is
+    imported and mounted afterwards (it used to be written and left behind, neither imported nor
+    exported)."""
+    from conftest import Oxzfs
+    base = os.path.join(work_dir, "run", "create-autostart")
+    unmount_below(base)
+    import shutil
+    shutil.rmtree(base, ignore_errors=True)
+    ox = Oxzfs(oxzfs_bin, base)
+    try:
+        assert not ox.daemon_alive()
+        devs = make_devs(os.path.join(base, "vdevs"), 2)
+        alt = os.path.join(base, "alt")
+        r = ox.zpool("create", "-R", alt, "auto", "mirror", *devs)
+        assert r.returncode == 0, repr(r)
+        ox.imported.append("auto")
+        assert ox.daemon_alive()
+        r = ox.zpool("list", "-H", "-o", "name,health")
+        assert r.stdout.split() == ["auto", "ONLINE"], repr(r)
+        with open(os.path.join(alt, "auto", "f"), "wb") as f:
+            f.write(b"x" * 100000)
+        assert ox.export("auto").returncode == 0
+        zdb_check(os.path.join(base, "vdevs"), "auto")
+    finally:
+        ox.teardown()
+
+
+def test_zpool_iostat_and_list_v_classes_and_cache(oxzfs):
+    """`zpool iostat -v` and `zpool list -v` as OpenZFS lays it out: the data vdevs, then a heading with a dash in
+    every column for each class (special, logs) and for cache devices; the top-level vdevs'
+    alloc adds up to the pool's; writes reach the raidz children."""
+    pool = "wiostat"
+    vdir = os.path.join(oxzfs.base, "iostat", "vdevs")
+    alt = os.path.join(oxzfs.base, "iostat", "alt")
+    d = make_devs(vdir, 6)
+    r = oxzfs.zpool("create", "-R", alt, pool, "raidz1", *d[:3], "special", d[3], "log", d[4], "cache", d[5])
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    with open(os.path.join(alt, pool, "big"), "wb") as f:
+        f.write(os.urandom(8 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    r = oxzfs.zpool("iostat", "-vp", pool)
+    assert r.returncode == 0, repr(r)
+    rows = [ln.split() for ln in r.stdout.splitlines()[3:-1]]
+    names = [x[0] for x in rows]
+    assert names == [pool, "raidz1-0", *d[:3], "special", d[3], "logs", d[4], "cache", d[5]], r.stdout
+    for heading in ("special", "logs", "cache"):
+        assert rows[names.index(heading)][1:] == ["-"] * 6, r.stdout
+    by = {x[0]: x for x in rows}
+    assert int(by[pool][1]) == int(by["raidz1-0"][1]) + int(by[d[3]][1]) + int(by[d[4]][1]), r.stdout
+    assert int(by["raidz1-0"][1]) >= 8 << 20, r.stdout
+    assert all(int(by[c][4]) > 0 or int(by[c][6]) > 0 for c in d[:3]), r.stdout
+    # The cache device: nothing cached yet, its space (less labels) free.
+    assert int(by[d[5]][1]) == 0 and (128 << 20) - (5 << 20) < int(by[d[5]][2]) < 128 << 20, r.stdout
+    # zpool list -v: the same order and headings; top-level vdevs carry FRAG and CAP.
+    r = oxzfs.zpool("list", "-vHp", "-o", "name,size,alloc,frag,cap,health", pool)
+    assert r.returncode == 0, repr(r)
+    lrows = [ln.split("\t") for ln in r.stdout.splitlines()]
+    assert [x[0].strip() for x in lrows] == names, r.stdout
+    lby = {x[0].strip(): x for x in lrows}
+    for heading in ("special", "logs", "cache"):
+        assert lby[heading][1:] == ["-"] * 5, r.stdout
+    for top in ("raidz1-0", d[3], d[4]):
+        assert lby[top][3].isdigit() and lby[top][4].isdigit() and lby[top][5] == "ONLINE", r.stdout
+    assert int(lby["raidz1-0"][2]) == int(by["raidz1-0"][1]), (r.stdout, by)
+    assert lby[d[0]][1:5] == ["-"] * 4, r.stdout
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_import_under_a_new_name(oxzfs):
+    """`zpool import POOL NEWPOOL`: the pool lives on under the new name, which a read-write
+    import writes into its labels and MOS config (OpenZFS's zdb finds it by that name); a
+    read-only import renames it in memory only; OpenZFS's refusals."""
+    pool = "imporig"
+    vdir, alt, root = new_pool(oxzfs, pool, "impnew", 2, "-O", "compression=off")
+    data = os.urandom(300000)
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.export(pool).returncode == 0
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool, "9bad")
+    assert r.returncode == 1 and r.stderr == "cannot import '9bad': name must begin with a letter\n", repr(r)
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool, "impnew")
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("impnew")
+    assert oxzfs.zpool("list", "-H", "-o", "name").stdout.split() == ["impnew"]
+    with open(os.path.join(alt, "impnew", "f"), "rb") as f:
+        assert f.read() == data
+    with open(os.path.join(alt, "impnew", "g"), "wb") as f:
+        f.write(data[::-1])
+    assert oxzfs.export("impnew").returncode == 0
+    # OpenZFS finds it under the new name only, labels and MOS config alike.
+    zdb_check(vdir, "impnew")
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-C", "impnew"], capture_output=True, text=True)
+    assert r.returncode == 0 and "name: 'impnew'" in r.stdout and "imporig" not in r.stdout, r.stdout + r.stderr
+    lab = subprocess.run([ZDB, "-l", os.path.join(vdir, "d1")], capture_output=True, text=True)
+    assert "name: 'impnew'" in lab.stdout and "imporig" not in lab.stdout, lab.stdout
+    # Read-only under yet another name: nothing written.
+    r = oxzfs.zpool("import", "-d", vdir, "-o", "readonly=on", "-R", alt, "impnew", "imp3")
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("imp3")
+    with open(os.path.join(alt, "imp3", "g"), "rb") as f:
+        assert f.read() == data[::-1]
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, "impnew", "imp3")
+    assert r.returncode == 1 and r.stderr == "cannot import 'impnew' as 'imp3': pool already exists\n", repr(r)
+    assert oxzfs.export("imp3").returncode == 0
+    lab = subprocess.run([ZDB, "-l", os.path.join(vdir, "d0")], capture_output=True, text=True)
+    assert "name: 'impnew'" in lab.stdout, lab.stdout

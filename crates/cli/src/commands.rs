@@ -206,7 +206,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
-    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit")) {
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "set" | "import") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename")) {
         let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
         if let Some(t) = target {
             let pool = if cmd == "zpool" && verb != "set" {
@@ -264,6 +264,7 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "destroy") => crate::write_cmds::zfs_destroy(st, rest),
         ("zfs", "set") => crate::write_cmds::zfs_set(st, rest),
         ("zfs", "inherit") => crate::write_cmds::zfs_inherit(st, rest),
+        ("zfs", "rename") => crate::write_cmds::zfs_rename(st, rest),
         ("zpool", "export") => zpool_export(st, rest),
         ("zpool", "status") => zpool_status(st, rest),
         ("zpool", "list") => zpool_list(st, rest),
@@ -272,10 +273,22 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "get") => zfs_get(st, rest),
         ("zfs", "mount") => zfs_mount(st, rest),
         ("zfs", "unmount") | ("zfs", "umount") => zfs_unmount(st, rest),
-        ("zpool", v) => usage(format!("unrecognized command '{v}'\nusage: zpool command args ...\nwhere 'command' is one of the following:\n\n\timport\n\texport\n\tstatus\n\tlist\n\tget")),
-        ("zfs", v) => usage(format!("unrecognized command '{v}'\nusage: zfs command args ...\nwhere 'command' is one of the following:\n\n\tlist\n\tget\n\tmount")),
+        ("zpool", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zpool", ZPOOL_VERBS))),
+        ("zfs", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zfs", ZFS_VERBS))),
         (c, _) => usage(format!("unrecognized command '{c}'")),
     }
+}
+
+/// The verbs oxzfs answers, in the order OpenZFS's usage lists them.
+const ZPOOL_VERBS: &[&str] = &["create", "destroy", "add", "list", "iostat", "status", "import", "export", "history", "get", "set"];
+const ZFS_VERBS: &[&str] = &["create", "destroy", "rename", "list", "set", "get", "inherit", "mount", "unmount"];
+
+fn verb_list(cmd: &str, verbs: &[&str]) -> String {
+    let mut s = format!("usage: {cmd} command args ...\nwhere 'command' is one of the following:\n\n");
+    for v in verbs {
+        s.push_str(&format!("\t{v}\n"));
+    }
+    s.trim_end().to_string()
 }
 
 fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
@@ -292,8 +305,12 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if o.operands.len() > 2 {
         return usage(format!("too many arguments\n{IMPORT_USAGE}"));
     }
-    if o.operands.len() == 2 {
-        return fail(format!("cannot import '{}': renaming a pool on import is not supported yet", o.operands[0]));
+    // `zpool import POOL NEWPOOL`: the new name must be valid and free.
+    let new_name = o.operands.get(1).cloned();
+    if let Some(n) = &new_name {
+        if let Err(e) = crate::write_cmds::check_pool_name(n) {
+            return fail(format!("cannot import '{n}': {}", e.trim_start_matches(&format!("cannot create '{n}': "))));
+        }
     }
     let mut readonly = false;
     let mut cachefile = None;
@@ -332,8 +349,14 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         o.operands.clone()
     };
     let mut out = (String::new(), String::new(), 0);
+    let which: Vec<String> = if new_name.is_some() { which.into_iter().take(1).collect() } else { which };
     for which in which {
-        if st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
+        if let Some(n) = new_name.as_ref().filter(|n| st.pools.contains_key(n.as_str())) {
+            out.1.push_str(&line(format!("cannot import '{which}' as '{n}': pool already exists")));
+            out.2 = 1;
+            continue;
+        }
+        if new_name.is_none() && st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
             out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
             out.1.push_str(&line("use the form 'zpool import <pool | id> <newpool>' to give it a new name".to_string()));
             out.2 = 1;
@@ -341,7 +364,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         // By numeric id: the pool found may carry the name of one already imported (the
         // kernel's EEXIST in OpenZFS); importing it would take that name's place in the table.
-        if which.bytes().all(|b| b.is_ascii_digit()) {
+        if new_name.is_none() && which.bytes().all(|b| b.is_ascii_digit()) {
             let taken = spa::scan(&dirs).pools.into_iter().find(|c| c.guid.to_string() == which).map(|c| c.name).filter(|n| st.pools.contains_key(n));
             if let Some(name) = taken {
                 out.1.push_str(&line(format!("cannot import '{name}': pool already exists")));
@@ -350,7 +373,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         }
         if !readonly {
-            match crate::write_cmds::import_rw(&dirs, &which, altroot.clone(), o.has('f')) {
+            match crate::write_cmds::import_rw(&dirs, &which, new_name.as_deref(), altroot.clone(), o.has('f')) {
                 Ok((pool, h)) => {
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
@@ -367,7 +390,7 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
             continue;
         }
-        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None };
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone() };
         let pool = match Pool::import(&dirs, &which, &opts) {
             Ok(p) => p,
             Err(e) => {
@@ -388,6 +411,27 @@ fn zpool_import(st: &mut State, args: &[String], cwd: &Path) -> Out {
 
 fn prop_of(props: &[PropValue], name: &str) -> String {
     props.iter().find(|p| p.name == name).map(|p| p.value.clone()).unwrap_or_default()
+}
+
+/// The mountpoints libzfs's remove_mountpoint takes away once file systems are unmounted (on
+/// export and rename): those of the default or inherited mountpoint. Gathered before the
+/// unmounts; `remove_mountpoints` runs after all of them, so a child's mountpoint directory
+/// inside its (by then unmounted) parent stays, as in OpenZFS.
+pub fn derived_mountpoints(pool: &Pool, mounts: &[&MountHandle]) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| pool.prop(&m.dataset, "mountpoint").map(|p| p.source == "default" || p.source.starts_with("inherited")).unwrap_or(false))
+        .map(|m| m.mountpoint.clone())
+        .collect()
+}
+
+/// rmdir each of `dirs` that is no longer a mount point, ignoring errors (remove_mountpoint).
+pub fn remove_mountpoints(dirs: &[PathBuf], still_mounted: &[MountHandle]) {
+    for d in dirs {
+        if !still_mounted.iter().any(|m| &m.mountpoint == d) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
@@ -436,7 +480,7 @@ pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut V
         let res = match rw {
             // A dataset the writer cannot change yet (snapshots, system attributes) is served
             // read-only, with a note.
-            Some(h) => match oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp) {
+            Some(h) => match oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp, Some((pool.clone(), snapdir_visible))) {
                 Err(e) if e.errno() == libc::EROFS || matches!(e, oxzfs::ZfsError::Unsupported(_)) => {
                     let _ = writeln!(err, "note: '{name}' is mounted read-only: {e}");
                     ro_mount()
@@ -492,6 +536,7 @@ pub fn zpool_export(st: &mut State, args: &[String]) -> Out {
         };
         // Children before parents.
         let mut busy = false;
+        let derived = derived_mountpoints(&imp.pool, &imp.mounts.iter().collect::<Vec<_>>());
         while let Some(h) = imp.mounts.pop() {
             let (ds, mp) = (h.dataset.clone(), h.mountpoint.clone());
             match h.unmount(o.has('f')) {
@@ -513,6 +558,7 @@ pub fn zpool_export(st: &mut State, args: &[String]) -> Out {
             st.pools.insert(n.clone(), imp);
             continue;
         }
+        remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");
@@ -620,6 +666,18 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
             section(Some("dedup"), kids.iter().filter(|t| t.alloc_bias == "dedup").collect(), &mut rows);
             section(Some("special"), kids.iter().filter(|t| t.alloc_bias == "special").collect(), &mut rows);
             section(Some("logs"), kids.iter().filter(|t| t.is_log).collect(), &mut rows);
+            // Cache devices hold no pool data (their space is the L2ARC's): OpenZFS shows their
+            // size as free while nothing is cached on them.
+            let cache = pool.aux_devices("l2cache");
+            if !cache.is_empty() {
+                rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
+                for (path, state) in cache {
+                    let size = if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None };
+                    let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
+                    let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
+                    rows.push((format!("  {path}"), alloc, free, [0; 4]));
+                }
+            }
         }
     }
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(10);
@@ -631,7 +689,12 @@ fn zpool_iostat(st: &mut State, args: &[String]) -> Out {
     }
     for (name, a, f, r) in rows {
         if r[0] == u64::MAX {
-            let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "", "", "", "", "", "");
+            // A class heading (print_iostat_dashes with a name): a dash in every column.
+            if !o.has('H') {
+                let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "-", "-", "-", "-", "-", "-");
+            } else {
+                let _ = writeln!(out);
+            }
             continue;
         }
         let bw = |x: u64| if p || x < 1024 { x.to_string() } else { oxzfs::dsl::nicebytes(x) };
@@ -774,20 +837,23 @@ fn zpool_list(st: &mut State, args: &[String]) -> Out {
         rows.push(cols.iter().map(|c| zpool_value(imp, c, p)).collect());
         if o.has('v') {
             // One row per vdev below the pool, as `zpool list -v` prints them.
-            for (name, size, alloc, health) in imp.pool.list_vdev_rows() {
-                let heading = health.is_empty();
+            for row in imp.pool.list_vdev_rows() {
+                let heading = row.health.is_empty();
+                let (size, alloc) = (row.size, row.alloc);
                 rows.push(
                     cols.iter()
                         .map(|c| match c.as_str() {
-                            "name" => name.clone(),
-                            _ if heading => String::new(),
+                            "name" => row.name.clone(),
                             "altroot" => String::new(),
+                            // A class heading: a dash in every column (print_list_stats).
+                            _ if heading => "-".into(),
                             "size" => size.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
                             "allocated" => alloc.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
                             "free" => match (size, alloc) {
                                 (Some(s), Some(a)) => nice(s.saturating_sub(a), p),
                                 _ => "-".into(),
                             },
+                            "fragmentation" => row.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
                             "capacity" => match (size, alloc) {
                                 (Some(s), Some(a)) if s > 0 => {
                                     let pct = a as f64 * 100.0 / s as f64;
@@ -795,7 +861,7 @@ fn zpool_list(st: &mut State, args: &[String]) -> Out {
                                 }
                                 _ => "-".into(),
                             },
-                            "health" => health.clone(),
+                            "health" => row.health.clone(),
                             _ => "-".into(),
                         })
                         .collect(),

@@ -62,7 +62,8 @@ fn run(args: &[String]) -> i32 {
                 eprint!("{err}");
                 return code;
             }
-            let autostart = cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import");
+            // A pool that is imported (or created, which imports it) lives in the daemon.
+            let autostart = cmd == "zpool" && matches!(args.get(1).map(|s| s.as_str()), Some("import" | "create"));
             if !daemon::is_running() {
                 if autostart {
                     if let Err(e) = daemon::start() {

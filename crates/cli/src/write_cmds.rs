@@ -21,7 +21,7 @@ fn arc_max() -> u64 {
 }
 
 /// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck).
-fn check_pool_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_pool_name(name: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("cannot create '{name}': invalid character{why}"));
     // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
     if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
@@ -237,10 +237,15 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
 }
 
 /// Import a pool read-write: the write state and the read view over the same Spa.
-pub fn import_rw(dirs: &[PathBuf], which: &str, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
-    let scan = spa::scan(dirs);
-    let cand = oxzfs::pool::choose(&scan, which)?;
-    let pw = PoolW::open(cand, arc_max(), &hostname())?;
+/// `new_name`: import under that name (written into the labels and MOS config at once).
+pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let mut scan = spa::scan(dirs);
+    let cand = oxzfs::pool::choose_as(&mut scan, which, new_name)?;
+    let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
+    if new_name.is_some() {
+        pw.config_dirty = true;
+        pw.sync()?;
+    }
     let spa = pw.spa.clone();
     let h = PoolHandle::start(pw);
     Ok((Pool::from_spa(spa, altroot, dirs), h))
@@ -368,6 +373,7 @@ pub fn zfs_destroy(st: &mut State, args: &[String]) -> Out {
             let mut w = h.lock();
             w.destroy_dataset(v).and_then(|_| w.sync())
         };
+        imp.pool.forget_fs(v);
         if let Err(e) = r {
             return err_out(e, &format!("cannot destroy '{v}'"));
         }
@@ -673,4 +679,93 @@ pub fn zpool_set(st: &mut State, args: &[String]) -> Out {
         Ok(()) => (String::new(), String::new(), 0),
         Err(e) => err_out(e, &format!("cannot set property for '{name}'")),
     }
+}
+
+const ZFS_RENAME_USAGE: &str = "usage:\n\trename [-f] <filesystem|volume|snapshot> <filesystem|volume|snapshot>\n\trename -p [-f] <filesystem|volume> <filesystem|volume>\n\trename -u [-f] <filesystem> <filesystem>\n\trename -r <snapshot> <snapshot>\n";
+
+/// `zfs rename [-p] [-f] FS NEWFS`: the file system and everything below it take the new
+/// name; those mounted are unmounted first and mounted again where their mountpoints now are.
+pub fn zfs_rename(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "pruf") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ZFS_RENAME_USAGE}"), 2),
+    };
+    let bad = |m: &str| (String::new(), format!("{m}\n{ZFS_RENAME_USAGE}"), 2);
+    match o.operands.len() {
+        0 => return bad("missing source dataset argument"),
+        1 => return bad("missing target dataset argument"),
+        2 => {}
+        _ => return bad("too many arguments"),
+    }
+    if o.has('r') && o.has('p') {
+        return bad("-p and -r options are mutually exclusive");
+    }
+    if o.has('u') && o.has('p') {
+        return bad("-u and -p options are mutually exclusive");
+    }
+    let (old, new) = (o.operands[0].clone(), o.operands[1].clone());
+    if o.has('r') && !old.contains('@') {
+        return bad("source dataset for recursive rename must be a snapshot");
+    }
+    if old.contains('@') || new.contains('@') {
+        return (String::new(), format!("cannot rename '{old}': renaming snapshots is not supported yet by the writer\n"), 1);
+    }
+    if o.has('u') {
+        return (String::new(), format!("cannot rename '{old}': renaming without unmounting (-u) is not supported yet\n"), 1);
+    }
+    let imp = match pool_of(st, &old) {
+        Ok(i) => i,
+        Err(o) => return o,
+    };
+    let exists = imp.pool.datasets().map(|l| l.iter().any(|d| d.name == old)).unwrap_or(false);
+    if !exists {
+        return (String::new(), format!("cannot open '{old}': dataset does not exist\n"), 1);
+    }
+    if old == new {
+        return (String::new(), String::new(), 0);
+    }
+    let h = match rw_of(imp, &old, "rename") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    // Unmount the file system and those below it, deepest first.
+    let below = |d: &str| d == old.as_str() || d.starts_with(&format!("{old}/"));
+    let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
+    imp.mounts = keep;
+    gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
+    let mut err = String::new();
+    let mut busy = false;
+    let derived = crate::commands::derived_mountpoints(&imp.pool, &gone.iter().collect::<Vec<_>>());
+    for m in gone {
+        let ds = m.dataset.clone();
+        match m.unmount(o.has('f')) {
+            Ok(()) => {
+                imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+            }
+            Err((m, e)) => {
+                err.push_str(&format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
+                imp.mounts.push(m);
+                busy = true;
+            }
+        }
+    }
+    let r = if busy {
+        Ok(())
+    } else {
+        crate::commands::remove_mountpoints(&derived, &imp.mounts);
+        let mut w = h.lock();
+        // Synced first: the quota check sees what the file systems hold on disk.
+        w.sync().and_then(|_| w.rename_dataset(&old, &new, o.has('p'))).and_then(|_| w.sync())
+    };
+    imp.pool.forget_fs(&old);
+    let failed = match r {
+        Ok(()) => busy,
+        Err(e) => {
+            err.push_str(&err_out(e, &format!("cannot rename '{old}'")).1);
+            true
+        }
+    };
+    // Mount again what can be (under the new names, or the old ones if the rename failed).
+    let n = mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err);
+    (String::new(), err, if failed || n > 0 { 1 } else { 0 })
 }

@@ -24,6 +24,7 @@ pub mod dmu;
 pub mod zap;
 pub mod dsl;
 pub mod dsl_space;
+pub mod dsl_rename;
 pub mod zpl;
 pub mod traverse;
 pub mod pool;

@@ -10,7 +10,7 @@ use crate::zpl::Zfs;
 use crate::{Result, ZfsError};
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use oxzfs_format::nvlist::NvList;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,8 @@ pub struct ImportOptions {
     pub altroot: Option<PathBuf>,
     pub force: bool,
     pub arc_max: Option<u64>,
+    /// Import under this name instead of the pool's own.
+    pub new_name: Option<String>,
 }
 
 pub struct Pool {
@@ -36,6 +38,24 @@ pub struct Pool {
     pub load_guid: u64,
     /// The cachefile property: None for the default, Some("none") or Some(path).
     pub cachefile: Mutex<Option<String>>,
+}
+
+/// The space an L2ARC device offers (l2arc_add_vdev): the device rounded down to whole labels
+/// (256 KiB), less the four labels and boot area (4.5 MiB) and the device header block. None
+/// when the device cannot be opened.
+pub fn l2arc_space(path: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    let len = std::fs::File::open(path).ok()?.seek(SeekFrom::End(0)).ok()?;
+    Some((len & !((256 << 10) - 1)).saturating_sub((4 << 20) + (512 << 10) + 512))
+}
+
+/// One vdev row of `zpool list -v` (a class heading when `health` is empty).
+pub struct ListVdevRow {
+    pub name: String,
+    pub size: Option<u64>,
+    pub alloc: Option<u64>,
+    pub frag: Option<u64>,
+    pub health: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -87,10 +107,26 @@ pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate
     }
 }
 
+/// The candidate `which` of a scan, renamed to `new_name` when given (`zpool import POOL
+/// NEWPOOL`): the pool is opened under that name, and a read-write import writes it into the
+/// labels and the MOS config at its first sync.
+pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a PoolCandidate> {
+    let i = {
+        let c = choose(scan, which)?;
+        scan.pools.iter().position(|p| std::ptr::eq(p, c)).expect("chosen from this scan")
+    };
+    let c = &mut scan.pools[i];
+    if let Some(n) = new_name {
+        c.name = n.to_string();
+        c.config.add_str("name", n);
+    }
+    Ok(&scan.pools[i])
+}
+
 impl Pool {
     pub fn import(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<Arc<Pool>> {
-        let scan = spa::scan(dirs);
-        let cand = choose(&scan, which)?;
+        let mut scan = spa::scan(dirs);
+        let cand = choose_as(&mut scan, which, opts.new_name.as_deref())?;
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);
@@ -218,6 +254,13 @@ impl Pool {
         Ok(z)
     }
 
+    /// Forget the cached file systems of `name`, its snapshots and its descendants (after it
+    /// was renamed or destroyed, the names may come back for other datasets).
+    pub fn forget_fs(&self, name: &str) {
+        let within = |n: &str| n == name || n.strip_prefix(name).is_some_and(|r| r.starts_with('/') || r.starts_with('@'));
+        self.fs_cache.lock().unwrap().retain(|n, _| !within(n));
+    }
+
     /// Drop cached objsets and the MOS so the pool's memory is freed after export.
     pub fn close(&self) {
         self.fs_cache.lock().unwrap().clear();
@@ -343,33 +386,51 @@ impl Pool {
         }
         (sp > 0).then(|| (f / sp) as u64)
     }
-
-    /// Rows of `zpool list -v` below the pool: (indented name, size, alloc, health).
-    pub fn list_vdev_rows(&self) -> Vec<(String, Option<u64>, Option<u64>, String)> {
+    /// The rows of `zpool list -v` below the pool (print_list_stats): the data vdevs, then each
+    /// class (dedup, special, logs) under a heading, then cache and spare devices. A heading
+    /// row has no health; top-level vdevs carry size, alloc and fragmentation, others none.
+    pub fn list_vdev_rows(&self) -> Vec<ListVdevRow> {
         let mut out = Vec::new();
-        let push_tree = |v: &Vdev, depth: usize, out: &mut Vec<(String, Option<u64>, Option<u64>, String)>| {
-            let mut stack = vec![(v, depth)];
+        let push_tree = |v: &Vdev, out: &mut Vec<ListVdevRow>| {
+            let mut stack = vec![(v, 1usize)];
             while let Some((n, d)) = stack.pop() {
                 let top = d == 1;
-                out.push((
-                    format!("{}{}", "  ".repeat(d), n.display_name()),
-                    top.then_some(n.asize),
-                    if top { self.vdev_alloc(n) } else { None },
-                    n.state().as_str().to_string(),
-                ));
+                out.push(ListVdevRow {
+                    name: format!("{}{}", "  ".repeat(d), n.display_name()),
+                    size: top.then_some(n.asize),
+                    alloc: if top { self.vdev_alloc(n) } else { None },
+                    frag: if top { self.vdev_frag(n) } else { None },
+                    health: n.state().as_str().to_string(),
+                });
                 for c in n.children.iter().rev() {
                     stack.push((c, d + 1));
                 }
             }
         };
-        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.kind != VdevKind::Hole) {
-            push_tree(top, 1, &mut out);
+        let heading = |name: &str| ListVdevRow { name: name.into(), size: None, alloc: None, frag: None, health: String::new() };
+        let tops = &self.spa.root_vdev.children;
+        for top in tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t).is_empty()) {
+            push_tree(top, &mut out);
         }
-        let logs: Vec<_> = self.spa.root_vdev.children.iter().filter(|t| t.is_log).collect();
-        if !logs.is_empty() {
-            out.push(("logs".into(), None, None, String::new()));
-            for t in logs {
-                push_tree(t, 1, &mut out);
+        for class in ["dedup", "special", "logs"] {
+            let members: Vec<_> = tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t) == class).collect();
+            if !members.is_empty() {
+                out.push(heading(class));
+                for t in members {
+                    push_tree(t, &mut out);
+                }
+            }
+        }
+        for (key, title) in [("l2cache", "cache"), ("spares", "spare")] {
+            let devs = self.aux_devices(key);
+            if !devs.is_empty() {
+                out.push(heading(title));
+                for (path, state) in devs {
+                    // A cache device's size is its L2ARC space, nothing of it allocated yet.
+                    let size = if key == "l2cache" && state == "ONLINE" { l2arc_space(Path::new(&path)) } else { None };
+                    let state = if key == "spares" && state == "ONLINE" { "AVAIL".to_string() } else { state };
+                    out.push(ListVdevRow { name: format!("  {path}"), size, alloc: size.map(|_| 0), frag: None, health: state });
+                }
             }
         }
         out
@@ -489,7 +550,7 @@ impl Pool {
 
     /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
     /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
-    fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
+    pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let stored = read_mos_packed(&self.spa, key);
         let list = stored.as_ref().and_then(|nv| nv.get_nvlist_array(key)).or_else(|| self.spa.config.get_nvlist_array(key));

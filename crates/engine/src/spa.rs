@@ -380,6 +380,8 @@ impl Spa {
             }
             config = cfg;
         }
+        // The name the pool is imported under (a new one with `zpool import POOL NEWPOOL`).
+        config.add_str("name", &cand.name);
         drop(mos0);
         drop(spa0);
         let spa = Arc::new(build(config, root, salt, arc_max));

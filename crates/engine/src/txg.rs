@@ -1418,7 +1418,11 @@ impl PoolW {
                 self.mos.zap_remove(props, k)?;
             }
         }
-        // Open objsets follow the new policy.
+        self.refresh_open_props()
+    }
+
+    /// Open objsets follow the properties they now have (after a set, inherit or rename).
+    pub(crate) fn refresh_open_props(&mut self) -> Result<()> {
         let ids: Vec<u64> = self.datasets.keys().copied().collect();
         for id in ids {
             let d = self.ds_phys(id)?.dir_obj;
@@ -2133,7 +2137,7 @@ impl PoolHandle {
 // Datasets: create and destroy file systems (dsl_dir + dsl_dataset + objset + ZPL skeleton).
 
 impl PoolW {
-    fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
+    pub(crate) fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
         DslDirPhys::decode(&self.mos.bonus(dir)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {dir}"), e))
     }
 

@@ -227,22 +227,24 @@ impl Inner {
     }
 
     /// Index (from 1) and ZPL of snapshot `name`, opening it on first use.
+    /// A snapshot destroyed since (on a read-write pool) is gone from `.zfs/snapshot` at once.
     fn snap(&self, name: &str) -> Result<(usize, Arc<Zfs>), ZfsError> {
-        {
-            let s = self.snaps.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(i) = s.names.iter().position(|n| n == name) {
-                if let Some(fs) = s.fs.get(&(i + 1)) {
-                    return Ok((i + 1, fs.clone()));
-                }
-            }
-        }
         if name.is_empty() || name.contains('/') || !self.snapshot_names().iter().any(|n| n == name) {
+            let mut s = self.snaps.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = s.names.iter().position(|n| n == name) {
+                s.fs.remove(&(i + 1));
+            }
             return Err(ZfsError::Posix(libc::ENOENT, format!("no snapshot {name}")));
         }
-        // Open outside the lock: it reads from the pool.
+        // The pool keeps each snapshot's ZPL open (and forgets it when the snapshot is
+        // destroyed): a snapshot made again under the same name is the new one here too.
         let fs = self.pool.open_fs(&format!("{}@{}", self.dataset, name))?;
         let mut s = self.snaps.lock().unwrap_or_else(|p| p.into_inner());
-        let idx = match s.names.iter().position(|n| n == name) {
+        // A snapshot made again under an old name is another one: a new index, so new inode
+        // numbers (the kernel's cached pages of the old files are not taken for its files).
+        let same = |i: usize| s.names[i] == name && s.fs.get(&(i + 1)).is_some_and(|f| Arc::ptr_eq(f, &fs));
+        let found = (0..s.names.len()).rev().find(|&i| same(i));
+        let idx = match found {
             Some(i) => i + 1,
             None => {
                 if s.names.len() + 1 >= (1 << (62 - SNAP_SHIFT)) {
@@ -252,7 +254,7 @@ impl Inner {
                 s.names.len()
             }
         };
-        let fs = s.fs.entry(idx).or_insert(fs).clone();
+        s.fs.insert(idx, fs.clone());
         Ok((idx, fs))
     }
 

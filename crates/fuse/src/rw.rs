@@ -62,6 +62,10 @@ pub struct RwFs {
     /// Jobs queued or running per change worker (only the session thread adds to them).
     pending: Vec<Arc<AtomicUsize>>,
     readers: SyncSender<Job>,
+    /// `.zfs/snapshot`: the read-only view of the dataset's snapshots (None when it cannot be
+    /// opened). Its inodes (control directories, snapshot objects) are all at or above 2^48,
+    /// where the live file system has no objects, so each request goes to one side or the other.
+    snaps: Option<crate::ZfsFuse>,
 }
 
 /// Workers that take changes (each its own queue) and reads (one queue for all).
@@ -132,7 +136,17 @@ impl RwFs {
         for i in 0..READ_WORKERS {
             worker(format!("oxzfs-rd-{i}"), inner.clone(), rx.clone());
         }
-        RwFs { inner, ordered, pending, readers: tx }
+        RwFs { inner, ordered, pending, readers: tx, snaps: None }
+    }
+
+    /// The snapshot view, when `ino` is one of its inodes (`.zfs`, `.zfs/snapshot`, objects of
+    /// snapshots).
+    fn snap_ino(&mut self, ino: u64) -> Option<&mut crate::ZfsFuse> {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            self.snaps.as_mut()
+        } else {
+            None
+        }
     }
 
     /// Run a job here, on the session thread (a panic answers EIO through the dropped reply).
@@ -312,6 +326,12 @@ impl Filesystem for RwFs {
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        if parent == 1 && name.as_bytes() == b".zfs" || parent >> crate::SNAP_SHIFT != 0 {
+            return match self.snaps.as_mut() {
+                Some(v) => v.lookup(_req, parent, name, reply),
+                None => reply.error(libc::ENOENT),
+            };
+        }
         let name = name.to_os_string();
         self.read_op(move |s| {
             let dir = obj_of(s.root, parent);
@@ -334,6 +354,9 @@ impl Filesystem for RwFs {
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.getattr(_req, ino, _fh, reply);
+        }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::getattr(os, obj)) {
@@ -361,6 +384,9 @@ impl Filesystem for RwFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let s = SetAttr {
             mode: mode.map(|m| m as u64),
             uid: uid.map(|u| u as u64),
@@ -379,6 +405,9 @@ impl Filesystem for RwFs {
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.readlink(_req, ino, reply);
+        }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::readlink(os, obj)) {
@@ -389,21 +418,33 @@ impl Filesystem for RwFs {
     }
 
     fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, mode & !umask, uid, gid, zfs_rdev(rdev), None), reply));
     }
 
     fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, (mode & !umask & 0o7777) | 0o040000, uid, gid, 0, None), reply));
     }
 
     fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, uid, gid, target) = (link_name.to_os_string(), req.uid(), req.gid(), target.as_os_str().as_bytes().to_vec());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, 0o120777, uid, gid, 0, Some(&target)), reply));
     }
 
     fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| match s.entry(parent, &name, (mode & !umask & 0o7777) | 0o100000, uid, gid, 0, None) {
             Ok(a) => {
@@ -415,6 +456,9 @@ impl Filesystem for RwFs {
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let name = name.to_os_string();
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
@@ -424,6 +468,9 @@ impl Filesystem for RwFs {
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        if parent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let name = name.to_os_string();
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
@@ -432,6 +479,9 @@ impl Filesystem for RwFs {
     }
 
     fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
+        if parent >> crate::SNAP_SHIFT != 0 || newparent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, newname) = (name.to_os_string(), newname.to_os_string());
         // Renames between directories all go to one worker: they keep their order.
         let key = if parent == newparent { parent } else { 0 };
@@ -443,6 +493,9 @@ impl Filesystem for RwFs {
     }
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        if newparent >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let newname = newname.to_os_string();
         self.change(newparent, move |s| {
             let (o, d) = (obj_of(s.root, ino), obj_of(s.root, newparent));
@@ -452,12 +505,18 @@ impl Filesystem for RwFs {
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.open(_req, ino, _flags, reply);
+        }
         let obj = obj_of(self.inner.root, ino);
         *self.inner.open.lock().unwrap().entry(obj).or_insert(0) += 1;
         reply.opened(0, 0);
     }
 
     fn release(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.release(_req, ino, _fh, _flags, _lock, _flush, reply);
+        }
         let s = &self.inner;
         let obj = obj_of(s.root, ino);
         let free = {
@@ -482,6 +541,9 @@ impl Filesystem for RwFs {
     }
 
     fn read(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.read(_req, ino, _fh, offset, size, _flags, _lock, reply);
+        }
         self.read_op(move |s| match s.read(ino, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e.errno()),
@@ -489,6 +551,9 @@ impl Filesystem for RwFs {
     }
 
     fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let data = data.to_vec();
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
@@ -500,6 +565,9 @@ impl Filesystem for RwFs {
     }
 
     fn fallocate(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, length: i64, mode: i32, reply: ReplyEmpty) {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         self.change(ino, move |s| reply_empty(s.fallocate(ino, offset, length, mode), reply));
     }
 
@@ -517,10 +585,26 @@ impl Filesystem for RwFs {
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        // The control directories change as snapshots come and go: no cached listing.
+        if _ino >> crate::SNAP_SHIFT != 0 && _ino >> 62 == 0 {
+            if let Some(v) = self.snaps.as_mut() {
+                return v.opendir(_req, _ino, _flags, reply);
+            }
+        }
         reply.opened(0, 0);
     }
 
+    fn releasedir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, flags: i32, reply: ReplyEmpty) {
+        match self.snap_ino(ino) {
+            Some(v) => v.releasedir(_req, ino, fh, flags, reply),
+            None => reply.ok(),
+        }
+    }
+
     fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, reply: ReplyDirectory) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.readdir(_req, ino, _fh, offset, reply);
+        }
         self.read_op(move |s| s.readdir(ino, offset, reply));
     }
 
@@ -533,6 +617,9 @@ impl Filesystem for RwFs {
     }
 
     fn setxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let (name, value) = (name.to_os_string(), value.to_vec());
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
@@ -541,6 +628,9 @@ impl Filesystem for RwFs {
     }
 
     fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.getxattr(_req, ino, name, size, reply);
+        }
         let name = name.to_os_string();
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
@@ -552,6 +642,9 @@ impl Filesystem for RwFs {
     }
 
     fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        if let Some(v) = self.snap_ino(ino) {
+            return v.listxattr(_req, ino, size, reply);
+        }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::listxattr(os, obj)) {
@@ -569,6 +662,9 @@ impl Filesystem for RwFs {
     }
 
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        if ino >> crate::SNAP_SHIFT != 0 {
+            return reply.error(libc::EROFS);
+        }
         let name = name.to_os_string();
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
@@ -588,11 +684,18 @@ fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
 }
 
 /// Mount dataset `dsobj` of a pool imported for writing at `mountpoint`.
-pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: &Path) -> Result<crate::MountHandle, ZfsError> {
+/// `snapshots`: the pool's read side and whether `.zfs` shows in the root's listing
+/// (snapdir=visible), for `.zfs/snapshot`.
+pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: &Path, snapshots: Option<(Arc<oxzfs::pool::Pool>, bool)>) -> Result<crate::MountHandle, ZfsError> {
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
     let root = pool.with_fs(dsobj, |os, _| Ok(pool.fs_info(os)?.root))?;
-    let fs = RwFs::new(Inner { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())), orphans: Arc::new(Mutex::new(Default::default())) });
+    let mut fs = RwFs::new(Inner { pool, dsobj, root, open: Arc::new(Mutex::new(HashMap::new())), orphans: Arc::new(Mutex::new(Default::default())) });
+    if let Some((ro, visible)) = snapshots {
+        // Snapshots never change; the names in .zfs/snapshot do, so entries live briefly.
+        let opts = crate::MountOpts { workers: 2, ttl: TTL, snapdir_visible: visible, ..crate::MountOpts::default() };
+        fs.snaps = ro.open_fs(&dataset).ok().map(|live| crate::ZfsFuse::new(live, ro.clone(), dataset.clone(), &opts));
+    }
     let root_user = unsafe { libc::geteuid() } == 0;
     let mut mo = vec![
         MountOption::RW,
