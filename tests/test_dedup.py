@@ -32,22 +32,31 @@ CHECKSUM_OF = {"on": "sha256", "verify": "sha256", "sha256": "sha256", "sha512,v
                "skein": "skein", "skein,verify": "skein", "edonr,verify": "edonr"}
 
 
-def zdb_ddt(vdir, pool):
-    """zdb -DD: ({(checksum, class): entries}, {bucket: (blocks, ref_blocks)} aggregated, text)."""
+def run_zdb(vdir, pool, opt):
     if not os.access(ZDB, os.X_OK):
         pytest.fail(f"OpenZFS zdb not found at {ZDB}: run scripts/install-deps.sh")
-    r = subprocess.run([ZDB, "-e", "-p", vdir, "-DD", pool], capture_output=True, text=True, errors="replace",
+    r = subprocess.run([ZDB, "-e", "-p", vdir, opt, pool], capture_output=True, text=True, errors="replace",
                        timeout=600)
     text = r.stdout + r.stderr
-    assert r.returncode == 0, f"zdb -DD {pool} exited {r.returncode}:\n{text[-3000:]}"
+    assert r.returncode == 0, f"zdb {opt} {pool} exited {r.returncode}:\n{text[-3000:]}"
+    return text
+
+
+def histogram_after(text, marker):
+    """The DDT histogram table following MARKER: {bucket: (blocks, ref_blocks)}."""
+    hist = {}
+    if marker in text:
+        for m in re.finditer(r"^\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+\S+\s+(\d+)\s", text.split(marker, 1)[1], re.M):
+            hist[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+    return hist
+
+
+def zdb_ddt(vdir, pool):
+    """zdb -DD: ({(checksum, class): entries}, {bucket: (blocks, ref_blocks)} aggregated, text)."""
+    text = run_zdb(vdir, pool, "-DD")
     objs = {(m.group(1), m.group(2)): int(m.group(3))
             for m in re.finditer(r"^DDT-(\w+)-zap-(\w+): (\d+) entries", text, re.M)}
-    hist = {}
-    if "DDT histogram (aggregated" in text:
-        agg = text.split("DDT histogram (aggregated", 1)[1]
-        for m in re.finditer(r"^\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+\S+\s+(\d+)\s", agg, re.M):
-            hist[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
-    return objs, hist, text
+    return objs, histogram_after(text, "DDT histogram (aggregated"), text
 
 
 def expected_ddt(files, checksum):
@@ -109,6 +118,9 @@ def check_pool(ox, vdir, pool, files, checksum, dedup_class):
         return text
     assert objs == want_objs, f"DDT objects {objs}, model {want_objs}\n{ddt_text[-2000:]}"
     assert hist == want_hist, f"DDT histogram {hist}, model {want_hist}\n{ddt_text[-2000:]}"
+    # zdb -S simulates dedup over every level-0 data block: the same table from the bps.
+    sim = histogram_after(run_zdb(vdir, pool, "-S"), "Simulated DDT histogram")
+    assert sim == want_hist, f"zdb -S histogram {sim}, model {want_hist}"
     deduped = int(re.search(r"bp deduped:\s+(\d+)", text).group(1))
     if any(c == "duplicate" for _, c in want_objs):
         assert deduped > 0, text[-2000:]
