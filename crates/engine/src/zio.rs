@@ -620,16 +620,16 @@ fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod write_tests {
+pub(crate) mod write_tests {
     use super::*;
     use crate::vdev::{BlockDevice, DeviceMap, FileDevice};
     use oxzfs_format::nvlist::{NvList, NvValue};
     use std::sync::Arc;
 
     /// A bump allocator over one top-level vdev (enough to exercise the pipeline).
-    struct Bump {
-        next: u64,
-        top: Arc<Vdev>,
+    pub(crate) struct Bump {
+        pub(crate) next: u64,
+        pub(crate) top: Arc<Vdev>,
     }
     impl DvaAllocator for Bump {
         fn alloc_dva(&mut self, _c: AllocClass, psize: u64, _txg: u64, _avoid: &[Dva]) -> Option<Dva> {
@@ -738,7 +738,7 @@ mod write_tests {
         assert_eq!(parse_size("x"), None);
     }
 
-    fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {
+    pub(crate) fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {
         let dir = tempfile_dir::Dir::new();
         let mut devices = DeviceMap::new();
         let mut kids = Vec::new();
@@ -774,7 +774,7 @@ mod write_tests {
         (dir, full, degraded)
     }
 
-    mod tempfile_dir {
+    pub(crate) mod tempfile_dir {
         pub struct Dir(std::path::PathBuf);
         impl Dir {
             pub fn new() -> Dir {
