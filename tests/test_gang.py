@@ -52,10 +52,10 @@ def reimport_and_check(ox, vdir, pool, alt, want):
     return root
 
 
-@pytest.fixture(scope="module")
-def forced(oxzfs_bin, work_dir):
-    """A daemon of its own that gangs every allocation of 32 KiB or more."""
-    base = os.path.join(work_dir, "run", "test_gang_forced")
+def forced_ganging_daemon(oxzfs_bin, work_dir, tag):
+    """A daemon of its own under run/TAG that gangs every allocation of 32 KiB or more (a
+    generator: yields the runner, tears it down after)."""
+    base = os.path.join(work_dir, "run", tag)
     unmount_below(base)
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
@@ -66,6 +66,11 @@ def forced(oxzfs_bin, work_dir):
         yield ox
     finally:
         ox.teardown()
+
+
+@pytest.fixture(scope="module")
+def forced(oxzfs_bin, work_dir):
+    yield from forced_ganging_daemon(oxzfs_bin, work_dir, "test_gang_forced")
 
 
 @pytest.mark.parametrize("layout,n,ashift", [("stripe", 2, 9), ("mirror", 2, 12), ("raidz1", 3, 9)])

@@ -32,9 +32,9 @@ COMP_V23 = ["off", "on", "lzjb", "zle", "gzip", "gzip-1", "gzip-9"]
 COMP_V5000 = COMP_V23 + ["lz4", "zstd", "zstd-1", "zstd-19", "zstd-fast", "zstd-fast-10", "zstd-fast-1000"]
 CSUM_V23 = ["fletcher2", "fletcher4", "sha256"]
 CSUM_V5000 = CSUM_V23 + ["sha512", "skein", "edonr"]
-# The writer does not dedup yet (zfs create/set refuse dedup=on): drawn but not set until it does
-# (test_dedup_writes below flips when it lands).
-DEDUP_WRITES = False
+# dedup=on/verify is drawn for datasets with a dedup-strong checksum (the dedup vdev above holds
+# the DDT's ZAPs then).
+DEDUP_WRITES = True
 
 
 def draw(seed):
@@ -286,7 +286,6 @@ def test_small_records_on_wide_sectors_fill_to_clean_enospc(layout, oxzfs):
     zdb_check(vdir, pool)
 
 
-@pytest.mark.xfail(strict=True, reason="the writer has no dedup table yet: zfs create -o dedup=on is refused")
 def test_dedup_writes(oxzfs):
     """dedup=on with sha256: two copies of the same data share one block (zdb's DDT and dedup ratio),
     zdb-clean."""

@@ -64,6 +64,9 @@ pub struct ZapObj {
     pub salt: u64,
     pub normflags: u64,
     pub flags: u64,
+    /// Block shift of a fat encoding (0: fzap_default_block_shift, 14); kept from disk for a
+    /// fat ZAP read back, 12 for the dedup table's ZAPs.
+    pub leaf_shift: u8,
 }
 
 impl ZapObj {
@@ -128,6 +131,8 @@ pub struct SyncCtx<'a> {
     pub is_mos: bool,
     /// hole_birth active: holes made in this txg keep their size, type, level and birth txg.
     pub hole_birth: bool,
+    /// The pool's dedup table (travels with the sync, like the allocator).
+    pub ddt: &'a mut crate::ddt::Ddt,
 }
 
 impl SyncCtx<'_> {
@@ -164,12 +169,15 @@ pub struct OsProps {
     pub xattr_sa: bool,
     /// Bytes per new znode's dnode (dnodesize: 512 for legacy, 1K for auto).
     pub dnodesize: usize,
+    /// dedup: the dedup checksum (0: off) and whether to verify (os_dedup_checksum/_verify).
+    pub dedup: u8,
+    pub dedup_verify: bool,
 }
 
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512 }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false }
     }
 }
 
@@ -725,8 +733,14 @@ impl ObjsetW {
         let ro = self.ro().ok_or_else(|| ZfsError::NotFound(format!("ZAP {obj}")))?;
         let z = crate::zap::Zap::open(ro, obj)?;
         let mut out = ZapObj { salt: z.salt(), normflags: z.normflags(), flags: z.flags(), ..Default::default() };
+        let dn = self.dnode(obj)?;
+        if dn.maxblkid > 0 {
+            out.leaf_shift = dn.data_block_size().trailing_zeros() as u8;
+        }
+        let uint64_key = z.flags() & oxzfs_format::zap::ZAP_FLAG_UINT64_KEY != 0;
         for e in z.list(ro)? {
-            let key = e.name_key();
+            // A uint64 key is its words (a last zero byte is part of it, not a NUL).
+            let key = if uint64_key { e.name.clone() } else { e.name_key() };
             out.entries.insert(key, (e.int_size, e.value_u64s()));
         }
         Ok(out)
@@ -755,7 +769,7 @@ impl ObjsetW {
     pub fn create_zap_slots(&mut self, typ: u8, bonustype: u8, bonuslen: usize, normflags: u64, slots: usize) -> Result<u64> {
         let obj = self.alloc_object(typ, 512, bonustype, bonuslen, slots)?;
         let salt = rand_u64() | 1;
-        self.dirty.get_mut(&obj).expect("new").zap = Some(ZapObj { salt, normflags, flags: 0, entries: BTreeMap::new() });
+        self.dirty.get_mut(&obj).expect("new").zap = Some(ZapObj { salt, normflags, flags: 0, entries: BTreeMap::new(), leaf_shift: 0 });
         Ok(obj)
     }
 
@@ -1020,11 +1034,21 @@ impl SyncJob {
         if ctx.pass >= 5 {
             compress = ZIO_COMPRESS_OFF; // zfs_sync_pass_dont_compress: let the passes converge
         }
-        let class = if ismd || (self.props.special_small > 0 && blksz <= self.props.special_small) {
+        let class = if typ == types::DMU_OT_DDT_ZAP {
+            AllocClass::Dedup
+        } else if ismd || (self.props.special_small > 0 && blksz <= self.props.special_small) {
             AllocClass::Special
         } else {
             AllocClass::Normal
         };
+        // dmu_write_policy: level-0 data of a dedup dataset takes the dedup checksum (over the
+        // dnode's own), and verify is forced when that checksum is not strong enough alone.
+        let dedup = !ismd && !ctx.is_mos && self.props.dedup != 0;
+        let mut dedup_verify = false;
+        if dedup {
+            checksum = self.props.dedup;
+            dedup_verify = self.props.dedup_verify || !oxzfs_format::checksum::checksum_info(checksum).map_or(false, |i| i.dedup());
+        }
         WriteProps {
             typ,
             level,
@@ -1034,6 +1058,8 @@ impl SyncJob {
             copies: copies.min(3),
             embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
             class,
+            dedup,
+            dedup_verify,
         }
     }
 }
@@ -1122,7 +1148,8 @@ fn encode_zap(dn: &mut DnodePhys, z: &ZapObj) -> Result<(BTreeMap<u64, Vec<u8>>,
                     zap_write::FatEntry { key, int_size: *isz, values: v.clone() }
                 })
                 .collect();
-            zap_write::encode_fat(z.salt, z.flags, z.normflags, &ents, 14)
+            let shift = if z.leaf_shift == 0 { 14 } else { z.leaf_shift as u32 };
+            zap_write::encode_fat(z.salt, z.flags, z.normflags, &ents, shift)
         }
     };
     let bs = blocks[0].len() as u64;
@@ -1346,7 +1373,15 @@ fn sync_tree(
             p.embed_ok = false;
         }
         let prev = old_bp(0, blkid)?;
-        let w = write_cached(&os.spa, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?;
+        let w = if p.dedup {
+            let w = ctx.ddt.write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
+            if let Written::Bp(bp) = &w {
+                os.spa.cache_written(bp, data);
+            }
+            w
+        } else {
+            write_cached(&os.spa, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?
+        };
         let bp = match w {
             Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
             Written::Bp(mut bp) => {
@@ -1370,6 +1405,8 @@ fn sync_tree(
             p.copies = (p.copies + 1).min(3);
         }
         p.class = AllocClass::Special;
+        p.dedup = false;
+        p.dedup_verify = false;
         p
     };
     loop {
@@ -1384,8 +1421,9 @@ fn sync_tree(
                 &mut ind.get_mut(&(lvl + 1, pb)).expect("loaded")[(blkid % per) as usize]
             };
             let prev = std::mem::replace(slot, bp.clone());
-            // A pointer moved on growth, or a block rewritten in place, stays allocated.
-            let same = !prev.is_hole() && !prev.embedded && !bp.is_hole() && !bp.embedded && prev.dva == bp.dva;
+            // A pointer moved on growth, or a block rewritten in place, stays allocated (a
+            // dedup block written again over itself is a new reference: not the same).
+            let same = !prev.is_hole() && !prev.embedded && !bp.is_hole() && !bp.embedded && prev.dva == bp.dva && prev.birth == bp.birth;
             if !same {
                 if !prev.is_hole() && !prev.embedded {
                     used -= (ctx.dsize)(&prev) as i64;

@@ -210,10 +210,13 @@ fn index_name(prop: &str, v: u64) -> String {
             }
         }
         "checksum" => checksum::checksum_name(v as u8).into(),
-        "dedup" => match v {
-            0 | 2 => "off".into(),
-            1 => "on".into(),
-            x => checksum::checksum_name((x & 0xff) as u8).into(),
+        // The dedup table's names: the function, ",verify" with ZIO_CHECKSUM_VERIFY.
+        "dedup" => match ((v & 0xff) as u8, v & crate::ddt::ZIO_CHECKSUM_VERIFY != 0) {
+            (checksum::ZIO_CHECKSUM_INHERIT | checksum::ZIO_CHECKSUM_OFF, _) => "off".into(),
+            (checksum::ZIO_CHECKSUM_ON, false) => "on".into(),
+            (checksum::ZIO_CHECKSUM_ON, true) => "verify".into(),
+            (c, false) => checksum::checksum_name(c).into(),
+            (c, true) => format!("{},verify", checksum::checksum_name(c)),
         },
         "canmount" => ["off", "on", "noauto"].get(v as usize).unwrap_or(&"on").to_string(),
         "snapdir" => ["hidden", "visible"].get(v as usize).unwrap_or(&"hidden").to_string(),
@@ -256,12 +259,15 @@ pub enum PropStore {
     Str(String),
 }
 
+/// The dedup property's values as zfs_prop.c registers them (OpenZFS 2.1, Linux).
+pub const DEDUP_VALUES: &str = "on | off | verify | sha256[,verify] | sha512[,verify] | skein[,verify] | edonr,verify";
+
 /// Properties `zfs set`/`zfs inherit` accept (besides user properties, which contain ':').
 pub const SETTABLE: &[&str] = &[
     "mountpoint", "compression", "checksum", "atime", "relatime", "readonly", "setuid", "exec", "devices", "nbmand", "overlay",
     "vscan", "zoned", "jailed", "canmount", "snapdir", "xattr", "logbias", "sync", "primarycache", "secondarycache",
     "redundant_metadata", "acltype", "copies", "recordsize", "quota", "refquota", "reservation", "refreservation",
-    "special_small_blocks",
+    "special_small_blocks", "dedup",
 ];
 
 /// Parse `zfs set`/`-O` input for a property into its stored form, with OpenZFS's messages.
@@ -327,6 +333,28 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
             "blake3" => PropStore::Num(checksum::ZIO_CHECKSUM_BLAKE3 as u64),
             _ => return Err(bad()),
         },
+        // zfs_prop.c's dedup_table (blake3 as OpenZFS 2.2 adds it; its feature is checked
+        // where the pool is known).
+        "dedup" => {
+            let verify = crate::ddt::ZIO_CHECKSUM_VERIFY;
+            let f = |c: u8| c as u64;
+            PropStore::Num(match value {
+                "on" => f(checksum::ZIO_CHECKSUM_ON),
+                "off" => f(checksum::ZIO_CHECKSUM_OFF),
+                "verify" => f(checksum::ZIO_CHECKSUM_ON) | verify,
+                "sha256" => f(checksum::ZIO_CHECKSUM_SHA256),
+                "sha256,verify" => f(checksum::ZIO_CHECKSUM_SHA256) | verify,
+                "sha512" => f(checksum::ZIO_CHECKSUM_SHA512),
+                "sha512,verify" => f(checksum::ZIO_CHECKSUM_SHA512) | verify,
+                "skein" => f(checksum::ZIO_CHECKSUM_SKEIN),
+                "skein,verify" => f(checksum::ZIO_CHECKSUM_SKEIN) | verify,
+                "edonr,verify" => f(checksum::ZIO_CHECKSUM_EDONR) | verify,
+                "blake3" => f(checksum::ZIO_CHECKSUM_BLAKE3),
+                "blake3,verify" => f(checksum::ZIO_CHECKSUM_BLAKE3) | verify,
+                // zprop_parse_value's words for an index value it does not know.
+                _ => return Err(ZfsError::Invalid(format!("'dedup' must be one of '{DEDUP_VALUES}'"))),
+            })
+        }
         "atime" | "relatime" | "readonly" | "setuid" | "exec" | "devices" | "nbmand" | "overlay" | "utf8only" | "vscan" | "zoned" | "jailed" => {
             pick(&["off", "on"])?
         }

@@ -30,6 +30,7 @@ pub mod traverse;
 pub mod pool;
 pub mod metaslab;
 pub mod dbuf;
+pub mod ddt;
 pub mod txg;
 pub mod deadlist;
 pub mod dsl_snapshot;

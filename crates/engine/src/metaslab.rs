@@ -111,6 +111,11 @@ impl Metaslabs {
         Metaslabs { groups, rotor: 0 }
     }
 
+    /// Whether some top-level vdev belongs to `class`.
+    pub fn has_class(&self, class: AllocClass) -> bool {
+        self.groups.iter().any(|g| g.class == class)
+    }
+
     /// Allocate from a top-level vdev of `class`, rotating over them. `avoid` lists the
     /// (vdev, offset) of the block's other copies: another vdev is preferred, then another
     /// metaslab of the same vdev (ditto blocks survive the loss of a region), then anything.

@@ -535,7 +535,15 @@ pub fn print_block_stats(spa: &Arc<Spa>, s: &PoolBlockStats, verbosity: u32, ver
         t.asize / t.count,
         t.lsize as f64 / t.asize.max(1) as f64
     );
-    let _ = writeln!(out, "\t{:<16} {:>14}    ref>1: {:>6}   deduplication: {:>6.2}", "bp deduped:", 0, 0, 1.0);
+    let (dedup_asize, dedup_blocks) = crate::ddt::zdb_dedup_totals(spa).unwrap_or((0, 0));
+    let _ = writeln!(
+        out,
+        "\t{:<16} {:>14}    ref>1: {:>6}   deduplication: {:>6.2}",
+        "bp deduped:",
+        dedup_asize,
+        dedup_blocks,
+        dedup_asize as f64 / t.asize.max(1) as f64 + 1.0
+    );
     for (i, n) in s.embedded.iter().enumerate() {
         if *n > 0 {
             let _ = writeln!(out, "\n\tadditional, non-pointer bps of type {i}: {n:>10}");

@@ -54,6 +54,8 @@ use std::sync::Arc;
 /// The first txg of a new pool (TXG_INITIAL).
 pub const TXG_INITIAL: u64 = 4;
 pub const SPA_VERSION_FEATURES: u64 = 5000;
+/// The first pool version with deduplication (SPA_VERSION_DEDUP).
+pub const SPA_VERSION_DEDUP: u64 = 21;
 /// Smallest device `zpool create` accepts (SPA_MINDEVSIZE).
 pub const SPA_MINDEVSIZE: u64 = 64 << 20;
 const VDEV_UBERBLOCK_RING: u64 = 128 << 10;
@@ -173,6 +175,11 @@ impl DvaAllocator for PoolAlloc<'_> {
         // Special (and dedup) blocks fall back to the normal class when it is full or absent.
         let (vdev, offset, asize) = match class {
             AllocClass::Normal => self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
+            // spa_preferred_class: DDT blocks go to the dedup class, else to special
+            // (zfs_ddt_data_is_special), falling back to normal when that class is full.
+            AllocClass::Dedup if !self.ms.has_class(AllocClass::Dedup) => {
+                self.ms.alloc(AllocClass::Special, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid))
+            }
             c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
         }?;
         Some(Dva { vdev, offset, asize, gang: false })
@@ -227,6 +234,8 @@ pub struct PoolW {
     pub suspended: Option<String>,
     /// The last txg whose uberblock is on disk.
     pub synced_txg: u64,
+    /// The dedup tables (with the dataset sync while it runs, like `ms`).
+    pub ddt: crate::ddt::Ddt,
 }
 
 /// A txg quiesced: its datasets' frozen dirty state, to be synced.
@@ -369,6 +378,7 @@ impl PoolW {
             ms_out: None,
             suspended: None,
             synced_txg: 0,
+            ddt: Default::default(),
         };
         pw.create_mos_contents(spec)?;
         pw.create_vdev_zaps()?;
@@ -651,10 +661,12 @@ impl PoolW {
             ms_out: None,
             suspended: None,
             synced_txg: spa.uberblock.txg,
+            ddt: Default::default(),
         };
         pw.check_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
+        pw.ddt = crate::ddt::Ddt::load(&mut pw.mos)?;
         let root_dir = pw.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
         let rd = DslDirPhys::decode(&pw.mos.bonus(root_dir)?, true).map_err(|e| ZfsError::corrupt("root dir".to_string(), e))?;
         pw.mos_dir = pw.mos.zap_lookup(rd.child_dir_zapobj, "$MOS")?.unwrap_or(0);
@@ -771,7 +783,7 @@ impl PoolW {
         let r = (|| -> Result<()> {
             let mut q = self.quiesce();
             let env = self.sync_env();
-            sync_datasets(&env, &mut self.ms, &mut q)?;
+            sync_datasets(&env, &mut self.ms, &mut self.ddt, &mut q)?;
             let ub = self.sync_finish(q)?;
             ub.write()?;
             self.sync_done(ub);
@@ -857,6 +869,10 @@ impl PoolW {
                 self.dataset_blocks_dead(id, unique, &delta, &dead)?;
             }
         }
+        // The dedup tables (ddt_sync): entries into their ZAPs, copies nobody references freed.
+        for bp in self.ddt.sync(&mut self.mos, &root)? {
+            self.free_bp(&bp, txg)?;
+        }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
             let cfg = self.mos.zap_lookup(1, "config")?.ok_or_else(|| ZfsError::Invalid("no config object".into()))?;
@@ -936,7 +952,7 @@ impl PoolW {
     fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
         let env = self.sync_env();
         let mut job = os.freeze(txg);
-        let r = run_job(&env, &mut self.ms, &mut job, pass, is_mos, txg, 0);
+        let r = run_job(&env, &mut self.ms, &mut self.ddt, &mut job, pass, is_mos, txg, 0);
         os.install(job);
         r.map(|(bp, _)| bp)
     }
@@ -944,7 +960,7 @@ impl PoolW {
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
     pub(crate) fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
         let spa = self.spa.clone();
-        free_bp_in(&spa, &mut self.ms, bp, txg)
+        free_bp_in(&spa, &mut self.ms, &mut self.ddt, bp, txg)
     }
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
@@ -1378,6 +1394,9 @@ impl PoolW {
         match (k, crate::dsl::encode_prop(k, v)?) {
             ("compression", crate::dsl::PropStore::Num(n)) => needs(compress_feature((n & 0x7f) as u8)),
             ("checksum", crate::dsl::PropStore::Num(n)) => needs(checksum_feature(n as u8)),
+            // zfs_check_settable: dedup needs SPA_VERSION_DEDUP, then its checksum's feature.
+            ("dedup", _) if self.version < SPA_VERSION_DEDUP => Err(upgrade()),
+            ("dedup", crate::dsl::PropStore::Num(n)) => needs(checksum_feature((n & 0xff) as u8)),
             ("dnodesize", _) if v != "legacy" => needs(Some("org.zfsonlinux:large_dnode")),
             ("recordsize", crate::dsl::PropStore::Num(n)) if n > 128 << 10 => {
                 if !self.features.contains_key("org.open-zfs:large_blocks") {
@@ -1566,7 +1585,7 @@ impl PoolW {
 
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
-        self.mos.is_dirty() || self.config_dirty || self.datasets.values().any(|d| d.os.is_dirty())
+        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty())
     }
 }
 
@@ -1707,7 +1726,7 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
 /// replaced (deferred by the metaslabs for two txgs) when born after `keep`; the blocks born
 /// at or before it (shared with a snapshot) come back for the dataset's deadlist.
 #[allow(clippy::too_many_arguments)]
-fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
+fn run_job(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
     let root = env.spa.root_vdev.clone();
     let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
     let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
@@ -1722,19 +1741,25 @@ fn run_job(env: &SyncEnv, ms: &mut Metaslabs, job: &mut SyncJob, pass: u32, is_m
         lz4: env.lz4,
         is_mos,
         hole_birth: env.hole_birth,
+        ddt: &mut *ddt,
     };
     let bp = job.run(&mut ctx)?;
     let (dead, freed): (Vec<BlockPointer>, Vec<BlockPointer>) = std::mem::take(&mut ctx.freed).into_iter().partition(|b| b.birth <= keep);
     drop(ctx);
     for bp in &freed {
-        free_bp_in(&env.spa, ms, bp, txg)?;
+        free_bp_in(&env.spa, ms, ddt, bp, txg)?;
     }
     Ok((bp, dead))
 }
 
 /// Give every allocation behind `bp` back to the allocator (free in `txg`, deferred): its
-/// DVAs, and for a gang block its header copies and its whole tree.
-fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, bp: &BlockPointer, txg: u64) -> Result<()> {
+/// DVAs, and for a gang block its header copies and its whole tree. A dedup bp only drops its
+/// reference in the dedup table (the copies go at the table's sync when none is left).
+fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, bp: &BlockPointer, txg: u64) -> Result<()> {
+    if bp.dedup && !bp.embedded && !bp.is_hole() {
+        ddt.free(&spa.root_vdev, bp);
+        return Ok(());
+    }
     let mut dvas = Vec::new();
     crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas)?;
     for d in dvas {
@@ -1784,9 +1809,9 @@ impl UbWrite {
 }
 
 /// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
-fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, q: &mut Quiesced) -> Result<()> {
+fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, q: &mut Quiesced) -> Result<()> {
     for ((job, keep), dead) in q.jobs.iter_mut().zip(&q.keep).zip(&mut q.dead) {
-        *dead = run_job(env, ms, job, 1, false, q.txg, *keep)?.1;
+        *dead = run_job(env, ms, ddt, job, 1, false, q.txg, *keep)?.1;
     }
     Ok(())
 }
@@ -1972,7 +1997,7 @@ impl PoolHandle {
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
     /// without it, finish (MOS, uberblock) under it.
     fn sync_txg(&self, _sync: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
-        let (mut q, env, mut ms) = {
+        let (mut q, env, mut ms, mut ddt) = {
             let mut w = self.lock_open();
             w.check_suspended()?;
             if !w.dirty() {
@@ -1982,12 +2007,14 @@ impl PoolHandle {
             let env = w.sync_env();
             w.ms_out = Some(w.ms.space_totals());
             let ms = std::mem::take(&mut w.ms);
-            (q, env, ms)
+            let ddt = std::mem::take(&mut w.ddt);
+            (q, env, ms, ddt)
         };
-        let r = catch(|| sync_datasets(&env, &mut ms, &mut q));
+        let r = catch(|| sync_datasets(&env, &mut ms, &mut ddt, &mut q));
         let r = {
             let mut w = self.lock_open();
             w.ms = ms;
+            w.ddt = ddt;
             w.ms_out = None;
             r.and_then(|_| catch(|| w.sync_finish(q)))
         };
@@ -2373,7 +2400,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -2395,7 +2422,17 @@ impl PoolW {
         if checksum == ck::ZIO_CHECKSUM_ON as u64 {
             checksum = ck::ZIO_CHECKSUM_FLETCHER_4 as u64;
         }
+        // zio_checksum_dedup_select: on (and verify) is the pool's dedup checksum.
+        let dedup = found.get("dedup").copied().unwrap_or(ck::ZIO_CHECKSUM_OFF as u64);
+        let dedup_verify = dedup & crate::ddt::ZIO_CHECKSUM_VERIFY != 0;
+        let dedup = match (dedup & 0xff) as u8 {
+            ck::ZIO_CHECKSUM_INHERIT | ck::ZIO_CHECKSUM_OFF => 0,
+            ck::ZIO_CHECKSUM_ON => crate::ddt::ZIO_DEDUPCHECKSUM,
+            c => c,
+        };
         Ok(OsProps {
+            dedup,
+            dedup_verify,
             checksum: checksum as u8,
             compress: (compress & 0x7f) as u8,
             complevel: (compress >> 7) as u8,

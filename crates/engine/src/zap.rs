@@ -54,7 +54,8 @@ impl ZapEntry {
     pub fn name_str(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
-    /// The key as held in memory for rewriting: the name without its NUL (uint64 keys as is).
+    /// The key of a string-keyed ZAP as held in memory for rewriting: the name without its
+    /// NUL (a uint64-key ZAP's key is `name` itself).
     pub fn name_key(&self) -> Vec<u8> {
         let mut k = self.name.clone();
         if k.last() == Some(&0) {
@@ -346,7 +347,9 @@ impl Zap {
             return Err(ZfsError::Invalid(format!("{}: pointer table names block 0 as a leaf", self.ctx())));
         }
         let (b, le) = self.block(os, blk, "leaf")?;
-        fz::decode_fat_leaf(&b[..self.dn.data_block_size() as usize], le)
+        // The dedup table's ZAPs have keys of 8-byte words.
+        let uint64_key = matches!(&self.kind, Kind::Fat(f) if f.hdr.flags & fz::ZAP_FLAG_UINT64_KEY != 0);
+        fz::decode_fat_leaf_keyed(&b[..self.dn.data_block_size() as usize], le, uint64_key)
             .map_err(|e| ZfsError::corrupt(format!("{} leaf block {blk}", self.ctx()), e))
     }
 }

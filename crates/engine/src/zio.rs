@@ -242,6 +242,10 @@ pub struct WriteProps {
     pub embed_ok: bool,
     /// Allocation class to try first.
     pub class: AllocClass,
+    /// Deduplicate through the pool's dedup table (level-0 data of a dedup dataset; the
+    /// checksum is then the dedup checksum), comparing bytes first when `dedup_verify`.
+    pub dedup: bool,
+    pub dedup_verify: bool,
 }
 
 /// The metaslab classes of OpenZFS.
@@ -301,11 +305,45 @@ pub fn write_block_over(
     txg: u64,
     prev: Option<&BlockPointer>,
 ) -> Result<Written> {
+    let (mut bp, phys) = match prepare(salt, alloc.min_alloc(), data, p, txg)? {
+        Prepared::Hole => return Ok(Written::Hole),
+        Prepared::Embedded(bp) => return Ok(Written::Bp(bp)),
+        Prepared::Block { bp, phys } => (bp, phys),
+    };
+    if let Some(pb) = prev {
+        // (Never over a dedup block: its copies may be shared.)
+        if pb.birth == txg && !pb.embedded && !pb.dedup && !pb.is_hole() && pb.psize == bp.psize && pb.ndvas() >= 1 {
+            bp.dva = pb.dva;
+            if pb.is_gang() {
+                // The same psize cuts into the same children: rewrite the tree where it is.
+                let ctx = ZioCtx { root, salt };
+                rewrite_gang(&ctx, &mut bp, &phys, 0)?;
+            } else {
+                write_dvas(root, &bp, &phys)?;
+            }
+            return Ok(Written::Bp(bp));
+        }
+    }
+    place(root, salt, alloc, &mut bp, &phys, p, txg)?;
+    Ok(Written::Bp(bp))
+}
+
+/// A block through zio_write_compress: all zeros (a hole), embedded in its bp, or its
+/// physical bytes and a bp with everything but the DVAs.
+pub enum Prepared {
+    Hole,
+    Embedded(BlockPointer),
+    Block { bp: BlockPointer, phys: Vec<u8> },
+}
+
+/// Compress (at most 7/8 of lsize, rounded to `min_alloc`), embed when tiny, checksum the
+/// physical bytes.
+pub fn prepare(salt: &[u8; 32], min_alloc: u64, data: &[u8], p: &WriteProps, txg: u64) -> Result<Prepared> {
     let lsize = data.len() as u64;
     assert!(lsize > 0 && lsize % 512 == 0 && lsize <= MAX_BLOCK, "write of {lsize} bytes");
     let compressing = p.compress != compress::ZIO_COMPRESS_OFF;
     if compressing && is_zero(data) {
-        return Ok(Written::Hole);
+        return Ok(Prepared::Hole);
     }
     let mut comp = compress::ZIO_COMPRESS_OFF;
     let mut phys: Vec<u8> = Vec::new();
@@ -314,9 +352,9 @@ pub fn write_block_over(
         let max = (lsize - (lsize >> 3)) as usize;
         if let Some(c) = compress::compress(p.compress, p.complevel, data, max) {
             if p.embed_ok && p.level == 0 && c.len() <= oxzfs_format::blkptr::BPE_PAYLOAD_SIZE {
-                return Ok(Written::Bp(BlockPointer::new_embedded(&c, lsize, p.compress, p.typ, txg)));
+                return Ok(Prepared::Embedded(BlockPointer::new_embedded(&c, lsize, p.compress, p.typ, txg)));
             }
-            let rounded = (c.len() as u64).div_ceil(alloc.min_alloc()) * alloc.min_alloc();
+            let rounded = (c.len() as u64).div_ceil(min_alloc) * min_alloc;
             if rounded < lsize {
                 phys = c;
                 phys.resize(rounded as usize, 0);
@@ -330,7 +368,7 @@ pub fn write_block_over(
     let psize = phys.len() as u64;
     let cksum = checksum::compute(p.checksum, &phys, true, salt)
         .map_err(|e| ZfsError::Invalid(format!("checksum {}: {e}", p.checksum)))?;
-    let mut bp = BlockPointer {
+    let bp = BlockPointer {
         lsize,
         psize,
         compress: comp,
@@ -343,26 +381,17 @@ pub fn write_block_over(
         cksum,
         ..Default::default()
     };
-    if let Some(pb) = prev {
-        if pb.birth == txg && !pb.embedded && !pb.is_hole() && pb.psize == psize && pb.ndvas() >= 1 {
-            bp.dva = pb.dva;
-            if pb.is_gang() {
-                // The same psize cuts into the same children: rewrite the tree where it is.
-                let ctx = ZioCtx { root, salt };
-                rewrite_gang(&ctx, &mut bp, &phys, 0)?;
-            } else {
-                write_dvas(root, &bp, &phys)?;
-            }
-            return Ok(Written::Bp(bp));
-        }
-    }
+    Ok(Prepared::Block { bp, phys })
+}
+
+/// Allocate `p.copies` DVAs for a prepared block (contiguous or ganged) and write it; when
+/// the pool cannot hold them all, fewer ditto copies rather than failing the sync.
+pub fn place(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, bp: &mut BlockPointer, phys: &[u8], p: &WriteProps, txg: u64) -> Result<()> {
     let copies = p.copies.clamp(1, 3);
-    // All copies, contiguous or ganged; when the pool cannot hold them all, fewer ditto
-    // copies rather than failing the sync.
     for n in (1..=copies).rev() {
         let mut placer = Placer { root, salt, alloc: &mut *alloc, class: p.class, copies: n, txg, placed: Vec::new() };
-        if placer.place(&mut bp, &phys, 0)? {
-            return Ok(Written::Bp(bp));
+        if placer.place(bp, phys, 0)? {
+            return Ok(());
         }
     }
     Err(ZfsError::Posix(28, "out of space".into()))
@@ -601,16 +630,16 @@ fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod write_tests {
+pub(crate) mod write_tests {
     use super::*;
     use crate::vdev::{BlockDevice, DeviceMap, FileDevice};
     use oxzfs_format::nvlist::{NvList, NvValue};
     use std::sync::Arc;
 
     /// A bump allocator over one top-level vdev (enough to exercise the pipeline).
-    struct Bump {
-        next: u64,
-        top: Arc<Vdev>,
+    pub(crate) struct Bump {
+        pub(crate) next: u64,
+        pub(crate) top: Arc<Vdev>,
     }
     impl DvaAllocator for Bump {
         fn alloc_dva(&mut self, _c: AllocClass, psize: u64, _txg: u64, _avoid: &[Dva]) -> Option<Dva> {
@@ -672,7 +701,7 @@ mod write_tests {
             for (limit, copies) in [(48u64 << 10, 1usize), (16 << 10, 2), (4 << 10, 3)] {
                 let mut alloc = Frag { bump: Bump { next: 0, top: top.clone() }, limit, live: Vec::new() };
                 let data: Vec<u8> = (0..128u32 << 10).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
-                let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies, embed_ok: false, class: AllocClass::Normal };
+                let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
                 let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
                 assert!(bp.is_gang(), "{kind} limit {limit}: {bp}");
                 assert_eq!(bp.ndvas(), (copies + 1).min(3), "one more header copy than data copies");
@@ -700,7 +729,7 @@ mod write_tests {
             }
             // No room even for the pieces: nothing stays allocated.
             let mut alloc = Frag { bump: Bump { next: 0, top: top.clone() }, limit: 0, live: Vec::new() };
-            let props = WriteProps { typ: 19, level: 0, checksum: 7, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies: 1, embed_ok: false, class: AllocClass::Normal };
+            let props = WriteProps { typ: 19, level: 0, checksum: 7, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies: 1, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
             assert!(write_block(&root, &salt, &mut alloc, &[7u8; 8192], &props, 9).is_err());
             assert!(alloc.live.is_empty());
         }
@@ -719,7 +748,7 @@ mod write_tests {
         assert_eq!(parse_size("x"), None);
     }
 
-    fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {
+    pub(crate) fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {
         let dir = tempfile_dir::Dir::new();
         let mut devices = DeviceMap::new();
         let mut kids = Vec::new();
@@ -755,7 +784,7 @@ mod write_tests {
         (dir, full, degraded)
     }
 
-    mod tempfile_dir {
+    pub(crate) mod tempfile_dir {
         pub struct Dir(std::path::PathBuf);
         impl Dir {
             pub fn new() -> Dir {
@@ -791,7 +820,7 @@ mod write_tests {
                     seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     *b = if j % 2 == 0 { (seed >> 56) as u8 } else { (j % 7) as u8 };
                 }
-                let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: comp, complevel: 0, copies, embed_ok: false, class: AllocClass::Normal };
+                let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: comp, complevel: 0, copies, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
                 let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
                 assert_eq!((bp.lsize, bp.birth, bp.ndvas()), (lsize, 9, copies), "{kind} block {i}");
                 assert!(bp.psize <= lsize && (bp.compress == compress::ZIO_COMPRESS_OFF || bp.psize % (1 << ashift) == 0));
@@ -802,7 +831,7 @@ mod write_tests {
                 assert_eq!(read_bp(&dctx, &bp).unwrap(), data, "{kind} block {i} degraded");
             }
             // All zeros with compression: a hole; tiny compressible: embedded in the bp.
-            let props = WriteProps { typ: 19, level: 0, checksum: 7, compress: compress::ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, embed_ok: true, class: AllocClass::Normal };
+            let props = WriteProps { typ: 19, level: 0, checksum: 7, compress: compress::ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, embed_ok: true, class: AllocClass::Normal, dedup: false, dedup_verify: false };
             assert!(matches!(write_block(&root, &salt, &mut alloc, &[0u8; 4096], &props, 9).unwrap(), Written::Hole));
             let small = b"hello, world\n".repeat(40);
             let mut blk = small.clone();
@@ -827,7 +856,7 @@ mod write_tests {
         let mut data = text[..131072].to_vec();
         data.resize(131072, 0);
         for (complevel, want_level) in [(0u8, 3u8), (1, 1), (19, 19), (103, 103), (112, 112)] {
-            let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SHA512, compress: compress::ZIO_COMPRESS_ZSTD, complevel, copies: 1, embed_ok: false, class: AllocClass::Normal };
+            let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SHA512, compress: compress::ZIO_COMPRESS_ZSTD, complevel, copies: 1, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
             let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 7).unwrap() else { panic!("hole") };
             assert_eq!((bp.compress, bp.checksum), (compress::ZIO_COMPRESS_ZSTD, checksum::ZIO_CHECKSUM_SHA512), "level {complevel}");
             assert!(bp.psize <= 131072 - 131072 / 8, "level {complevel}: psize {}", bp.psize);
@@ -849,7 +878,7 @@ mod write_tests {
                 (seed >> 56) as u8
             })
             .collect();
-        let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SKEIN, compress: compress::ZIO_COMPRESS_ZSTD, complevel: 19, copies: 1, embed_ok: false, class: AllocClass::Normal };
+        let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_SKEIN, compress: compress::ZIO_COMPRESS_ZSTD, complevel: 19, copies: 1, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
         let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &rnd, &props, 7).unwrap() else { panic!("hole") };
         assert_eq!((bp.compress, bp.psize), (compress::ZIO_COMPRESS_OFF, 65536));
         assert_eq!(read_bp(&ctx, &bp).unwrap(), rnd);

@@ -3,7 +3,8 @@
 //! landed, with exactly the content the model had at that txg, never older than the last
 //! completed fsync, and OpenZFS's zdb must find the crashed pool clean.
 //!
-//! One case is (layout, ashift, seed). The seed drives everything random: the workload, where
+//! One case is (layout, ashift, seed); every fourth seed's file system has dedup=on (and
+//! compression off). The seed drives everything random: the workload, where
 //! the power goes out (the n-th device I/O of a chosen txg sync, or between operations like a
 //! kill -9), and which unflushed writes survive ([`Fault`]). After the cut the stable images are
 //! imported read-only through the normal path and walked. Then the pool lives on from there:
@@ -515,6 +516,9 @@ fn case(l: &Layout, seed: u64, zdb: u8, dir: &Path, tally: &mut Tally) -> Result
         )],
         ashift: Some(l.ashift),
         hostname: "oxzfs-crash".into(),
+        // Every fourth seed deduplicates (uncompressed, so that the zero and repeated-byte
+        // blocks share copies through the DDT instead of becoming holes and embedded bps).
+        fs_props: if seed % 4 == 3 { vec![("dedup".into(), "on".into()), ("compression".into(), "off".into())] } else { Vec::new() },
         ..Default::default()
     };
     drop(PoolW::create(&spec, 32 << 20).map_err(|e| format!("create: {e}"))?);

@@ -47,10 +47,10 @@ impl Dva {
     pub fn is_empty(&self) -> bool {
         self.asize == 0
     }
-    fn decode(w0: u64, w1: u64) -> Dva {
+    pub fn decode(w0: u64, w1: u64) -> Dva {
         Dva { vdev: w0 >> 32, asize: (w0 & 0xff_ffff) << 9, offset: (w1 & !(1u64 << 63)) << 9, gang: w1 >> 63 != 0 }
     }
-    fn encode(&self) -> (u64, u64) {
+    pub fn encode(&self) -> (u64, u64) {
         let w0 = (self.vdev << 32) | ((self.asize >> 9) & 0xff_ffff);
         let w1 = ((self.gang as u64) << 63) | ((self.offset >> 9) & !(1u64 << 63));
         (w0, w1)

@@ -31,5 +31,6 @@ pub mod features;
 pub mod types;
 pub mod spacemap;
 pub mod zap_write;
+pub mod ddt;
 
 pub use error::{FormatError, Result};
