@@ -14,6 +14,7 @@ import os
 import random
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -486,9 +487,20 @@ def zfs_fuse_turn(vdir, zalt, pool, fs, zroot, ours):
         assert r.returncode == 0, f"zfs-fuse {' '.join(a)}:\n{r.stdout}{r.stderr}"
     z("zpool", "import", "-d", vdir, "-R", zalt, pool)
     for n, want in ours.items():
-        where = os.path.join(zroot, ".zfs", "snapshot", n) if n else zroot
+        # zfs-fuse has no .zfs directory: a snapshot is seen through a clone of it.
+        if n:
+            z("zfs", "clone", f"{fs}@{n}", f"{pool}/view-{n}")
+        where = os.path.join(zalt, pool, f"view-{n}") if n else zroot
         d = diff_manifests(_strip_xattrs(manifest_mod.manifest(where)), want)
         assert not d, f"zfs-fuse sees {n or 'the head'} differently:\n{d}"
+        if n:
+            # zfs-fuse may call the mount busy for a moment after the walk: try again.
+            for _ in range(40):
+                r = subprocess.run(["zfs", "destroy", "-f", f"{pool}/view-{n}"], capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.5)
+            assert r.returncode == 0, f"zfs-fuse zfs destroy {pool}/view-{n}:\n{r.stdout}{r.stderr}"
     z("zfs", "snapshot", f"{fs}@zf")
     at_zf = _strip_xattrs(manifest_mod.manifest(zroot))
     with open(os.path.join(zroot, "by-zfs-fuse"), "wb") as f:
