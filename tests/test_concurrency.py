@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from test_write import make_devs, zdb_check
+from test_write import make_devs, new_pool, zdb_check
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools")
 
@@ -121,14 +121,7 @@ def test_concurrent_writers_meet_a_clean_enospc(oxzfs):
     writable (not suspended) and exports clean, and OpenZFS's zdb finds no errors or leaks."""
     import errno
     pool = "wfill"
-    base = os.path.join(oxzfs.base, "fill")
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 128)
-    r = oxzfs.zpool("create", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    root = os.path.join(alt, pool)
+    vdir, alt, root = new_pool(oxzfs, pool, "fill", 1, size_mib=128)
     procs = [subprocess.Popen([sys.executable, "-c", FILLER, os.path.join(root, f"f{i}")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
     total = 0
@@ -198,13 +191,7 @@ def test_sequential_readers_while_the_file_is_rewritten_and_synced(oxzfs):
     zdb and the re-imported file must agree with the writer's model."""
     import random
     pool = "wseqrd"
-    base = os.path.join(oxzfs.base, "seqread")
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 256)
-    r = oxzfs.zpool("create", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, "seqread", 1, size_mib=256)
     path = os.path.join(alt, pool, "big")
     nblocks = 96
     versions = [0] * nblocks

@@ -277,6 +277,18 @@ fn err_out(e: ZfsError, ctx: &str) -> Out {
     (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("{ctx}: {m}") }), 1)
 }
 
+/// The `-o prop=val` options of a zfs verb as (prop, val) pairs; a missing '=' is a usage
+/// error followed by `usage`.
+fn dash_o_props(o: &crate::commands::Opts, usage: &str) -> Result<Vec<(String, String)>, Out> {
+    o.values('o')
+        .into_iter()
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => Ok((k.to_string(), v.to_string())),
+            None => Err((String::new(), format!("missing '=' for property=value argument\n{usage}"), 2)),
+        })
+        .collect()
+}
+
 const ZFS_CREATE_USAGE: &str = "usage:\n\tcreate [-Pnpuv] [-o property=value] ... <filesystem>\n\tcreate [-Pnpsv] [-b blocksize] [-o property=value] ... -V <size> <volume>";
 
 /// `zfs create [-p] [-o prop=val]... FS`
@@ -289,13 +301,10 @@ pub fn zfs_create(st: &mut State, args: &[String]) -> Out {
         return (String::new(), format!("{} filesystem argument\n{ZFS_CREATE_USAGE}\n", if o.operands.is_empty() { "missing" } else { "too many" }), 2);
     }
     let name = o.operands[0].clone();
-    let mut props = Vec::new();
-    for p in o.values('o') {
-        match p.split_once('=') {
-            Some((k, v)) => props.push((k.to_string(), v.to_string())),
-            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_CREATE_USAGE}\n"), 2),
-        }
-    }
+    let props = match dash_o_props(&o, &format!("{ZFS_CREATE_USAGE}\n")) {
+        Ok(p) => p,
+        Err(out) => return out,
+    };
     let imp = match pool_of(st, &name) {
         Ok(i) => i,
         Err(_) => return (String::new(), format!("cannot create '{name}': no such pool '{}'\n", name.split('/').next().unwrap_or("")), 1),
@@ -489,13 +498,10 @@ pub fn zfs_clone(st: &mut State, args: &[String]) -> Out {
         Err(out) => return out,
     };
     let (src, target) = (o.operands[0].clone(), o.operands[1].clone());
-    let mut props = Vec::new();
-    for p in o.values('o') {
-        match p.split_once('=') {
-            Some((k, v)) => props.push((k.to_string(), v.to_string())),
-            None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_CLONE_USAGE}"), 2),
-        }
-    }
+    let props = match dash_o_props(&o, ZFS_CLONE_USAGE) {
+        Ok(p) => p,
+        Err(out) => return out,
+    };
     let imp = match pool_of(st, &src) {
         Ok(i) => i,
         Err(o) => return o,
