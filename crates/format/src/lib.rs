@@ -32,5 +32,6 @@ pub mod types;
 pub mod spacemap;
 pub mod zap_write;
 pub mod ddt;
+pub mod zil;
 
 pub use error::{FormatError, Result};
