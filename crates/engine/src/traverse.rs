@@ -23,6 +23,7 @@ use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::checksum;
+use oxzfs_format::zil;
 use oxzfs_format::dnode::{DnodePhys, DNODE_SIZE};
 use oxzfs_format::dsl::DslDatasetPhys;
 use oxzfs_format::types;
@@ -310,44 +311,13 @@ impl<'a> Walker<'a> {
         let _ = objset;
     }
 
-    /// The next bp of a log block's chain, or None when the block does not verify (end of log).
+    /// The next bp of a log block's chain, or None when the block does not verify (end of log:
+    /// a stale or never-written block fails its embedded checksum, see `oxzfs_format::zil`).
     fn read_zil_block(&self, bp: &BlockPointer) -> Option<BlockPointer> {
         let ctx = self.ctx();
-        let dva = bp.dva[0];
-        let zilog2 = bp.checksum == checksum::ZIO_CHECKSUM_ZILOG2;
-        let size = bp.psize;
-        let data = zio::read_dva(&ctx, &dva, size, &|_| true).ok()?;
-        // ZILOG2: zil_chain_t at the start: pad, next bp, nused, eck (magic + 4 words).
-        // ZILOG: zil_trailer at the end: pad, next bp, nused, eck.
-        let base = if zilog2 { 0 } else { data.len().checked_sub(8 + 128 + 8 + 40)? };
-        let eck_off = base + 8 + 128 + 8;
-        let magic = u64::from_le_bytes(data.get(eck_off..eck_off + 8)?.try_into().ok()?);
-        let le = magic == 0x0210da7ab10c7a11;
-        if !le && magic.swap_bytes() != 0x0210da7ab10c7a11 {
-            return None;
-        }
-        let word = |o: usize| -> Option<u64> {
-            let b: [u8; 8] = data.get(o..o + 8)?.try_into().ok()?;
-            Some(if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) })
-        };
-        let stored = [word(eck_off + 8)?, word(eck_off + 16)?, word(eck_off + 24)?, word(eck_off + 32)?];
-        if stored != bp.cksum {
-            return None; // not the block this bp expects (stale or never written)
-        }
-        // Verify the content: the checksum computed with the verifier in place of the stored words.
-        let mut copy = data.clone();
-        for (i, w) in bp.cksum.iter().enumerate() {
-            let b = if le { w.to_le_bytes() } else { w.to_be_bytes() };
-            copy[eck_off + 8 + i * 8..eck_off + 16 + i * 8].copy_from_slice(&b);
-        }
-        let nused = word(base + 8 + 128)? as usize;
-        let region: &[u8] = if zilog2 { copy.get(..nused.max(base + 184).min(copy.len()))? } else { &copy };
-        let alg = if zilog2 { checksum::ZIO_CHECKSUM_FLETCHER_4 } else { checksum::ZIO_CHECKSUM_FLETCHER_2 };
-        let c = checksum::compute(alg, region, le, &self.spa.checksum_salt).ok()?;
-        if c != stored {
-            return None;
-        }
-        BlockPointer::decode(data.get(base + 8..base + 136)?, le).ok()
+        let data = zio::read_dva(&ctx, &bp.dva[0], bp.psize, &|_| true).ok()?;
+        let slim = bp.checksum == checksum::ZIO_CHECKSUM_ZILOG2;
+        zil::decode_log_block(&data, bp.cksum, slim).ok().map(|b| b.next)
     }
 
     /// Count every bp of a bpobj (and its sub-bpobjs) as deferred frees.
