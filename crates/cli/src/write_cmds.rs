@@ -241,7 +241,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
 /// `new_name`: import under that name (written into the labels and MOS config at once).
 pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
     let mut scan = spa::scan(dirs);
-    let cand = oxzfs::pool::choose_as(&mut scan, which, new_name)?;
+    let cand = oxzfs::spa::choose_as(&mut scan, which, new_name)?;
     let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
     if new_name.is_some() {
         pw.config_dirty = true;

@@ -1004,9 +1004,9 @@ impl SyncJob {
             self.born_features.insert("org.open-zfs:large_blocks");
         }
         if !bp.embedded {
-            self.born_features.extend(crate::txg::checksum_feature(bp.checksum));
+            self.born_features.extend(oxzfs_format::features::checksum_feature(bp.checksum));
         }
-        self.born_features.extend(crate::txg::compress_feature(bp.compress));
+        self.born_features.extend(oxzfs_format::features::compress_feature(bp.compress));
     }
 
     /// The zio properties of a block of this objset (dmu_write_policy).

@@ -38,8 +38,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The checksum a dedup=on / dedup=verify dataset dedups with (ZIO_DEDUPCHECKSUM).
 pub const ZIO_DEDUPCHECKSUM: u8 = checksum::ZIO_CHECKSUM_SHA256;
-/// ZIO_CHECKSUM_VERIFY: the verify bit of the dedup property's value.
-pub const ZIO_CHECKSUM_VERIFY: u64 = 1 << 8;
 /// DDT ZAP indirect block shift (ddt_zap_indirect_blockshift).
 const DDT_ZAP_INDIRECT_BLOCKSHIFT: u8 = 12;
 
@@ -82,7 +80,7 @@ fn dva_dsize(root: &Vdev, d: &Dva) -> u64 {
         return 0;
     }
     match root.children.get(d.vdev as usize) {
-        Some(top) => (d.asize >> 9) * crate::dsl::deflate_ratio(top),
+        Some(top) => (d.asize >> 9) * crate::vdev::deflate_ratio(top),
         None => 0,
     }
 }

@@ -28,7 +28,8 @@
 //! txg (snapshot) or in `sync_finish` before the MOS syncs (dead blocks of a dataset sync).
 
 use crate::dbuf::SpaceDelta;
-use crate::txg::{dsize_of, PoolW};
+use crate::metaslab::dsize_of;
+use crate::txg::PoolW;
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::dsl::{BpobjPhys, DD_USED_HEAD, DD_USED_SNAP};

@@ -13,7 +13,10 @@
 
 use crate::dmu::Objset;
 use crate::spa::Spa;
-use crate::traverse::nicenum;
+use crate::nicenum::nicenum;
+use crate::vdev::deflate_ratio;
+#[cfg(test)]
+use crate::vdev::raidz_asize;
 use crate::{Result, ZfsError};
 use oxzfs_format::dsl::{DslDatasetPhys, DslDirPhys, DD_FLAG_USED_BREAKDOWN, DD_USED_CHILD, DD_USED_CHILD_RSRV, DD_USED_HEAD, DD_USED_REFRSRV, DD_USED_SNAP};
 use oxzfs_format::objset::DMU_OST_ZVOL;
@@ -211,7 +214,7 @@ fn index_name(prop: &str, v: u64) -> String {
         }
         "checksum" => checksum::checksum_name(v as u8).into(),
         // The dedup table's names: the function, ",verify" with ZIO_CHECKSUM_VERIFY.
-        "dedup" => match ((v & 0xff) as u8, v & crate::ddt::ZIO_CHECKSUM_VERIFY != 0) {
+        "dedup" => match ((v & 0xff) as u8, v & oxzfs_format::checksum::ZIO_CHECKSUM_VERIFY != 0) {
             (checksum::ZIO_CHECKSUM_INHERIT | checksum::ZIO_CHECKSUM_OFF, _) => "off".into(),
             (checksum::ZIO_CHECKSUM_ON, false) => "on".into(),
             (checksum::ZIO_CHECKSUM_ON, true) => "verify".into(),
@@ -336,7 +339,7 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
         // zfs_prop.c's dedup_table (blake3 as OpenZFS 2.2 adds it; its feature is checked
         // where the pool is known).
         "dedup" => {
-            let verify = crate::ddt::ZIO_CHECKSUM_VERIFY;
+            let verify = oxzfs_format::checksum::ZIO_CHECKSUM_VERIFY;
             let f = |c: u8| c as u64;
             PropStore::Num(match value {
                 "on" => f(checksum::ZIO_CHECKSUM_ON),
@@ -439,31 +442,6 @@ pub struct PoolSpace {
     pub dedup_dspace: u64,
     /// Deflated size of the metaslabs set aside for the embedded log class.
     pub embedded_log: u64,
-}
-
-/// The deflate ratio of a top-level vdev (vdev_set_deflate_ratio): 512-byte units of
-/// usable space per 512-byte unit allocated, times 512, measured on a 128 KiB block.
-pub fn deflate_ratio(top: &crate::vdev::Vdev) -> u64 {
-    let psize = 1u64 << 17;
-    let asize = match top.kind {
-        crate::vdev::VdevKind::Raidz { nparity } => raidz_asize(psize, top.ashift, top.children.len() as u64, nparity as u64),
-        _ => {
-            let a = 1u64 << top.ashift.min(17);
-            psize.div_ceil(a) * a
-        }
-    };
-    (1 << 17) / (asize >> 9).max(1)
-}
-
-/// vdev_raidz_asize: sectors of data, plus parity per row, rounded up to a multiple of
-/// nparity + 1 sectors.
-pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
-    if cols <= nparity || psize == 0 {
-        return psize;
-    }
-    let mut asize = ((psize - 1) >> ashift) + 1;
-    asize += nparity * asize.div_ceil(cols - nparity);
-    asize.div_ceil(nparity + 1) * (nparity + 1) << ashift
 }
 
 /// The pool's dedup table totals: (dsize, ref_dsize), summed over every DDT histogram in

@@ -55,7 +55,7 @@ impl PoolW {
         let root = self.spa.root_vdev.clone();
         let mut d = crate::dbuf::SpaceDelta::default();
         for bp in bps {
-            d.dsize -= crate::txg::dsize_of(&root, bp) as i64;
+            d.dsize -= crate::metaslab::dsize_of(&root, bp) as i64;
             d.psize -= bp.psize as i64;
             d.lsize -= bp.lsize as i64;
             self.free_bp(bp, txg)?;
@@ -226,7 +226,7 @@ impl PoolW {
             let (keep, gone): (Vec<_>, Vec<_>) = bps.into_iter().partition(|b| b.birth <= sp.prev_snap_txg);
             if let (Some(p), false) = (prev, after_branch_point) {
                 let mut pp = self.ds_phys(p)?;
-                let more: u64 = keep.iter().filter(|b| b.birth > pp.prev_snap_txg).map(|b| crate::txg::dsize_of(&root, b)).sum();
+                let more: u64 = keep.iter().filter(|b| b.birth > pp.prev_snap_txg).map(|b| crate::metaslab::dsize_of(&root, b)).sum();
                 pp.unique_bytes += more;
                 self.mos.set_bonus(p, &pp.encode())?;
             }
@@ -262,7 +262,7 @@ impl PoolW {
             } else {
                 let mut bps = Vec::new();
                 self.bpobj_read_all(nn.deadlist_obj, 0, &mut bps)?;
-                np.unique_bytes += bps.iter().filter(|b| b.birth > sp.prev_snap_txg && b.birth <= sp.creation_txg).map(|b| crate::txg::dsize_of(&root, b)).sum::<u64>();
+                np.unique_bytes += bps.iter().filter(|b| b.birth > sp.prev_snap_txg && b.birth <= sp.creation_txg).map(|b| crate::metaslab::dsize_of(&root, b)).sum::<u64>();
             }
             self.mos.set_bonus(next, &np.encode())?;
             let hdl = self.ds_phys(head)?.deadlist_obj;
@@ -356,7 +356,7 @@ impl PoolW {
                 self.bpobj_read_all(obj, 0, &mut dead)?;
             }
         }
-        let back: i64 = dead.iter().filter(|b| b.birth > origin_txg).map(|b| crate::txg::dsize_of(&root, b) as i64).sum();
+        let back: i64 = dead.iter().filter(|b| b.birth > origin_txg).map(|b| crate::metaslab::dsize_of(&root, b) as i64).sum();
         if back != 0 {
             self.dir_transfer(dir, 0, 0, 0, back, oxzfs_format::dsl::DD_USED_SNAP, oxzfs_format::dsl::DD_USED_HEAD)?;
         }

@@ -15,6 +15,7 @@
 //! The bytes↔structure work lives in `oxzfs-format`; nothing here parses raw bytes by hand.
 
 pub mod error;
+pub mod nicenum;
 pub mod vdev;
 pub mod zio;
 pub mod arc;

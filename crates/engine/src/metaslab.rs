@@ -11,7 +11,8 @@
 //! copies go to another vdev when there is one. Histograms count free segments by power of
 //! two, in units of the vdev's sector.
 use crate::vdev::Vdev;
-use crate::zio::AllocClass;
+use crate::zio::{AllocClass, DvaAllocator};
+use oxzfs_format::blkptr::{BlockPointer, Dva};
 use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
 use std::collections::BTreeMap;
 
@@ -87,7 +88,7 @@ impl Metaslabs {
             .children
             .iter()
             .map(|top| {
-                let shift = if top.metaslab_shift != 0 { top.metaslab_shift } else { crate::txg::metaslab_shift(top.asize) };
+                let shift = if top.metaslab_shift != 0 { top.metaslab_shift } else { metaslab_shift(top.asize) };
                 let count = top.asize >> shift;
                 let ms = (0..count)
                     .map(|i| {
@@ -273,6 +274,75 @@ impl Metaslabs {
         }
         (size, alloc.max(0) as u64)
     }
+}
+
+/// The allocator seen by the write pipeline: metaslabs of the top-level vdevs.
+pub struct PoolAlloc<'a> {
+    pub ms: &'a mut Metaslabs,
+    pub root: &'a Vdev,
+    pub min_alloc: u64,
+}
+
+/// asize of `psize` bytes on top-level vdev `top` (vdev_psize_to_asize).
+pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
+    top.psize_to_asize(psize)
+}
+
+impl DvaAllocator for PoolAlloc<'_> {
+    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva> {
+        let avoid: Vec<(u64, u64)> = avoid.iter().map(|d| (d.vdev, d.offset)).collect();
+        let avoid = &avoid[..];
+        let root = self.root;
+        let asize_of = |v: u64| psize_to_asize(&root.children[v as usize], psize);
+        // Special (and dedup) blocks fall back to the normal class when it is full or absent.
+        let (vdev, offset, asize) = match class {
+            AllocClass::Normal => self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
+            // spa_preferred_class: DDT blocks go to the dedup class, else to special
+            // (zfs_ddt_data_is_special), falling back to normal when that class is full.
+            AllocClass::Dedup if !self.ms.has_class(AllocClass::Dedup) => {
+                self.ms.alloc(AllocClass::Special, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid))
+            }
+            c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
+        }?;
+        Some(Dva { vdev, offset, asize, gang: false })
+    }
+    fn unalloc_dva(&mut self, dva: &Dva, txg: u64) {
+        self.ms.free(dva.vdev, dva.offset, dva.asize, txg, txg);
+    }
+    fn min_alloc(&self) -> u64 {
+        self.min_alloc
+    }
+}
+
+/// metaslab_shift for a top-level vdev of `asize` bytes (vdev_metaslab_set_size, 2.1 tunables).
+pub fn metaslab_shift(asize: u64) -> u64 {
+    let highbit = |x: u64| if x == 0 { 0 } else { 64 - x.leading_zeros() as u64 };
+    let ms_count = asize >> 29;
+    let mut shift = if ms_count < 16 {
+        highbit(asize / 16)
+    } else if ms_count > 200 {
+        highbit(asize / 200)
+    } else {
+        29
+    };
+    if shift < 24 {
+        shift = 24;
+    } else if shift > 34 {
+        shift = 34;
+        if (asize >> shift) > 131072 {
+            shift = highbit(asize / 131072);
+        }
+    }
+    shift
+}
+
+/// bp_get_dsize: allocated bytes scaled by each vdev's deflate ratio (raidz parity left out).
+pub fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
+    bp.dvas()
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| (d.asize >> 9) * crate::vdev::deflate_ratio(&root.children[d.vdev as usize]))
+        .sum()
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::dsl::{self, DatasetInfo, DatasetKind, PropValue};
 use crate::dmu::Objset;
-use crate::spa::{self, PoolCandidate, ScanResult, Spa};
+use crate::spa::{self, ScanResult, Spa};
 use crate::vdev::{Vdev, VdevKind, VdevState};
 use crate::zpl::Zfs;
 use crate::{Result, ZfsError};
@@ -94,39 +94,10 @@ fn import_error(name: &str, e: ZfsError) -> ZfsError {
     }
 }
 
-/// Pick the candidate named by `which` (a name or a numeric guid).
-pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate> {
-    let matches: Vec<&PoolCandidate> =
-        scan.pools.iter().filter(|p| p.name == which || p.guid.to_string() == which).collect();
-    match matches.len() {
-        0 => Err(ZfsError::Unavailable(format!("cannot import '{which}': no such pool available"))),
-        1 => Ok(matches[0]),
-        _ => Err(ZfsError::Invalid(format!(
-            "cannot import '{which}': more than one matching pool\nimport by numeric ID instead"
-        ))),
-    }
-}
-
-/// The candidate `which` of a scan, renamed to `new_name` when given (`zpool import POOL
-/// NEWPOOL`): the pool is opened under that name, and a read-write import writes it into the
-/// labels and the MOS config at its first sync.
-pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a PoolCandidate> {
-    let i = {
-        let c = choose(scan, which)?;
-        scan.pools.iter().position(|p| std::ptr::eq(p, c)).expect("chosen from this scan")
-    };
-    let c = &mut scan.pools[i];
-    if let Some(n) = new_name {
-        c.name = n.to_string();
-        c.config.add_str("name", n);
-    }
-    Ok(&scan.pools[i])
-}
-
 impl Pool {
     pub fn import(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<Arc<Pool>> {
         let mut scan = spa::scan(dirs);
-        let cand = choose_as(&mut scan, which, opts.new_name.as_deref())?;
+        let cand = crate::spa::choose_as(&mut scan, which, opts.new_name.as_deref())?;
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);
@@ -662,7 +633,7 @@ fn aux_text(v: &Vdev, imported: bool) -> String {
 }
 
 fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, width: usize, aux: &str) {
-    let count = |a: &std::sync::atomic::AtomicU64| crate::traverse::nicenum(a.load(Ordering::Relaxed));
+    let count = |a: &std::sync::atomic::AtomicU64| crate::nicenum::nicenum(a.load(Ordering::Relaxed));
     let _ = writeln!(
         s,
         "\t{:depth$}{:<w$}  {:<8} {:>5} {:>5} {:>5}{}",

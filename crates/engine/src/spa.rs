@@ -720,6 +720,35 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     NvList::decode_packed(&bytes).ok()
 }
 
+/// Pick the candidate named by `which` (a name or a numeric guid).
+pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate> {
+    let matches: Vec<&PoolCandidate> =
+        scan.pools.iter().filter(|p| p.name == which || p.guid.to_string() == which).collect();
+    match matches.len() {
+        0 => Err(ZfsError::Unavailable(format!("cannot import '{which}': no such pool available"))),
+        1 => Ok(matches[0]),
+        _ => Err(ZfsError::Invalid(format!(
+            "cannot import '{which}': more than one matching pool\nimport by numeric ID instead"
+        ))),
+    }
+}
+
+/// The candidate `which` of a scan, renamed to `new_name` when given (`zpool import POOL
+/// NEWPOOL`): the pool is opened under that name, and a read-write import writes it into the
+/// labels and the MOS config at its first sync.
+pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a PoolCandidate> {
+    let i = {
+        let c = choose(scan, which)?;
+        scan.pools.iter().position(|p| std::ptr::eq(p, c)).expect("chosen from this scan")
+    };
+    let c = &mut scan.pools[i];
+    if let Some(n) = new_name {
+        c.name = n.to_string();
+        c.config.add_str("name", n);
+    }
+    Ok(&scan.pools[i])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@
 //! the vdev layer offers; failures are reported and counted, never fatal.
 
 use crate::dmu::Objset;
+use crate::nicenum::nicenum;
 use crate::spa::{self, Spa};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
@@ -435,30 +436,6 @@ pub fn block_stats(spa: &Arc<Spa>, verify: Verify) -> Result<PoolBlockStats> {
     Ok(w.stats)
 }
 
-/// OpenZFS's nicenum (zfs_nicenum_format, 1024-based, no "B"): "512", "1.50K", "7.27M".
-pub fn nicenum(num: u64) -> String {
-    const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
-    let mut n = num;
-    let mut index = 0;
-    while n >= 1024 && index < 6 {
-        n /= 1024;
-        index += 1;
-    }
-    let u = UNITS[index];
-    let base = 1024f64.powi(index as i32);
-    if index == 0 || num % (1u64 << (10 * index)) == 0 {
-        return format!("{n}{u}");
-    }
-    let val = num as f64 / base;
-    for prec in (0..=2).rev() {
-        let s = format!("{val:.prec$}{u}");
-        if s.len() <= 5 || prec == 0 {
-            return s;
-        }
-    }
-    unreachable!()
-}
-
 /// Print what zdb -b/-bb prints; returns zdb's exit code (0 ok, 3 errors).
 pub fn print_block_stats(spa: &Arc<Spa>, s: &PoolBlockStats, verbosity: u32, verify: Verify, out: &mut String) -> i32 {
     use std::fmt::Write;
@@ -744,21 +721,4 @@ fn dump_datasets(spa: &Arc<Spa>) -> String {
 fn count_objects(os: &Objset) -> u64 {
     // The objset bp's fill count is the number of allocated objects.
     os.bp.fill
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nicenum;
-
-    #[test]
-    fn nicenum_matches_zdb() {
-        assert_eq!(nicenum(512), "512");
-        assert_eq!(nicenum(1536), "1.50K");
-        assert_eq!(nicenum(1024), "1K");
-        assert_eq!(nicenum(16384), "16K");
-        assert_eq!(nicenum(7_623_680), "7.27M");
-        assert_eq!(nicenum(37_888), "37K");
-        assert_eq!(nicenum(81_408), "79.5K");
-        assert_eq!(nicenum(8_560_000), "8.16M");
-    }
 }

@@ -34,12 +34,12 @@
 //! retry's early release spares the frees newer than the oldest tree a reader has pinned).
 
 use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
-use crate::metaslab::{Metaslabs, MsSync};
+use crate::metaslab::{dsize_of, metaslab_shift, psize_to_asize, Metaslabs, MsSync, PoolAlloc};
 use crate::spa::{PoolCandidate, Spa};
 use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev};
-use crate::zio::{AllocClass, DvaAllocator};
+use oxzfs_format::features::{checksum_feature, compress_feature};
 use crate::{Result, ZfsError};
-use oxzfs_format::blkptr::{BlockPointer, Dva};
+use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::dnode::DnodePhys;
 use oxzfs_format::dsl::{BpobjPhys, DslDatasetPhys, DslDirPhys, DD_FLAG_USED_BREAKDOWN, DS_FLAG_UNIQUE_ACCURATE};
 use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_LABEL_END_SIZE, VDEV_LABEL_SIZE, VDEV_LABEL_START_SIZE, VDEV_PHYS_OFFSET, VDEV_UBERBLOCK_RING_OFFSET};
@@ -94,23 +94,6 @@ pub fn supported_feature(key: &str) -> Option<&'static (&'static str, &'static s
     DEFAULT_FEATURES.iter().chain(OPTIONAL_FEATURES).find(|f| f.0 == key || f.1 == key)
 }
 
-/// The feature whose use a block's checksum function counts (zio_checksum_to_feature).
-pub fn checksum_feature(c: u8) -> Option<&'static str> {
-    use oxzfs_format::checksum as ck;
-    match c {
-        ck::ZIO_CHECKSUM_SHA512 => Some("org.illumos:sha512"),
-        ck::ZIO_CHECKSUM_SKEIN => Some("org.illumos:skein"),
-        ck::ZIO_CHECKSUM_EDONR => Some("org.illumos:edonr"),
-        ck::ZIO_CHECKSUM_BLAKE3 => Some("org.openzfs:blake3"),
-        _ => None,
-    }
-}
-
-/// The feature a compression function needs per dataset (zio_compress_to_feature).
-pub fn compress_feature(c: u8) -> Option<&'static str> {
-    (c == oxzfs_format::compress::ZIO_COMPRESS_ZSTD).then_some("org.freebsd:zstd_compress")
-}
-
 const ENABLED_TXG: &str = "com.delphix:enabled_txg";
 const EXTENSIBLE_DATASET: &str = "com.delphix:extensible_dataset";
 
@@ -152,44 +135,6 @@ pub struct CreateSpec {
     /// Pool properties (-o) stored in the pool_props ZAP in the create txg (ashift included).
     pub pool_props: Vec<(String, String)>,
     pub hostname: String,
-}
-
-/// The allocator seen by the write pipeline: metaslabs of the top-level vdevs.
-pub struct PoolAlloc<'a> {
-    pub ms: &'a mut Metaslabs,
-    pub root: &'a Vdev,
-    pub min_alloc: u64,
-}
-
-/// asize of `psize` bytes on top-level vdev `top` (vdev_psize_to_asize).
-pub fn psize_to_asize(top: &Vdev, psize: u64) -> u64 {
-    top.psize_to_asize(psize)
-}
-
-impl DvaAllocator for PoolAlloc<'_> {
-    fn alloc_dva(&mut self, class: AllocClass, psize: u64, txg: u64, avoid: &[Dva]) -> Option<Dva> {
-        let avoid: Vec<(u64, u64)> = avoid.iter().map(|d| (d.vdev, d.offset)).collect();
-        let avoid = &avoid[..];
-        let root = self.root;
-        let asize_of = |v: u64| psize_to_asize(&root.children[v as usize], psize);
-        // Special (and dedup) blocks fall back to the normal class when it is full or absent.
-        let (vdev, offset, asize) = match class {
-            AllocClass::Normal => self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
-            // spa_preferred_class: DDT blocks go to the dedup class, else to special
-            // (zfs_ddt_data_is_special), falling back to normal when that class is full.
-            AllocClass::Dedup if !self.ms.has_class(AllocClass::Dedup) => {
-                self.ms.alloc(AllocClass::Special, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid))
-            }
-            c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
-        }?;
-        Some(Dva { vdev, offset, asize, gang: false })
-    }
-    fn unalloc_dva(&mut self, dva: &Dva, txg: u64) {
-        self.ms.free(dva.vdev, dva.offset, dva.asize, txg, txg);
-    }
-    fn min_alloc(&self) -> u64 {
-        self.min_alloc
-    }
 }
 
 /// Per-dataset write state.
@@ -260,41 +205,10 @@ fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// bp_get_dsize: allocated bytes scaled by each vdev's deflate ratio (raidz parity left out).
-pub(crate) fn dsize_of(root: &Vdev, bp: &BlockPointer) -> u64 {
-    bp.dvas()
-        .iter()
-        .filter(|d| !d.is_empty())
-        .map(|d| (d.asize >> 9) * crate::dsl::deflate_ratio(&root.children[d.vdev as usize]))
-        .sum()
-}
-
 /// Size of a leaf device usable by a vdev: aligned to the label size, minus the labels.
 fn leaf_asize(size: u64) -> u64 {
     let osize = size & !(VDEV_LABEL_SIZE - 1);
     osize.saturating_sub(VDEV_LABEL_START_SIZE + VDEV_LABEL_END_SIZE)
-}
-
-/// metaslab_shift for a top-level vdev of `asize` bytes (vdev_metaslab_set_size, 2.1 tunables).
-pub fn metaslab_shift(asize: u64) -> u64 {
-    let highbit = |x: u64| if x == 0 { 0 } else { 64 - x.leading_zeros() as u64 };
-    let ms_count = asize >> 29;
-    let mut shift = if ms_count < 16 {
-        highbit(asize / 16)
-    } else if ms_count > 200 {
-        highbit(asize / 200)
-    } else {
-        29
-    };
-    if shift < 24 {
-        shift = 24;
-    } else if shift > 34 {
-        shift = 34;
-        if (asize >> shift) > 131072 {
-            shift = highbit(asize / 131072);
-        }
-    }
-    shift
 }
 
 struct Leaf {
@@ -2169,7 +2083,7 @@ impl PoolHandle {
         let guid = w.spa.guid;
         let hostname = w.hostname.clone();
         let scan = crate::spa::scan(dirs);
-        let cand = crate::pool::choose(&scan, &guid.to_string())?;
+        let cand = crate::spa::choose(&scan, &guid.to_string())?;
         let arc_max = w.spa.arc.stats().c_max;
         let nw = PoolW::open(cand, arc_max, &hostname)?;
         let spa = nw.spa.clone();
@@ -2424,7 +2338,7 @@ impl PoolW {
         }
         // zio_checksum_dedup_select: on (and verify) is the pool's dedup checksum.
         let dedup = found.get("dedup").copied().unwrap_or(ck::ZIO_CHECKSUM_OFF as u64);
-        let dedup_verify = dedup & crate::ddt::ZIO_CHECKSUM_VERIFY != 0;
+        let dedup_verify = dedup & oxzfs_format::checksum::ZIO_CHECKSUM_VERIFY != 0;
         let dedup = match (dedup & 0xff) as u8 {
             ck::ZIO_CHECKSUM_INHERIT | ck::ZIO_CHECKSUM_OFF => 0,
             ck::ZIO_CHECKSUM_ON => crate::ddt::ZIO_DEDUPCHECKSUM,

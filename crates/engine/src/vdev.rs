@@ -461,3 +461,28 @@ impl Vdev {
         out
     }
 }
+
+/// The deflate ratio of a top-level vdev (vdev_set_deflate_ratio): 512-byte units of
+/// usable space per 512-byte unit allocated, times 512, measured on a 128 KiB block.
+pub fn deflate_ratio(top: &crate::vdev::Vdev) -> u64 {
+    let psize = 1u64 << 17;
+    let asize = match top.kind {
+        VdevKind::Raidz { nparity } => raidz_asize(psize, top.ashift, top.children.len() as u64, nparity as u64),
+        _ => {
+            let a = 1u64 << top.ashift.min(17);
+            psize.div_ceil(a) * a
+        }
+    };
+    (1 << 17) / (asize >> 9).max(1)
+}
+
+/// vdev_raidz_asize: sectors of data, plus parity per row, rounded up to a multiple of
+/// nparity + 1 sectors.
+pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
+    if cols <= nparity || psize == 0 {
+        return psize;
+    }
+    let mut asize = ((psize - 1) >> ashift) + 1;
+    asize += nparity * asize.div_ceil(cols - nparity);
+    asize.div_ceil(nparity + 1) * (nparity + 1) << ashift
+}

@@ -117,7 +117,7 @@ fn e2s(e: oxzfs::ZfsError) -> String {
 impl Fs {
     fn open(dir: &Path) -> Result<Fs, String> {
         let scan = spa::scan(&[dir.to_path_buf()]);
-        let cand = oxzfs::pool::choose(&scan, POOL).map_err(e2s)?;
+        let cand = oxzfs::spa::choose(&scan, POOL).map_err(e2s)?;
         let mut pw = PoolW::open(cand, 32 << 20, "oxzfs-crash").map_err(e2s)?;
         let dsobj = pw.find_dataset(POOL).map_err(e2s)?.ok_or("no root dataset")?;
         let os = pw.objset(dsobj).map_err(e2s)?;

@@ -310,6 +310,9 @@ pub fn write_embedded(block: &mut [u8], alg: u8, verifier: [u64; 4], le: bool) {
     }
 }
 
+/// ZIO_CHECKSUM_VERIFY: the verify bit of the dedup property's value.
+pub const ZIO_CHECKSUM_VERIFY: u64 = 1 << 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,6 +161,23 @@ pub fn read_supported(guid: &str) -> bool {
     READ_SUPPORTED.contains(&guid)
 }
 
+/// The feature whose use a block's checksum function counts (zio_checksum_to_feature).
+pub fn checksum_feature(c: u8) -> Option<&'static str> {
+    use crate::checksum as ck;
+    match c {
+        ck::ZIO_CHECKSUM_SHA512 => Some("org.illumos:sha512"),
+        ck::ZIO_CHECKSUM_SKEIN => Some("org.illumos:skein"),
+        ck::ZIO_CHECKSUM_EDONR => Some("org.illumos:edonr"),
+        ck::ZIO_CHECKSUM_BLAKE3 => Some("org.openzfs:blake3"),
+        _ => None,
+    }
+}
+
+/// The feature a compression function needs per dataset (zio_compress_to_feature).
+pub fn compress_feature(c: u8) -> Option<&'static str> {
+    (c == crate::compress::ZIO_COMPRESS_ZSTD).then_some("org.freebsd:zstd_compress")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
