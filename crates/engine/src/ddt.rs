@@ -356,7 +356,7 @@ fn collides(root: &Vdev, salt: &[u8; 32], key: &DdtKey, c: u8, e: &Entry, data: 
 /// zdb's dedup figures for "bp deduped" (zdb_ddt_leak_init): over the duplicate-class entries
 /// of every table, the allocated bytes saved (a phys's asize times its references beyond the
 /// first) and how many phys that is. Read-only, from the synced MOS.
-pub fn zdb_dedup_totals(spa: &crate::spa::Spa) -> Result<(u64, u64)> {
+pub fn zdb_dedup_totals(spa: &std::sync::Arc<crate::spa::Spa>) -> Result<(u64, u64)> {
     let mos = spa.mos();
     let (mut asize, mut blocks) = (0u64, 0u64);
     for c in 0..checksum::ZIO_CHECKSUM_FUNCTIONS as u8 {

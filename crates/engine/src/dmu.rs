@@ -30,6 +30,15 @@ pub struct Objset {
     pub id: u64,
 }
 
+impl Spa {
+    /// The meta objset as of the last synced txg. Panics only if called after `close`
+    /// (export), a bug in the caller.
+    pub fn mos(self: &Arc<Self>) -> Arc<Objset> {
+        let (bp, phys) = self.mos_root().expect("MOS is open while the pool is imported");
+        Arc::new(Objset { spa: self.clone(), phys, bp, id: 0 })
+    }
+}
+
 impl Objset {
     /// Open the objset `bp` points to (the MOS, or a dataset's).
     pub fn open(spa: &Arc<Spa>, bp: &BlockPointer) -> Result<Arc<Objset>> {

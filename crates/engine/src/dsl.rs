@@ -447,7 +447,7 @@ pub struct PoolSpace {
 /// The pool's dedup table totals: (dsize, ref_dsize), summed over every DDT histogram in
 /// the MOS "DDT-statistics" ZAP (64 buckets of ddt_stat_t: blocks, lsize, psize, dsize,
 /// ref_blocks, ref_lsize, ref_psize, ref_dsize).
-pub fn dedup_totals(spa: &Spa) -> (u64, u64) {
+pub fn dedup_totals(spa: &Arc<Spa>) -> (u64, u64) {
     let mos = spa.mos();
     let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, oxzfs_format::dsl::DMU_POOL_DDT_STATS) else {
         return (0, 0);
@@ -466,7 +466,7 @@ pub fn dedup_totals(spa: &Spa) -> (u64, u64) {
 }
 
 /// OpenZFS's dedup ratio in hundredths (ddt_get_pool_dedup_ratio): 100 without a DDT.
-pub fn dedup_ratio_x100(spa: &Spa) -> u64 {
+pub fn dedup_ratio_x100(spa: &Arc<Spa>) -> u64 {
     let (dsize, ref_dsize) = dedup_totals(spa);
     if dsize == 0 {
         100
@@ -475,7 +475,7 @@ pub fn dedup_ratio_x100(spa: &Spa) -> u64 {
     }
 }
 
-pub fn pool_space(spa: &Spa) -> PoolSpace {
+pub fn pool_space(spa: &Arc<Spa>) -> PoolSpace {
     let mut dspace = 0u64;
     let mut embedded_log = 0u64;
     for top in &spa.root_vdev.children {

@@ -20,6 +20,7 @@ pub mod vdev;
 pub mod zio;
 pub mod arc;
 pub mod spa;
+pub mod spa_load;
 pub mod spa_config;
 pub mod dmu;
 pub mod zap;

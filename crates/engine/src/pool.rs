@@ -660,7 +660,7 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
 
 /// Probe the files of the import directories for the pool's cache and spare devices
 /// (labels in the L2CACHE or SPARE state carry only their own guid).
-fn find_aux_devices(spa: &Spa, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
+fn find_aux_devices(spa: &Arc<Spa>, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
     let mut wanted = std::collections::HashSet::new();
     for key in ["l2cache", "spares"] {
         if let Some(nv) = read_mos_packed(spa, key) {
@@ -688,7 +688,7 @@ fn find_aux_devices(spa: &Spa, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
 
 /// A packed nvlist object named in the MOS object directory ("l2cache", "spares"): the
 /// size is the u64 in the dnode's bonus.
-fn read_mos_packed(spa: &Spa, key: &str) -> Option<oxzfs_format::nvlist::NvList> {
+fn read_mos_packed(spa: &Arc<Spa>, key: &str) -> Option<oxzfs_format::nvlist::NvList> {
     let mos = spa.mos();
     let obj = crate::zap::zap_lookup_u64(&mos, 1, key).ok()??;
     let (dn, le) = mos.dnode_with_order(obj).ok()?;

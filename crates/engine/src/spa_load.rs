@@ -1,0 +1,208 @@
+//! spa_load: opening a scanned pool — the MOS read for the checksum salt, the authoritative
+//! config and each top-level vdev's allocation class, the pool version and the features a
+//! reader must know checked before anything is used (spa_load in OpenZFS's spa.c). Sits above
+//! dmu and zap, which it reads the MOS with; `spa` below holds the opened pool's handle.
+
+use crate::dmu::Objset;
+use crate::spa::{root_state, PoolCandidate, Spa, SPA_VERSION_FEATURES};
+use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::BlockPointer;
+use oxzfs_format::nvlist::NvList;
+use crate::arc::AdaptiveCache;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+impl Spa {
+    /// Open a scanned pool read-only: pick the uberblock, open the MOS, check features.
+    pub fn open(cand: &PoolCandidate, readonly: bool, arc_max: u64) -> Result<Arc<Spa>> {
+        if !readonly {
+            return Self::open_rw(cand, arc_max);
+        }
+        Self::open_impl(cand, readonly, arc_max)
+    }
+
+    fn open_impl(cand: &PoolCandidate, readonly: bool, arc_max: u64) -> Result<Arc<Spa>> {
+        if let Some(p) = cand.problems.iter().find(|p| p.contains("unsupported vdev type")) {
+            let what = p.rsplit("unsupported: ").next().unwrap_or(p);
+            return Err(ZfsError::Unsupported(format!("cannot import '{}': {what}", cand.name)));
+        }
+        if root_state(&cand.root) == VdevState::Unavail {
+            let names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
+            return Err(ZfsError::Unavailable(format!(
+                "cannot import '{}': one or more devices is currently unavailable (missing: {})",
+                cand.name,
+                names.join(", ")
+            )));
+        }
+        let ub = cand
+            .uberblock
+            .clone()
+            .ok_or_else(|| ZfsError::Unavailable(format!("cannot import '{}': no valid uberblock found", cand.name)))?;
+        let rootbp = BlockPointer::decode(&ub.rootbp_raw, ub.little_endian)
+            .map_err(|e| ZfsError::corrupt(format!("pool '{}' uberblock txg {} root bp", cand.name, ub.txg), e))?;
+        let version = cand.config.get_u64("version").unwrap_or(0);
+        // SPA_VERSION_IS_SUPPORTED: the legacy versions 1-28 and 5000 (feature flags).
+        if !((1..=28).contains(&version) || version == SPA_VERSION_FEATURES) {
+            return Err(ZfsError::Unsupported(format!(
+                "cannot import '{}': pool is formatted using an unsupported ZFS version (version {version})",
+                cand.name
+            )));
+        }
+        let build = |config: NvList, root: Arc<Vdev>, salt: [u8; 32], arc_max: u64| Spa {
+            name: cand.name.clone(),
+            guid: cand.guid,
+            config,
+            root_vdev: root,
+            uberblock: ub.clone(),
+            rootbp: rootbp.clone(),
+            version,
+            readonly,
+            arc: AdaptiveCache::new(arc_max),
+            checksum_salt: salt,
+            mos: Mutex::new(None),
+            errlog: Mutex::new(BTreeSet::new()),
+            readers: Mutex::new(BTreeMap::new()),
+            inflight: Default::default(),
+            devices: cand.devices.clone(),
+        };
+        // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
+        let spa0 = Arc::new(build(cand.config.clone(), cand.root.clone(), [0u8; 32], 16 << 20));
+        let mos0 = Objset::open(&spa0, &spa0.rootbp)
+            .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa0.name)))?;
+        let mut salt = [0u8; 32];
+        if let Ok(Some(s)) = crate::zap::zap_lookup(&mos0, 1, b"org.illumos:checksum_salt") {
+            let n = s.value.len().min(32);
+            salt[..n].copy_from_slice(&s.value[..n]);
+        }
+        let mut config = cand.config.clone();
+        let mut root = cand.root.clone();
+        if let Some(mut cfg) = read_mos_config(&mos0) {
+            add_alloc_bias(&mos0, &mut cfg);
+            if let Some(tree) = cfg.get_nvlist("vdev_tree") {
+                if let Ok(r) = Vdev::from_config(tree, &cand.devices, 0) {
+                    if r.children.len() >= root.children.len() {
+                        root = r;
+                    }
+                }
+            }
+            config = cfg;
+        }
+        // The candidate's name is the one to import under (`zpool import POOL NEWNAME` renames
+        // the candidate; the new name reaches the labels and the MOS config at the first sync).
+        if config.get_str("name") != Some(cand.name.as_str()) {
+            config.add_str("name", &cand.name);
+        }
+        drop(mos0);
+        drop(spa0);
+        let spa = Arc::new(build(config, root, salt, arc_max));
+        let mos = Objset::open(&spa, &spa.rootbp)
+            .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa.name)))?;
+        *spa.mos.lock().unwrap() = Some((mos.bp.clone(), mos.phys.clone()));
+        drop(mos);
+        if let Err(e) = spa.check_features() {
+            spa.close();
+            return Err(e);
+        }
+        Ok(spa)
+    }
+
+    /// Open a scanned pool for writing (the caller, the txg engine, loads the rest).
+    pub fn open_rw(cand: &PoolCandidate, arc_max: u64) -> Result<Arc<Spa>> {
+        for (_, (path, _)) in cand.devices.iter() {
+            if std::fs::OpenOptions::new().write(true).open(path).is_err() {
+                return Err(ZfsError::Invalid(format!("cannot import '{}': {} is not writable", cand.name, path.display())));
+            }
+        }
+        let mut devices = DeviceMap::new();
+        for (g, (path, _)) in cand.devices.iter() {
+            let d = open_device(path, true).map_err(|e| ZfsError::Io { device: path.display().to_string(), offset: 0, source: e })?;
+            devices.insert(*g, (path.clone(), d));
+        }
+        // The MOS copy of the config rebuilds the tree over these writable devices.
+        let c = PoolCandidate {
+            name: cand.name.clone(),
+            guid: cand.guid,
+            txg: cand.txg,
+            config: cand.config.clone(),
+            devices,
+            state: cand.state.clone(),
+            root: cand.root.clone(),
+            problems: cand.problems.clone(),
+            uberblock: cand.uberblock.clone(),
+            pool_state: cand.pool_state,
+            missing: cand.missing.clone(),
+        };
+        let spa = Self::open_impl(&c, false, arc_max)?;
+        Ok(spa)
+    }
+
+    /// Features in use that a reader must understand: (guid, refcount).
+    pub fn features_for_read(self: &Arc<Self>) -> Vec<(String, u64)> {
+        let mos = self.mos();
+        match crate::zap::zap_lookup_u64(&mos, 1, "features_for_read") {
+            Ok(Some(obj)) => crate::zap::zap_list_u64(&mos, obj).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every enabled feature with its refcount (features_for_read and features_for_write).
+    pub fn features_enabled(self: &Arc<Self>) -> Vec<(String, u64)> {
+        let mos = self.mos();
+        let mut v = Vec::new();
+        for which in ["features_for_read", "features_for_write"] {
+            if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, which) {
+                v.extend(crate::zap::zap_list_u64(&mos, obj).unwrap_or_default());
+            }
+        }
+        v
+    }
+
+    fn check_features(self: &Arc<Self>) -> Result<()> {
+        let unknown: Vec<String> = self
+            .features_for_read()
+            .into_iter()
+            .filter(|(g, refs)| *refs > 0 && !oxzfs_format::features::READ_SUPPORTED.contains(&g.as_str()))
+            .map(|(g, _)| g)
+            .collect();
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ZfsError::Unsupported(format!(
+                "cannot import '{}': pool uses the following feature(s) not supported by this system: {}",
+                self.name,
+                unknown.join(", ")
+            )))
+        }
+    }
+}
+
+/// OpenZFS keeps a top-level vdev's allocation class (special, dedup, log) in the vdev's
+/// own ZAP, not in the config: copy it into the in-memory config as `alloc_bias`.
+fn add_alloc_bias(mos: &Objset, cfg: &mut NvList) {
+    use oxzfs_format::nvlist::NvValue;
+    let Some(mut tree) = cfg.get_nvlist("vdev_tree").cloned() else { return };
+    let Some(mut tops) = tree.get_nvlist_array("children").map(|a| a.to_vec()) else { return };
+    for t in tops.iter_mut() {
+        let Some(z) = t.get_u64("com.delphix:vdev_zap_top") else { continue };
+        if let Ok(Some(e)) = crate::zap::zap_lookup(mos, z, b"org.zfsonlinux:allocation_bias") {
+            let b = e.value.split(|&c| c == 0).next().unwrap_or(&[]);
+            t.add_str("alloc_bias", &String::from_utf8_lossy(b));
+        }
+    }
+    tree.insert("children", NvValue::NvListArray(tops));
+    cfg.add_nvlist("vdev_tree", tree);
+}
+
+/// The MOS `config` object: a packed nvlist whose size is the u64 in the dnode's bonus.
+fn read_mos_config(mos: &Objset) -> Option<NvList> {
+    let obj = crate::zap::zap_lookup_u64(mos, 1, "config").ok()??;
+    let (dn, le) = mos.dnode_with_order(obj).ok()?;
+    let b: [u8; 8] = dn.bonus.get(..8)?.try_into().ok()?;
+    let size = if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) };
+    if size == 0 || size > (16 << 20) {
+        return None;
+    }
+    let bytes = mos.read(&dn, 0, size).ok()?;
+    NvList::decode_packed(&bytes).ok()
+}
