@@ -895,7 +895,7 @@ fn zpool_get(st: &mut State, args: &[String]) -> Out {
     ];
     let wanted: Vec<String> = if spec == "all" {
         // Then the features oxzfs knows beyond 2.1's (disabled unless asked for).
-        let newer = oxzfs::txg::OPTIONAL_FEATURES.iter().map(|f| f.1).filter(|n| !FEATURES_2_1.contains(n));
+        let newer = oxzfs::spa_feature::OPTIONAL_FEATURES.iter().map(|f| f.1).filter(|n| !FEATURES_2_1.contains(n));
         all.iter().map(|s| s.to_string()).chain(FEATURES_2_1.iter().copied().chain(newer).map(|f| format!("feature@{f}"))).collect()
     } else {
         let mut v = Vec::new();

@@ -5,7 +5,9 @@ use crate::commands::{getopt, mount_all, Imported, Out, State};
 use crate::vdevspec::{self, Group};
 use oxzfs::pool::Pool;
 use oxzfs::spa;
-use oxzfs::txg::{CreateSpec, PoolHandle, PoolW, VdevClass, VdevSpec};
+use oxzfs::dsl_pool::PoolW;
+use oxzfs::spa_create::{CreateSpec, VdevClass, VdevSpec};
+use oxzfs::txg::PoolHandle;
 use oxzfs::ZfsError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,10 +105,10 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Ok(s) => s,
         Err(e) => return (String::new(), format!("{e}\n"), 1),
     };
-    let mut cs = CreateSpec { name: name.clone(), hostname: hostname(), ..Default::default() };
+    let mut cs = CreateSpec { name: name.clone(), hostname: hostname(), fs_init: Some(oxzfs::zplw::init_fs), ..Default::default() };
     if o.has('d') {
         // -d: no features enabled (they may be enabled one by one with -o feature@...=enabled).
-        cs.disabled = oxzfs::txg::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
+        cs.disabled = oxzfs::spa_feature::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
     }
     let mut cachefile = None;
     for p in o.values('o') {
@@ -127,7 +129,7 @@ pub fn zpool_create(st: &mut State, args: &[String], cwd: &Path) -> Out {
             },
             _ if k.starts_with("feature@") => {
                 let f = &k["feature@".len()..];
-                if oxzfs::txg::supported_feature(f).is_none() {
+                if oxzfs::spa_feature::supported_feature(f).is_none() {
                     return (String::new(), format!("cannot create '{name}': feature '{f}' unsupported by oxzfs\n"), 1);
                 }
                 match v {
@@ -243,6 +245,7 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot:
     let mut scan = spa::scan(dirs);
     let cand = oxzfs::spa::choose_as(&mut scan, which, new_name)?;
     let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
+    pw.fs_init = oxzfs::zplw::init_fs;
     if new_name.is_some() {
         pw.config_dirty = true;
         pw.sync()?;

@@ -49,6 +49,17 @@ use oxzfs_format::types;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// Fills a new dataset's objset with its type's objects (for a file system, the ZPL's master
+/// node and root directory), given the pool version and the txg: the callback that OpenZFS's
+/// dmu_objset_create takes from the layer above (zfs_create_cb). The pool write state holds
+/// one, set by whoever opens the pool for writing.
+pub type ObjsetInit = fn(&mut ObjsetW, u64, u64) -> Result<()>;
+
+/// The `ObjsetInit` of a pool opened without a file system layer: making a dataset is refused.
+pub fn no_objset_init(_: &mut ObjsetW, _: u64, _: u64) -> Result<()> {
+    Err(ZfsError::Unsupported("no file system layer was given to this pool to make a file system with".into()))
+}
+
 /// Meta-dnode block size (DNODE_BLOCK_SIZE, 16K) and its 32 dnodes.
 pub const DNODE_BLOCK_SIZE: u64 = 16384;
 const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_SIZE / DNODE_SIZE as u64;
@@ -132,7 +143,7 @@ pub struct SyncCtx<'a> {
     /// hole_birth active: holes made in this txg keep their size, type, level and birth txg.
     pub hole_birth: bool,
     /// The pool's dedup table (travels with the sync, like the allocator).
-    pub ddt: &'a mut crate::ddt::Ddt,
+    pub ddt: &'a mut dyn crate::zio::DedupWriter,
 }
 
 impl SyncCtx<'_> {
@@ -1374,7 +1385,7 @@ fn sync_tree(
         }
         let prev = old_bp(0, blkid)?;
         let w = if p.dedup {
-            let w = ctx.ddt.write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
+            let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
             if let Written::Bp(bp) = &w {
                 os.spa.cache_written(bp, data);
             }

@@ -23,7 +23,7 @@
 
 use crate::dbuf::ObjsetW;
 use crate::vdev::Vdev;
-use crate::zio::{self, DvaAllocator, Prepared, WriteProps, Written, ZioCtx};
+use crate::zio::{self, DedupWriter, DvaAllocator, Prepared, WriteProps, Written, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
 use oxzfs_format::checksum;
@@ -75,6 +75,12 @@ pub struct Ddt {
 }
 
 /// dva_get_dsize_sync: a DVA's allocated bytes scaled by its vdev's deflate ratio.
+impl DedupWriter for Ddt {
+    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<Written> {
+        self.write(root, salt, alloc, data, p, verify, txg)
+    }
+}
+
 fn dva_dsize(root: &Vdev, d: &Dva) -> u64 {
     if d.is_empty() {
         return 0;

@@ -29,7 +29,7 @@
 
 use crate::dbuf::SpaceDelta;
 use crate::metaslab::dsize_of;
-use crate::txg::PoolW;
+use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::dsl::{BpobjPhys, DD_USED_HEAD, DD_USED_SNAP};

@@ -16,7 +16,7 @@
 //! the open objsets below D take the properties they now inherit. Runs under the pool's
 //! write lock in the open txg, like every DSL change here.
 
-use crate::txg::PoolW;
+use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
 use oxzfs_format::dsl::{DD_USED_CHILD, DD_USED_CHILD_RSRV};
 

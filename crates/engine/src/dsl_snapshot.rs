@@ -18,7 +18,8 @@
 //! is the one on disk and no block of the head is born in the snapshot's txg; the snapshots of
 //! one command are made in one txg, which is synced before the command returns.
 
-use crate::txg::{set_prop_in, PoolW};
+use crate::dsl_pool::{now, PoolW};
+use crate::dsl_prop::set_prop_in;
 use crate::{Result, ZfsError};
 use oxzfs_format::dsl::{DslDatasetPhys, DD_USED_REFRSRV, DS_FLAG_UNIQUE_ACCURATE};
 use oxzfs_format::types;
@@ -45,9 +46,6 @@ pub fn snapshot_name_error(full: &str) -> Option<String> {
     None
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
 
 impl PoolW {
     /// Free every one of `bps` in `txg`: the (negative) space change.
@@ -341,7 +339,7 @@ impl PoolW {
         // The head's own blocks (born after the snapshot) are freed.
         let mut freed = Vec::new();
         if !hp.bp.is_hole() && hp.bp != sp.bp {
-            crate::txg::collect_objset_bps(&self.spa, &hp.bp, hp.prev_snap_txg, &mut freed)?;
+            crate::dsl_dataset::collect_objset_bps(&self.spa, &hp.bp, hp.prev_snap_txg, &mut freed)?;
         }
         let gone = self.free_all(&freed, txg)?;
         self.ds_diduse(dir, hp.unique_bytes, &gone)?;

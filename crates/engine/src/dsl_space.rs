@@ -17,12 +17,17 @@
 //! Setting one of the four properties is checked as OpenZFS's sync tasks check it (ENOSPC with
 //! libzfs's messages) and moves the accounting at once. Writes are refused with ENOSPC when the
 //! dataset's available space (reservations of others taken out, pending writes counted) cannot
-//! take them. Runs under the pool's write lock, in the open txg.
+//! take them. The pool-wide check (`space_check`) estimates the raw space a change needs
+//! (copies, raidz parity, indirect blocks) against the allocator's free space and the slop, as
+//! dsl_pool's dp_dirty_total and spa_get_slop_space bound OpenZFS's writes; `statfs` reports a
+//! file system's space. Runs under the pool's write lock, in the open txg.
 
 use crate::dbuf::SpaceDelta;
-use crate::txg::PoolW;
+use crate::dsl_pool::PoolW;
+use crate::metaslab::psize_to_asize;
 use crate::{Result, ZfsError};
-use oxzfs_format::dsl::{DslDirPhys, DD_FLAG_USED_BREAKDOWN, DD_USED_CHILD, DD_USED_CHILD_RSRV, DD_USED_HEAD, DD_USED_REFRSRV};
+use oxzfs_format::dsl::{DslDirPhys, DD_FLAG_USED_BREAKDOWN};
+use oxzfs_format::dsl::{DD_USED_CHILD, DD_USED_CHILD_RSRV, DD_USED_HEAD, DD_USED_REFRSRV};
 
 /// The four properties whose setting moves space accounting.
 pub fn is_space_prop(k: &str) -> bool {
@@ -335,12 +340,119 @@ impl PoolW {
     }
 }
 
-impl crate::txg::PoolHandle {
-    /// [`PoolW::statfs`] under the pool's lock.
-    pub fn statfs(&self, dsobj: u64) -> Result<StatFs> {
-        // Only the MOS and the space totals are read: they change under the write state's lock
-        // alone, so a sync under way does not hold statfs up.
-        self.lock_open().statfs(dsobj)
+
+
+/// What a change was refused for (`PoolW::space_for`): `space` when the pool itself is full
+/// (the retry may release deferred frees), and the error to give.
+pub(crate) struct Short {
+    pub(crate) space: bool,
+    pub(crate) err: ZfsError,
+}
+
+impl PoolW {
+    /// Raw bytes allocated per byte of data on the worst top-level vdev (raidz parity and
+    /// padding, sector rounding of a 128K block), for space estimates.
+    pub(crate) fn raw_per_byte(&self) -> f64 {
+        self.spa
+            .root_vdev
+            .children
+            .iter()
+            .map(|t| psize_to_asize(t, 128 << 10) as f64 / (128u64 << 10) as f64)
+            .fold(1.0, f64::max)
+    }
+
+    /// Raw bytes the smallest block takes on the worst top-level vdev (a sector, its raidz
+    /// parity and padding): a dirty block of a small record costs at least this much.
+    pub(crate) fn raw_per_block(&self) -> u64 {
+        self.spa.root_vdev.children.iter().map(|t| psize_to_asize(t, 512)).max().unwrap_or(512)
+    }
+
+    /// Raw bytes `bytes` of data in `blocks` blocks, `copies` times, may allocate: by the
+    /// bytes (large records) or by the blocks (small records on wide sectors), whichever is more.
+    pub(crate) fn raw_estimate(&self, bytes: u64, blocks: u64, copies: usize) -> u64 {
+        let by_bytes = (bytes as f64 * self.raw_per_byte()) as u64;
+        by_bytes.max(blocks.saturating_mul(self.raw_per_block())).saturating_mul(copies.max(1) as u64)
+    }
+
+    /// Refuse a change that would need `incoming` more bytes of data in `incoming_blocks`
+    /// blocks when the pool cannot take it and still keep OpenZFS's slop space (ENOSPC).
+    /// What is dirty counts with its own dataset's copies. Space freed in the last two txgs
+    /// is not yet allocatable and does not count as free.
+    pub fn space_check(&self, incoming: u64, incoming_blocks: u64, copies: usize) -> Result<()> {
+        let (size, alloc) = self.space_totals();
+        let slop = crate::dsl::slop_space(size, 0);
+        let pending = self
+            .datasets
+            .values()
+            .map(|d| self.raw_estimate(d.os.dirty_bytes + d.os.frozen_bytes(), d.os.dirty_blocks + d.os.frozen_blocks(), d.os.props.copies))
+            .fold(self.raw_estimate(self.mos.dirty_bytes, self.mos.dirty_blocks, copies), u64::saturating_add)
+            .saturating_add(self.raw_estimate(incoming, incoming_blocks, copies));
+        let dirty = (pending as f64 * 1.05) as u64 + (1 << 20);
+        if alloc.saturating_add(dirty).saturating_add(slop) > size {
+            return Err(ZfsError::Posix(libc::ENOSPC, format!("pool '{}' is out of space", self.spa.name)));
+        }
+        Ok(())
+    }
+
+    /// refquota of the dataset and quota of its directory and every ancestor: EDQUOT when
+    /// `incoming` more bytes (plus what is dirty) would pass one.
+    pub fn quota_check(&mut self, dsobj: u64, incoming: u64) -> Result<()> {
+        let dirty = self.datasets.get(&dsobj).map_or(0, |d| d.os.dirty_bytes + d.os.frozen_bytes()) + incoming;
+        let p = self.ds_phys(dsobj)?;
+        let mut dir = p.dir_obj;
+        let mut first = true;
+        while dir != 0 {
+            let d = self.dir_phys(dir)?;
+            if d.props_zapobj != 0 {
+                let z = self.mos.zap(d.props_zapobj)?;
+                let get = |k: &str| z.entries.get(k.as_bytes()).and_then(|(i, v)| if *i == 8 { v.first().copied() } else { None }).unwrap_or(0);
+                let (refquota, quota) = (get("refquota"), get("quota"));
+                if first && refquota > 0 && p.referenced_bytes + dirty > refquota {
+                    return Err(ZfsError::Posix(libc::EDQUOT, "refquota exceeded".into()));
+                }
+                if quota > 0 && d.used_bytes + dirty > quota {
+                    return Err(ZfsError::Posix(libc::EDQUOT, "quota exceeded".into()));
+                }
+            }
+            first = false;
+            dir = d.parent_dir_obj;
+        }
+        Ok(())
+    }
+
+    /// Whether dataset `dsobj` may take a change needing `incoming` more bytes: None, or what
+    /// it is short of (pool space, quota, reservation) with the error to give. A read-only
+    /// dataset is an error (EROFS).
+    pub(crate) fn space_for(&mut self, dsobj: u64, incoming: u64) -> Result<Option<Short>> {
+        let os = self.objset(dsobj)?;
+        if os.props.readonly {
+            return Err(ZfsError::Posix(libc::EROFS, "read-only file system (readonly=on)".into()));
+        }
+        let copies = os.props.copies;
+        // A write may start and end in a partial record: one block more than it fills.
+        let blocks = if incoming == 0 { 0 } else { incoming.div_ceil(os.props.recordsize.max(512)) + 1 };
+        if let Err(err) = self.space_check(incoming, blocks, copies) {
+            return Ok(Some(Short { space: true, err }));
+        }
+        if incoming > 0 {
+            if let Err(err) = self.quota_check(dsobj, incoming) {
+                return Ok(Some(Short { space: false, err }));
+            }
+        }
+        if let Err(err) = self.reservation_check(dsobj, incoming, copies) {
+            return Ok(Some(Short { space: false, err }));
+        }
+        Ok(None)
+    }
+
+    /// Bytes of dirty data blocks waiting for a sync (the open txg's and the syncing one's).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.mos.dirty_bytes + self.datasets.values().map(|d| d.os.dirty_bytes + d.os.frozen_bytes()).sum::<u64>()
+    }
+
+    /// (size, allocated) of the pool's metaslabs (as of quiesce while a txg syncs).
+    pub fn space_totals(&self) -> (u64, u64) {
+        self.ms_out.unwrap_or_else(|| self.ms.space_totals())
     }
 }
 

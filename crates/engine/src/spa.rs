@@ -38,8 +38,12 @@ pub const POOL_STATE_DESTROYED: u64 = 2;
 pub const POOL_STATE_SPARE: u64 = 3;
 pub const POOL_STATE_L2CACHE: u64 = 4;
 
-/// Device config keys this module reads.
+/// The feature-flags pool version (SPA_VERSION_FEATURES).
 pub const SPA_VERSION_FEATURES: u64 = 5000;
+/// The first pool version with deduplication (SPA_VERSION_DEDUP).
+pub const SPA_VERSION_DEDUP: u64 = 21;
+/// The first txg of a new pool (TXG_INITIAL).
+pub const TXG_INITIAL: u64 = 4;
 
 /// One device's labels as probed.
 pub struct ProbedDevice {

@@ -3,6 +3,7 @@
 //! reader must know checked before anything is used (spa_load in OpenZFS's spa.c). Sits above
 //! dmu and zap, which it reads the MOS with; `spa` below holds the opened pool's handle.
 
+use crate::spa_feature::supported_feature;
 use crate::dmu::Objset;
 use crate::spa::{root_state, PoolCandidate, Spa, SPA_VERSION_FEATURES};
 use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
@@ -12,6 +13,11 @@ use oxzfs_format::nvlist::NvList;
 use crate::arc::AdaptiveCache;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+
+use crate::dbuf::{ObjsetW, OsProps, SpaceDelta};
+use crate::dsl_pool::PoolW;
+use crate::metaslab::Metaslabs;
+use oxzfs_format::dsl::DslDirPhys;
 
 impl Spa {
     /// Open a scanned pool read-only: pick the uberblock, open the MOS, check features.
@@ -205,4 +211,112 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     }
     let bytes = mos.read(&dn, 0, size).ok()?;
     NvList::decode_packed(&bytes).ok()
+}
+
+impl PoolW {
+    /// Import a scanned pool read-write: open the MOS for writing and load the metaslabs.
+    pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
+        let spa = Spa::open_rw(cand, arc_max)?;
+        let version = spa.version;
+        // Imported under a new name: the labels and the MOS config take it at the first sync.
+        let renamed = cand.config.get_str("name") != Some(spa.name.as_str());
+        let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
+        let mut pw = PoolW {
+            spa: spa.clone(),
+            mos,
+            datasets: BTreeMap::new(),
+            ms: Metaslabs::new_pool(&spa.root_vdev),
+            txg: spa.uberblock.txg + 1,
+            config_dirty: renamed,
+            version,
+            features: BTreeMap::new(),
+            feature_objs: None,
+            ms_arrays: Vec::new(),
+            mos_delta: SpaceDelta::default(),
+            mos_dir: 0,
+            hostname: hostname.to_string(),
+            ub_timestamp: 0,
+            last_sync: std::time::Instant::now(),
+            config_nv: spa.config.clone(),
+            added: Default::default(),
+            ms_out: None,
+            suspended: None,
+            synced_txg: spa.uberblock.txg,
+            ddt: Default::default(),
+            fs_init: crate::dbuf::no_objset_init,
+        };
+        pw.check_writable()?;
+        pw.load_features()?;
+        pw.load_metaslabs()?;
+        pw.ddt = crate::ddt::Ddt::load(&mut pw.mos)?;
+        let root_dir = pw.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
+        let rd = DslDirPhys::decode(&pw.mos.bonus(root_dir)?, true).map_err(|e| ZfsError::corrupt("root dir".to_string(), e))?;
+        pw.mos_dir = pw.mos.zap_lookup(rd.child_dir_zapobj, "$MOS")?.unwrap_or(0);
+        Ok(pw)
+    }
+
+    pub(crate) fn check_writable(&mut self) -> Result<()> {
+        // Every feature active for write must be one we keep.
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        for which in ["features_for_read", "features_for_write"] {
+            let Some(obj) = self.mos.zap_lookup(1, which)? else { continue };
+            let z = self.mos.zap(obj)?.clone();
+            for (k, (_, v)) in &z.entries {
+                let name = String::from_utf8_lossy(k).into_owned();
+                let refs = v.first().copied().unwrap_or(0);
+                if refs > 0 && supported_feature(&name).is_none() {
+                    return Err(ZfsError::Unsupported(format!(
+                        "cannot import '{}' read-write: feature {name} is active and not supported for writing by oxzfs (import with -o readonly=on)",
+                        self.spa.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn load_features(&mut self) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        let fr = self.mos.zap_lookup(1, "features_for_read")?.unwrap_or(0);
+        let fw = self.mos.zap_lookup(1, "features_for_write")?.unwrap_or(0);
+        for (obj, read) in [(fr, true), (fw, false)] {
+            if obj == 0 {
+                continue;
+            }
+            let z = self.mos.zap(obj)?.clone();
+            for (k, (_, v)) in z.entries {
+                self.features.insert(String::from_utf8_lossy(&k).into_owned(), (v.first().copied().unwrap_or(0), read));
+            }
+        }
+        self.feature_objs = Some((fr, fw));
+        Ok(())
+    }
+
+    pub(crate) fn load_metaslabs(&mut self) -> Result<()> {
+        let root = self.spa.root_vdev.clone();
+        for top in &root.children {
+            self.ms_arrays.push(top.metaslab_array);
+            if top.metaslab_array == 0 {
+                continue;
+            }
+            let count = top.asize >> top.metaslab_shift;
+            let arr = self.mos.read(top.metaslab_array, 0, (count * 8) as usize)?;
+            for ms in 0..count {
+                let sm = u64::from_le_bytes(arr[(ms * 8) as usize..(ms * 8 + 8) as usize].try_into().expect("8"));
+                if sm == 0 {
+                    continue;
+                }
+                let dn = self.mos.dnode(sm)?;
+                let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
+                let words = self.mos.read(sm, 0, phys.length as usize)?;
+                let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
+                self.ms.load(top.id, ms, sm, phys, &entries);
+            }
+        }
+        Ok(())
+    }
 }

@@ -486,3 +486,16 @@ pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
     asize += nparity * asize.div_ceil(cols - nparity);
     asize.div_ceil(nparity + 1) * (nparity + 1) << ashift
 }
+
+pub(crate) fn guid_sum(v: &Vdev) -> u64 {
+    v.children.iter().fold(v.guid, |a, c| a.wrapping_add(guid_sum(c)))
+}
+
+pub(crate) fn leaf_ashift(root: &Vdev, leaf: &Vdev) -> u8 {
+    for top in &root.children {
+        if top.leaves().iter().any(|l| std::ptr::eq(*l, leaf)) {
+            return top.ashift;
+        }
+    }
+    leaf.ashift
+}

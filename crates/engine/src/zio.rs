@@ -257,6 +257,14 @@ pub enum AllocClass {
     Log,
 }
 
+/// The dedup stage of the write pipeline (zio_ddt_write): a block whose dataset deduplicates is
+/// handed to the pool's dedup tables, which add a reference to a copy already written or write
+/// it (`ddt::Ddt` implements it; the syncing objset only sees this).
+pub trait DedupWriter {
+    #[allow(clippy::too_many_arguments)]
+    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<Written>;
+}
+
 /// Where blocks go: the write pipeline asks for one DVA at a time.
 pub trait DvaAllocator {
     /// Allocate room for `psize` physical bytes away from the block's other copies in `avoid`

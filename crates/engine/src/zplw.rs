@@ -154,6 +154,22 @@ pub fn now_ts() -> (u64, u64) {
 
 /// Create the skeleton of a new file system in `os` (zfs_create_fs): version 5 (SA znodes)
 /// on pools that have system attributes, else version 4.
+/// The file system's fixed objects, with the files unlinked while open before a crash or export
+/// freed first (zfs_unlinked_drain, as a mount does).
+pub fn open_fs_drained(os: &mut ObjsetW) -> Result<FsInfo> {
+    let f = open_fs(os, os.props.recordsize)?;
+    if !os.props.readonly {
+        drain_delete_queue(os, &f)?;
+    }
+    Ok(f)
+}
+
+/// The pool's `ObjsetInit`: a new file system's objects, ZPL version 5 on pools of version 24
+/// and later (system attributes), 4 before.
+pub fn init_fs(os: &mut ObjsetW, spa_version: u64, txg: u64) -> Result<()> {
+    create_fs(os, if spa_version >= 24 { ZPL_VERSION_SA } else { 4 }, txg).map(|_| ())
+}
+
 pub fn create_fs(os: &mut ObjsetW, zpl_version: u64, txg: u64) -> Result<u64> {
     let master = os.create_zap(types::DMU_OT_MASTER_NODE, 0, 0, 0)?;
     assert_eq!(master, MASTER_NODE_OBJ, "the master node is object 1");

@@ -19,7 +19,8 @@
 
 use oxzfs::pool::{ImportOptions, Pool};
 use oxzfs::spa;
-use oxzfs::txg::{CreateSpec, PoolW, VdevClass, VdevSpec};
+use oxzfs::dsl_pool::PoolW;
+use oxzfs::spa_create::{CreateSpec, VdevClass, VdevSpec};
 use oxzfs::vdev::sim::{Fault, SimMachine, SimRng};
 use oxzfs::vdev::{register_device, unregister_device, BlockDevice};
 use oxzfs::zpl::Zfs;
@@ -119,6 +120,7 @@ impl Fs {
         let scan = spa::scan(&[dir.to_path_buf()]);
         let cand = oxzfs::spa::choose(&scan, POOL).map_err(e2s)?;
         let mut pw = PoolW::open(cand, 32 << 20, "oxzfs-crash").map_err(e2s)?;
+        pw.fs_init = oxzfs::zplw::init_fs;
         let dsobj = pw.find_dataset(POOL).map_err(e2s)?.ok_or("no root dataset")?;
         let os = pw.objset(dsobj).map_err(e2s)?;
         let info = zplw::open_fs(os, os.props.recordsize).map_err(e2s)?;
@@ -504,6 +506,7 @@ fn case(l: &Layout, seed: u64, zdb: u8, dir: &Path, tally: &mut Tally) -> Result
     }
     let m0 = boot(&paths, 512);
     let spec = CreateSpec {
+        fs_init: Some(oxzfs::zplw::init_fs),
         name: POOL.into(),
         vdevs: vec![(
             VdevClass::Normal,

@@ -60,6 +60,9 @@ pub struct Inner {
     streams: Mutex<HashMap<u64, Stream>>,
     /// Blocks to read ahead into the ARC (full queue: the prefetch is skipped, never waited for).
     prefetch: SyncSender<Prefetch>,
+    /// The ZPL's fixed objects of the file system, read (and its delete queue drained) at
+    /// mount.
+    fs_info: Mutex<Option<zplw::FsInfo>>,
 }
 
 /// A file being read sequentially (dmu_zfetch's stream): where the next read should start,
@@ -314,8 +317,11 @@ impl Inner {
     /// A change that needs the file system's fixed objects (delete queue).
     fn with_fs_info(&self, f: impl FnOnce(&mut oxzfs::dbuf::ObjsetW, &oxzfs::zplw::FsInfo) -> Result<(), ZfsError>) -> Result<(), ZfsError> {
         self.pool.with_fs(self.dsobj, |os, _| {
-            let fs = self.pool.fs_info(os)?;
-            f(os, &fs)
+            let mut cached = self.fs_info.lock().unwrap_or_else(|p| p.into_inner());
+            if cached.is_none() {
+                *cached = Some(zplw::open_fs_drained(os)?);
+            }
+            f(os, cached.as_ref().expect("just set"))
         })
     }
 
@@ -863,7 +869,8 @@ fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
 pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: &Path, snapshots: Option<(Arc<oxzfs::pool::Pool>, bool)>) -> Result<crate::MountHandle, ZfsError> {
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
-    let root = pool.with_fs(dsobj, |os, _| Ok(pool.fs_info(os)?.root))?;
+    let info = pool.with_fs(dsobj, |os, _| zplw::open_fs_drained(os))?;
+    let root = info.root;
     let (prefetch, rx) = sync_channel(PREFETCH_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
     for i in 0..PREFETCH_WORKERS {
@@ -877,6 +884,7 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
         orphans: Arc::new(Mutex::new(Default::default())),
         streams: Mutex::new(HashMap::new()),
         prefetch,
+        fs_info: Mutex::new(Some(info)),
     };
     let mut fs = RwFs::new(inner);
     if let Some((ro, visible)) = snapshots {

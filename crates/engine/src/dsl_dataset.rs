@@ -1,0 +1,356 @@
+//! dsl_dataset: datasets by name (the dsl_dir tree from the root dir's child ZAPs), their
+//! creation (dsl_dir + dsl_dataset objects, props, a new objset, optionally from an origin
+//! snapshot) and their destruction (blocks freed or deadlisted, objects removed), as
+//! dsl_dataset.c and dsl_dir.c do them. The objset's own skeleton (for a file system, the ZPL's
+//! master node and root directory) comes from the caller, as dmu_objset_create's callback.
+
+use crate::dsl_pool::now;
+use crate::dsl_prop::set_prop_in;
+use crate::dbuf::{rand_u64, ObjsetW, SpaceDelta};
+use crate::dsl_pool::{DatasetW, PoolW};
+use crate::metaslab::dsize_of;
+use crate::spa::Spa;
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::BlockPointer;
+use oxzfs_format::dnode::DnodePhys;
+use oxzfs_format::dsl::{DslDatasetPhys, DslDirPhys, DD_FLAG_USED_BREAKDOWN, DS_FLAG_UNIQUE_ACCURATE};
+use oxzfs_format::objset::DMU_OST_ZFS;
+use oxzfs_format::types;
+use std::sync::Arc;
+
+/// Every block pointer of an objset born after `mintxg` (its own block, the dnode tree,
+/// every object's tree; a block born earlier has no later children).
+pub(crate) fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
+    use oxzfs_format::blkptr::BLKPTR_SIZE;
+    let os = crate::dmu::Objset::open(spa, osbp)?;
+    if osbp.birth <= mintxg {
+        return Ok(());
+    }
+    out.push(osbp.clone());
+    let mut stack: Vec<BlockPointer> = Vec::new();
+    let mut dn_stack: Vec<DnodePhys> = vec![os.phys.meta_dnode.clone()];
+    while let Some(dn) = dn_stack.pop() {
+        stack.extend(dn.blkptr.iter().filter(|b| !b.is_hole()).cloned());
+        if let Some(sp) = &dn.spill {
+            if !sp.is_hole() {
+                stack.push(sp.clone());
+            }
+        }
+        while let Some(bp) = stack.pop() {
+            if bp.birth <= mintxg {
+                continue;
+            }
+            if !bp.embedded {
+                out.push(bp.clone());
+            }
+            if bp.embedded {
+                continue;
+            }
+            if bp.level > 0 {
+                let b = spa.read_bp(&bp)?;
+                for i in 0..b.len() / BLKPTR_SIZE {
+                    let c = BlockPointer::decode(&b[i * BLKPTR_SIZE..], bp.little_endian).map_err(|e| ZfsError::corrupt("indirect".to_string(), e))?;
+                    if !c.is_hole() {
+                        stack.push(c);
+                    }
+                }
+            } else if bp.typ == types::DMU_OT_DNODE {
+                let b = spa.read_bp(&bp)?;
+                let mut i = 0;
+                while i + 512 <= b.len() {
+                    if b[i] != 0 {
+                        if let Ok(d) = DnodePhys::decode(&b[i..], bp.little_endian) {
+                            i += d.slots() * 512;
+                            dn_stack.push(d);
+                            continue;
+                        }
+                    }
+                    i += 512;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl PoolW {
+    /// The writable objset of dataset `dsobj` (opened on first use).
+    pub fn objset(&mut self, dsobj: u64) -> Result<&mut ObjsetW> {
+        if !self.datasets.contains_key(&dsobj) {
+            let p = DslDatasetPhys::decode(&self.mos.bonus(dsobj)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {dsobj}"), e))?;
+            // A clone with a livelist (OpenZFS 2.x) would need it kept in step with every
+            // block born and freed: such a clone stays read-only.
+            self.refuse_livelist(dsobj, p.dir_obj)?;
+            let props = self.effective_props(p.dir_obj)?;
+            let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
+            self.datasets.insert(dsobj, DatasetW { dsobj, os, prev_snap_txg: p.prev_snap_txg });
+        }
+        Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
+    }
+
+    /// The dsl_dir of a dataset name ("pool/a/b"), or None.
+    pub fn find_dir(&mut self, name: &str) -> Result<Option<u64>> {
+        let mut parts = name.split('/');
+        if parts.next() != Some(self.spa.name.as_str()) {
+            return Ok(None);
+        }
+        let mut dir = self.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
+        for p in parts {
+            if p.is_empty() {
+                return Ok(None);
+            }
+            let child = self.dir_phys(dir)?.child_dir_zapobj;
+            match self.mos.zap_lookup(child, p)? {
+                Some(d) => dir = d,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(dir))
+    }
+
+    /// The head dataset object of a dataset name.
+    pub fn find_dataset(&mut self, name: &str) -> Result<Option<u64>> {
+        match self.find_dir(name)? {
+            Some(d) => Ok(Some(self.dir_phys(d)?.head_dataset_obj).filter(|&o| o != 0)),
+            None => Ok(None),
+        }
+    }
+
+    /// `zfs create [-p]`: a new file system, a clone of $ORIGIN@$ORIGIN as OpenZFS makes them.
+    pub fn create_dataset(&mut self, name: &str, props: &[(String, String)], parents: bool) -> Result<u64> {
+        self.create_dataset_from(name, props, parents, None)
+    }
+
+    /// `zfs create`, or with `origin` (a snapshot object) `zfs clone`: the new head shares the
+    /// origin's objset, its blocks born at or before the origin stay the origin's.
+    pub fn create_dataset_from(&mut self, name: &str, props: &[(String, String)], parents: bool, origin: Option<u64>) -> Result<u64> {
+        if name.len() > 255 {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': name is too long")));
+        }
+        let Some((parent, leaf)) = name.rsplit_once('/') else {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': missing dataset name")));
+        };
+        if leaf.is_empty() || !leaf.chars().all(|c| c.is_ascii_alphanumeric() || "_-:. ".contains(c)) || leaf.starts_with('$') {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': invalid character in dataset name")));
+        }
+        for (k, v) in props {
+            self.prop_feature_check(k, v, true).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
+        }
+        let requested = props;
+        if self.find_dir(name)?.is_some() {
+            return Err(ZfsError::Invalid(format!("cannot create '{name}': dataset already exists")));
+        }
+        let pdir = match self.find_dir(parent)? {
+            Some(d) => d,
+            None if parents && parent.contains('/') => {
+                self.create_dataset(parent, &[], true)?;
+                self.find_dir(parent)?.expect("just created")
+            }
+            None => return Err(ZfsError::Invalid(format!("cannot create '{name}': parent does not exist"))),
+        };
+        let v = self.version;
+        let t = now();
+        let txg = self.txg;
+        // The origin snapshot and its head.
+        let root_dir = self.mos.zap_lookup(1, "root_dataset")?.expect("checked");
+        let root_child = self.dir_phys(root_dir)?.child_dir_zapobj;
+        let origin_dir = self.mos.zap_lookup(root_child, "$ORIGIN")?;
+        let osnap = match (origin, origin_dir) {
+            (Some(o), _) => Some((self.ds_phys(o)?.dir_obj, o)),
+            (None, Some(od)) => {
+                let head = self.dir_phys(od)?.head_dataset_obj;
+                Some((od, self.ds_phys(head)?.prev_snap_obj))
+            }
+            (None, None) => None,
+        };
+        let ophys = match origin {
+            Some(o) => Some(self.ds_phys(o)?),
+            None => None,
+        };
+        let mos = &mut self.mos;
+        let dd = mos.alloc_object(types::DMU_OT_DSL_DIR, 512, types::DMU_OT_DSL_DIR, 256, 1)?;
+        let props_obj = mos.create_zap(types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+        let child = mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
+        let pchild = DslDirPhys::decode(&mos.bonus(pdir)?, true).map_err(|e| ZfsError::corrupt("dir".to_string(), e))?.child_dir_zapobj;
+        mos.zap_add_u64(pchild, leaf, dd)?;
+        // quota, reservation and the like are set once the dataset exists (they are checked).
+        for (k, val) in props.iter().filter(|(k, _)| !crate::dsl_space::is_space_prop(k)) {
+            set_prop_in(mos, props_obj, k, val)?;
+        }
+        let ds = mos.alloc_object(types::DMU_OT_DSL_DATASET, 512, types::DMU_OT_DSL_DATASET, 320, 1)?;
+        // dsl_deadlist_clone of the origin's head's deadlist, its keys before the origin.
+        let deadlist = match osnap {
+            Some((od, o)) => {
+                let op = self.ds_phys(o)?;
+                let ohead = self.dir_phys(od)?.head_dataset_obj;
+                let hdl = self.ds_phys(ohead)?.deadlist_obj;
+                self.deadlist_clone(hdl, op.creation_txg, o)?
+            }
+            None => self.deadlist_alloc()?,
+        };
+        let mos = &mut self.mos;
+        let snapnames = mos.create_zap(types::DMU_OT_DSL_DS_SNAP_MAP, 0, 0, 2)?;
+        let mut dp = DslDatasetPhys {
+            dir_obj: dd,
+            prev_snap_obj: 0,
+            prev_snap_txg: 0,
+            next_snap_obj: 0,
+            snapnames_zapobj: snapnames,
+            num_children: 0,
+            creation_time: t,
+            creation_txg: txg,
+            deadlist_obj: deadlist,
+            referenced_bytes: 0,
+            compressed_bytes: 0,
+            uncompressed_bytes: 0,
+            unique_bytes: 0,
+            fsid_guid: rand_u64() >> 8,
+            guid: rand_u64(),
+            flags: if v >= 9 { DS_FLAG_UNIQUE_ACCURATE } else { 0 },
+            bp: BlockPointer::hole(),
+            next_clones_obj: 0,
+            props_obj: 0,
+            userrefs_obj: 0,
+        };
+        let mut ddp = DslDirPhys {
+            creation_time: t,
+            head_dataset_obj: ds,
+            parent_dir_obj: pdir,
+            child_dir_zapobj: child,
+            props_zapobj: props_obj,
+            flags: if v >= 13 { DD_FLAG_USED_BREAKDOWN } else { 0 },
+            ..Default::default()
+        };
+        if let Some((od, snap)) = osnap {
+            dp.prev_snap_obj = snap;
+            dp.prev_snap_txg = 1;
+            ddp.origin_obj = snap;
+            if let Some(op) = &ophys {
+                dp.prev_snap_txg = op.creation_txg;
+                dp.referenced_bytes = op.referenced_bytes;
+                dp.compressed_bytes = op.compressed_bytes;
+                dp.uncompressed_bytes = op.uncompressed_bytes;
+                dp.bp = op.bp.clone();
+                dp.flags |= op.flags & (oxzfs_format::dsl::DS_FLAG_INCONSISTENT | oxzfs_format::dsl::DS_FLAG_CI_DATASET);
+            }
+            let mut sp = DslDatasetPhys::decode(&mos.bonus(snap)?, true).map_err(|e| ZfsError::corrupt("origin".to_string(), e))?;
+            sp.num_children += 1;
+            if sp.next_clones_obj == 0 {
+                sp.next_clones_obj = mos.create_zap(types::DMU_OT_NEXT_CLONES, 0, 0, 0)?;
+            }
+            mos.zap_add_u64(sp.next_clones_obj, &format!("{ds:x}"), ds)?;
+            mos.set_bonus(snap, &sp.encode())?;
+            if v >= 19 {
+                let mut odp = DslDirPhys::decode(&mos.bonus(od)?, true).map_err(|e| ZfsError::corrupt("origin dir".to_string(), e))?;
+                if odp.clones == 0 {
+                    odp.clones = mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
+                    mos.set_bonus(od, &odp.encode())?;
+                }
+                mos.zap_add_u64(odp.clones, &format!("{ds:x}"), ds)?;
+            }
+        }
+        mos.set_bonus(ds, &dp.encode())?;
+        mos.set_bonus(dd, &ddp.encode())?;
+        let osprops = self.effective_props(dd)?;
+        match (origin, &ophys) {
+            (Some(o), Some(op)) => {
+                let os = ObjsetW::open(&self.spa, ds, &op.bp, osprops)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: op.creation_txg });
+                for f in self.ds_features(o)? {
+                    self.ds_feature_activate(ds, &f)?;
+                }
+            }
+            _ => {
+                let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
+                (self.fs_init)(&mut os, v, txg)?;
+                self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
+            }
+        }
+        for (k, val) in props {
+            self.prop_feature_activate(ds, k, val)?;
+        }
+        self.create_space_props(name, dd, requested)?;
+        Ok(ds)
+    }
+
+    /// `zfs destroy` of a file system without snapshots or children: every block freed now.
+    pub fn destroy_dataset(&mut self, name: &str) -> Result<()> {
+        let dir = self.find_dir(name)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        let ddp = self.dir_phys(dir)?;
+        if ddp.parent_dir_obj == 0 {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': operation does not apply to pools\nuse 'zfs destroy -r {name}' to destroy all datasets in the pool\nuse 'zpool destroy {name}' to destroy the pool itself")));
+        }
+        if !self.mos.zap(ddp.child_dir_zapobj)?.entries.is_empty() {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
+        }
+        let ds = ddp.head_dataset_obj;
+        let dp = self.ds_phys(ds)?;
+        if !self.mos.zap(dp.snapnames_zapobj)?.entries.is_empty() {
+            return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
+        }
+        // Free the objset's blocks (all born after the origin).
+        self.release_reservations(dir)?;
+        self.sync()?;
+        self.datasets.remove(&ds);
+        let dp = self.ds_phys(ds)?;
+        let mut freed = Vec::new();
+        if !dp.bp.is_hole() {
+            // A clone's blocks born at or before its origin stay the origin's.
+            collect_objset_bps(&self.spa, &dp.bp, dp.prev_snap_txg, &mut freed)?;
+        }
+        let txg = self.txg;
+        for bp in &freed {
+            self.free_bp(bp, txg)?;
+        }
+        let root = self.spa.root_vdev.clone();
+        let mut delta = SpaceDelta::default();
+        for bp in &freed {
+            delta.dsize -= dsize_of(&root, bp) as i64;
+            delta.psize -= bp.psize as i64;
+            delta.lsize -= bp.lsize as i64;
+        }
+        // Unlink from the parent and the origin, then free the MOS objects.
+        let mut ddp = self.dir_phys(dir)?;
+        let parent = ddp.parent_dir_obj;
+        // What the dir held goes from its ancestors' CHILD usage.
+        let used = SpaceDelta { dsize: -(ddp.used_bytes as i64), psize: -(ddp.compressed_bytes as i64), lsize: -(ddp.uncompressed_bytes as i64) };
+        ddp.used_bytes = 0;
+        self.mos.set_bonus(dir, &ddp.encode())?;
+        self.dir_diduse(parent, used, false)?;
+        let pchild = self.dir_phys(parent)?.child_dir_zapobj;
+        let leaf = name.rsplit('/').next().unwrap_or(name).to_string();
+        self.mos.zap_remove(pchild, &leaf)?;
+        if dp.prev_snap_obj != 0 {
+            let mut sp = self.ds_phys(dp.prev_snap_obj)?;
+            sp.num_children = sp.num_children.saturating_sub(1);
+            if sp.next_clones_obj != 0 {
+                self.mos.zap_remove(sp.next_clones_obj, &format!("{ds:x}"))?;
+            }
+            let od = sp.dir_obj;
+            self.mos.set_bonus(dp.prev_snap_obj, &sp.encode())?;
+            let odp = self.dir_phys(od)?;
+            if odp.clones != 0 {
+                self.mos.zap_remove(odp.clones, &format!("{ds:x}"))?;
+            }
+        }
+        let _ = delta;
+        self.ds_features_release(ds)?;
+        if dp.deadlist_obj != 0 {
+            self.deadlist_free(dp.deadlist_obj)?;
+        }
+        for o in [dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
+            if o != 0 {
+                self.mos.free_object(o)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn dir_phys(&mut self, dir: u64) -> Result<DslDirPhys> {
+        DslDirPhys::decode(&self.mos.bonus(dir)?, true).map_err(|e| ZfsError::corrupt(format!("dsl dir {dir}"), e))
+    }
+
+    pub(crate) fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
+        DslDatasetPhys::decode(&self.mos.bonus(ds)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {ds}"), e))
+    }
+}

@@ -1,0 +1,76 @@
+//! dsl_pool: the pool's write state — the MOS and every dataset's writable objset of the open
+//! txg, the allocator (metaslabs), the dedup tables, the feature refcounts and the txg numbers
+//! (OpenZFS's dsl_pool_t with the write-side fields of spa_t). The layers above change it in
+//! open context under `PoolHandle`'s write-state lock; the sync (`txg`) turns it into blocks.
+//! What it is for, concern by concern, lives in the modules named after OpenZFS's files:
+//! `dsl_dataset` (datasets: find, create, destroy), `dsl_prop` (properties), `dsl_space`
+//! (space checks, quotas, statfs), `deadlist`/`dsl_snapshot`/`dsl_rename`, `spa_create`,
+//! `spa_load` (import), `spa_feature`, `spa_props` (pool properties, history), `spa_label`
+//! (config and labels), `txg` (sync).
+
+use crate::dbuf::{ObjsetW, SpaceDelta};
+use crate::metaslab::Metaslabs;
+use crate::spa::Spa;
+use oxzfs_format::nvlist::NvList;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Per-dataset write state.
+pub struct DatasetW {
+    pub dsobj: u64,
+    pub os: ObjsetW,
+    /// ds_prev_snap_txg: a block born at or before it is shared with the previous snapshot
+    /// (or a clone's origin) and goes to the deadlist when freed (dsl_dataset_block_kill).
+    pub prev_snap_txg: u64,
+}
+
+/// The pool opened for writing.
+pub struct PoolW {
+    pub spa: Arc<Spa>,
+    pub mos: ObjsetW,
+    pub datasets: BTreeMap<u64, DatasetW>,
+    pub ms: Metaslabs,
+    /// The open txg.
+    pub txg: u64,
+    pub config_dirty: bool,
+    pub version: u64,
+    /// Features enabled (guid → refcount), for-read flag.
+    pub features: BTreeMap<String, (u64, bool)>,
+    pub feature_objs: Option<(u64, u64)>,
+    /// MOS object of each top-level vdev's metaslab array.
+    pub ms_arrays: Vec<u64>,
+    pub mos_delta: SpaceDelta,
+    pub mos_dir: u64,
+    pub hostname: String,
+    pub ub_timestamp: u64,
+    pub last_sync: std::time::Instant,
+    /// The pool config as written (vdev ZAPs and metaslab arrays filled in).
+    pub config_nv: NvList,
+    /// Leaves being added by `zpool add` (until the pool is reopened).
+    pub added: std::collections::HashMap<u64, Arc<dyn crate::vdev::BlockDevice>>,
+    /// While a txg's datasets sync without the pool lock the allocator is with that sync:
+    /// its (size, allocated) totals at quiesce stand in for it.
+    pub(crate) ms_out: Option<(u64, u64)>,
+    /// Set when a sync failed: that txg's frozen state was not installed, so no later txg may
+    /// sync on top of it (the pool is suspended; every later change, sync and export refuses).
+    /// The one record of suspension, whether the sync thread's sync or a command's failed.
+    pub suspended: Option<String>,
+    /// The last txg whose uberblock is on disk.
+    pub synced_txg: u64,
+    /// The dedup tables (with the dataset sync while it runs, like `ms`).
+    pub ddt: crate::ddt::Ddt,
+    /// Makes a new file system's objects (see `ObjsetInit`).
+    pub fs_init: crate::dbuf::ObjsetInit,
+}
+
+impl PoolW {
+    /// Whether anything is waiting for a sync.
+    pub fn dirty(&self) -> bool {
+        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty())
+    }
+}
+
+/// Seconds since the epoch, for creation times and history records.
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

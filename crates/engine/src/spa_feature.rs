@@ -1,0 +1,169 @@
+//! spa_feature: the feature flags of a version-5000 pool — the table of what oxzfs enables at
+//! create, and the refcounts in the MOS's features_for_read/write objects, per-dataset
+//! activation (a dataset's ZAP of features it uses) and enabled_txg (zfeature.c and
+//! spa_feature_* in OpenZFS).
+
+use crate::spa::SPA_VERSION_FEATURES;
+use crate::dbuf::rand_u64;
+use crate::dsl_pool::PoolW;
+use crate::{Result, ZfsError};
+use oxzfs_format::types;
+
+/// Features a new version-5000 pool gets enabled: those whose on-disk effects oxzfs keeps, in
+/// OpenZFS's feature order (spa_feature_t), the order `zpool create` enables them in — which
+/// decides the ones enabled_txg records (those after it).
+/// (guid, name, for-read, description, active on enable)
+pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
+    ("com.delphix:async_destroy", "async_destroy", false, "Destroy filesystems asynchronously.", false),
+    ("com.delphix:empty_bpobj", "empty_bpobj", false, "Snapshots use less space.", false),
+    ("org.illumos:lz4_compress", "lz4_compress", true, "LZ4 compression algorithm support.", true),
+    ("com.joyent:multi_vdev_crash_dump", "multi_vdev_crash_dump", true, "Crash dumps to multiple vdev pools.", false),
+    ("com.delphix:spacemap_histogram", "spacemap_histogram", false, "Spacemaps maintain space histograms.", false),
+    ("com.delphix:enabled_txg", "enabled_txg", false, "Record txg at which a feature is enabled", false),
+    ("com.delphix:hole_birth", "hole_birth", true, "Retain hole birth txg for more precise zfs send", true),
+    ("com.delphix:extensible_dataset", "extensible_dataset", true, "Enhanced dataset functionality, used by other features.", false),
+    ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
+    ("org.open-zfs:large_blocks", "large_blocks", true, "Support for blocks larger than 128KB.", false),
+    ("org.zfsonlinux:large_dnode", "large_dnode", true, "Variable on-disk size of dnodes.", false),
+    ("org.illumos:sha512", "sha512", true, "SHA-512/256 hash algorithm.", false),
+    ("org.illumos:skein", "skein", true, "Skein hash algorithm.", false),
+    ("org.illumos:edonr", "edonr", true, "Edon-R hash algorithm.", false),
+    ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
+    ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
+    ("org.freebsd:zstd_compress", "zstd_compress", true, "zstd compression algorithm support.", false),
+];
+
+/// Features oxzfs implements but leaves disabled on new pools, because OpenZFS 2.1 (whose zdb
+/// checks our pools) does not know them: enabled with `-o feature@NAME=enabled` at create or
+/// `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
+pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[("org.openzfs:blake3", "blake3", true, "BLAKE3 hash algorithm.", false)];
+
+/// The row of a feature oxzfs can enable, by guid or short name.
+pub fn supported_feature(key: &str) -> Option<&'static (&'static str, &'static str, bool, &'static str, bool)> {
+    DEFAULT_FEATURES.iter().chain(OPTIONAL_FEATURES).find(|f| f.0 == key || f.1 == key)
+}
+
+pub(crate) const ENABLED_TXG: &str = "com.delphix:enabled_txg";
+
+pub(crate) const EXTENSIBLE_DATASET: &str = "com.delphix:extensible_dataset";
+
+impl PoolW {
+    pub fn feature_enabled(&self, guid: &str) -> bool {
+        self.features.contains_key(guid)
+    }
+
+    /// Change a feature's refcount in features_for_read/write.
+    pub fn feature_incr(&mut self, guid: &str, by: i64) -> Result<()> {
+        let Some((fr, fw)) = self.feature_objs else { return Ok(()) };
+        let Some(&(refs, read)) = self.features.get(guid) else {
+            return Err(ZfsError::Invalid(format!("feature {guid} is not enabled")));
+        };
+        let n = (refs as i64 + by).max(0) as u64;
+        self.features.insert(guid.to_string(), (n, read));
+        if (refs == 0) != (n == 0) && oxzfs_format::features::lookup(guid).is_some_and(|f| f.mos) {
+            self.config_dirty = true; // spa_activate/deactivate_mos_feature: the label lists it
+        }
+        let obj = if read { fr } else { fw };
+        self.mos.zap_add_u64(obj, guid, n)?;
+        Ok(())
+    }
+
+    /// spa_feature_enable (feature_enable_sync): enable feature `guid` in the open txg after
+    /// its dependencies — its description, its count (1 when active on enable) in
+    /// features_for_read/write, and, once enabled_txg is enabled, the txg in the MOS's
+    /// feature_enabled_txg ZAP (enabled_txg counting one more). Enabling it twice does nothing.
+    pub fn feature_enable(&mut self, guid: &str) -> Result<()> {
+        if self.features.contains_key(guid) {
+            return Ok(());
+        }
+        let Some(&(_, name, read, desc, active)) = supported_feature(guid) else {
+            return Err(ZfsError::Unsupported(format!("feature '{guid}' unsupported by oxzfs")));
+        };
+        let Some((fr, fw)) = self.feature_objs else {
+            return Err(ZfsError::Unsupported(format!("pool must be upgraded to enable feature '{name}'")));
+        };
+        let info = oxzfs_format::features::lookup(guid).ok_or_else(|| ZfsError::Invalid(format!("unknown feature {guid}")))?;
+        for dep in info.deps {
+            self.feature_enable(dep)?;
+        }
+        let fd = match self.mos.zap_lookup(1, "feature_descriptions")? {
+            Some(o) => o,
+            None => return Err(ZfsError::Invalid("no feature_descriptions object".into())),
+        };
+        let mut d: Vec<u64> = desc.bytes().map(u64::from).collect();
+        d.push(0);
+        self.mos.zap_mut(fd)?.entries.insert(guid.as_bytes().to_vec(), (1, d));
+        let refs = u64::from(active);
+        self.features.insert(guid.to_string(), (refs, read));
+        self.mos.zap_add_u64(if read { fr } else { fw }, guid, refs)?;
+        if active && info.mos {
+            self.config_dirty = true; // the label's features_for_read lists it
+        }
+        if self.features.contains_key(ENABLED_TXG) {
+            let obj = match self.mos.zap_lookup(1, "feature_enabled_txg")? {
+                Some(o) => o,
+                None => {
+                    let o = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+                    self.mos.zap_add_u64(1, "feature_enabled_txg", o)?;
+                    o
+                }
+            };
+            self.feature_incr(ENABLED_TXG, 1)?;
+            let txg = self.txg;
+            self.mos.zap_add_u64(obj, guid, txg)?;
+        }
+        Ok(())
+    }
+
+    /// Whether feature `guid` is active (enabled with a non-zero count).
+    pub fn feature_active(&self, guid: &str) -> bool {
+        self.features.get(guid).is_some_and(|f| f.0 > 0)
+    }
+
+    /// Per-dataset features of dataset `dsobj` (the guids in its ZAP, once it is zapified).
+    pub fn ds_features(&mut self, dsobj: u64) -> Result<Vec<String>> {
+        if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
+            return Ok(Vec::new());
+        }
+        let z = self.mos.zap(dsobj)?;
+        Ok(z.entries.keys().map(|k| String::from_utf8_lossy(k).into_owned()).filter(|k| oxzfs_format::features::lookup(k).is_some_and(|f| f.per_dataset)).collect())
+    }
+
+    /// dsl_dataset_activate_feature: count per-dataset feature `guid` as used by dataset
+    /// `dsobj` — the dataset object becomes a ZAP (dmu_object_zapify, counted by
+    /// extensible_dataset) holding `guid` = 0, and the pool's refcount goes up by one. Already
+    /// active on the dataset: nothing changes.
+    pub fn ds_feature_activate(&mut self, dsobj: u64, guid: &str) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES || self.ds_features(dsobj)?.iter().any(|g| g == guid) {
+            return Ok(());
+        }
+        if !self.features.contains_key(guid) {
+            return Err(ZfsError::Unsupported(format!("feature {guid} is not enabled")));
+        }
+        self.feature_incr(guid, 1)?;
+        if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
+            let salt = rand_u64() | 1;
+            let d = self.mos.dirty_obj(dsobj)?;
+            d.dn.typ = types::DMU_OTN_ZAP_METADATA;
+            d.zap = Some(crate::dbuf::ZapObj { salt, ..Default::default() });
+            self.feature_incr(EXTENSIBLE_DATASET, 1)?;
+        }
+        self.mos.zap_add_u64(dsobj, guid, 0)
+    }
+
+    /// Before dataset `dsobj` is freed: each per-dataset feature it counts is released
+    /// (dsl_dataset_deactivate_feature), and so is its extensible_dataset count
+    /// (dmu_object_free_zapified).
+    pub(crate) fn ds_features_release(&mut self, dsobj: u64) -> Result<()> {
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        for g in self.ds_features(dsobj)? {
+            self.feature_incr(&g, -1)?;
+        }
+        if self.mos.dnode(dsobj)?.typ == types::DMU_OTN_ZAP_METADATA {
+            self.feature_incr(EXTENSIBLE_DATASET, -1)?;
+        }
+        Ok(())
+    }
+}
