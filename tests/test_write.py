@@ -230,7 +230,9 @@ def test_enospc_keeps_slop_and_frees_again(oxzfs):
 KILL9_LAYOUTS = [("raidz1", 3), ("mirror", 2), (None, 1)]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+# Seeds 1-3 turn once through the layouts; 4-6 turn through them again with other workloads
+# (the nightly run: scripts/test.sh --nightly).
+@pytest.mark.parametrize("seed", [1, 2, 3] + [pytest.param(s, marks=pytest.mark.nightly) for s in (4, 5, 6)])
 def test_kill9_keeps_everything_fsynced(seed, oxzfs_bin, work_dir):
     """kill -9 of the daemon in the middle of a workload: the pool imports at its last synced
     txg, zdb is clean, and every file that was fsync'd is there with its content. The layout
