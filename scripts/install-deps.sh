@@ -2,7 +2,7 @@
 # install-deps.sh — everything oxzfs's build and system tests need, on Debian 12, as root. Idempotent:
 # a second run installs nothing and does not touch the network.
 #
-#   * FUSE 3 (fusermount3), zstd, pytest, e2fsprogs, btrfs-progs, fio (benchmarks' reference file systems)
+#   * FUSE 3 (fusermount3), zstd, pytest and pytest-xdist (the system tests run on every core), e2fsprogs, btrfs-progs, fio (benchmarks' reference file systems)
 #   * zfs-fuse 0.7 (Debian main): a userspace ZFS (pool version 23) — an oracle that writes pools for us
 #   * OpenZFS 2.1 userspace tools (Debian contrib: zfsutils-linux, zfs-test and their libraries), unpacked
 #     under /opt/openzfs rather than installed (they conflict with zfs-fuse's zpool/zfs), run through
@@ -39,7 +39,7 @@ fi
 if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then apt_update; fi
 if ! ls /var/lib/apt/lists/*contrib*_Packages >/dev/null 2>&1; then apt_update; fi
 
-pkgs=(fuse3 zstd python3-pytest e2fsprogs btrfs-progs fio zfs-fuse)
+pkgs=(fuse3 zstd python3-pytest python3-pytest-xdist e2fsprogs btrfs-progs fio zfs-fuse)
 missing=()
 for pkg in "${pkgs[@]}"; do
   st=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
@@ -50,10 +50,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # fuse3 replaces Debian's fuse (2) and provides it, so zfs-fuse's dependency is still met
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# python3 may be another interpreter than Debian's (pyenv, venv): give that one pytest too
-if ! python3 -c 'import pytest' 2>/dev/null; then
-  python3 -m pip install -q pytest || python3 -m pip install -q --break-system-packages pytest
-fi
+# python3 may be another interpreter than Debian's (pyenv, venv): give that one pytest and xdist too
+for mod in pytest:pytest xdist:pytest-xdist; do
+  if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
+    python3 -m pip install -q "${mod#*:}" || python3 -m pip install -q --break-system-packages "${mod#*:}"
+  fi
+done
 
 if [ ! -x "$OPENZFS/sbin/zdb" ] || [ ! -x "$OPENZFS/sbin/ztest" ]; then
   tmp=$(mktemp -d)
@@ -99,4 +101,4 @@ if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest"
 fi
 id tests >/dev/null 2>&1 || echo 'tests:x:::Dummy User for pjdfstest:/:/usr/sbin/nologin' | newusers
 
-echo "deps: zfs-fuse $(dpkg-query -W -f='${Version}' zfs-fuse), OpenZFS userspace $(cat "$OPENZFS/VERSION" 2>/dev/null || echo '?'), $(zstd --version | head -1), pytest $(python3 -c 'import pytest; print(pytest.__version__)')"
+echo "deps: zfs-fuse $(dpkg-query -W -f='${Version}' zfs-fuse), OpenZFS userspace $(cat "$OPENZFS/VERSION" 2>/dev/null || echo '?'), $(zstd --version | head -1), pytest $(python3 -c 'import pytest; print(pytest.__version__)'), pytest-xdist $(python3 -c 'import xdist; print(xdist.__version__)')"

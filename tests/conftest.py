@@ -8,6 +8,13 @@ Fixtures (all pools are made once per work dir and reused; see tests/tools/oracl
   shared_fixtures  {name: (fixture dir, decompressed vdev dir)} from ../shared/fixtures (optional)
   oxzfs            per test module: an Oxzfs runner with its own socket and daemon, torn down after
 A missing tool fails the test with what to install; only the optional shared fixtures may skip.
+
+Daemons: every Oxzfs kills, at teardown, whatever `oxzfs daemon run` process still serves its socket
+(found through /proc, since `daemon start` only launches it); Oxzfs runners never torn down are torn
+down when the session ends, and the run fails if any daemon serving a socket below the work dir is
+still alive then, naming it. The suite runs on every core with pytest-xdist (`-n auto --dist
+loadfile`, scripts/test.sh): one module stays in one worker with its daemon and run dir, zfs-fuse is
+used only under its system-wide lock (oracle_pools.ZfsFuse), oracle pools are made under a file lock.
 """
 import contextlib
 import json
@@ -40,6 +47,25 @@ def find_oxzfs():
         if os.access(p, os.X_OK):
             return p
     return None
+
+
+def pytest_addoption(parser):
+    parser.addoption("--nightly", action="store_true", default=False,
+                     help="also run the tests marked nightly (as OXZFS_NIGHTLY=1 does)")
+
+
+def nightly(config):
+    return config.getoption("--nightly") or os.environ.get("OXZFS_NIGHTLY", "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked nightly run only in the nightly run; the default run leaves them out."""
+    if nightly(config):
+        return
+    keep = [i for i in items if i.get_closest_marker("nightly") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("nightly")])
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
@@ -123,6 +149,53 @@ def unmount_below(prefix):
         subprocess.run(["umount", "-l", mp], capture_output=True)
 
 
+def daemon_processes(prefix):
+    """{pid: socket} of the live `oxzfs daemon run` processes whose OXZFS_SOCKET is PREFIX or below it."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv[1:3] != [b"daemon", b"run"] or not os.path.basename(argv[0]).startswith(b"oxzfs"):
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        sock = env.get(b"OXZFS_SOCKET", b"").decode(errors="replace")
+        if sock == prefix or sock.startswith(prefix.rstrip("/") + "/"):
+            out[int(d)] = sock
+    return out
+
+
+def process_gone(pid):
+    """True once PID has exited (a zombie waiting for its parent counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def kill_processes(pids, sig=signal.SIGKILL, wait=30):
+    """Send SIG to every pid and wait up to WAIT seconds for them to go; returns those still alive."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    deadline = time.time() + wait
+    alive = [p for p in pids if not process_gone(p)]
+    while alive and time.time() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if not process_gone(p)]
+    return alive
+
+
+# Oxzfs runners of this process not yet torn down (torn down at the latest when the session ends).
+_LIVE = []
+
+
 class Result:
     def __init__(self, args, cp):
         self.args, self.returncode, self.stdout, self.stderr = args, cp.returncode, cp.stdout, cp.stderr
@@ -146,6 +219,7 @@ class Oxzfs:
         self.env = dict(os.environ, OXZFS_SOCKET=self.socket, RUST_BACKTRACE="1")
         self.daemon_proc = None
         self.imported = []
+        _LIVE.append(self)
 
     def run(self, *args, check=False, timeout=600, input=None):
         args = [str(a) for a in args]
@@ -192,12 +266,36 @@ class Oxzfs:
         log = open(os.path.join(self.base, "daemon.log"), errors="replace").read()
         pytest.fail(f"oxzfs daemon did not come up on {self.socket}:\n{log}")
 
+    def server_pid(self):
+        """The pid of the `oxzfs daemon run` process serving this runner's socket (`daemon start`
+        launches it and exits at once)."""
+        pids = sorted(daemon_processes(self.socket))
+        assert len(pids) == 1, f"want one oxzfs daemon serving {self.socket}, found pids {pids}"
+        return pids[0]
+
+    def kill9(self):
+        """kill -9 the process serving the pools; returns once it is gone (fails if it is not)."""
+        pid = self.server_pid()
+        left = kill_processes([pid], signal.SIGKILL, wait=30)
+        assert not left, f"oxzfs daemon pid {pid} ({self.socket}) still alive 30 s after SIGKILL"
+        with contextlib.suppress(Exception):
+            self.daemon_proc.wait(10)
+        return pid
+
+    def kill_daemons(self, grace=10):
+        """End every daemon still serving this runner's socket: SIGTERM, then SIGKILL after GRACE s."""
+        pids = list(daemon_processes(self.socket))
+        if pids:
+            pids = kill_processes(pids, signal.SIGTERM, wait=grace)
+        if pids:
+            kill_processes(pids, signal.SIGKILL, wait=30)
+
     def stop_daemon(self):
         with contextlib.suppress(Exception):
             self.run("daemon", "stop", timeout=60)
         p = self.daemon_proc
         if p is not None and p.poll() is None:
-            # a daemon that stays in the foreground is our child: end it by its own pid
+            # a launcher that stays in the foreground is our child: end it by its own pid
             deadline = time.time() + 10
             while p.poll() is None and time.time() < deadline:
                 time.sleep(0.2)
@@ -208,6 +306,7 @@ class Oxzfs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        self.kill_daemons()
 
     # ---- pools
     def import_ro(self, vdev_dirs, pool, altroot, force=False, nomount=False):
@@ -236,6 +335,38 @@ class Oxzfs:
                 self.export(pool)
         self.stop_daemon()
         unmount_below(self.base)
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(self)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_ended():
+    """At the end of the session (of each xdist worker), tear down every Oxzfs runner a test left."""
+    yield
+    for ox in list(_LIVE):
+        ox.teardown()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if an `oxzfs daemon` the suite started is still alive: by now every runner
+    has been torn down (in xdist, every worker has finished), so any daemon serving a socket below
+    the work dir leaked. It is named, then killed so that it holds no vdev files or mounts."""
+    if hasattr(session.config, "workerinput"):
+        return  # the controller checks once all workers are done
+    left = daemon_processes(oracle_pools.workdir())
+    if not left:
+        return
+    names = []
+    for pid, sock in sorted(left.items()):
+        cmd = "oxzfs daemon run"
+        with contextlib.suppress(OSError):
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+        names.append(f"pid {pid}: {cmd} (OXZFS_SOCKET={sock})")
+    kill_processes(list(left), signal.SIGKILL)
+    sys.stderr.write("\nleftover oxzfs daemons after the test session (now killed):\n  "
+                     + "\n  ".join(names) + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="module")

@@ -244,7 +244,9 @@ def run_combination(oxzfs, c, ops=150):
 SEEDS = list(range(SEED0, SEED0 + RUNS))
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed{s}" for s in SEEDS])
+# The first combination runs by default, the others (more draws of the same checks) in the nightly run.
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.nightly] if i else []) for i, s in enumerate(SEEDS)],
+                         ids=[f"seed{s}" for s in SEEDS])
 def test_random_combination(seed, oxzfs):
     run_combination(oxzfs, draw(seed))
 

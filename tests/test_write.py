@@ -230,14 +230,15 @@ def test_enospc_keeps_slop_and_frees_again(oxzfs):
 KILL9_LAYOUTS = [("raidz1", 3), ("mirror", 2), (None, 1)]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+# Seeds 1-3 turn once through the layouts; 4-6 turn through them again with other workloads
+# (the nightly run: scripts/test.sh --nightly).
+@pytest.mark.parametrize("seed", [1, 2, 3] + [pytest.param(s, marks=pytest.mark.nightly) for s in (4, 5, 6)])
 def test_kill9_keeps_everything_fsynced(seed, oxzfs_bin, work_dir):
     """kill -9 of the daemon in the middle of a workload: the pool imports at its last synced
     txg, zdb is clean, and every file that was fsync'd is there with its content. The layout
     (raidz1, mirror, single disk) turns with the seed; crash_at_random_points_imports_the_last_
     synced_txg (crates/engine/tests/crash.rs) does the same below the daemon over many seeds."""
     import random
-    import signal
     import time
     from conftest import Oxzfs
     rng = random.Random(seed)
@@ -272,10 +273,11 @@ def test_kill9_keeps_everything_fsynced(seed, oxzfs_bin, work_dir):
                     os.fsync(f.fileno())
                     synced[f"f{i}"] = data
             i += 1
-        ox.daemon_proc.send_signal(signal.SIGKILL)
-        ox.daemon_proc.wait(30)
+        # the process that serves the pool, not the `daemon start` launcher (long gone): kill9
+        # returns once it is gone, so the import below never races a daemon still holding the pool
+        ox.kill9()
     finally:
-        unmount_below(base)
+        ox.teardown()
     # zdb on the pool as the crash left it (never exported).
     zdb_check(vdir, pool)
     ox2 = Oxzfs(oxzfs_bin, os.path.join(base, "after"))

@@ -156,12 +156,19 @@ def zdb_blocks(vdevdir, pool):
 
 # ---------------------------------------------------------------------------------------------- zfs-fuse
 
+# zfs-fuse is one daemon for the whole machine (/var/run/zfs/zfs_socket, pools by name): whoever
+# starts it or talks to it holds this lock meanwhile, so parallel test workers take turns.
+ZFS_FUSE_LOCK = os.environ.get("OXZFS_ZFS_FUSE_LOCK", "/run/lock/oxzfs-zfs-fuse.lock")
+
+
 class ZfsFuse:
-    """The zfs-fuse daemon: started if not already running, stopped at the end only if we started it."""
+    """The zfs-fuse daemon, held under ZFS_FUSE_LOCK from enter to exit: started if not already
+    running, stopped at the end only if we started it."""
 
     def __init__(self, work):
         self.pidfile = os.path.join(work, "zfs-fuse.pid")
         self.started = False
+        self.lock = None
 
     @staticmethod
     def alive():
@@ -169,6 +176,20 @@ class ZfsFuse:
 
     def __enter__(self):
         require("zfs-fuse", "zpool", "zfs")
+        self.lock = locked(ZFS_FUSE_LOCK)
+        self.lock.__enter__()
+        try:
+            return self._start()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _unlock(self):
+        if self.lock is not None:
+            lock, self.lock = self.lock, None
+            lock.__exit__(None, None, None)
+
+    def _start(self):
         if self.alive():
             return self
         with contextlib.suppress(FileNotFoundError):
@@ -185,13 +206,20 @@ class ZfsFuse:
         return self
 
     def __exit__(self, *exc):
+        try:
+            self._stop()
+        finally:
+            self._unlock()
+        return False
+
+    def _stop(self):
         if not self.started:
-            return False
+            return
         try:
             with open(self.pidfile) as f:
                 pid = int(f.read().strip())
         except (OSError, ValueError):
-            return False
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.time() + 30
@@ -203,7 +231,6 @@ class ZfsFuse:
             time.sleep(0.2)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pidfile)
-        return False
 
 
 def _vdev_args(kind, devs):
