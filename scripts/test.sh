@@ -62,6 +62,9 @@ stage "build oxzfs ($profile)"
 timed build cargo build "${build_flags[@]}" -p oxzfs-cli
 
 failed=()
+stage "layers (scripts/check-layers.py: no import circle, no engine import up the layers)"
+timed layers python3 scripts/check-layers.py || failed+=("layers")
+
 stage "cargo test --workspace (crash harness: $OXZFS_CRASH_SEEDS seeds per layout)"
 timed "cargo test" cargo test --workspace || failed+=("cargo test")
 
