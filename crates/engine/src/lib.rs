@@ -27,6 +27,7 @@ pub mod zap;
 pub mod dsl;
 pub mod dsl_space;
 pub mod dsl_rename;
+pub mod zfs_znode;
 pub mod zpl;
 pub mod traverse;
 pub mod pool;

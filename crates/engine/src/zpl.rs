@@ -27,42 +27,17 @@
 
 use crate::dmu::Objset;
 use crate::zap::Zap;
+use crate::zfs_znode::{self, S_IFDIR, S_IFMT};
 use crate::{Result, ZfsError};
 use oxzfs_format::dnode::DnodePhys;
-use oxzfs_format::nvlist::{NvList, NvValue};
 use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
-use oxzfs_format::types::{DMU_OT_SA, DMU_OT_ZNODE};
+use oxzfs_format::types::DMU_OT_SA;
 use oxzfs_format::znode;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Attr {
-    pub ino: u64,
-    /// Permission bits and S_IFMT type.
-    pub mode: u32,
-    pub nlink: u64,
-    pub uid: u32,
-    pub gid: u32,
-    pub size: u64,
-    /// 512-byte units, from the dnode's used bytes.
-    pub blocks: u64,
-    pub blksize: u32,
-    pub atime: (i64, u32),
-    pub mtime: (i64, u32),
-    pub ctime: (i64, u32),
-    pub crtime: (i64, u32),
-    pub rdev: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: Vec<u8>,
-    pub ino: u64,
-    /// S_IFMT bits.
-    pub mode: u32,
-}
+pub use crate::zfs_znode::{Attr, DirEntry};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FsStat {
@@ -75,9 +50,6 @@ pub struct FsStat {
     pub namelen: u32,
 }
 
-const S_IFMT: u64 = 0o170000;
-const S_IFDIR: u64 = 0o040000;
-const S_IFLNK: u64 = 0o120000;
 /// Parsed znodes kept.
 const ZNODE_CACHE: usize = 8192;
 /// Directory index weight kept: one per directory plus one per 64 cached names.
@@ -242,47 +214,16 @@ impl Zfs {
             return Err(ZfsError::NotFound(self.ctx(ino)));
         }
         let (dn, le) = self.os.dnode_with_order(ino)?;
-        let z = match dn.bonustype {
-            DMU_OT_SA => {
-                let reg = self
-                    .sa
-                    .as_ref()
-                    .ok_or_else(|| ZfsError::Invalid(format!("{}: SA bonus in an objset without an SA registry", self.ctx(ino))))?;
-                let mut z = ZnodeAttrs::default();
-                z.merge_sa(&dn.bonus, le, reg).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?;
-                if let Some(spill) = self.os.read_spill(&dn)? {
-                    let sle = dn.spill.as_ref().map_or(le, |b| b.little_endian);
-                    z.merge_sa(&spill, sle, reg).map_err(|e| ZfsError::corrupt(format!("{} spill block", self.ctx(ino)), e))?;
-                }
-                z
-            }
-            DMU_OT_ZNODE => znode::decode_znode_phys(&dn.bonus, le).map_err(|e| ZfsError::corrupt(self.ctx(ino), e))?,
-            other => return Err(ZfsError::NotFound(format!("{}: not a file (bonus type {other})", self.ctx(ino)))),
-        };
+        let spill = if dn.bonustype == DMU_OT_SA { self.os.read_spill(&dn)? } else { None };
+        let sle = dn.spill.as_ref().map_or(le, |b| b.little_endian);
+        let z = zfs_znode::decode_znode(&dn, le, spill.as_ref().map(|s| (&s[..], sle)), self.sa.as_ref(), &|| self.ctx(ino))?;
         let zn = Arc::new(Znode { dn, z });
         self.znodes.lock().unwrap().insert(ino, zn.clone(), 1);
         Ok(zn)
     }
 
     fn to_attr(&self, ino: u64, zn: &Znode) -> Attr {
-        let z = &zn.z;
-        let t = |p: (u64, u64)| (p.0 as i64, p.1 as u32);
-        let blksz = zn.dn.data_block_size().clamp(512, 1 << 24);
-        Attr {
-            ino,
-            mode: z.mode as u32,
-            nlink: z.links,
-            uid: z.uid as u32,
-            gid: z.gid as u32,
-            size: z.size,
-            blocks: zn.dn.used_bytes().div_ceil(512),
-            blksize: blksz as u32,
-            atime: t(z.atime),
-            mtime: t(z.mtime),
-            ctime: t(z.ctime),
-            crtime: t(z.crtime),
-            rdev: z.rdev,
-        }
+        zfs_znode::znode_attr(ino, &zn.z, &zn.dn)
     }
 
     /// Attributes of object `ino`.
@@ -382,13 +323,7 @@ impl Zfs {
     /// Up to `size` bytes of file `ino` from `offset`, clipped at the file size; holes read as zeros.
     pub fn read(&self, ino: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
         let zn = self.znode(ino)?;
-        if zn.z.mode & S_IFMT == S_IFDIR {
-            return Err(posix(libc::EISDIR, format!("{}: is a directory", self.ctx(ino))));
-        }
-        if offset >= zn.z.size {
-            return Ok(Vec::new());
-        }
-        let len = size.min(zn.z.size - offset);
+        let Some((offset, len)) = zfs_znode::read_range(&zn.z, offset, size, &|| self.ctx(ino))? else { return Ok(Vec::new()) };
         let mut data = self.os.read_obj(&zn.dn, ino, offset, len)?;
         // Past the object's last block (a file extended by truncate) reads as zeros.
         data.resize(len as usize, 0);
@@ -398,32 +333,13 @@ impl Zfs {
     /// The target of symlink `ino`.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let zn = self.znode(ino)?;
-        if zn.z.mode & S_IFMT != S_IFLNK {
-            return Err(posix(libc::EINVAL, format!("{}: not a symlink", self.ctx(ino))));
-        }
-        if let Some(t) = &zn.z.symlink {
-            return Ok(t.clone());
-        }
-        if zn.z.size > 1 << 20 {
-            return Err(ZfsError::Invalid(format!("{}: symlink target of {} bytes", self.ctx(ino), zn.z.size)));
-        }
-        let mut d = self.os.read_obj(&zn.dn, ino, 0, zn.z.size)?;
-        d.resize(zn.z.size as usize, 0);
-        Ok(d)
+        zfs_znode::symlink_target(&zn.z, &|| self.ctx(ino), |len| self.os.read_obj(&zn.dn, ino, 0, len))
     }
 
     /// SA xattrs (stored name → value) of a znode.
     fn sa_xattrs(&self, ino: u64, zn: &Znode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let Some(raw) = &zn.z.dxattr else { return Ok(Vec::new()) };
-        let nv = NvList::decode_packed(raw).map_err(|e| ZfsError::corrupt(format!("{} SA xattrs", self.ctx(ino)), e))?;
-        Ok(nv
-            .pairs
-            .iter()
-            .filter_map(|(k, v)| match v {
-                NvValue::ByteArray(b) | NvValue::Uint8Array(b) => Some((k.as_bytes().to_vec(), b.clone())),
-                _ => None,
-            })
-            .collect())
+        let nv = zfs_znode::sa_xattr_nvlist(&zn.z, &|| self.ctx(ino))?;
+        Ok(nv.pairs.iter().filter_map(|(k, v)| Some((k.as_bytes().to_vec(), zfs_znode::nv_bytes(v)?.to_vec()))).collect())
     }
 
     /// Every (stored name, source) pair: SA first, then the xattr directory.

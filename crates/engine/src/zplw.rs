@@ -34,7 +34,7 @@
 //! `PoolW`), so the functions here take `&mut ObjsetW` and are single-threaded by construction.
 
 use crate::dbuf::ObjsetW;
-use crate::zpl::{Attr, DirEntry};
+use crate::zfs_znode::{self, nv_bytes, Attr, DirEntry};
 use crate::{Result, ZfsError};
 use oxzfs_format::nvlist::{NvList, NvValue};
 use oxzfs_format::sa::{self as fsa, zpl_attr as za, SaRegistry, ZnodeAttrs};
@@ -43,10 +43,7 @@ use oxzfs_format::znode::{self as fz, ZNODE_PHYS_SIZE};
 
 /// The master node is always object 1.
 pub const MASTER_NODE_OBJ: u64 = 1;
-pub const S_IFMT: u64 = 0o170000;
-pub const S_IFDIR: u64 = 0o040000;
-pub const S_IFREG: u64 = 0o100000;
-pub const S_IFLNK: u64 = 0o120000;
+pub use crate::zfs_znode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 /// Largest bonus of a one-slot dnode with one block pointer.
 const BONUS_MAX: usize = 320;
 /// Longest name (ZAP_MAXNAMELEN - 1).
@@ -469,17 +466,17 @@ pub fn get(os: &mut ObjsetW, obj: u64) -> Result<ZnodeAttrs> {
         ZfsError::NotFound(m) => posix(libc::ENOENT, m),
         e => e,
     })?;
+    let id = os.id;
+    let ctx = || format!("objset {id} znode {obj}");
     match dn.bonustype {
-        types::DMU_OT_ZNODE => fz::decode_znode_phys(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("znode {obj}"), e)),
         types::DMU_OT_SA => with_sa(os, |os, reg| {
-            let mut z = ZnodeAttrs::default();
-            z.merge_sa(&dn.bonus, true, reg).map_err(|e| ZfsError::corrupt(format!("objset {} znode {obj}", os.id), e))?;
-            if let Some(sp) = os.spill(obj)? {
-                z.merge_sa(&sp, true, reg).map_err(|e| ZfsError::corrupt(format!("objset {} znode {obj} spill", os.id), e))?;
-            }
-            Ok(z)
+            let spill = os.spill(obj)?;
+            zfs_znode::decode_znode(&dn, true, spill.as_deref().map(|s| (s, true)), Some(reg), &ctx)
         }),
-        t => Err(ZfsError::Unsupported(format!("object {obj}: bonus type {t} is not a znode"))),
+        _ => zfs_znode::decode_znode(&dn, true, None, None, &ctx).map_err(|e| match e {
+            ZfsError::NotFound(m) => ZfsError::Unsupported(m),
+            e => e,
+        }),
     }
 }
 
@@ -496,22 +493,9 @@ fn put(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
 }
 
 pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
-    let (used, blksz) = os.dnode(obj).map(|d| (d.used_bytes(), d.data_block_size())).unwrap_or((0, 512));
-    let t = |x: (u64, u64)| (x.0 as i64, x.1 as u32);
-    Attr {
-        ino: obj,
-        mode: z.mode as u32,
-        nlink: z.links,
-        uid: z.uid as u32,
-        gid: z.gid as u32,
-        size: z.size,
-        blocks: used.div_ceil(512),
-        blksize: blksz.max(512) as u32,
-        atime: t(z.atime),
-        mtime: t(z.mtime),
-        ctime: t(z.ctime),
-        crtime: t(z.crtime),
-        rdev: z.rdev,
+    match os.dnode(obj) {
+        Ok(dn) => zfs_znode::znode_attr(obj, z, &dn),
+        Err(_) => zfs_znode::attr_of(obj, z, 0, 512),
     }
 }
 
@@ -610,25 +594,17 @@ fn grow_blocksize(os: &mut ObjsetW, obj: u64, end: u64, recordsize: u64) -> Resu
 
 pub fn readlink(os: &mut ObjsetW, obj: u64) -> Result<Vec<u8>> {
     let z = get(os, obj)?;
-    if z.mode & S_IFMT != S_IFLNK {
-        return Err(posix(libc::EINVAL, "not a symlink"));
-    }
-    if let Some(t) = z.symlink {
-        return Ok(t);
-    }
-    os.read(obj, 0, z.size as usize)
+    let id = os.id;
+    zfs_znode::symlink_target(&z, &|| format!("objset {id} object {obj}"), |len| os.read(obj, 0, len as usize))
 }
 
 pub fn read(os: &mut ObjsetW, obj: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
     let z = get(os, obj)?;
-    if z.mode & S_IFMT == S_IFDIR {
-        return Err(posix(libc::EISDIR, "is a directory"));
+    let id = os.id;
+    match zfs_znode::read_range(&z, offset, size, &|| format!("objset {id} object {obj}"))? {
+        Some((offset, len)) => os.read(obj, offset, len as usize),
+        None => Ok(Vec::new()),
     }
-    if offset >= z.size {
-        return Ok(Vec::new());
-    }
-    let len = size.min(z.size - offset);
-    os.read(obj, offset, len as usize)
 }
 
 pub fn write(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u64) -> Result<usize> {
@@ -931,17 +907,7 @@ fn xattr_dir(os: &mut ObjsetW, obj: u64, create: bool, txg: u64) -> Result<Optio
 
 /// The SA xattrs of a znode (its DXATTR nvlist; empty when it has none).
 fn sa_xattrs(z: &ZnodeAttrs, obj: u64) -> Result<NvList> {
-    match &z.dxattr {
-        Some(raw) => NvList::decode_packed(raw).map_err(|e| ZfsError::corrupt(format!("znode {obj} SA xattrs"), e)),
-        None => Ok(NvList::new()),
-    }
-}
-
-fn nv_bytes(v: &NvValue) -> Option<&[u8]> {
-    match v {
-        NvValue::ByteArray(b) | NvValue::Uint8Array(b) => Some(b),
-        _ => None,
-    }
+    zfs_znode::sa_xattr_nvlist(z, &|| format!("znode {obj}"))
 }
 
 fn dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Option<u64>> {
