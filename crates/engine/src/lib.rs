@@ -1,15 +1,19 @@
-//! oxzfs: the engine. OpenZFS's layers, each talking only to the one below it:
+//! oxzfs: the engine, in OpenZFS's layers (lowest last; docs/ARCHITECTURE.md has the picture,
+//! scripts/check-layers.py holds the order and fails on an import up it or a circle):
 //!
 //! ```text
-//!   pool      the handle the daemon and CLI hold: import, datasets, properties, status
-//!   zpl       files, directories, symlinks, xattrs on znodes (SA or legacy znode_phys)
-//!   dsl       datasets, snapshots, properties, the dataset directory tree
-//!   zap       name→value objects read through the dmu (micro and fat)
-//!   dmu       objsets and dnodes: object data through the indirect block tree
-//!   arc       adaptive replacement cache of logical blocks, byte-limited
-//!   zio       block pointer → bytes: gang, embedded, decompress, checksum verify, ditto retry
-//!   spa       the pool: config, vdev tree, uberblock, MOS, features (spa_config: the cache file)
-//!   vdev      leaves (files, block devices), mirror, raidz: reconstruction and error counters
+//!   pool      pool (read-only import handle: lists, status, properties), traverse (zdb)
+//!   zpl       zpl (read-only file system), zplw (vnode operations), zfs_znode (shared rules)
+//!   spa       txg (states, sync, throttle, PoolHandle), spa_load (import), spa_create,
+//!             spa_props, spa_label, spa_feature, spa_config (cache file)
+//!   dsl       dsl_pool (the write state PoolW), dsl, dsl_dataset, dsl_prop, dsl_space,
+//!             deadlist, dsl_snapshot, dsl_rename
+//!   dmu       dmu (Objset), zap, dbuf (ObjsetW and its sync), ddt
+//!   spa       spa (the Spa handle: vdev tree, ARC, block reads)
+//!   arc       arc
+//!   metaslab  metaslab (allocation, space maps)
+//!   zio       zio (compress, checksum, gang, embedded, ditto; verify and retry)
+//!   vdev      vdev, vdev::raidz, vdev::sim
 //! ```
 //!
 //! The bytes↔structure work lives in `oxzfs-format`; nothing here parses raw bytes by hand.
@@ -18,32 +22,32 @@ pub mod error;
 pub mod nicenum;
 pub mod vdev;
 pub mod zio;
+pub mod metaslab;
 pub mod arc;
 pub mod spa;
-pub mod spa_load;
-pub mod spa_config;
 pub mod dmu;
 pub mod zap;
-pub mod dsl;
-pub mod dsl_space;
-pub mod dsl_rename;
-pub mod zfs_znode;
-pub mod zpl;
-pub mod traverse;
-pub mod pool;
-pub mod metaslab;
 pub mod dbuf;
 pub mod ddt;
+pub mod dsl;
 pub mod dsl_pool;
-pub mod dsl_dataset;
 pub mod dsl_prop;
-pub mod spa_feature;
-pub mod spa_create;
-pub mod spa_label;
-pub mod spa_props;
-pub mod txg;
+pub mod dsl_space;
 pub mod deadlist;
 pub mod dsl_snapshot;
+pub mod dsl_dataset;
+pub mod dsl_rename;
+pub mod spa_feature;
+pub mod spa_label;
+pub mod spa_props;
+pub mod spa_create;
+pub mod spa_load;
+pub mod txg;
+pub mod spa_config;
+pub mod zfs_znode;
+pub mod zpl;
 pub mod zplw;
+pub mod traverse;
+pub mod pool;
 
 pub use error::{ZfsError, Result};

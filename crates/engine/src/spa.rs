@@ -1,18 +1,24 @@
-//! spa: the storage pool — finding a pool's devices, choosing its config and uberblock, opening
-//! its meta objset (MOS), and the block read entry point every upper layer uses.
+//! spa: the storage pool's handle and how a pool is found — the device scan, the choice of
+//! config and uberblock, and `Spa`, the imported pool every upper layer reads blocks through
+//! (vdev tree, ARC, `read_bp`, error log, reader pins). Opening one (the MOS, features, the
+//! version check) is `spa_load`'s; this module sits below dmu and names no objset.
 //!
-//! Import, as OpenZFS's spa_import does it, read-only for now:
+//! Finding a pool, as OpenZFS's spa_import does it:
 //! 1. `scan`: every file or block device in the given directories is probed for its four labels
 //!    (see `oxzfs_format::label`). A label carries the pool's name and guid, the device's own guid,
 //!    the txg of the config, and the `vdev_tree` of the top-level vdev the device belongs to.
 //!    Devices are grouped by pool guid and found by their own guid; the path stored in the label
 //!    is never used to open anything.
-//! 2. The pool's vdev tree is assembled from the newest top-level trees the labels hold, then
-//!    replaced by the authoritative copy in the MOS (`config` object) once the MOS is open.
+//! 2. The pool's vdev tree is assembled from the newest top-level trees the labels hold (and
+//!    replaced by the authoritative copy in the MOS once `spa_load` opens it).
 //! 3. The active uberblock is the newest valid one (highest txg, then timestamp) in any label
 //!    of any device of the pool; its root bp is the MOS objset.
-//! 4. `features_for_read` in the MOS object directory is checked: a feature oxzfs does not know
-//!    that is in use refuses the import, naming it.
+//!
+//! Locking: the Spa is immutable after open except for the ARC (its own lock), the synced MOS
+//! root (`mos`, a leaf lock), the error log (a leaf lock) and the blocks being read (`inflight`,
+//! a leaf lock; a reader waiting for another's read of the same block holds none).
+
+use refuses the import, naming it.
 //!
 //! Locking: the Spa is immutable after open except for the ARC (its own lock), the error log
 //! (a mutex, a leaf lock) and the blocks being read (`inflight`, a leaf lock; a reader waiting
