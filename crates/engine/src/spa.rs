@@ -18,12 +18,6 @@
 //! root (`mos`, a leaf lock), the error log (a leaf lock) and the blocks being read (`inflight`,
 //! a leaf lock; a reader waiting for another's read of the same block holds none).
 
-use refuses the import, naming it.
-//!
-//! Locking: the Spa is immutable after open except for the ARC (its own lock), the error log
-//! (a mutex, a leaf lock) and the blocks being read (`inflight`, a leaf lock; a reader waiting
-//! for another's read of the same block holds none).
-
 use crate::arc::{AdaptiveCache, ArcKey};
 use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState};
 use crate::zio::{self, ZioCtx};
