@@ -3,31 +3,15 @@
 //! Each request runs under catch_unwind, so a bug answers with an error instead of taking the
 //! daemon (and every mount) down. `daemon stop` unmounts and exports everything, then exits.
 
-use crate::commands::{self, State};
-use crate::socket_path;
-use serde::{Deserialize, Serialize};
+use crate::commands;
+use crate::verb::State;
+use crate::client::{is_running, request, request_at, socket_path, Req, Resp, SHUTDOWN};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[derive(Serialize, Deserialize)]
-struct Req {
-    argv: Vec<String>,
-    /// The caller's working directory: relative paths in argv are taken from there.
-    #[serde(default)]
-    cwd: Option<String>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Resp {
-    stdout: String,
-    stderr: String,
-    code: i32,
-}
-
-const SHUTDOWN: &str = "__shutdown";
 
 pub fn main(args: &[String]) -> i32 {
     match args.first().map(|s| s.as_str()) {
@@ -77,10 +61,6 @@ pub fn main(args: &[String]) -> i32 {
             2
         }
     }
-}
-
-pub fn is_running() -> bool {
-    UnixStream::connect(socket_path()).is_ok()
 }
 
 /// `-c FILE` arguments of `daemon start|run`: the cache files whose pools are imported when the
@@ -138,18 +118,6 @@ pub fn start(cachefiles: &[String]) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(25));
     }
     Err(format!("the daemon did not answer within 20 s; see {}", log_path.display()))
-}
-
-/// Send one command to the daemon.
-pub fn request(argv: &[String]) -> Result<(String, String, i32), String> {
-    let mut s = UnixStream::connect(socket_path()).map_err(|e| e.to_string())?;
-    let cwd = std::env::current_dir().ok().map(|d| d.display().to_string());
-    let req = serde_json::to_string(&Req { argv: argv.to_vec(), cwd }).map_err(|e| e.to_string())?;
-    s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
-    let r: Resp = serde_json::from_str(&line).map_err(|e| format!("bad reply from the daemon: {e}"))?;
-    Ok((r.stdout, r.stderr, r.code))
 }
 
 /// The allocator's thresholds for a daemon that churns block-sized buffers (16K to 1M) every
@@ -260,14 +228,7 @@ fn catch_termination(sock: PathBuf) {
             let mut sig: libc::c_int = 0;
             if libc::sigwait(&set, &mut sig) == 0 {
                 eprintln!("oxzfs daemon: signal {sig}, shutting down");
-                if let Ok(mut s) = UnixStream::connect(&sock) {
-                    if let Ok(req) = serde_json::to_string(&Req { argv: vec![SHUTDOWN.to_string()], cwd: None }) {
-                        let _ = s.write_all(req.as_bytes());
-                        let _ = s.write_all(b"\n");
-                        let mut line = String::new();
-                        let _ = BufReader::new(&s).read_line(&mut line);
-                    }
-                }
+                let _ = request_at(&sock, &[SHUTDOWN.to_string()], None);
                 std::process::exit(0);
             }
         });

@@ -7,12 +7,16 @@
 //! command's stdout, stderr and exit status. `zdb` and `zpool import -d DIR` (listing) read the
 //! devices directly, as OpenZFS's do.
 
+mod client;
 mod commands;
 mod daemon;
 mod props;
 mod table;
 mod vdevspec;
-mod write_cmds;
+mod verb;
+mod zfs;
+mod zpool;
+mod mounts;
 
 use std::path::PathBuf;
 
@@ -27,15 +31,6 @@ fn main() {
     }
     let code = run(&args[1..]);
     std::process::exit(code);
-}
-
-/// The daemon's socket: $OXZFS_SOCKET (made absolute) or /run/oxzfs/oxzfs.sock.
-pub fn socket_path() -> PathBuf {
-    match std::env::var_os("OXZFS_SOCKET").filter(|s| !s.is_empty()).map(PathBuf::from) {
-        Some(p) if p.is_relative() => std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p),
-        Some(p) => p,
-        None => PathBuf::from("/run/oxzfs/oxzfs.sock"),
-    }
 }
 
 fn cwd() -> PathBuf {
@@ -56,15 +51,15 @@ fn run(args: &[String]) -> i32 {
         "daemon" => daemon::main(&args[1..]),
         "zpool" | "zfs" => {
             // Listing importable pools needs no daemon.
-            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && commands::import_is_listing(&args[2..]) {
-                let (out, err, code) = commands::run_local(args, &cwd());
+            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && zpool::import_is_listing(&args[2..]) {
+                let (out, err, code) = zpool::run_local(args, &cwd());
                 print!("{out}");
                 eprint!("{err}");
                 return code;
             }
             // A pool that is imported (or created, which imports it) lives in the daemon.
             let autostart = cmd == "zpool" && matches!(args.get(1).map(|s| s.as_str()), Some("import" | "create"));
-            if !daemon::is_running() {
+            if !client::is_running() {
                 if autostart {
                     if let Err(e) = daemon::start(&[]) {
                         eprintln!("cannot start the oxzfs daemon: {e}");
@@ -78,14 +73,14 @@ fn run(args: &[String]) -> i32 {
                     return code;
                 }
             }
-            match daemon::request(args) {
+            match client::request(args) {
                 Ok((out, err, code)) => {
                     print!("{out}");
                     eprint!("{err}");
                     code
                 }
                 Err(e) => {
-                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", socket_path().display());
+                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
                     1
                 }
             }
