@@ -17,6 +17,7 @@ mod verb;
 mod zfs;
 mod zpool;
 mod mounts;
+mod opts;
 
 use std::path::PathBuf;
 

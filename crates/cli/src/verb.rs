@@ -3,6 +3,7 @@
 //! (usage errors 2, other failures 1), option parsing in getopt(3)'s syntax, and the lookups of a
 //! dataset's pool. It sits below the verb families (`zpool`, `zfs`) and imports neither.
 
+use crate::opts::{getopt, Opts};
 use oxzfs::pool::Pool;
 use oxzfs::txg::PoolHandle;
 use oxzfs::ZfsError;
@@ -46,69 +47,6 @@ pub fn fail(msg: impl Into<String>) -> Out {
 
 pub fn usage(msg: impl Into<String>) -> Out {
     (String::new(), line(msg), 2)
-}
-
-/// Parsed short options: flags in order (with their value, for options taking one) and operands.
-#[derive(Debug)]
-pub struct Opts {
-    pub flags: Vec<(char, Option<String>)>,
-    pub operands: Vec<String>,
-}
-
-/// getopt(3) as zpool/zfs use it: clustered flags (`-Hp`), values attached or in the next word
-/// (`-ofoo`, `-o foo`), `--` ending options; options may follow operands (GNU order).
-/// `with_value` lists the options taking a value, `plain` the others.
-pub fn getopt(args: &[String], with_value: &str, plain: &str) -> Result<Opts, String> {
-    let mut flags = Vec::new();
-    let mut operands = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a == "--" {
-            operands.extend(args[i + 1..].iter().cloned());
-            break;
-        }
-        if a.starts_with('-') && a.len() > 1 {
-            let chars: Vec<char> = a[1..].chars().collect();
-            let mut j = 0;
-            while j < chars.len() {
-                let c = chars[j];
-                if with_value.contains(c) {
-                    let rest: String = chars[j + 1..].iter().collect();
-                    let v = if !rest.is_empty() {
-                        rest
-                    } else {
-                        i += 1;
-                        args.get(i).cloned().ok_or_else(|| format!("missing argument for '{c}' option"))?
-                    };
-                    flags.push((c, Some(v)));
-                    break;
-                } else if plain.contains(c) {
-                    flags.push((c, None));
-                } else {
-                    return Err(format!("invalid option '{c}'"));
-                }
-                j += 1;
-            }
-        } else {
-            operands.push(a.clone());
-        }
-        i += 1;
-    }
-    Ok(Opts { flags, operands })
-}
-
-impl Opts {
-    pub fn has(&self, c: char) -> bool {
-        self.flags.iter().any(|(f, _)| *f == c)
-    }
-    pub fn values(&self, c: char) -> Vec<String> {
-        self.flags.iter().filter(|(f, _)| *f == c).filter_map(|(_, v)| v.clone()).collect()
-    }
-    /// Values of a repeatable comma-list option, split.
-    pub fn list(&self, c: char) -> Vec<String> {
-        self.values(c).iter().flat_map(|v| v.split(',').map(|s| s.to_string()).collect::<Vec<_>>()).filter(|s| !s.is_empty()).collect()
-    }
 }
 
 pub fn abs(cwd: &Path, p: &str) -> PathBuf {
@@ -182,25 +120,6 @@ mod tests {
     use super::*;
     use std::path::{Path, PathBuf};
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn getopt_like_zpool() {
-        let o = getopt(&v(&["-Hp", "-o", "name,size", "tank", "-v"]), "o", "Hpv").unwrap();
-        assert!(o.has('H') && o.has('p') && o.has('v'));
-        assert_eq!(o.values('o'), vec!["name,size"]);
-        assert_eq!(o.operands, vec!["tank"]);
-        let o = getopt(&v(&["-oname", "-d", "/a", "-d/b", "--", "-x"]), "od", "").unwrap();
-        assert_eq!(o.values('d'), vec!["/a", "/b"]);
-        assert_eq!(o.list('o'), vec!["name"]);
-        assert_eq!(o.operands, vec!["-x"]);
-        assert_eq!(getopt(&v(&["-Hz"]), "", "H").unwrap_err(), "invalid option 'z'");
-        assert_eq!(getopt(&v(&["-d"]), "d", "").unwrap_err(), "missing argument for 'd' option");
-        // A lone "-" is an operand.
-        assert_eq!(getopt(&v(&["-"]), "", "").unwrap().operands, vec!["-"]);
-    }
 
     #[test]
     fn abs_paths() {

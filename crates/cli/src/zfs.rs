@@ -6,7 +6,8 @@ use crate::mounts::{derived_mountpoints, mount_all, mount_some, remove_mountpoin
 use oxzfs_fuse::MountHandle;
 use crate::props;
 use crate::table::{self, Col};
-use crate::verb::{fail, getopt, getopt_or_usage, imported_rw, ok, pool_of, rw_of, usage, verb_args, dash_o_props, err_out, Out, State};
+use crate::opts::getopt;
+use crate::verb::{fail, getopt_or_usage, imported_rw, ok, pool_of, rw_of, usage, verb_args, dash_o_props, err_out, Out, State};
 use oxzfs::dsl::{DatasetInfo, DatasetKind, PropValue};
 use oxzfs::pool::Pool;
 use std::fmt::Write;
