@@ -2,7 +2,7 @@
 //! cache files of the imported pools up to date afterwards. Above `zpool` and `zfs`, which never
 //! import it; the daemon (and the CLI when no daemon runs) call `execute`.
 
-use crate::verb::{usage, Out, State};
+use crate::verb::{ok, usage, Out, State};
 use crate::{zfs, zpool};
 use std::path::Path;
 
@@ -21,6 +21,17 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return usage(format!("usage: {cmd} command args ..."));
     };
     let rest = &argv[2..];
+    let verbs = if cmd == "zpool" { zpool::VERBS } else { zfs::VERBS };
+    // `zpool -?` / `zpool --help`: the verb list, asked for (stdout, exit 0).
+    if cmd != "zdb" && matches!(verb.as_str(), "-?" | "--help") {
+        return ok(format!("{}\n", verb_list(cmd, verbs)));
+    }
+    // `zpool VERB --help` / `zpool VERB -?`: that verb's usage, as a usage error (exit 2).
+    if matches!(rest.first().map(|s| s.as_str()), Some("--help" | "-?")) {
+        if let Some((_, text)) = verbs.iter().find(|(v, _)| v == verb || (cmd == "zfs" && canonical_zfs_verb(verb) == *v)) {
+            return usage(*text);
+        }
+    }
     let before = cachefiles_in_use(st);
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
@@ -94,20 +105,24 @@ fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) 
         ("zfs", "get") => zfs::get(st, rest),
         ("zfs", "mount") => zfs::mount(st, rest),
         ("zfs", "unmount") | ("zfs", "umount") => zfs::unmount(st, rest),
-        ("zpool", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zpool", ZPOOL_VERBS))),
-        ("zfs", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zfs", ZFS_VERBS))),
+        ("zpool", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zpool", zpool::VERBS))),
+        ("zfs", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zfs", zfs::VERBS))),
         (c, _) => usage(format!("unrecognized command '{c}'")),
     }
 }
 
-/// The verbs oxzfs answers, in the order OpenZFS's usage lists them.
-const ZPOOL_VERBS: &[&str] = &["create", "destroy", "add", "list", "iostat", "status", "import", "export", "history", "get", "set"];
+/// The short names `zfs` also answers to.
+fn canonical_zfs_verb(verb: &str) -> &str {
+    match verb {
+        "snap" => "snapshot",
+        "umount" => "unmount",
+        v => v,
+    }
+}
 
-const ZFS_VERBS: &[&str] = &["create", "destroy", "snapshot", "rollback", "clone", "rename", "list", "set", "get", "inherit", "mount", "unmount"];
-
-fn verb_list(cmd: &str, verbs: &[&str]) -> String {
+fn verb_list(cmd: &str, verbs: &[(&str, &str)]) -> String {
     let mut s = format!("usage: {cmd} command args ...\nwhere 'command' is one of the following:\n\n");
-    for v in verbs {
+    for (v, _) in verbs {
         s.push_str(&format!("\t{v}\n"));
     }
     s.trim_end().to_string()

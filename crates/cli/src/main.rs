@@ -19,6 +19,7 @@ mod zpool;
 mod mounts;
 mod opts;
 
+use clap::ValueEnum;
 use std::path::PathBuf;
 
 fn main() {
@@ -38,19 +39,39 @@ fn cwd() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
 }
 
+/// The command families: the first word picks one, which reads the rest itself.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Family {
+    Zpool,
+    Zfs,
+    Zdb,
+    Daemon,
+}
+
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run";
+
 fn usage() -> i32 {
-    eprintln!(
-        "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run"
-    );
+    eprintln!("{USAGE}");
     2
 }
 
 fn run(args: &[String]) -> i32 {
-    let Some(cmd) = args.first() else { return usage() };
-    match cmd.as_str() {
-        "zdb" => oxzfs::traverse::zdb_main(&args[1..]),
-        "daemon" => daemon::main(&args[1..]),
-        "zpool" | "zfs" => {
+    if matches!(args.first().map(|s| s.as_str()), Some("-h" | "--help" | "help")) {
+        usage();
+        return 0;
+    }
+    let Some(first) = args.first() else { return usage() };
+    let Ok(family) = Family::from_str(first, false) else {
+        eprintln!("unrecognized command '{first}'");
+        return usage();
+    };
+    // Each family is handed the words unchanged (the daemon protocol carries the argv as typed).
+    let rest = &args[1..];
+    match family {
+        Family::Zdb => oxzfs::traverse::zdb_main(rest),
+        Family::Daemon => daemon::main(rest),
+        Family::Zpool | Family::Zfs => {
+            let cmd = &args[0];
             // Listing importable pools needs no daemon.
             if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && zpool::import_is_listing(&args[2..]) {
                 let (out, err, code) = zpool::run_local(args, &cwd());
@@ -85,14 +106,6 @@ fn run(args: &[String]) -> i32 {
                     1
                 }
             }
-        }
-        "-h" | "--help" | "help" => {
-            usage();
-            0
-        }
-        other => {
-            eprintln!("unrecognized command '{other}'");
-            usage()
         }
     }
 }

@@ -14,6 +14,28 @@ use std::fmt::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The verbs oxzfs answers and their usage, in the order OpenZFS's `zfs` lists them; the text is
+/// OpenZFS's get_usage() limited to the options oxzfs takes.
+pub const VERBS: &[(&str, &str)] = &[
+    ("create", ZFS_CREATE_USAGE),
+    ("destroy", DESTROY_USAGE),
+    ("snapshot", ZFS_SNAPSHOT_USAGE),
+    ("rollback", ZFS_ROLLBACK_USAGE),
+    ("clone", ZFS_CLONE_USAGE),
+    ("rename", ZFS_RENAME_USAGE),
+    ("list", ZFS_LIST_USAGE),
+    ("set", SET_USAGE),
+    ("get", ZFS_GET_USAGE),
+    ("inherit", INHERIT_USAGE),
+    ("mount", MOUNT_USAGE),
+    ("unmount", UNMOUNT_USAGE),
+];
+
+const MOUNT_USAGE: &str = "usage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>";
+const UNMOUNT_USAGE: &str = "usage:\n\tunmount [-fu] <-a | filesystem|mountpoint>";
+const DESTROY_USAGE: &str = "usage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n";
+const INHERIT_USAGE: &str = "usage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n";
+const SET_USAGE: &str = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";
 const ZFS_LIST_USAGE: &str = "usage:\n\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem|volume|snapshot] ...";
 
 const ZFS_GET_USAGE: &str = "usage:\n\tget [-rHp] [-d max] [-o \"all\" | field[,...]]\n\t    [-t type[,...]] [-s source[,...]]\n\t    <\"all\" | property[,...]> [filesystem|volume|snapshot|bookmark] ...";
@@ -327,7 +349,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
 pub fn mount(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "o", "vlaOf") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>")),
+        Err(e) => return usage(format!("{e}\n{MOUNT_USAGE}")),
     };
     if o.operands.is_empty() && !o.has('a') {
         let mut s = String::new();
@@ -374,10 +396,10 @@ pub fn mount(st: &mut State, args: &[String]) -> Out {
 pub fn unmount(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "fau") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tunmount [-fu] <-a | filesystem|mountpoint>")),
+        Err(e) => return usage(format!("{e}\n{UNMOUNT_USAGE}")),
     };
     if o.operands.is_empty() && !o.has('a') {
-        return usage("missing filesystem argument\nusage:\n\tunmount [-fu] <-a | filesystem|mountpoint>");
+        return usage(format!("missing filesystem argument\n{UNMOUNT_USAGE}"));
     }
     let wanted = |m: &MountHandle| o.has('a') || o.operands.iter().any(|x| *x == m.dataset || Path::new(x) == m.mountpoint);
     let mut err = String::new();
@@ -453,10 +475,10 @@ pub fn create(st: &mut State, args: &[String]) -> Out {
 pub fn destroy(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "rRfnpv") {
         Ok(o) => o,
-        Err(e) => return (String::new(), format!("{e}\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n"), 2),
+        Err(e) => return (String::new(), format!("{e}\n{DESTROY_USAGE}"), 2),
     };
     if o.operands.len() != 1 {
-        return (String::new(), "missing dataset argument\nusage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n".into(), 2);
+        return (String::new(), format!("missing dataset argument\n{DESTROY_USAGE}"), 2);
     }
     let name = o.operands[0].clone();
     let (imp, h) = match imported_rw(st, &name, "destroy") {
@@ -710,7 +732,7 @@ pub fn snapshot(st: &mut State, args: &[String]) -> Out {
 
 /// `zfs set prop=val... FS...`
 pub fn set(st: &mut State, args: &[String]) -> Out {
-    let usage = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";
+    let usage = SET_USAGE;
     let assigns: Vec<&String> = args.iter().take_while(|a| a.contains('=')).collect();
     let targets: Vec<String> = args[assigns.len()..].to_vec();
     if assigns.is_empty() {
@@ -775,10 +797,10 @@ pub fn set(st: &mut State, args: &[String]) -> Out {
 pub fn inherit(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "rS") {
         Ok(o) => o,
-        Err(e) => return (String::new(), format!("{e}\nusage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n"), 2),
+        Err(e) => return (String::new(), format!("{e}\n{INHERIT_USAGE}"), 2),
     };
     if o.operands.len() < 2 {
-        return (String::new(), "missing property or dataset argument\nusage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n".into(), 2);
+        return (String::new(), format!("missing property or dataset argument\n{INHERIT_USAGE}"), 2);
     }
     let prop = o.operands[0].clone();
     if oxzfs::dsl_space::is_space_prop(&prop) {

@@ -16,6 +16,26 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The verbs oxzfs answers and their usage, in the order OpenZFS's `zpool` lists them; the text is
+/// OpenZFS's get_usage() limited to the options oxzfs takes.
+pub const VERBS: &[(&str, &str)] = &[
+    ("create", CREATE_USAGE),
+    ("destroy", DESTROY_USAGE),
+    ("add", ADD_USAGE),
+    ("list", ZPOOL_LIST_USAGE),
+    ("iostat", IOSTAT_USAGE),
+    ("status", STATUS_USAGE),
+    ("import", IMPORT_USAGE),
+    ("export", EXPORT_USAGE),
+    ("history", HISTORY_USAGE),
+    ("get", ZPOOL_GET_USAGE),
+    ("set", SET_USAGE),
+];
+
+const IOSTAT_USAGE: &str = "usage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]";
+const HISTORY_USAGE: &str = "usage:\n\thistory [-il] [<pool>] ...";
+const DESTROY_USAGE: &str = "usage:\n\tdestroy [-f] <pool>\n";
+const SET_USAGE: &str = "usage:\n\tset <property=value> <pool> \n";
 const IMPORT_USAGE: &str = "usage:\n\timport [-d dir] [-D]\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]] -a\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]]\n\t    <pool | id> [newpool]";
 
 const EXPORT_USAGE: &str = "usage:\n\texport [-af] <pool> ...";
@@ -313,9 +333,10 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
 pub fn iostat(st: &mut State, args: &[String]) -> Out {
     use oxzfs::vdev::Vdev;
     use std::sync::atomic::Ordering::Relaxed;
-    let o = match getopt(args, "", "vHpgLPy") {
+    let o = match getopt(args, "", "vHpgLPyh") {
+        Ok(o) if o.has('h') => return usage(IOSTAT_USAGE),
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]")),
+        Err(e) => return usage(format!("{e}\n{IOSTAT_USAGE}")),
     };
     let pools = match find_pools(st, &o.operands) {
         Ok(p) => p,
@@ -411,7 +432,7 @@ pub fn iostat(st: &mut State, args: &[String]) -> Out {
 pub fn history(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "il") {
         Ok(o) => o,
-        Err(e) => return usage(format!("{e}\nusage:\n\thistory [-il] [<pool>] ...")),
+        Err(e) => return usage(format!("{e}\n{HISTORY_USAGE}")),
     };
     let pools = match find_pools(st, &o.operands) {
         Ok(p) => p,
@@ -899,10 +920,10 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot:
 pub fn destroy(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "f") {
         Ok(o) => o,
-        Err(e) => return (String::new(), format!("{e}\nusage:\n\tdestroy [-f] <pool>\n"), 2),
+        Err(e) => return (String::new(), format!("{e}\n{DESTROY_USAGE}"), 2),
     };
     if o.operands.len() != 1 {
-        return (String::new(), "missing pool argument\nusage:\n\tdestroy [-f] <pool>\n".into(), 2);
+        return (String::new(), format!("missing pool argument\n{DESTROY_USAGE}"), 2);
     }
     let name = o.operands[0].clone();
     let Some(imp) = st.pools.get(&name) else {
@@ -1054,7 +1075,7 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
 
 /// `zpool set prop=value POOL`
 pub fn set(st: &mut State, args: &[String]) -> Out {
-    let usage = "usage:\n\tset <property=value> <pool> \n";
+    let usage = SET_USAGE;
     // zpool_do_set takes no options: a first argument starting with '-' is one.
     if let Some(opt) = args.first().and_then(|a| a.strip_prefix('-')) {
         return (String::new(), format!("invalid option '{}'\n{usage}", opt.chars().next().map(String::from).unwrap_or_default()), 2);
