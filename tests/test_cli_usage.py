@@ -40,7 +40,6 @@ ZPOOL = {
         'usage:\n'
         '\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n'
         '\t    [interval [count]]\n'
-        "invalid option '--help'\n"
     ),
     "import": (
         'usage:\n'

@@ -4,6 +4,7 @@
 
 use crate::verb::{ok, usage, Out, State};
 use crate::{zfs, zpool};
+use clap::ValueEnum;
 use std::path::Path;
 
 /// zpool/zfs when no daemon runs: nothing is imported.
@@ -21,15 +22,19 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return usage(format!("usage: {cmd} command args ..."));
     };
     let rest = &argv[2..];
-    let verbs = if cmd == "zpool" { zpool::VERBS } else { zfs::VERBS };
     // `zpool -?` / `zpool --help`: the verb list, asked for (stdout, exit 0).
     if cmd != "zdb" && matches!(verb.as_str(), "-?" | "--help") {
-        return ok(format!("{}\n", verb_list(cmd, verbs)));
+        return ok(format!("{}\n", verb_list(cmd)));
     }
     // `zpool VERB --help` / `zpool VERB -?`: that verb's usage, as a usage error (exit 2).
     if matches!(rest.first().map(|s| s.as_str()), Some("--help" | "-?")) {
-        if let Some((_, text)) = verbs.iter().find(|(v, _)| v == verb || (cmd == "zfs" && canonical_zfs_verb(verb) == *v)) {
-            return usage(*text);
+        let text = match cmd.as_str() {
+            "zpool" => zpool::Verb::from_str(verb, false).ok().map(|v| v.usage()),
+            "zfs" => zfs::Verb::from_str(verb, false).ok().map(|v| v.usage()),
+            _ => None,
+        };
+        if let Some(text) = text {
+            return usage(text);
         }
     }
     let before = cachefiles_in_use(st);
@@ -81,48 +86,27 @@ fn write_cachefiles(st: &State, before: std::collections::BTreeSet<String>) {
 }
 
 fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) -> Out {
-    match (cmd, verb) {
-        ("zpool", "import") => zpool::import(st, rest, cwd),
-        ("zpool", "create") => zpool::create(st, rest, cwd),
-        ("zpool", "destroy") => zpool::destroy(st, rest),
-        ("zpool", "add") => zpool::add(st, rest, cwd),
-        ("zpool", "iostat") => zpool::iostat(st, rest),
-        ("zpool", "set") => zpool::set(st, rest),
-        ("zpool", "history") => zpool::history(st, rest),
-        ("zfs", "create") => zfs::create(st, rest),
-        ("zfs", "destroy") => zfs::destroy(st, rest),
-        ("zfs", "snapshot" | "snap") => zfs::snapshot(st, rest),
-        ("zfs", "clone") => zfs::clone(st, rest),
-        ("zfs", "rollback") => zfs::rollback(st, rest),
-        ("zfs", "set") => zfs::set(st, rest),
-        ("zfs", "inherit") => zfs::inherit(st, rest),
-        ("zfs", "rename") => zfs::rename(st, rest),
-        ("zpool", "export") => zpool::export(st, rest),
-        ("zpool", "status") => zpool::status(st, rest),
-        ("zpool", "list") => zpool::list(st, rest),
-        ("zpool", "get") => zpool::get(st, rest),
-        ("zfs", "list") => zfs::list(st, rest),
-        ("zfs", "get") => zfs::get(st, rest),
-        ("zfs", "mount") => zfs::mount(st, rest),
-        ("zfs", "unmount") | ("zfs", "umount") => zfs::unmount(st, rest),
-        ("zpool", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zpool", zpool::VERBS))),
-        ("zfs", v) => usage(format!("unrecognized command '{v}'\n{}", verb_list("zfs", zfs::VERBS))),
-        (c, _) => usage(format!("unrecognized command '{c}'")),
+    match cmd {
+        "zpool" => match zpool::Verb::from_str(verb, false) {
+            Ok(v) => v.run(st, rest, cwd),
+            Err(_) => usage(format!("unrecognized command '{verb}'\n{}", verb_list(cmd))),
+        },
+        "zfs" => match zfs::Verb::from_str(verb, false) {
+            Ok(v) => v.run(st, rest, cwd),
+            Err(_) => usage(format!("unrecognized command '{verb}'\n{}", verb_list(cmd))),
+        },
+        c => usage(format!("unrecognized command '{c}'")),
     }
 }
 
-/// The short names `zfs` also answers to.
-fn canonical_zfs_verb(verb: &str) -> &str {
-    match verb {
-        "snap" => "snapshot",
-        "umount" => "unmount",
-        v => v,
+/// `usage: zpool command args ...` and the verbs, as OpenZFS lists them (names only).
+fn verb_list(cmd: &str) -> String {
+    fn names<V: ValueEnum>() -> Vec<String> {
+        V::value_variants().iter().filter_map(|v| v.to_possible_value()).map(|p| p.get_name().to_string()).collect()
     }
-}
-
-fn verb_list(cmd: &str, verbs: &[(&str, &str)]) -> String {
+    let names = if cmd == "zpool" { names::<zpool::Verb>() } else { names::<zfs::Verb>() };
     let mut s = format!("usage: {cmd} command args ...\nwhere 'command' is one of the following:\n\n");
-    for (v, _) in verbs {
+    for v in names {
         s.push_str(&format!("\t{v}\n"));
     }
     s.trim_end().to_string()

@@ -55,6 +55,13 @@ fn usage() -> i32 {
     2
 }
 
+/// Print a verb's output and give its exit status.
+fn show((out, err, code): (String, String, i32)) -> i32 {
+    print!("{out}");
+    eprint!("{err}");
+    code
+}
+
 fn run(args: &[String]) -> i32 {
     if matches!(args.first().map(|s| s.as_str()), Some("-h" | "--help" | "help")) {
         usage();
@@ -72,12 +79,13 @@ fn run(args: &[String]) -> i32 {
         Family::Daemon => daemon::main(rest),
         Family::Zpool | Family::Zfs => {
             let cmd = &args[0];
+            // Usage asked for (`zpool VERB --help`, `zpool -?`) needs no daemon.
+            if args[1..].iter().take(2).any(|a| a == "--help" || a == "-?") {
+                return show(commands::run_without_daemon(args, &cwd()));
+            }
             // Listing importable pools needs no daemon.
             if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && zpool::import_is_listing(&args[2..]) {
-                let (out, err, code) = zpool::run_local(args, &cwd());
-                print!("{out}");
-                eprint!("{err}");
-                return code;
+                return show(zpool::run_local(args, &cwd()));
             }
             // A pool that is imported (or created, which imports it) lives in the daemon.
             let autostart = cmd == "zpool" && matches!(args.get(1).map(|s| s.as_str()), Some("import" | "create"));
@@ -89,18 +97,11 @@ fn run(args: &[String]) -> i32 {
                     }
                 } else {
                     // Nothing is imported: answer as OpenZFS does with no pools.
-                    let (out, err, code) = commands::run_without_daemon(args, &cwd());
-                    print!("{out}");
-                    eprint!("{err}");
-                    return code;
+                    return show(commands::run_without_daemon(args, &cwd()));
                 }
             }
             match client::request(args) {
-                Ok((out, err, code)) => {
-                    print!("{out}");
-                    eprint!("{err}");
-                    code
-                }
+                Ok(r) => show(r),
                 Err(e) => {
                     eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
                     1

@@ -5,6 +5,7 @@
 use crate::mounts::{derived_mountpoints, mount_all, mount_some, remove_mountpoints};
 use oxzfs_fuse::MountHandle;
 use crate::props;
+use clap::ValueEnum;
 use crate::table::{self, Col};
 use crate::opts::getopt;
 use crate::verb::{fail, getopt_or_usage, imported_rw, ok, pool_of, rw_of, usage, verb_args, dash_o_props, err_out, Out, State};
@@ -14,22 +15,62 @@ use std::fmt::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The verbs oxzfs answers and their usage, in the order OpenZFS's `zfs` lists them; the text is
-/// OpenZFS's get_usage() limited to the options oxzfs takes.
-pub const VERBS: &[(&str, &str)] = &[
-    ("create", ZFS_CREATE_USAGE),
-    ("destroy", DESTROY_USAGE),
-    ("snapshot", ZFS_SNAPSHOT_USAGE),
-    ("rollback", ZFS_ROLLBACK_USAGE),
-    ("clone", ZFS_CLONE_USAGE),
-    ("rename", ZFS_RENAME_USAGE),
-    ("list", ZFS_LIST_USAGE),
-    ("set", SET_USAGE),
-    ("get", ZFS_GET_USAGE),
-    ("inherit", INHERIT_USAGE),
-    ("mount", MOUNT_USAGE),
-    ("unmount", UNMOUNT_USAGE),
-];
+/// The verbs oxzfs answers, in the order OpenZFS's `zfs` lists them (clap reads the name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Verb {
+    Create,
+    Destroy,
+    #[value(alias = "snap")]
+    Snapshot,
+    Rollback,
+    Clone,
+    Rename,
+    List,
+    Set,
+    Get,
+    Inherit,
+    Mount,
+    #[value(alias = "umount")]
+    Unmount,
+}
+
+impl Verb {
+    /// The verb's usage: OpenZFS's get_usage() text limited to the options oxzfs takes.
+    pub fn usage(self) -> &'static str {
+        match self {
+            Verb::Create => ZFS_CREATE_USAGE,
+            Verb::Destroy => DESTROY_USAGE,
+            Verb::Snapshot => ZFS_SNAPSHOT_USAGE,
+            Verb::Rollback => ZFS_ROLLBACK_USAGE,
+            Verb::Clone => ZFS_CLONE_USAGE,
+            Verb::Rename => ZFS_RENAME_USAGE,
+            Verb::List => ZFS_LIST_USAGE,
+            Verb::Set => SET_USAGE,
+            Verb::Get => ZFS_GET_USAGE,
+            Verb::Inherit => INHERIT_USAGE,
+            Verb::Mount => MOUNT_USAGE,
+            Verb::Unmount => UNMOUNT_USAGE,
+        }
+    }
+
+    /// Run the verb with the words after it; `cwd` is the caller's working directory.
+    pub fn run(self, st: &mut State, args: &[String], _cwd: &Path) -> Out {
+        match self {
+            Verb::Create => create(st, args),
+            Verb::Destroy => destroy(st, args),
+            Verb::Snapshot => snapshot(st, args),
+            Verb::Rollback => rollback(st, args),
+            Verb::Clone => clone(st, args),
+            Verb::Rename => rename(st, args),
+            Verb::List => list(st, args),
+            Verb::Set => set(st, args),
+            Verb::Get => get(st, args),
+            Verb::Inherit => inherit(st, args),
+            Verb::Mount => mount(st, args),
+            Verb::Unmount => unmount(st, args),
+        }
+    }
+}
 
 const MOUNT_USAGE: &str = "usage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>";
 const UNMOUNT_USAGE: &str = "usage:\n\tunmount [-fu] <-a | filesystem|mountpoint>";
@@ -733,6 +774,10 @@ pub fn snapshot(st: &mut State, args: &[String]) -> Out {
 /// `zfs set prop=val... FS...`
 pub fn set(st: &mut State, args: &[String]) -> Out {
     let usage = SET_USAGE;
+    // zfs set takes no options oxzfs knows: a leading '-' word is an invalid option, as in OpenZFS.
+    if let Some(c) = args.first().filter(|a| a.len() > 1 && a.starts_with('-')).and_then(|a| a.chars().nth(1)) {
+        return (String::new(), format!("invalid option '{c}'\n{usage}"), 2);
+    }
     let assigns: Vec<&String> = args.iter().take_while(|a| a.contains('=')).collect();
     let targets: Vec<String> = args[assigns.len()..].to_vec();
     if assigns.is_empty() {

@@ -4,6 +4,7 @@
 
 use crate::mounts::{derived_mountpoints, mount_all, remove_mountpoints};
 use crate::props;
+use clap::ValueEnum;
 use crate::table::{self, Col};
 use crate::vdevspec::{self, Group};
 use crate::opts::{getopt, Opts};
@@ -16,21 +17,57 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The verbs oxzfs answers and their usage, in the order OpenZFS's `zpool` lists them; the text is
-/// OpenZFS's get_usage() limited to the options oxzfs takes.
-pub const VERBS: &[(&str, &str)] = &[
-    ("create", CREATE_USAGE),
-    ("destroy", DESTROY_USAGE),
-    ("add", ADD_USAGE),
-    ("list", ZPOOL_LIST_USAGE),
-    ("iostat", IOSTAT_USAGE),
-    ("status", STATUS_USAGE),
-    ("import", IMPORT_USAGE),
-    ("export", EXPORT_USAGE),
-    ("history", HISTORY_USAGE),
-    ("get", ZPOOL_GET_USAGE),
-    ("set", SET_USAGE),
-];
+/// The verbs oxzfs answers, in the order OpenZFS's `zpool` lists them (clap reads the name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Verb {
+    Create,
+    Destroy,
+    Add,
+    List,
+    Iostat,
+    Status,
+    Import,
+    Export,
+    History,
+    Get,
+    Set,
+}
+
+impl Verb {
+    /// The verb's usage: OpenZFS's get_usage() text limited to the options oxzfs takes.
+    pub fn usage(self) -> &'static str {
+        match self {
+            Verb::Create => CREATE_USAGE,
+            Verb::Destroy => DESTROY_USAGE,
+            Verb::Add => ADD_USAGE,
+            Verb::List => ZPOOL_LIST_USAGE,
+            Verb::Iostat => IOSTAT_USAGE,
+            Verb::Status => STATUS_USAGE,
+            Verb::Import => IMPORT_USAGE,
+            Verb::Export => EXPORT_USAGE,
+            Verb::History => HISTORY_USAGE,
+            Verb::Get => ZPOOL_GET_USAGE,
+            Verb::Set => SET_USAGE,
+        }
+    }
+
+    /// Run the verb with the words after it; `cwd` is the caller's working directory.
+    pub fn run(self, st: &mut State, args: &[String], cwd: &Path) -> Out {
+        match self {
+            Verb::Create => create(st, args, cwd),
+            Verb::Destroy => destroy(st, args),
+            Verb::Add => add(st, args, cwd),
+            Verb::List => list(st, args),
+            Verb::Iostat => iostat(st, args),
+            Verb::Status => status(st, args),
+            Verb::Import => import(st, args, cwd),
+            Verb::Export => export(st, args),
+            Verb::History => history(st, args),
+            Verb::Get => get(st, args),
+            Verb::Set => set(st, args),
+        }
+    }
+}
 
 const IOSTAT_USAGE: &str = "usage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]";
 const HISTORY_USAGE: &str = "usage:\n\thistory [-il] [<pool>] ...";
