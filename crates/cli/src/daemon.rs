@@ -3,42 +3,71 @@
 //! Each request runs under catch_unwind, so a bug answers with an error instead of taking the
 //! daemon (and every mount) down. `daemon stop` unmounts and exports everything, then exits.
 
-use crate::commands::{self, State};
-use crate::socket_path;
-use serde::{Deserialize, Serialize};
+use crate::commands;
+use clap::error::{ContextKind, ContextValue};
+use clap::{ArgAction, Args, Parser};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt;
+use tracing_subscriber::prelude::*;
+use crate::verb::State;
+use crate::client::{is_running, request, request_at, socket_path, Req, Resp, SHUTDOWN};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[derive(Serialize, Deserialize)]
-struct Req {
-    argv: Vec<String>,
-    /// The caller's working directory: relative paths in argv are taken from there.
-    #[serde(default)]
-    cwd: Option<String>,
+
+/// `oxzfs daemon …`.
+#[derive(Parser, Debug)]
+#[command(name = "daemon", no_binary_name = true, disable_help_flag = true, disable_version_flag = true, disable_help_subcommand = true)]
+enum DaemonCmd {
+    /// Start the daemon in the background (nothing if it runs).
+    Start(RunOpts),
+    /// Serve in the foreground.
+    Run(RunOpts),
+    /// Unmount and export everything, then exit.
+    Stop,
+    /// Say whether the daemon answers (exit 0) or not (exit 1).
+    Status,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Resp {
-    stdout: String,
-    stderr: String,
-    code: i32,
+#[derive(Args, Debug, Default)]
+struct RunOpts {
+    /// Cache files whose pools are imported as the daemon starts (absolute paths).
+    #[arg(short = 'c', value_name = "cachefile", action = ArgAction::Append)]
+    cachefiles: Vec<String>,
+    /// The level of the daemon's log: error, warn, info, debug, trace, or directives such as
+    /// `info,oxzfs=debug`; else $OXZFS_LOG, else $RUST_LOG, else info.
+    #[arg(long = "log-level", value_name = "LEVEL")]
+    log_level: Option<String>,
 }
 
-const SHUTDOWN: &str = "__shutdown";
+const USAGE: &str = "usage: oxzfs daemon start|run [-c cachefile]... [--log-level LEVEL]\n       oxzfs daemon stop|status";
 
 pub fn main(args: &[String]) -> i32 {
-    match args.first().map(|s| s.as_str()) {
-        Some("start") => match cachefile_args(&args[1..]).and_then(|c| start(&c)) {
+    let cmd = match DaemonCmd::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let verb = args.first().map(|s| s.as_str());
+            if let (Some(ContextValue::String(a)), Some(v @ ("start" | "run"))) = (e.get(ContextKind::InvalidArg), verb) {
+                let who = if v == "start" { "cannot start the oxzfs daemon" } else { "oxzfs daemon" };
+                eprintln!("{who}: unexpected argument '{a}' (usage: daemon start|run [-c cachefile]... [--log-level LEVEL])");
+                return 1;
+            }
+            eprintln!("{USAGE}");
+            return 2;
+        }
+    };
+    match cmd {
+        DaemonCmd::Start(o) => match o.check().and_then(|()| start_with(&o.cachefiles, o.log_level.as_deref())) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("cannot start the oxzfs daemon: {e}");
                 1
             }
         },
-        Some("stop") => {
+        DaemonCmd::Stop => {
             if !is_running() {
                 return 0;
             }
@@ -56,7 +85,7 @@ pub fn main(args: &[String]) -> i32 {
                 }
             }
         }
-        Some("status") => {
+        DaemonCmd::Status => {
             if is_running() {
                 println!("oxzfs daemon is running on {}", socket_path().display());
                 0
@@ -65,42 +94,52 @@ pub fn main(args: &[String]) -> i32 {
                 1
             }
         }
-        Some("run") => match cachefile_args(&args[1..]).and_then(|c| serve(&c)) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("oxzfs daemon: {e}");
-                1
+        DaemonCmd::Run(o) => {
+            let r = o.check().and_then(|()| {
+                init_logging(o.log_level.as_deref())?;
+                serve(&o.cachefiles)
+            });
+            match r {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("oxzfs daemon: {e}");
+                    1
+                }
             }
-        },
-        _ => {
-            eprintln!("usage: oxzfs daemon start|run [-c cachefile]...\n       oxzfs daemon stop|status");
-            2
         }
     }
 }
 
-pub fn is_running() -> bool {
-    UnixStream::connect(socket_path()).is_ok()
-}
-
-/// `-c FILE` arguments of `daemon start|run`: the cache files whose pools are imported when the
-/// daemon starts.
-fn cachefile_args(args: &[String]) -> Result<Vec<String>, String> {
-    let mut files = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match (a.as_str(), it.next()) {
-            ("-c", Some(f)) if f.starts_with('/') => files.push(f.clone()),
-            ("-c", Some(f)) => return Err(format!("cache file '{f}' must be an absolute path")),
-            _ => return Err(format!("unexpected argument '{a}' (usage: daemon start|run [-c cachefile]...)")),
+impl RunOpts {
+    fn check(&self) -> Result<(), String> {
+        match self.cachefiles.iter().find(|f| !f.starts_with('/')) {
+            Some(f) => Err(format!("cache file '{f}' must be an absolute path")),
+            None => Ok(()),
         }
     }
-    Ok(files)
+}
+
+/// The daemon's diagnostics go through `tracing` to its stderr (the log file `daemon start`
+/// opens), at the level given by --log-level, $OXZFS_LOG or $RUST_LOG (in that order), else info.
+fn init_logging(level: Option<&str>) -> Result<(), String> {
+    let spec = level
+        .map(|s| s.to_string())
+        .or_else(|| std::env::var("OXZFS_LOG").ok().filter(|s| !s.is_empty()))
+        .or_else(|| std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "info".to_string());
+    let filter: Targets = spec.parse().map_err(|e| format!("invalid log level '{spec}': {e}"))?;
+    let _ = tracing_subscriber::registry().with(fmt::layer().with_writer(std::io::stderr).with_ansi(false)).with(filter).try_init();
+    Ok(())
 }
 
 /// Start the daemon in the background (idempotent); returns once it answers. The pools listed
 /// in `cachefiles` are imported as it starts.
 pub fn start(cachefiles: &[String]) -> Result<(), String> {
+    start_with(cachefiles, None)
+}
+
+/// `start` with the daemon's log level (passed on as `--log-level`).
+fn start_with(cachefiles: &[String], log_level: Option<&str>) -> Result<(), String> {
     if is_running() {
         return Ok(());
     }
@@ -114,6 +153,7 @@ pub fn start(cachefiles: &[String]) -> Result<(), String> {
     // The daemon keeps no directory busy and finds its socket from anywhere.
     cmd.args(["daemon", "run"])
         .args(cachefiles.iter().flat_map(|f| ["-c", f.as_str()]))
+        .args(log_level.iter().flat_map(|l| ["--log-level", l]))
         .current_dir("/")
         .env("OXZFS_SOCKET", &sock)
         .stdin(std::process::Stdio::null())
@@ -140,18 +180,6 @@ pub fn start(cachefiles: &[String]) -> Result<(), String> {
     Err(format!("the daemon did not answer within 20 s; see {}", log_path.display()))
 }
 
-/// Send one command to the daemon.
-pub fn request(argv: &[String]) -> Result<(String, String, i32), String> {
-    let mut s = UnixStream::connect(socket_path()).map_err(|e| e.to_string())?;
-    let cwd = std::env::current_dir().ok().map(|d| d.display().to_string());
-    let req = serde_json::to_string(&Req { argv: argv.to_vec(), cwd }).map_err(|e| e.to_string())?;
-    s.write_all(req.as_bytes()).and_then(|_| s.write_all(b"\n")).map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line).map_err(|e| e.to_string())?;
-    let r: Resp = serde_json::from_str(&line).map_err(|e| format!("bad reply from the daemon: {e}"))?;
-    Ok((r.stdout, r.stderr, r.code))
-}
-
 /// The allocator's thresholds for a daemon that churns block-sized buffers (16K to 1M) every
 /// txg: glibc would give each freed buffer above its mmap/trim thresholds back to the kernel
 /// and fault fresh zeroed pages in for the next (a third of the CPU of an fsync loop went to
@@ -175,8 +203,10 @@ fn import_cachefiles(st: &mut State, files: &[String]) {
         }
         let argv: Vec<String> = ["zpool", "import", "-c", f, "-a", "-N", "-o"].iter().map(|s| s.to_string()).chain([format!("cachefile={f}")]).collect();
         let (out, err, code) = commands::execute(st, &argv, Path::new("/"));
-        eprint!("{out}{err}");
-        eprintln!("oxzfs daemon: imported the pools of {f} (exit {code})");
+        for l in out.lines().chain(err.lines()) {
+            tracing::info!(cachefile = %f, "{l}");
+        }
+        tracing::info!(cachefile = %f, code, "imported the pools of the cache file");
     }
 }
 
@@ -191,7 +221,7 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot bind {}: {e}", sock.display()))?;
-    eprintln!("oxzfs daemon serving {}", sock.display());
+    tracing::info!(socket = %sock.display(), "oxzfs daemon serving");
     let state = Arc::new(Mutex::new(State::default()));
     catch_termination(sock.clone());
     // Requests that come meanwhile wait for the state.
@@ -234,9 +264,11 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                         .cloned()
                         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "unknown".into());
+                    tracing::error!(argv = ?argv, "request panicked: {msg}");
                     (String::new(), format!("internal error: {msg}\n"), 1)
                 }
             };
+            tracing::debug!(argv = ?argv, code, "request done");
             reply(&mut conn, out, err, code);
         });
     }
@@ -259,15 +291,8 @@ fn catch_termination(sock: PathBuf) {
         let _ = std::thread::Builder::new().name("oxzfs-signals".into()).spawn(move || {
             let mut sig: libc::c_int = 0;
             if libc::sigwait(&set, &mut sig) == 0 {
-                eprintln!("oxzfs daemon: signal {sig}, shutting down");
-                if let Ok(mut s) = UnixStream::connect(&sock) {
-                    if let Ok(req) = serde_json::to_string(&Req { argv: vec![SHUTDOWN.to_string()], cwd: None }) {
-                        let _ = s.write_all(req.as_bytes());
-                        let _ = s.write_all(b"\n");
-                        let mut line = String::new();
-                        let _ = BufReader::new(&s).read_line(&mut line);
-                    }
-                }
+                tracing::info!(signal = sig, "shutting down");
+                let _ = request_at(&sock, &[SHUTDOWN.to_string()], None);
                 std::process::exit(0);
             }
         });

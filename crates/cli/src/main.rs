@@ -7,13 +7,19 @@
 //! command's stdout, stderr and exit status. `zdb` and `zpool import -d DIR` (listing) read the
 //! devices directly, as OpenZFS's do.
 
+mod client;
 mod commands;
 mod daemon;
 mod props;
 mod table;
 mod vdevspec;
-mod write_cmds;
+mod verb;
+mod zfs;
+mod zpool;
+mod mounts;
+mod opts;
 
+use clap::ValueEnum;
 use std::path::PathBuf;
 
 fn main() {
@@ -29,42 +35,61 @@ fn main() {
     std::process::exit(code);
 }
 
-/// The daemon's socket: $OXZFS_SOCKET (made absolute) or /run/oxzfs/oxzfs.sock.
-pub fn socket_path() -> PathBuf {
-    match std::env::var_os("OXZFS_SOCKET").filter(|s| !s.is_empty()).map(PathBuf::from) {
-        Some(p) if p.is_relative() => std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p),
-        Some(p) => p,
-        None => PathBuf::from("/run/oxzfs/oxzfs.sock"),
-    }
-}
-
 fn cwd() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
 }
 
+/// The command families: the first word picks one, which reads the rest itself.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Family {
+    Zpool,
+    Zfs,
+    Zdb,
+    Daemon,
+}
+
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run";
+
 fn usage() -> i32 {
-    eprintln!(
-        "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run"
-    );
+    eprintln!("{USAGE}");
     2
 }
 
+/// Print a verb's output and give its exit status.
+fn show((out, err, code): (String, String, i32)) -> i32 {
+    print!("{out}");
+    eprint!("{err}");
+    code
+}
+
 fn run(args: &[String]) -> i32 {
-    let Some(cmd) = args.first() else { return usage() };
-    match cmd.as_str() {
-        "zdb" => oxzfs::traverse::zdb_main(&args[1..]),
-        "daemon" => daemon::main(&args[1..]),
-        "zpool" | "zfs" => {
+    if matches!(args.first().map(|s| s.as_str()), Some("-h" | "--help" | "help")) {
+        usage();
+        return 0;
+    }
+    let Some(first) = args.first() else { return usage() };
+    let Ok(family) = Family::from_str(first, false) else {
+        eprintln!("unrecognized command '{first}'");
+        return usage();
+    };
+    // Each family is handed the words unchanged (the daemon protocol carries the argv as typed).
+    let rest = &args[1..];
+    match family {
+        Family::Zdb => oxzfs::traverse::zdb_main(rest),
+        Family::Daemon => daemon::main(rest),
+        Family::Zpool | Family::Zfs => {
+            let cmd = &args[0];
+            // Usage asked for (`zpool VERB --help`, `zpool -?`) needs no daemon.
+            if args[1..].iter().take(2).any(|a| a == "--help" || a == "-?") {
+                return show(commands::run_without_daemon(args, &cwd()));
+            }
             // Listing importable pools needs no daemon.
-            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && commands::import_is_listing(&args[2..]) {
-                let (out, err, code) = commands::run_local(args, &cwd());
-                print!("{out}");
-                eprint!("{err}");
-                return code;
+            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && zpool::import_is_listing(&args[2..]) {
+                return show(zpool::run_local(args, &cwd()));
             }
             // A pool that is imported (or created, which imports it) lives in the daemon.
             let autostart = cmd == "zpool" && matches!(args.get(1).map(|s| s.as_str()), Some("import" | "create"));
-            if !daemon::is_running() {
+            if !client::is_running() {
                 if autostart {
                     if let Err(e) = daemon::start(&[]) {
                         eprintln!("cannot start the oxzfs daemon: {e}");
@@ -72,31 +97,16 @@ fn run(args: &[String]) -> i32 {
                     }
                 } else {
                     // Nothing is imported: answer as OpenZFS does with no pools.
-                    let (out, err, code) = commands::run_without_daemon(args, &cwd());
-                    print!("{out}");
-                    eprint!("{err}");
-                    return code;
+                    return show(commands::run_without_daemon(args, &cwd()));
                 }
             }
-            match daemon::request(args) {
-                Ok((out, err, code)) => {
-                    print!("{out}");
-                    eprint!("{err}");
-                    code
-                }
+            match client::request(args) {
+                Ok(r) => show(r),
                 Err(e) => {
-                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", socket_path().display());
+                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
                     1
                 }
             }
-        }
-        "-h" | "--help" | "help" => {
-            usage();
-            0
-        }
-        other => {
-            eprintln!("unrecognized command '{other}'");
-            usage()
         }
     }
 }

@@ -1,0 +1,106 @@
+//! Mounting a pool's filesystems through FUSE and cleaning up the mountpoint directories oxzfs
+//! made for them, shared by `zpool import` and `zfs mount`/`zfs rename`.
+
+use oxzfs::dsl::{DatasetKind, PropValue};
+use oxzfs::pool::Pool;
+use oxzfs::txg::PoolHandle;
+use oxzfs_fuse::{MountHandle, MountOpts};
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub fn prop_of(props: &[PropValue], name: &str) -> String {
+    props.iter().find(|p| p.name == name).map(|p| p.value.clone()).unwrap_or_default()
+}
+
+/// The mountpoints libzfs's remove_mountpoint takes away once file systems are unmounted (on
+/// export and rename): those of the default or inherited mountpoint. Gathered before the
+/// unmounts; `remove_mountpoints` runs after all of them, so a child's mountpoint directory
+/// inside its (by then unmounted) parent stays, as in OpenZFS.
+pub fn derived_mountpoints(pool: &Pool, mounts: &[&MountHandle]) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| pool.prop(&m.dataset, "mountpoint").map(|p| p.source == "default" || p.source.starts_with("inherited")).unwrap_or(false))
+        .map(|m| m.mountpoint.clone())
+        .collect()
+}
+
+/// rmdir each of `dirs` that is no longer a mount point, ignoring errors (remove_mountpoint).
+pub fn remove_mountpoints(dirs: &[PathBuf], still_mounted: &[MountHandle]) {
+    for d in dirs {
+        if !still_mounted.iter().any(|m| &m.mountpoint == d) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
+/// the engine's properties), parents before children. Returns the number of failures.
+pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
+    mount_some(pool, rw, mounts, err, None)
+}
+
+/// `mount_all`, limited to one dataset when `only` names it.
+pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String, only: Option<&str>) -> usize {
+    let list = match pool.datasets() {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = writeln!(err, "cannot mount datasets of '{}': {e}", pool.name());
+            return 1;
+        }
+    };
+    let mut todo = Vec::new();
+    for ds in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && only.map_or(true, |o| o == d.name)) {
+        let props = match pool.props(&ds.name) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = writeln!(err, "cannot mount '{}': {e}", ds.name);
+                continue;
+            }
+        };
+        let mp = prop_of(&props, "mountpoint");
+        if prop_of(&props, "canmount") != "on" || !mp.starts_with('/') {
+            continue;
+        }
+        if pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ds.name) {
+            continue;
+        }
+        let snapdir_visible = prop_of(&props, "snapdir") == "visible";
+        todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible, ds.ds_obj));
+    }
+    todo.sort_by(|a, b| a.1.components().count().cmp(&b.1.components().count()).then(a.1.cmp(&b.1)));
+    let mut failures = 0;
+    for (name, mp, snapdir_visible, dsobj) in todo {
+        let ro_mount = || {
+            pool.open_fs(&name).and_then(|fs| {
+                let opts = MountOpts { snapdir_visible, ..MountOpts::default() };
+                oxzfs_fuse::mount(fs, pool.clone(), name.clone(), &mp, &opts)
+            })
+        };
+        let res = match rw {
+            // A dataset the writer cannot change yet (snapshots, system attributes) is served
+            // read-only, with a note.
+            Some(h) => match oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp, Some((pool.clone(), snapdir_visible))) {
+                Err(e) if e.errno() == libc::EROFS || matches!(e, oxzfs::ZfsError::Unsupported(_)) => {
+                    let _ = writeln!(err, "note: '{name}' is mounted read-only: {e}");
+                    ro_mount()
+                }
+                r => r,
+            },
+            None => ro_mount(),
+        };
+        match res {
+            Ok(h) => {
+                pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), mp.clone());
+                mounts.push(h);
+            }
+            Err(e) => {
+                failures += 1;
+                let msg = e.to_string();
+                let _ = writeln!(err, "{}", if msg.starts_with("cannot") { msg } else { format!("cannot mount '{name}': {msg}") });
+            }
+        }
+    }
+    failures
+}
+

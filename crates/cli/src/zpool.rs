@@ -1,0 +1,1214 @@
+//! The `zpool` verbs: create, destroy, add, import, export, status, list, iostat, history, get,
+//! set, with OpenZFS's usage text and messages. `zpool import` without a pool named only lists
+//! (run locally, no daemon); the others run in the daemon against the pools it holds.
+
+use crate::mounts::{derived_mountpoints, mount_all, remove_mountpoints};
+use crate::props;
+use clap::ValueEnum;
+use crate::table::{self, Col};
+use crate::vdevspec::{self, Group};
+use crate::opts::{getopt, Opts};
+use crate::verb::{abs, err_out, fail, line, ok, usage, Imported, Out, State};
+use oxzfs::pool::{import_listing, ImportOptions, Pool};
+use oxzfs::spa;
+use oxzfs::dsl_pool::PoolW;
+use oxzfs::spa_create::{CreateSpec, VdevClass, VdevSpec};
+use oxzfs::txg::PoolHandle;
+use oxzfs::ZfsError;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The verbs oxzfs answers, in the order OpenZFS's `zpool` lists them (clap reads the name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Verb {
+    Create,
+    Destroy,
+    Add,
+    List,
+    Iostat,
+    Status,
+    Import,
+    Export,
+    History,
+    Get,
+    Set,
+}
+
+impl Verb {
+    /// The verb's usage: OpenZFS's get_usage() text limited to the options oxzfs takes.
+    pub fn usage(self) -> &'static str {
+        match self {
+            Verb::Create => CREATE_USAGE,
+            Verb::Destroy => DESTROY_USAGE,
+            Verb::Add => ADD_USAGE,
+            Verb::List => ZPOOL_LIST_USAGE,
+            Verb::Iostat => IOSTAT_USAGE,
+            Verb::Status => STATUS_USAGE,
+            Verb::Import => IMPORT_USAGE,
+            Verb::Export => EXPORT_USAGE,
+            Verb::History => HISTORY_USAGE,
+            Verb::Get => ZPOOL_GET_USAGE,
+            Verb::Set => SET_USAGE,
+        }
+    }
+
+    /// Run the verb with the words after it; `cwd` is the caller's working directory.
+    pub fn run(self, st: &mut State, args: &[String], cwd: &Path) -> Out {
+        match self {
+            Verb::Create => create(st, args, cwd),
+            Verb::Destroy => destroy(st, args),
+            Verb::Add => add(st, args, cwd),
+            Verb::List => list(st, args),
+            Verb::Iostat => iostat(st, args),
+            Verb::Status => status(st, args),
+            Verb::Import => import(st, args, cwd),
+            Verb::Export => export(st, args),
+            Verb::History => history(st, args),
+            Verb::Get => get(st, args),
+            Verb::Set => set(st, args),
+        }
+    }
+}
+
+const IOSTAT_USAGE: &str = "usage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]";
+const HISTORY_USAGE: &str = "usage:\n\thistory [-il] [<pool>] ...";
+const DESTROY_USAGE: &str = "usage:\n\tdestroy [-f] <pool>\n";
+const SET_USAGE: &str = "usage:\n\tset <property=value> <pool> \n";
+const IMPORT_USAGE: &str = "usage:\n\timport [-d dir] [-D]\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]] -a\n\timport [-o mntopts] [-o property=value] ...\n\t    [-d dir | -c cachefile] [-D] [-l] [-f] [-m] [-N] [-R root] [-F [-n]]\n\t    <pool | id> [newpool]";
+
+const EXPORT_USAGE: &str = "usage:\n\texport [-af] <pool> ...";
+
+const STATUS_USAGE: &str = "usage:\n\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n\t    [interval [count]]";
+
+const ZPOOL_LIST_USAGE: &str = "usage:\n\tlist [-gHLpPv] [-o property[,...]] [-T d|u] [pool] ... \n\t    [interval [count]]";
+
+const ZPOOL_GET_USAGE: &str = "usage:\n\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...";
+
+const IMPORT_VALUE_OPTS: &str = "dRocT";
+
+const IMPORT_FLAGS: &str = "fNFnDamlsXtP";
+
+/// `zpool import [-d dir]...` with no pool named and no -a: only lists, needs no daemon.
+pub fn import_is_listing(args: &[String]) -> bool {
+    match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+        Ok(o) => o.operands.is_empty() && !o.has('a'),
+        Err(_) => true, // the usage error is reported locally too
+    }
+}
+
+/// Where `zpool import` looks: the -d directories (or /dev), or with `-c FILE` the leaf devices
+/// of the pools in that cache file (no directory is scanned).
+pub fn search_dirs(o: &Opts, cwd: &Path) -> Result<Vec<PathBuf>, Out> {
+    let d: Vec<PathBuf> = o.values('d').iter().map(|d| abs(cwd, d)).collect();
+    if let Some(c) = o.values('c').pop() {
+        if !d.is_empty() {
+            return Err(usage(format!("-c is incompatible with -d\n{IMPORT_USAGE}")));
+        }
+        return match oxzfs::spa_config::read(&abs(cwd, &c)) {
+            Ok(pools) => Ok(pools.iter().flat_map(|(_, cfg)| oxzfs::spa_config::leaf_paths(cfg)).map(PathBuf::from).collect()),
+            Err(oxzfs::ZfsError::Io { source, .. }) => {
+                let why = source.to_string();
+                Err(fail(format!("failed to open cache file: {}", why.split(" (os error").next().unwrap_or(&why))))
+            }
+            Err(_) => Err(fail("invalid or corrupt cache file contents")),
+        };
+    }
+    Ok(if d.is_empty() { vec![PathBuf::from("/dev/disk/by-id"), PathBuf::from("/dev")] } else { d })
+}
+
+/// `zpool import` listing the pools that could be imported (run without the daemon).
+pub fn run_local(args: &[String], cwd: &Path) -> Out {
+    let rest = args.get(2..).unwrap_or(&[]);
+    let o = match getopt(rest, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
+    };
+    import_list(&o, cwd)
+}
+
+pub fn import_list(o: &Opts, cwd: &Path) -> Out {
+    let dirs = match search_dirs(o, cwd) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let scan = spa::scan(&dirs);
+    if scan.pools.is_empty() {
+        let mut err = String::from("no pools available to import\n");
+        for p in &scan.problems {
+            err.push_str(&line(p.as_str()));
+        }
+        return (String::new(), err, 1);
+    }
+    ok(import_listing(&scan))
+}
+
+pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
+    };
+    if o.operands.is_empty() && !o.has('a') {
+        return import_list(&o, cwd);
+    }
+    if o.has('a') && !o.operands.is_empty() {
+        return usage(format!("too many arguments\n{IMPORT_USAGE}"));
+    }
+    if o.operands.len() > 2 {
+        return usage(format!("too many arguments\n{IMPORT_USAGE}"));
+    }
+    // `zpool import POOL NEWPOOL`: the new name must be valid and free.
+    let new_name = o.operands.get(1).cloned();
+    if let Some(n) = &new_name {
+        if let Err(e) = check_pool_name(n, "import") {
+            return fail(e);
+        }
+    }
+    let mut readonly = false;
+    let mut cachefile = None;
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some(("cachefile", v)) => match oxzfs::spa_config::validate(v) {
+                Ok(()) => cachefile = oxzfs::spa_config::setting(v),
+                Err(e) => return fail(format!("cannot import: {e}")),
+            },
+            Some(("readonly", "on")) => readonly = true,
+            Some(("readonly", "off")) => readonly = false,
+            Some(("readonly", v)) => return fail(format!("cannot import: property 'readonly' must be 'on' or 'off', not '{v}'")),
+            Some((k, _)) if props::zpool_prop(k).is_some() || k == "cachefile" => {}
+            Some((k, _)) => return usage(format!("property '{k}' is not a valid pool property")),
+            // `-o mntopts` (mount options without '='): read-only mounts already.
+            None => {}
+        }
+    }
+    let dirs = match search_dirs(&o, cwd) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool import -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
+    let which: Vec<String> = if o.has('a') {
+        let scan = spa::scan(&dirs);
+        let names: Vec<String> = scan.pools.iter().map(|p| p.name.clone()).filter(|n| !st.pools.contains_key(n)).collect();
+        if names.is_empty() {
+            return fail("no pools available to import");
+        }
+        names
+    } else {
+        o.operands[..1].to_vec()
+    };
+    let mut out = (String::new(), String::new(), 0);
+    for which in which {
+        if let Some(n) = new_name.as_ref().filter(|n| st.pools.contains_key(n.as_str())) {
+            out.1.push_str(&line(format!("cannot import '{which}' as '{n}': pool already exists")));
+            out.2 = 1;
+            continue;
+        }
+        if new_name.is_none() && st.pools.contains_key(&which) || st.pools.values().any(|p| p.pool.guid().to_string() == which) {
+            out.1.push_str(&line(format!("cannot import '{which}': a pool with that name already exists")));
+            out.1.push_str(&line("use the form 'zpool import <pool | id> <newpool>' to give it a new name".to_string()));
+            out.2 = 1;
+            continue;
+        }
+        // By numeric id: the pool found may carry the name of one already imported (the
+        // kernel's EEXIST in OpenZFS); importing it would take that name's place in the table.
+        if new_name.is_none() && which.bytes().all(|b| b.is_ascii_digit()) {
+            let taken = spa::scan(&dirs).pools.into_iter().find(|c| c.guid.to_string() == which).map(|c| c.name).filter(|n| st.pools.contains_key(n));
+            if let Some(name) = taken {
+                out.1.push_str(&line(format!("cannot import '{name}': pool already exists")));
+                out.2 = 1;
+                continue;
+            }
+        }
+        if !readonly {
+            match import_rw(&dirs, &which, new_name.as_deref(), altroot.clone(), o.has('f')) {
+                Ok((pool, h)) => {
+                    *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
+                    let mut mounts = Vec::new();
+                    if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
+                        out.2 = 1;
+                    }
+                    st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                    out.2 = 1;
+                }
+            }
+            continue;
+        }
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone() };
+        let pool = match Pool::import(&dirs, &which, &opts) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = e.to_string();
+                out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                out.2 = 1;
+                continue;
+            }
+        };
+        let mut mounts = Vec::new();
+        if !o.has('N') && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
+            out.2 = 1;
+        }
+        st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None, since: std::time::Instant::now() });
+    }
+    out
+}
+
+impl State {
+    /// Unmount and export everything (daemon stop).
+    pub fn shutdown(&mut self) -> (String, String) {
+        let names: Vec<String> = self.pools.keys().cloned().collect();
+        let mut err = String::new();
+        for n in names {
+            let (_, e, _) = export(self, &["-f".to_string(), n]);
+            err.push_str(&e);
+        }
+        (String::new(), err)
+    }
+}
+
+pub fn export(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "fa") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{EXPORT_USAGE}")),
+    };
+    let names: Vec<String> = if o.has('a') { st.pools.keys().cloned().collect() } else { o.operands.clone() };
+    if names.is_empty() {
+        return usage(format!("missing pool argument\n{EXPORT_USAGE}"));
+    }
+    let mut err = String::new();
+    let mut code = 0;
+    for n in &names {
+        let Some(mut imp) = st.pools.remove(n) else {
+            let _ = writeln!(err, "cannot open '{n}': no such pool");
+            code = 1;
+            continue;
+        };
+        // Children before parents.
+        let mut busy = false;
+        let derived = derived_mountpoints(&imp.pool, &imp.mounts.iter().collect::<Vec<_>>());
+        while let Some(h) = imp.mounts.pop() {
+            let (ds, mp) = (h.dataset.clone(), h.mountpoint.clone());
+            match h.unmount(o.has('f')) {
+                Ok(()) => {
+                    imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                }
+                Err((h, e)) => {
+                    let why = if e.raw_os_error() == Some(libc::EBUSY) { "pool or dataset is busy".to_string() } else { e.to_string() };
+                    let _ = writeln!(err, "cannot unmount '{}': {why}", mp.display());
+                    imp.mounts.push(h);
+                    busy = true;
+                    break;
+                }
+            }
+        }
+        if busy {
+            let _ = writeln!(err, "cannot export '{n}': pool is busy");
+            code = 1;
+            st.pools.insert(n.clone(), imp);
+            continue;
+        }
+        remove_mountpoints(&derived, &imp.mounts);
+        if let Some(h) = imp.rw.take() {
+            if let Err(e) = h.export() {
+                let _ = writeln!(err, "cannot export '{n}': {e}");
+                code = 1;
+            }
+        }
+        imp.pool.close();
+    }
+    (String::new(), err, code)
+}
+
+pub fn find_pools<'a>(st: &'a State, names: &[String]) -> Result<Vec<&'a Imported>, Out> {
+    if names.is_empty() {
+        return Ok(st.pools.values().collect());
+    }
+    let mut v = Vec::new();
+    for n in names {
+        match st.pools.get(n) {
+            Some(p) => v.push(p),
+            None => return Err(fail(format!("cannot open '{n}': no such pool"))),
+        }
+    }
+    Ok(v)
+}
+
+pub fn status(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "Tc", "vxPLgpDtisi") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{STATUS_USAGE}")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if pools.is_empty() {
+        return (String::new(), "no pools available\n".into(), 0);
+    }
+    let shown: Vec<&&Imported> = if o.has('x') {
+        pools.iter().filter(|p| p.pool.health() != oxzfs::vdev::VdevState::Online || !p.pool.spa.errors().is_empty()).collect()
+    } else {
+        pools.iter().collect()
+    };
+    if shown.is_empty() {
+        return ok(if o.operands.is_empty() {
+            "all pools are healthy\n".to_string()
+        } else {
+            o.operands.iter().map(|n| format!("pool '{n}' is healthy\n")).collect()
+        });
+    }
+    ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+}
+
+/// `zpool iostat [-v] [-H] [-p] [pool]...`: capacity, operations and bandwidth per pool (and
+/// per vdev with -v), averaged since import, in OpenZFS's layout.
+pub fn iostat(st: &mut State, args: &[String]) -> Out {
+    use oxzfs::vdev::Vdev;
+    use std::sync::atomic::Ordering::Relaxed;
+    let o = match getopt(args, "", "vHpgLPyh") {
+        Ok(o) if o.has('h') => return usage(IOSTAT_USAGE),
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{IOSTAT_USAGE}")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if pools.is_empty() {
+        return fail("no pools available");
+    }
+    let p = o.has('p');
+    let num = |n: u64| if p || n < 1024 { n.to_string() } else { oxzfs::dsl::nicebytes(n).trim_end_matches('B').to_string() };
+    fn sums(v: &Vdev) -> (u64, u64, u64, u64) {
+        if v.is_leaf() {
+            let s = &v.stats;
+            return (s.read_ops.load(Relaxed), s.write_ops.load(Relaxed), s.read_bytes.load(Relaxed), s.write_bytes.load(Relaxed));
+        }
+        v.children.iter().map(|c| sums(c)).fold((0, 0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3))
+    }
+    let mut rows: Vec<(String, String, String, [u64; 4])> = Vec::new();
+    for imp in &pools {
+        let secs = imp.since.elapsed().as_secs_f64().max(1.0);
+        let rate = |x: (u64, u64, u64, u64)| [(x.0 as f64 / secs) as u64, (x.1 as f64 / secs) as u64, (x.2 as f64 / secs) as u64, (x.3 as f64 / secs) as u64];
+        let pool = &imp.pool;
+        let lr = pool.list_row();
+        rows.push((pool.name().to_string(), nice(lr.alloc, p), nice(lr.free, p), rate(sums(&pool.spa.root_vdev))));
+        if o.has('v') {
+            let section = |label: Option<&str>, tops: Vec<&Arc<Vdev>>, rows: &mut Vec<(String, String, String, [u64; 4])>| {
+                if tops.is_empty() {
+                    return;
+                }
+                if let Some(l) = label {
+                    rows.push((l.to_string(), String::new(), String::new(), [u64::MAX; 4]));
+                }
+                for t in tops {
+                    let alloc = pool.vdev_alloc(t).unwrap_or(0);
+                    rows.push((format!("  {}", t.display_name()), nice(alloc, p), nice(t.asize.saturating_sub(alloc), p), rate(sums(t))));
+                    let mut stack: Vec<(&Arc<Vdev>, usize)> = t.children.iter().rev().map(|c| (c, 2)).collect();
+                    while let Some((c, d)) = stack.pop() {
+                        rows.push((format!("{}{}", "  ".repeat(d), c.display_name()), "-".into(), "-".into(), rate(sums(c))));
+                        stack.extend(c.children.iter().rev().map(|k| (k, d + 1)));
+                    }
+                }
+            };
+            let kids = &pool.spa.root_vdev.children;
+            section(None, kids.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty()).collect(), &mut rows);
+            section(Some("dedup"), kids.iter().filter(|t| t.alloc_bias == "dedup").collect(), &mut rows);
+            section(Some("special"), kids.iter().filter(|t| t.alloc_bias == "special").collect(), &mut rows);
+            section(Some("logs"), kids.iter().filter(|t| t.is_log).collect(), &mut rows);
+            // Cache devices hold no pool data (their space is the L2ARC's): OpenZFS shows their
+            // size as free while nothing is cached on them.
+            let cache = pool.aux_devices("l2cache");
+            if !cache.is_empty() {
+                rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
+                for (path, state) in cache {
+                    let size = if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None };
+                    let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
+                    let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
+                    rows.push((format!("  {path}"), alloc, free, [0; 4]));
+                }
+            }
+        }
+    }
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(10);
+    let mut out = String::new();
+    if !o.has('H') {
+        let _ = writeln!(out, "{:w$}    capacity     operations     bandwidth ", "");
+        let _ = writeln!(out, "{:<w$}  alloc   free   read  write   read  write", "pool");
+        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
+    }
+    for (name, a, f, r) in rows {
+        if r[0] == u64::MAX {
+            // A class heading (print_iostat_dashes with a name): a dash in every column.
+            if !o.has('H') {
+                let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "-", "-", "-", "-", "-", "-");
+            } else {
+                let _ = writeln!(out);
+            }
+            continue;
+        }
+        let bw = |x: u64| if p || x < 1024 { x.to_string() } else { oxzfs::dsl::nicebytes(x) };
+        if o.has('H') {
+            let _ = writeln!(out, "{}\t{a}\t{f}\t{}\t{}\t{}\t{}", name.trim(), num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
+        } else {
+            let _ = writeln!(out, "{name:<w$}  {a:>5}  {f:>5}  {:>5}  {:>5}  {:>5}  {:>5}", num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
+        }
+    }
+    if !o.has('H') {
+        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
+    }
+    ok(out)
+}
+
+/// `zpool history [pool]...`
+pub fn history(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "il") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{HISTORY_USAGE}")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let mut out = String::new();
+    for imp in pools {
+        let _ = writeln!(out, "History for '{}':", imp.pool.name());
+        match imp.pool.history() {
+            Ok(recs) => {
+                for (t, cmd) in recs {
+                    let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(t));
+                }
+            }
+            Err(e) => return fail(format!("cannot read history of '{}': {e}", imp.pool.name())),
+        }
+        out.push('\n');
+    }
+    ok(out)
+}
+
+pub fn nice(n: u64, parsable: bool) -> String {
+    if parsable {
+        n.to_string()
+    } else {
+        oxzfs::dsl::nicebytes(n)
+    }
+}
+
+/// Columns of `zpool list` from `-o` (default: OpenZFS's), canonical names.
+pub fn zpool_list_columns(o: &Opts) -> Result<Vec<String>, String> {
+    let spec = o.list('o');
+    if spec.is_empty() {
+        return Ok(["name", "size", "allocated", "free", "checkpoint", "expandsize", "fragmentation", "capacity", "dedupratio", "health", "altroot"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect());
+    }
+    spec.iter().map(|c| props::zpool_prop(c).ok_or_else(|| format!("invalid property '{c}'"))).collect()
+}
+
+pub fn zpool_value(imp: &Imported, prop: &str, p: bool) -> String {
+    let r = imp.pool.list_row();
+    match prop {
+        "name" => r.name,
+        "size" => nice(r.size, p),
+        "allocated" => nice(r.alloc, p),
+        "free" => nice(r.free, p),
+        // OpenZFS prints "-" for a zero checkpoint or expandable size, -p or not.
+        "checkpoint" | "expandsize" => "-".into(),
+        "fragmentation" => r.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
+        "capacity" => if p { r.cap.to_string() } else { format!("{}%", r.cap) },
+        "dedupratio" => if p { format!("{:.2}", r.dedup) } else { format!("{:.2}x", r.dedup) },
+        "health" => r.health,
+        "altroot" => r.altroot,
+        "guid" => imp.pool.guid().to_string(),
+        "version" => if imp.pool.spa.version >= 5000 { "-".into() } else { imp.pool.spa.version.to_string() },
+        "readonly" => if imp.pool.spa.readonly { "on".into() } else { "off".into() },
+        "comment" => imp.rw.as_ref().map(|h| h.lock().config_nv.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| imp.pool.spa.config.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| "-".into()),
+        "autoexpand" | "autoreplace" | "listsnapshots" | "autotrim" | "multihost" | "delegation" => {
+            let d = if prop == "delegation" { 1 } else { 0 };
+            if imp.pool.pool_props().get(prop).copied().unwrap_or(d) != 0 { "on".into() } else { "off".into() }
+        }
+        "failmode" => ["wait", "continue", "panic"].get(imp.pool.pool_props().get("failmode").copied().unwrap_or(0) as usize).unwrap_or(&"wait").to_string(),
+        "freeing" | "leaked" => "0".into(),
+        "cachefile" => imp.pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| "-".into()),
+        "bootfs" => "-".into(),
+        "ashift" => imp.pool.pool_props().get("ashift").copied().unwrap_or(0).to_string(),
+        "load_guid" => imp.pool.load_guid.to_string(),
+        "compatibility" => "off".into(),
+        _ if prop.starts_with("feature@") => feature_state(imp, &prop["feature@".len()..]),
+        _ => "-".into(),
+    }
+}
+
+/// OpenZFS 2.1's features in spa_feature_t order (the order `zpool get all` lists them in).
+const FEATURES_2_1: &[&str] = &[
+    "async_destroy", "empty_bpobj", "lz4_compress", "multi_vdev_crash_dump", "spacemap_histogram", "enabled_txg", "hole_birth",
+    "extensible_dataset", "embedded_data", "bookmarks", "filesystem_limits", "large_blocks", "large_dnode", "sha512", "skein", "edonr",
+    "userobj_accounting", "encryption", "project_quota", "device_removal", "obsolete_counts", "zpool_checkpoint", "spacemap_v2",
+    "allocation_classes", "resilver_defer", "bookmark_v2", "redaction_bookmarks", "redacted_datasets", "bookmark_written", "log_spacemap",
+    "livelist", "device_rebuild", "zstd_compress", "draid",
+];
+
+/// feature@NAME of a pool: disabled, enabled (refcount 0) or active (zpool_prop_get_feature) —
+/// from the open txg's counts on a pool imported for writing, else from the MOS.
+pub fn feature_state(imp: &Imported, name: &str) -> String {
+    let Some(f) = oxzfs_format::features::lookup_name(name) else { return "-".into() };
+    let refcount = match &imp.rw {
+        Some(h) => h.lock().features.get(f.guid).map(|&(refs, _)| refs),
+        None => imp.pool.spa.features_enabled().into_iter().find(|(g, _)| g == f.guid).map(|(_, refs)| refs),
+    };
+    match refcount {
+        None => "disabled",
+        Some(0) => "enabled",
+        Some(_) => "active",
+    }
+    .into()
+}
+
+pub fn list(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "oT", "HpvgLP") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
+    };
+    let cols = match zpool_list_columns(&o) {
+        Ok(c) => c,
+        Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
+    };
+    let pools = match find_pools(st, &o.operands) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if pools.is_empty() {
+        return (String::new(), "no pools available\n".into(), 0);
+    }
+    let p = o.has('p');
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for imp in &pools {
+        rows.push(cols.iter().map(|c| zpool_value(imp, c, p)).collect());
+        if o.has('v') {
+            // One row per vdev below the pool, as `zpool list -v` prints them.
+            for row in imp.pool.list_vdev_rows() {
+                let heading = row.health.is_empty();
+                let (size, alloc) = (row.size, row.alloc);
+                rows.push(
+                    cols.iter()
+                        .map(|c| match c.as_str() {
+                            "name" => row.name.clone(),
+                            "altroot" => String::new(),
+                            // A class heading: a dash in every column (print_list_stats).
+                            _ if heading => "-".into(),
+                            "size" => size.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
+                            "allocated" => alloc.map(|v| nice(v, p)).unwrap_or_else(|| "-".into()),
+                            "free" => match (size, alloc) {
+                                (Some(s), Some(a)) => nice(s.saturating_sub(a), p),
+                                _ => "-".into(),
+                            },
+                            "fragmentation" => row.frag.map(|f| if p { f.to_string() } else { format!("{f}%") }).unwrap_or_else(|| "-".into()),
+                            "capacity" => match (size, alloc) {
+                                (Some(s), Some(a)) if s > 0 => {
+                                    let pct = a as f64 * 100.0 / s as f64;
+                                    if p { format!("{}", (pct as u64)) } else { format!("{pct:.2}%") }
+                                }
+                                _ => "-".into(),
+                            },
+                            "health" => row.health.clone(),
+                            _ => "-".into(),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+    let spec: Vec<Col> = cols
+        .iter()
+        .map(|c| {
+            let (header, right, min) = props::zpool_column(c);
+            Col { header, right, min }
+        })
+        .collect();
+    ok(table::render(&spec, &rows, o.has('H'), true))
+}
+
+pub fn get(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "o", "Hp") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{ZPOOL_GET_USAGE}")),
+    };
+    let Some(spec) = o.operands.first() else { return usage(format!("missing property argument\n{ZPOOL_GET_USAGE}")) };
+    // OpenZFS 2.1's visible pool properties in zpool_prop_t order, then every feature@.
+    let all = [
+        "size", "capacity", "altroot", "health", "guid", "version", "bootfs", "delegation", "autoreplace", "cachefile", "failmode",
+        "listsnapshots", "autoexpand", "dedupratio", "free", "allocated", "readonly", "ashift", "comment", "expandsize", "freeing",
+        "fragmentation", "leaked", "multihost", "checkpoint", "load_guid", "autotrim", "compatibility",
+    ];
+    let wanted: Vec<String> = if spec == "all" {
+        // Then the features oxzfs knows beyond 2.1's (disabled unless asked for).
+        let newer = oxzfs::spa_feature::OPTIONAL_FEATURES.iter().map(|f| f.1).filter(|n| !FEATURES_2_1.contains(n));
+        all.iter().map(|s| s.to_string()).chain(FEATURES_2_1.iter().copied().chain(newer).map(|f| format!("feature@{f}"))).collect()
+    } else {
+        let mut v = Vec::new();
+        for p in spec.split(',') {
+            match props::zpool_prop(p) {
+                Some(n) => v.push(n),
+                None if p.strip_prefix("feature@").is_some_and(|f| oxzfs_format::features::lookup_name(f).is_some()) => v.push(p.to_string()),
+                None => return usage(format!("bad property list: invalid property '{p}'\n{ZPOOL_GET_USAGE}")),
+            }
+        }
+        v
+    };
+    let pools = match find_pools(st, &o.operands[1..]) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let mut rows = Vec::new();
+    for imp in pools {
+        for n in &wanted {
+            let v = zpool_value(imp, n, o.has('p'));
+            let source = match n.as_str() {
+                "altroot" => if v == "-" { "default" } else { "local" },
+                "readonly" => "-",
+                // OpenZFS: "default" only at the default version (5000, shown as "-").
+                "version" => if v == "-" { "default" } else { "local" },
+                "comment" if v != "-" => "local",
+                "cachefile" if v != "-" => "local",
+                "ashift" if imp.pool.pool_props().contains_key("ashift") => "local",
+                _ if n.starts_with("feature@") => "local",
+                "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "autotrim" | "multihost"
+                    if imp.pool.pool_props().contains_key(n.as_str()) =>
+                {
+                    "local"
+                }
+                "comment" | "cachefile" | "bootfs" | "listsnapshots" | "autoexpand" | "autoreplace" | "failmode" | "delegation" | "ashift" | "autotrim" | "multihost"
+                | "compatibility" => "default",
+                _ => "-",
+            };
+            rows.push(vec![imp.pool.name().to_string(), n.clone(), v, source.to_string()]);
+        }
+    }
+    // -o: the columns to show, in order (name, property, value, source; "all").
+    let fields = ["name", "property", "value", "source"];
+    let sel: Vec<usize> = match o.values('o').pop() {
+        None => (0..4).collect(),
+        Some(list) if list == "all" => (0..4).collect(),
+        Some(list) => {
+            let mut v = Vec::new();
+            for f in list.split(',') {
+                match fields.iter().position(|x| *x == f) {
+                    Some(i) => v.push(i),
+                    None => return usage(format!("invalid field '{f}'\n{ZPOOL_GET_USAGE}")),
+                }
+            }
+            v
+        }
+    };
+    let cols: Vec<Col> = sel.iter().map(|&i| Col::left(["NAME", "PROPERTY", "VALUE", "SOURCE"][i])).collect();
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| sel.iter().map(|&i| r[i].clone()).collect()).collect();
+    ok(table::render(&cols, &rows, o.has('H'), true))
+}
+
+const CREATE_USAGE: &str = "usage:\n\tcreate [-fnd] [-o property=value] ... \n\t    [-O file-system-property=value] ... \n\t    [-m mountpoint] [-R root] <pool> <vdev> ...";
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+pub fn arc_max() -> u64 {
+    std::env::var("OXZFS_ARC_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
+}
+
+/// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck, through zpool_name_valid); the
+/// error says "cannot VERB 'NAME': why".
+pub fn check_pool_name(name: &str, verb: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("cannot {verb} '{name}': invalid character{why}"));
+    // Room for "/$ORIGIN@$ORIGIN" within ZFS_MAX_DATASET_NAME_LEN (256), checked first.
+    if name.len() >= 256 - 2 - 2 * "$ORIGIN".len() {
+        return Err(format!("cannot {verb} '{name}': name is too long"));
+    }
+    if name.is_empty() {
+        return Err(format!("cannot {verb} '': name must begin with a letter"));
+    }
+    if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        return Err(format!("cannot {verb} '{name}': name must begin with a letter"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-:. ".contains(*c))) {
+        return bad(&format!(" '{c}' in pool name"));
+    }
+    for r in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
+        if name.starts_with(r) && (r != "log" || name == "log") {
+            return Err(format!("cannot {verb} '{name}': name is reserved\npool name may have been omitted"));
+        }
+    }
+    Ok(())
+}
+
+pub fn layout_text(name: &str, spec: &vdevspec::Spec) -> String {
+    let mut s = format!("would create '{name}' with the following layout:\n\n\t{name}\n");
+    let group = |s: &mut String, g: &Group| match g {
+        Group::Disk(p) => s.push_str(&format!("\t  {}\n", p.display())),
+        Group::Mirror(d) | Group::Raidz(_, d) => {
+            let kind = match g {
+                Group::Mirror(_) => "mirror".to_string(),
+                Group::Raidz(p, _) => format!("raidz{p}"),
+                _ => unreachable!(),
+            };
+            s.push_str(&format!("\t  {kind}\n"));
+            for p in d {
+                s.push_str(&format!("\t    {}\n", p.display()));
+            }
+        }
+    };
+    for g in &spec.data {
+        group(&mut s, g);
+    }
+    for (label, gs) in [("dedup", &spec.dedup), ("special", &spec.special), ("logs", &spec.log)] {
+        if !gs.is_empty() {
+            s.push_str(&format!("\t{label}\n"));
+            for g in gs {
+                group(&mut s, g);
+            }
+        }
+    }
+    for (label, ds) in [("cache", &spec.cache), ("spares", &spec.spare)] {
+        if !ds.is_empty() {
+            s.push_str(&format!("\t{label}\n"));
+            for d in ds {
+                s.push_str(&format!("\t  {}\n", d.display()));
+            }
+        }
+    }
+    s
+}
+
+pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "oOmR", "fnd") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{CREATE_USAGE}\n"), 2),
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing pool name argument\n{CREATE_USAGE}\n"), 2);
+    }
+    if o.operands.len() < 2 {
+        return (String::new(), format!("missing vdev specification\n{CREATE_USAGE}\n"), 2);
+    }
+    let name = o.operands[0].clone();
+    if let Err(e) = check_pool_name(&name, "create") {
+        return (String::new(), format!("{e}\n"), 1);
+    }
+    let force = o.has('f');
+    let spec = match vdevspec::parse(&o.operands[1..], cwd, force) {
+        Ok(s) => s,
+        Err(e) => return (String::new(), format!("{e}\n"), 1),
+    };
+    let mut cs = CreateSpec { name: name.clone(), hostname: hostname(), fs_init: Some(oxzfs::zplw::init_fs), ..Default::default() };
+    if o.has('d') {
+        // -d: no features enabled (they may be enabled one by one with -o feature@...=enabled).
+        cs.disabled = oxzfs::spa_feature::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
+    }
+    let mut cachefile = None;
+    for p in o.values('o') {
+        let Some((k, v)) = p.split_once('=') else {
+            return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
+        };
+        match k {
+            "ashift" => match ashift_option(v) {
+                Ok(a) => {
+                    cs.ashift = if a == 0 { None } else { Some(a) };
+                    cs.pool_props.push((k.to_string(), a.to_string()));
+                }
+                Err(e) => return (String::new(), e, 1),
+            },
+            "version" => match v.parse::<u64>() {
+                Ok(n) if n == 5000 || (1..=28).contains(&n) => cs.version = Some(n),
+                _ => return (String::new(), format!("cannot create '{name}': invalid property value '{v}' for 'version'\n"), 1),
+            },
+            _ if k.starts_with("feature@") => {
+                let f = &k["feature@".len()..];
+                if oxzfs::spa_feature::supported_feature(f).is_none() {
+                    return (String::new(), format!("cannot create '{name}': feature '{f}' unsupported by oxzfs\n"), 1);
+                }
+                match v {
+                    "disabled" => cs.disabled.push(f.to_string()),
+                    "enabled" => {
+                        cs.disabled.retain(|d| d != f);
+                        cs.enabled.push(f.to_string());
+                    }
+                    _ => return (String::new(), format!("property '{k}' can only be set to 'enabled' or 'disabled'\n"), 1),
+                }
+            }
+            "cachefile" => match oxzfs::spa_config::validate(v) {
+                Ok(()) => cachefile = oxzfs::spa_config::setting(v),
+                Err(e) => return (String::new(), format!("cannot create '{name}': {e}\n"), 1),
+            },
+            "comment" | "autoexpand" | "failmode" | "autoreplace" | "listsnapshots" | "delegation" | "autotrim" | "multihost" => {
+                cs.pool_props.push((k.to_string(), v.to_string()))
+            }
+            "bootfs" => {}
+            _ => return (String::new(), format!("property '{k}' is not a valid pool property\n"), 1),
+        }
+    }
+    for p in o.values('O') {
+        let Some((k, v)) = p.split_once('=') else {
+            return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
+        };
+        cs.fs_props.push((k.to_string(), v.to_string()));
+    }
+    if let Some(m) = o.values('m').pop() {
+        cs.fs_props.push(("mountpoint".into(), m));
+    }
+    // Every device must exist and not belong to a pool.
+    for d in spec.all_devices() {
+        if !d.exists() {
+            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
+        }
+        if let Ok(p) = spa::probe(&d) {
+            let pname = p.config.get_str("name").unwrap_or("").to_string();
+            match p.state {
+                0 => {
+                    return (String::new(), format!("invalid vdev specification\n{} is part of active pool '{pname}'\n", d.display()), 1);
+                }
+                1 if !force => {
+                    return (
+                        String::new(),
+                        format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of exported pool '{pname}'\n", d.display()),
+                        1,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    if st.pools.contains_key(&name) {
+        return (String::new(), format!("cannot create '{name}': pool already exists\n"), 1);
+    }
+    if o.has('n') {
+        return (layout_text(&name, &spec), String::new(), 0);
+    }
+    for (class, groups) in [(VdevClass::Normal, &spec.data), (VdevClass::Special, &spec.special), (VdevClass::Dedup, &spec.dedup), (VdevClass::Log, &spec.log)] {
+        for g in groups {
+            cs.vdevs.push((
+                class,
+                match g {
+                    Group::Disk(p) => VdevSpec::File(p.clone()),
+                    Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
+                    Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
+                },
+            ));
+        }
+    }
+    cs.cache = spec.cache.clone();
+    cs.spares = spec.spare.clone();
+    if (!spec.special.is_empty() || !spec.dedup.is_empty()) && cs.disabled.iter().any(|d| d == "allocation_classes") {
+        return (String::new(), format!("cannot create '{name}': operation not supported on this type of pool\n"), 1);
+    }
+    let pw = match PoolW::create(&cs, arc_max()) {
+        Ok(p) => p,
+        Err(e) => {
+            let m = e.to_string();
+            return (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("cannot create '{name}': {m}") }), 1);
+        }
+    };
+    let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
+    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+        // zpool create -R implies cachefile=none (add_prop_list_default).
+        cachefile = Some("none".to_string());
+    }
+    let mut dirs: Vec<PathBuf> = spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())).collect();
+    dirs.sort();
+    dirs.dedup();
+    let h = PoolHandle::start(pw);
+    // Open the new pool as an import would: the vdev tree and config as they are on disk.
+    let spa = match h.reopen(&dirs) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = h.export();
+            return err_out(e, &format!("cannot create '{name}': the new pool does not open"));
+        }
+    };
+    let pool = Pool::from_spa(spa, altroot, &dirs);
+    *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile;
+    let mut mounts = Vec::new();
+    let mut err = String::new();
+    let code = if mount_all(&pool, Some(&h), &mut mounts, &mut err) > 0 { 1 } else { 0 };
+    st.pools.insert(name, Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
+    (String::new(), err, code)
+}
+
+/// Import a pool read-write: the write state and the read view over the same Spa.
+/// `new_name`: import under that name (written into the labels and MOS config at once).
+pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let mut scan = spa::scan(dirs);
+    let cand = oxzfs::spa::choose_as(&mut scan, which, new_name)?;
+    let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
+    pw.fs_init = oxzfs::zplw::init_fs;
+    if new_name.is_some() {
+        pw.config_dirty = true;
+        pw.sync()?;
+    }
+    let spa = pw.spa.clone();
+    let h = PoolHandle::start(pw);
+    Ok((Pool::from_spa(spa, altroot, dirs), h))
+}
+
+/// `zpool destroy [-f] POOL`: unmount, mark the labels destroyed.
+pub fn destroy(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "f") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{DESTROY_USAGE}"), 2),
+    };
+    if o.operands.len() != 1 {
+        return (String::new(), format!("missing pool argument\n{DESTROY_USAGE}"), 2);
+    }
+    let name = o.operands[0].clone();
+    let Some(imp) = st.pools.get(&name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot destroy '{name}': pool is read-only\n"), 1);
+    };
+    let mut args = vec![name.clone()];
+    if o.has('f') {
+        args.insert(0, "-f".into());
+    }
+    // Export (unmount, sync, labels) then mark destroyed.
+    let r = export(st, &args);
+    if r.2 != 0 {
+        return (String::new(), r.1.replace("cannot export", "cannot destroy"), r.2);
+    }
+    match h.mark_destroyed() {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot destroy '{name}'")),
+    }
+}
+
+const ADD_USAGE: &str = "usage:\n\tadd [-fgLnP] [-o property=value] <pool> <vdev> ...";
+
+/// `zpool add [-f] [-n] [-o ashift=N] POOL VDEV...`
+pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "o", "fgLnP") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{ADD_USAGE}\n"), 2),
+    };
+    if o.operands.is_empty() {
+        return (String::new(), format!("missing pool name argument\n{ADD_USAGE}\n"), 2);
+    }
+    if o.operands.len() < 2 {
+        return (String::new(), format!("missing vdev specification\n{ADD_USAGE}\n"), 2);
+    }
+    let name = o.operands[0].clone();
+    let mut ashift = None;
+    for p in o.values('o') {
+        match p.split_once('=') {
+            Some(("ashift", v)) => match ashift_option(v) {
+                Ok(a) => ashift = (a != 0).then_some(a),
+                Err(e) => return (String::new(), e, 1),
+            },
+            _ => return (String::new(), format!("property '{p}' is not a valid pool property for 'add'\n"), 1),
+        }
+    }
+    // The new vdevs parse like create's, but a lone cache/log/special section is allowed.
+    let mut operands = o.operands[1..].to_vec();
+    let mut data_missing = false;
+    if matches!(operands.first().map(|s| s.as_str()), Some("log" | "cache" | "special" | "dedup" | "spare")) {
+        operands.insert(0, "/dev/null".into());
+        data_missing = true;
+    }
+    let mut spec = match vdevspec::parse(&operands, cwd, o.has('f')) {
+        Ok(s) => s,
+        Err(e) => return (String::new(), format!("{e}\n"), 1),
+    };
+    if data_missing {
+        spec.data.clear();
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot add to '{name}': pool is read-only\n"), 1);
+    };
+    // Replication level of new data vdevs against the pool's (needs -f to differ).
+    if !o.has('f') {
+        let pool_kind: Vec<String> = imp
+            .pool
+            .spa
+            .root_vdev
+            .children
+            .iter()
+            .filter(|t| !t.is_log && t.alloc_bias.is_empty())
+            .map(|t| match &t.kind {
+                oxzfs::vdev::VdevKind::Mirror => "mirror".to_string(),
+                oxzfs::vdev::VdevKind::Raidz { .. } => "raidz".to_string(),
+                _ => "disk".to_string(),
+            })
+            .collect();
+        for g in &spec.data {
+            let k = match g {
+                Group::Disk(_) => "disk",
+                Group::Mirror(_) => "mirror",
+                Group::Raidz(..) => "raidz",
+            };
+            if let Some(pk) = pool_kind.first() {
+                if pk != k {
+                    return (
+                        String::new(),
+                        format!("invalid vdev specification\nuse '-f' to override the following errors:\nmismatched replication level: pool uses {pk} and new vdev is {k}\n"),
+                        1,
+                    );
+                }
+            }
+        }
+    }
+    for d in spec.all_devices() {
+        if !d.exists() {
+            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
+        }
+        if let Ok(p) = spa::probe(&d) {
+            let pname = p.config.get_str("name").unwrap_or("").to_string();
+            if p.state == 0 || (p.state == 1 && !o.has('f')) {
+                return (String::new(), format!("invalid vdev specification\n{} is part of {} pool '{pname}'\n", d.display(), if p.state == 0 { "active" } else { "exported" }), 1);
+            }
+        }
+    }
+    if o.has('n') {
+        return (layout_text(&name, &spec).replace("would create", "would update"), String::new(), 0);
+    }
+    let mut vdevs = Vec::new();
+    for (class, groups) in [(VdevClass::Normal, &spec.data), (VdevClass::Special, &spec.special), (VdevClass::Dedup, &spec.dedup), (VdevClass::Log, &spec.log)] {
+        for g in groups {
+            vdevs.push((
+                class,
+                match g {
+                    Group::Disk(p) => VdevSpec::File(p.clone()),
+                    Group::Mirror(d) => VdevSpec::Mirror(d.clone()),
+                    Group::Raidz(n, d) => VdevSpec::Raidz(*n, d.clone()),
+                },
+            ));
+        }
+    }
+    let r = h.lock().add_vdevs(&vdevs, &spec.cache, ashift);
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot add to '{name}'"));
+    }
+    // Reopen over every device directory: the new vdevs join the allocator.
+    let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+    dirs.extend(spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())));
+    dirs.sort();
+    dirs.dedup();
+    match h.reopen(&dirs) {
+        Ok(spa) => {
+            let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
+            let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), &dirs);
+            *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
+            *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            imp.pool = pool;
+            (String::new(), String::new(), 0)
+        }
+        Err(e) => err_out(e, &format!("cannot add to '{name}': reopening the pool")),
+    }
+}
+
+/// `zpool set prop=value POOL`
+pub fn set(st: &mut State, args: &[String]) -> Out {
+    let usage = SET_USAGE;
+    // zpool_do_set takes no options: a first argument starting with '-' is one.
+    if let Some(opt) = args.first().and_then(|a| a.strip_prefix('-')) {
+        return (String::new(), format!("invalid option '{}'\n{usage}", opt.chars().next().map(String::from).unwrap_or_default()), 2);
+    }
+    if args.len() != 2 {
+        let what = match args.len() {
+            0 => "missing property=value argument",
+            1 => "missing pool name",
+            _ => "too many pool names",
+        };
+        return (String::new(), format!("{what}\n{usage}"), 2);
+    }
+    let Some((k, v)) = args[0].split_once('=') else {
+        return (String::new(), format!("missing value in property=value argument\n{usage}"), 2);
+    };
+    let name = &args[1];
+    let Some(imp) = st.pools.get(name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    if k == "cachefile" {
+        // Not a property of the pool on disk: where the daemon writes its config.
+        if let Err(e) = oxzfs::spa_config::validate(v) {
+            return (String::new(), format!("cannot set property for '{name}': {e}\n"), 1);
+        }
+        *imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = oxzfs::spa_config::setting(v);
+        return (String::new(), String::new(), 0);
+    }
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot set property for '{name}': pool is read-only\n"), 1);
+    };
+    let r = {
+        let mut w = h.lock();
+        w.set_pool_prop(k, v).and_then(|_| w.sync())
+    };
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot set property for '{name}'")),
+    }
+}
+
+/// The value of `-o ashift=V` for create and add, as make_leaf_vdev reads it: a number in
+/// zfs_nicestrtonum's form (digits, an optional K/M/G/T/P/E suffix), 0 for the device's own
+/// sector size, else 9 to 16; the error is OpenZFS's message.
+pub fn ashift_option(v: &str) -> Result<u8, String> {
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let suffix = v[digits..].to_ascii_uppercase();
+    let shift = match suffix.split_at(suffix.len().min(1)) {
+        ("", _) | ("B", "") => Some(0),
+        (u, "" | "B" | "IB") => "KMGTPE".find(u).map(|i| 10 * (i as u32 + 1)),
+        _ => None,
+    };
+    let n = match (digits, shift) {
+        (1.., Some(sh)) => v[..digits].parse::<u64>().ok().and_then(|n| n.checked_mul(1u64.checked_shl(sh)?)),
+        _ => None,
+    };
+    match n {
+        None => Err("ashift must be a number.\n".to_string()),
+        Some(0) => Ok(0),
+        Some(a @ 9..=16) => Ok(a as u8),
+        Some(a) => Err(format!("invalid 'ashift={a}' property: only values between 9 and 16 are allowed.\n")),
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn import_listing_or_not() {
+        assert!(import_is_listing(&v(&["-d", "/x"])));
+        assert!(import_is_listing(&v(&[])));
+        assert!(!import_is_listing(&v(&["-d", "/x", "tank"])));
+        assert!(!import_is_listing(&v(&["-a", "-d", "/x"])));
+        assert!(!import_is_listing(&v(&["-d", "/x", "-o", "readonly=on", "-R", "/alt", "tank"])));
+    }
+}
+#[cfg(test)]
+mod ashift_tests {
+    use super::ashift_option;
+
+    #[test]
+    fn ashift_values_and_messages_as_make_leaf_vdev() {
+        assert_eq!(ashift_option("12"), Ok(12));
+        assert_eq!(ashift_option("0"), Ok(0));
+        assert_eq!(ashift_option("abc").unwrap_err(), "ashift must be a number.\n");
+        assert_eq!(ashift_option("12x").unwrap_err(), "ashift must be a number.\n");
+        assert_eq!(ashift_option("17").unwrap_err(), "invalid 'ashift=17' property: only values between 9 and 16 are allowed.\n");
+        assert_eq!(ashift_option("1k").unwrap_err(), "invalid 'ashift=1024' property: only values between 9 and 16 are allowed.\n");
+    }
+}
+
