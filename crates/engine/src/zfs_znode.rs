@@ -130,6 +130,17 @@ pub fn symlink_target(z: &ZnodeAttrs, ctx: &dyn Fn() -> String, read: impl FnOnc
     Ok(d)
 }
 
+/// A directory entry from its ZAP value (IFTODT(mode) << 60 | object). Entries written without
+/// a type (older writers) ask `mode_of` for the object's S_IFMT bits.
+pub fn dir_entry(name: Vec<u8>, v: u64, mode_of: impl FnOnce(u64) -> u32) -> DirEntry {
+    let ino = znode::dirent_obj(v);
+    let mut mode = (znode::dirent_type(v) as u32) << 12;
+    if mode == 0 {
+        mode = mode_of(ino);
+    }
+    DirEntry { name, ino, mode }
+}
+
 /// The SA xattrs of a znode (xattr=sa: the DXATTR attribute, a packed nvlist of name → bytes).
 pub fn sa_xattr_nvlist(z: &ZnodeAttrs, ctx: &dyn Fn() -> String) -> Result<NvList> {
     match &z.dxattr {
@@ -144,4 +155,33 @@ pub fn nv_bytes(v: &NvValue) -> Option<&[u8]> {
         NvValue::ByteArray(b) | NvValue::Uint8Array(b) => Some(b),
         _ => None,
     }
+}
+
+/// The namespaces Linux xattr names carry.
+const LINUX_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
+/// How Linux shows a stored xattr name: namespaced names as they are, names without a
+/// namespace (written by other platforms) under "user.", FreeBSD system names not at all.
+pub fn linux_xattr_name(stored: &[u8]) -> Option<Vec<u8>> {
+    if stored.starts_with(b"freebsd:") {
+        return None;
+    }
+    if LINUX_NAMESPACES.iter().any(|p| stored.starts_with(p)) {
+        return Some(stored.to_vec());
+    }
+    let mut v = b"user.".to_vec();
+    v.extend_from_slice(stored);
+    Some(v)
+}
+
+/// The stored names a Linux name may have, in the order to try them: as given, then for a
+/// user xattr the bare name other platforms write (unless that would look namespaced itself).
+pub fn stored_xattr_names(linux: &[u8]) -> Vec<Vec<u8>> {
+    let mut v = vec![linux.to_vec()];
+    if let Some(bare) = linux.strip_prefix(b"user.") {
+        if !bare.is_empty() && !bare.starts_with(b"freebsd:") && !LINUX_NAMESPACES.iter().any(|p| bare.starts_with(p)) {
+            v.push(bare.to_vec());
+        }
+    }
+    v
 }

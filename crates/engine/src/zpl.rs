@@ -27,7 +27,7 @@
 
 use crate::dmu::Objset;
 use crate::zap::Zap;
-use crate::zfs_znode::{self, S_IFDIR, S_IFMT};
+use crate::zfs_znode::{self, linux_xattr_name, stored_xattr_names, S_IFDIR, S_IFMT};
 use crate::{Result, ZfsError};
 use oxzfs_format::dnode::DnodePhys;
 use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
@@ -306,15 +306,7 @@ impl Zfs {
         };
         let mut out: Vec<DirEntry> = raw
             .into_iter()
-            .map(|(name, v)| {
-                let ino = znode::dirent_obj(v);
-                let mut mode = (znode::dirent_type(v) as u32) << 12;
-                if mode == 0 {
-                    // Entries written without a type: ask the znode.
-                    mode = self.getattr(ino).map_or(0, |a| a.mode & S_IFMT as u32);
-                }
-                DirEntry { name, ino, mode }
-            })
+            .map(|(name, v)| zfs_znode::dir_entry(name, v, |ino| self.getattr(ino).map_or(0, |a| a.mode & S_IFMT as u32)))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -411,34 +403,6 @@ impl Zfs {
         }
         None
     }
-}
-
-const LINUX_NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
-
-/// How Linux shows a stored xattr name: namespaced names as they are, names without a
-/// namespace (written by other platforms) under "user.", FreeBSD system names not at all.
-fn linux_xattr_name(stored: &[u8]) -> Option<Vec<u8>> {
-    if stored.starts_with(b"freebsd:") {
-        return None;
-    }
-    if LINUX_NAMESPACES.iter().any(|p| stored.starts_with(p)) {
-        return Some(stored.to_vec());
-    }
-    let mut v = b"user.".to_vec();
-    v.extend_from_slice(stored);
-    Some(v)
-}
-
-/// The stored names a Linux name may have, in the order to try them: as given, then for a
-/// user xattr the bare name other platforms write (unless that would look namespaced itself).
-fn stored_xattr_names(linux: &[u8]) -> Vec<Vec<u8>> {
-    let mut v = vec![linux.to_vec()];
-    if let Some(bare) = linux.strip_prefix(b"user.") {
-        if !bare.is_empty() && !bare.starts_with(b"freebsd:") && !LINUX_NAMESPACES.iter().any(|p| bare.starts_with(p)) {
-            v.push(bare.to_vec());
-        }
-    }
-    v
 }
 
 #[cfg(test)]

@@ -536,9 +536,10 @@ pub fn lookup(os: &mut ObjsetW, dir: u64, name: &[u8]) -> Result<Option<u64>> {
 pub fn readdir(os: &mut ObjsetW, dir: u64) -> Result<Vec<DirEntry>> {
     dir_check(os, dir)?;
     let z = os.zap(dir)?;
-    Ok(z.entries
-        .iter()
-        .filter_map(|(k, (_, v))| v.first().map(|v| DirEntry { name: k.clone(), ino: fz::dirent_obj(*v), mode: (fz::dirent_type(*v) as u32) << 12 }))
+    let raw: Vec<(Vec<u8>, u64)> = z.entries.iter().filter_map(|(k, (_, v))| v.first().map(|v| (k.clone(), *v))).collect();
+    Ok(raw
+        .into_iter()
+        .map(|(name, v)| zfs_znode::dir_entry(name, v, |ino| getattr(os, ino).map_or(0, |a| a.mode & S_IFMT as u32)))
         .collect())
 }
 
@@ -920,21 +921,28 @@ fn dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Option<u64>> {
 /// xattr names: those in the SA first, then the xattr directory's.
 pub fn listxattr(os: &mut ObjsetW, obj: u64) -> Result<Vec<Vec<u8>>> {
     let z = get(os, obj)?;
-    let mut names: Vec<Vec<u8>> = sa_xattrs(&z, obj)?.pairs.iter().map(|(k, _)| k.as_bytes().to_vec()).collect();
+    let mut stored: Vec<Vec<u8>> = sa_xattrs(&z, obj)?.pairs.iter().map(|(k, _)| k.as_bytes().to_vec()).collect();
     if let Some(d) = xattr_dir(os, obj, false, 0)? {
-        names.extend(readdir(os, d)?.into_iter().map(|e| e.name));
+        stored.extend(readdir(os, d)?.into_iter().map(|e| e.name));
     }
+    let mut names: Vec<Vec<u8>> = stored.iter().filter_map(|k| zfs_znode::linux_xattr_name(k)).collect();
+    names.sort();
+    names.dedup();
     Ok(names)
 }
 
 pub fn getxattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Vec<u8>> {
     let z = get(os, obj)?;
     let nv = sa_xattrs(&z, obj)?;
-    if let Some(v) = std::str::from_utf8(name).ok().and_then(|n| nv.get(n)).and_then(nv_bytes) {
-        return Ok(v.to_vec());
+    for stored in zfs_znode::stored_xattr_names(name) {
+        if let Some(v) = std::str::from_utf8(&stored).ok().and_then(|n| nv.get(n)).and_then(nv_bytes) {
+            return Ok(v.to_vec());
+        }
+        if let Some(f) = dir_xattr(os, obj, &stored)? {
+            return read(os, f, 0, u64::MAX / 2);
+        }
     }
-    let f = dir_xattr(os, obj, name)?.ok_or_else(|| posix(libc::ENODATA, "no such attribute"))?;
-    read(os, f, 0, u64::MAX / 2)
+    Err(posix(libc::ENODATA, "no such attribute"))
 }
 
 /// Set (Some) or remove (None) xattr `name` in the SA nvlist of `obj` (zpl_xattr_set_sa);
