@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Lowest first. A module may import its own layer and the ones below it; circles are refused
 # even inside a layer.
 ENGINE_LAYERS = [
-    ("base", ["error", "nicenum"]),
+    ("base", ["error", "nicenum", "tunables"]),
     ("vdev", ["vdev", "vdev::raidz", "vdev::sim"]),
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),

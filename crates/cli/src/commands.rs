@@ -2,7 +2,7 @@
 //! cache files of the imported pools up to date afterwards. Above `zpool` and `zfs`, which never
 //! import it; the daemon (and the CLI when no daemon runs) call `execute`.
 
-use crate::verb::{ok, usage, Out, State};
+use crate::verb::{fail, ok, usage, Out, State};
 use crate::{zfs, zpool};
 use clap::ValueEnum;
 use std::path::Path;
@@ -18,6 +18,9 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     let Some(cmd) = argv.first() else {
         return usage("missing command");
     };
+    if cmd == "tunable" {
+        return tunable(&argv[1..]);
+    }
     let Some(verb) = argv.get(1) else {
         return usage(format!("usage: {cmd} command args ..."));
     };
@@ -180,4 +183,41 @@ mod tests {
         assert_eq!(r.2, 2);
         assert!(r.1.starts_with("invalid option 'Z'\nusage:\n\timport"));
     }
+}
+
+/// `oxzfs tunable [NAME[=VALUE]]...`: with no operand every tunable as NAME=VALUE, one a line;
+/// NAME prints one, NAME=VALUE sets it (all are checked before any is set).
+fn tunable(args: &[String]) -> Out {
+    use oxzfs::tunables;
+    if args.is_empty() {
+        return ok(tunables::all().iter().map(|t| format!("{}={}\n", t.name, t.get())).collect());
+    }
+    if let Some(a) = args.iter().find(|a| a.starts_with('-')) {
+        return usage(format!("invalid option '{}'\nusage: oxzfs tunable [NAME[=VALUE]]...", a.trim_start_matches('-')));
+    }
+    for a in args {
+        let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+        if let Err(e) = tunables::lookup(name) {
+            return fail(e.to_string());
+        }
+        if let Some((_, v)) = a.split_once('=') {
+            if tunables::parse_value(v).is_none() {
+                return fail(format!("bad value '{v}' for tunable '{name}': not a number"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for a in args {
+        match a.split_once('=') {
+            Some(_) => match tunables::set_assignment(a) {
+                Ok(v) => {
+                    tracing::info!(tunable = %a, "set");
+                    out.push_str(&format!("{}={v}\n", a.split_once('=').map_or("", |x| x.0)));
+                }
+                Err(e) => return (out, format!("{e}\n"), 1),
+            },
+            None => out.push_str(&format!("{a}={}\n", tunables::get(a).expect("checked above"))),
+        }
+    }
+    ok(out)
 }

@@ -41,9 +41,13 @@ struct RunOpts {
     /// `info,oxzfs=debug`; else $OXZFS_LOG, else $RUST_LOG, else info.
     #[arg(long = "log-level", value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Tunables set as the daemon starts, by OpenZFS's module parameter names (`oxzfs tunable`
+    /// lists them).
+    #[arg(short = 'o', value_name = "tunable=value", action = ArgAction::Append)]
+    tunables: Vec<String>,
 }
 
-const USAGE: &str = "usage: oxzfs daemon start|run [-c cachefile]... [--log-level LEVEL]\n       oxzfs daemon stop|status";
+const USAGE: &str = "usage: oxzfs daemon start|run [-c cachefile]... [-o tunable=value]... [--log-level LEVEL]\n       oxzfs daemon stop|status";
 
 pub fn main(args: &[String]) -> i32 {
     let cmd = match DaemonCmd::try_parse_from(args) {
@@ -52,7 +56,7 @@ pub fn main(args: &[String]) -> i32 {
             let verb = args.first().map(|s| s.as_str());
             if let (Some(ContextValue::String(a)), Some(v @ ("start" | "run"))) = (e.get(ContextKind::InvalidArg), verb) {
                 let who = if v == "start" { "cannot start the oxzfs daemon" } else { "oxzfs daemon" };
-                eprintln!("{who}: unexpected argument '{a}' (usage: daemon start|run [-c cachefile]... [--log-level LEVEL])");
+                eprintln!("{who}: unexpected argument '{a}' (usage: daemon start|run [-c cachefile]... [-o tunable=value]... [--log-level LEVEL])");
                 return 1;
             }
             eprintln!("{USAGE}");
@@ -60,7 +64,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     match cmd {
-        DaemonCmd::Start(o) => match o.check().and_then(|()| start_with(&o.cachefiles, o.log_level.as_deref())) {
+        DaemonCmd::Start(o) => match o.check().and_then(|()| start_with(&o.cachefiles, o.log_level.as_deref(), &o.tunables)) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("cannot start the oxzfs daemon: {e}");
@@ -111,11 +115,16 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 impl RunOpts {
+    /// Refuse bad options before anything starts; the tunables are set in this process (the
+    /// daemon, for `run`).
     fn check(&self) -> Result<(), String> {
-        match self.cachefiles.iter().find(|f| !f.starts_with('/')) {
-            Some(f) => Err(format!("cache file '{f}' must be an absolute path")),
-            None => Ok(()),
+        if let Some(f) = self.cachefiles.iter().find(|f| !f.starts_with('/')) {
+            return Err(format!("cache file '{f}' must be an absolute path"));
         }
+        for t in &self.tunables {
+            oxzfs::tunables::set_assignment(t).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 
@@ -135,11 +144,11 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 /// Start the daemon in the background (idempotent); returns once it answers. The pools listed
 /// in `cachefiles` are imported as it starts.
 pub fn start(cachefiles: &[String]) -> Result<(), String> {
-    start_with(cachefiles, None)
+    start_with(cachefiles, None, &[])
 }
 
 /// `start` with the daemon's log level (passed on as `--log-level`).
-fn start_with(cachefiles: &[String], log_level: Option<&str>) -> Result<(), String> {
+fn start_with(cachefiles: &[String], log_level: Option<&str>, tunables: &[String]) -> Result<(), String> {
     if is_running() {
         return Ok(());
     }
@@ -154,6 +163,7 @@ fn start_with(cachefiles: &[String], log_level: Option<&str>) -> Result<(), Stri
     cmd.args(["daemon", "run"])
         .args(cachefiles.iter().flat_map(|f| ["-c", f.as_str()]))
         .args(log_level.iter().flat_map(|l| ["--log-level", l]))
+        .args(tunables.iter().flat_map(|t| ["-o", t.as_str()]))
         .current_dir("/")
         .env("OXZFS_SOCKET", &sock)
         .stdin(std::process::Stdio::null())

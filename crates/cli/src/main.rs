@@ -46,9 +46,10 @@ enum Family {
     Zfs,
     Zdb,
     Daemon,
+    Tunable,
 }
 
-const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run";
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...";
 
 fn usage() -> i32 {
     eprintln!("{USAGE}");
@@ -77,6 +78,20 @@ fn run(args: &[String]) -> i32 {
     match family {
         Family::Zdb => oxzfs::traverse::zdb_main(rest),
         Family::Daemon => daemon::main(rest),
+        // Tunables live in the daemon's process, where the pools are.
+        Family::Tunable => {
+            if !client::is_running() {
+                eprintln!("cannot reach the oxzfs daemon at {}: it is not running (tunables are the daemon's: `oxzfs daemon start -o NAME=VALUE`)", client::socket_path().display());
+                return 1;
+            }
+            match client::request(args) {
+                Ok(r) => show(r),
+                Err(e) => {
+                    eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
+                    1
+                }
+            }
+        }
         Family::Zpool | Family::Zfs => {
             let cmd = &args[0];
             // Usage asked for (`zpool VERB --help`, `zpool -?`) needs no daemon.

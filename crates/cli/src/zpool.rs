@@ -720,7 +720,7 @@ pub fn hostname() -> String {
 }
 
 pub fn arc_max() -> u64 {
-    std::env::var("OXZFS_ARC_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
+    oxzfs::tunables::arc_max().unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max)
 }
 
 /// OpenZFS's pool name rules (zfs_namecheck's pool_namecheck, through zpool_name_valid); the

@@ -9,9 +9,9 @@ use crate::{Result, ZfsError};
 use oxzfs_format::features::{checksum_feature, compress_feature};
 
 /// The zfs_max_recordsize tunable: the largest recordsize `zfs set` accepts (1M, as in
-/// OpenZFS 2.1; up to 16M from $OXZFS_ZFS_MAX_RECORDSIZE, read by the daemon).
+/// OpenZFS 2.1; up to 16M when set, see `tunables`).
 pub fn zfs_max_recordsize() -> u64 {
-    std::env::var("OXZFS_ZFS_MAX_RECORDSIZE").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1 << 20).clamp(128 << 10, crate::dsl::MAX_RECORDSIZE)
+    crate::tunables::max_recordsize().clamp(128 << 10, crate::dsl::MAX_RECORDSIZE)
 }
 
 /// Store property `k` = `val` (validated) in a DSL props ZAP.

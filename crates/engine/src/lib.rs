@@ -16,10 +16,13 @@
 //!   vdev      vdev, vdev::raidz, vdev::sim
 //! ```
 //!
+//! `tunables` (base) holds the knobs under OpenZFS's module parameter names.
+//!
 //! The bytes↔structure work lives in `oxzfs-format`; nothing here parses raw bytes by hand.
 
 pub mod error;
 pub mod nicenum;
+pub mod tunables;
 pub mod vdev;
 pub mod zio;
 pub mod metaslab;

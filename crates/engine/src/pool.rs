@@ -799,15 +799,8 @@ fn import_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
     }
 }
 
-/// `OXZFS_ARC_MAX` (bytes, or with a K/M/G suffix) caps the ARC of pools the daemon imports.
+/// The zfs_arc_max tunable (or OXZFS_ARC_MAX, see `tunables`) caps the ARC of pools the daemon
+/// imports.
 fn arc_max_from_env() -> Option<u64> {
-    let v = std::env::var("OXZFS_ARC_MAX").ok()?;
-    let v = v.trim();
-    let (num, mult) = match v.chars().last()? {
-        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok().map(|n| n.saturating_mul(mult))
+    crate::tunables::arc_max()
 }

@@ -367,8 +367,6 @@ pub(crate) fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::
 // ------------------------------------------------------------------------------------------
 // The handle mounts and commands share: the write state, the txg sync thread, the throttle.
 
-/// Sync at least this often (zfs_txg_timeout).
-pub const TXG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The dirty-data limits of the write throttle (dsl_pool.c / dmu_tx.c tunables).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,7 +385,7 @@ pub struct DirtyLimits {
 
 impl DirtyLimits {
     /// OpenZFS's defaults for a machine of `ram` bytes: zfs_dirty_data_max is 10% of memory,
-    /// capped at 4 GiB (OXZFS_DIRTY_DATA_MAX, in bytes, overrides it).
+    /// capped at 4 GiB (the zfs_dirty_data_max tunable overrides it when set).
     pub fn for_ram(ram: u64, env_max: Option<u64>) -> DirtyLimits {
         let max = env_max.filter(|&m| m > 0).unwrap_or_else(|| (ram / 10).min(4 << 30)).max(1 << 20);
         DirtyLimits { max, sync_percent: 20, delay_min_percent: 60, delay_scale_ns: 1_000_000_000 / 2000, delay_max_ns: 100_000_000 }
@@ -397,8 +395,7 @@ impl DirtyLimits {
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
         let psize = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         let ram = if pages > 0 && psize > 0 { pages as u64 * psize as u64 } else { 4 << 30 };
-        let env = std::env::var("OXZFS_DIRTY_DATA_MAX").ok().and_then(|v| v.trim().parse::<u64>().ok());
-        DirtyLimits::for_ram(ram, env)
+        DirtyLimits::for_ram(ram, crate::tunables::dirty_data_max())
     }
 
     /// Dirty bytes past which the open txg is synced early (dsl_pool_need_dirty_sync).
@@ -507,7 +504,7 @@ impl PoolHandle {
                 }
                 let due = {
                     let w = h.lock_open();
-                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= TXG_TIMEOUT)
+                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= crate::tunables::txg_timeout())
                 };
                 if due {
                     let s = unpoison(h.sync.lock());

@@ -405,22 +405,10 @@ pub fn place(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, bp: &mu
     Err(ZfsError::Posix(28, "out of space".into()))
 }
 
-/// OXZFS_FORCE_GANGING=SIZE (bytes, or with a K/M suffix): every allocation of at least SIZE
-/// physical bytes is written as a gang block (OpenZFS's metaslab_force_ganging, made
-/// deterministic). Read once per process.
+/// The metaslab_force_ganging tunable (or OXZFS_FORCE_GANGING=SIZE): every allocation of at
+/// least SIZE physical bytes is written as a gang block (OpenZFS's, made deterministic).
 fn force_ganging() -> u64 {
-    static FORCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *FORCE.get_or_init(|| std::env::var("OXZFS_FORCE_GANGING").ok().and_then(|v| parse_size(&v)).unwrap_or(u64::MAX))
-}
-
-fn parse_size(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, shift) = match v.char_indices().last()? {
-        (i, 'k' | 'K') => (&v[..i], 10),
-        (i, 'm' | 'M') => (&v[..i], 20),
-        _ => (v, 0),
-    };
-    num.parse::<u64>().ok().map(|n| n << shift)
+    crate::tunables::force_ganging()
 }
 
 /// `copies` DVAs of `psize` bytes each (on different vdevs or metaslabs when possible), or
@@ -751,9 +739,9 @@ pub(crate) mod write_tests {
             assert!(v.len() <= 3 && v.iter().all(|n| n % 512 == 0 && *n > 0));
         }
         assert_eq!(gang_piece_sizes(131072), vec![44032, 43520, 43520]);
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("x"), None);
+        assert_eq!(crate::tunables::parse_value("64K"), Some(65536));
+        assert_eq!(crate::tunables::parse_value("4096"), Some(4096));
+        assert_eq!(crate::tunables::parse_value("x"), None);
     }
 
     pub(crate) fn pool(kind: &str, n: usize, nparity: u64, ashift: u64) -> (tempfile_dir::Dir, Arc<Vdev>, Arc<Vdev>) {

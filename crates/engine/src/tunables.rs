@@ -1,0 +1,167 @@
+//! tunables: the engine's knobs under OpenZFS's module parameter names (what Linux shows in
+//! /sys/module/zfs/parameters), process-wide, read where they act and changeable while pools are
+//! imported: `oxzfs daemon start|run -o NAME=VALUE` and `oxzfs tunable [NAME[=VALUE]]...`.
+//!
+//! ```text
+//!   zfs_txg_timeout         seconds between txg syncs of a pool with dirty data (read each wait)
+//!   zfs_dirty_data_max      dirty bytes before writers are throttled (0: 10% of memory, ≤ 4G;
+//!                           read when a pool is imported for writing)
+//!   zfs_arc_max             bytes of ARC per imported pool (0: half of memory; at import)
+//!   zfs_max_recordsize      largest recordsize `zfs set` accepts (read at each set)
+//!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
+//! ```
+//!
+//! A value is a number with an optional K/M/G/T suffix (powers of 1024). The environment
+//! variables that set some of these before the registry existed (OXZFS_ARC_MAX,
+//! OXZFS_DIRTY_DATA_MAX, OXZFS_ZFS_MAX_RECORDSIZE, OXZFS_FORCE_GANGING) still give the starting
+//! value. Unknown names and bad values are errors naming them; nothing is changed then.
+//! Lock-free: each value is an atomic.
+
+use crate::{Result, ZfsError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub struct Tunable {
+    pub name: &'static str,
+    pub desc: &'static str,
+    pub min: u64,
+    pub max: u64,
+    default: u64,
+    env: Option<&'static str>,
+    value: AtomicU64,
+    loaded: AtomicBool,
+}
+
+const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64, max: u64, env: Option<&'static str>) -> Tunable {
+    Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
+}
+
+static TUNABLES: [Tunable; 5] = [
+    tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
+    tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
+    tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
+    tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
+    tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
+];
+
+/// A number with an optional K, M, G or T suffix (powers of 1024), as zfs_nicestrtonum reads it.
+pub fn parse_value(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Tunable {
+    /// The value now: set, else from the environment variable, else the default.
+    pub fn get(&self) -> u64 {
+        if !self.loaded.load(Ordering::Acquire) {
+            let v = self.env.and_then(|e| std::env::var(e).ok()).and_then(|v| parse_value(&v)).filter(|v| self.accepts(*v)).unwrap_or(self.default);
+            // A racing set wins: only the first load stores.
+            if self.loaded.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.value.store(v, Ordering::Release);
+            }
+        }
+        self.value.load(Ordering::Acquire)
+    }
+
+    fn accepts(&self, v: u64) -> bool {
+        (self.min..=self.max).contains(&v) || (v == 0 && self.default == 0)
+    }
+
+    fn set(&self, v: u64) {
+        self.value.store(v, Ordering::Release);
+        self.loaded.store(true, Ordering::Release);
+    }
+}
+
+/// Every tunable, by name.
+pub fn all() -> &'static [Tunable] {
+    &TUNABLES
+}
+
+/// The tunable called `name`.
+pub fn lookup(name: &str) -> Result<&'static Tunable> {
+    TUNABLES.iter().find(|t| t.name == name).ok_or_else(|| ZfsError::Invalid(format!("unknown tunable '{name}'")))
+}
+
+/// The value of `name`.
+pub fn get(name: &str) -> Result<u64> {
+    Ok(lookup(name)?.get())
+}
+
+/// Set `name` from the text `value`; refused (nothing changed) for an unknown name, a value that
+/// is not a number, or one out of the tunable's range.
+pub fn set(name: &str, value: &str) -> Result<u64> {
+    let t = lookup(name)?;
+    let v = parse_value(value).ok_or_else(|| ZfsError::Invalid(format!("bad value '{value}' for tunable '{name}': not a number")))?;
+    if !t.accepts(v) {
+        let zero = if t.default == 0 { " (or 0 for the default)" } else { "" };
+        return Err(ZfsError::Invalid(format!("bad value '{value}' for tunable '{name}': must be between {} and {}{zero}", t.min, t.max)));
+    }
+    t.set(v);
+    Ok(v)
+}
+
+/// Apply `NAME=VALUE`.
+pub fn set_assignment(a: &str) -> Result<u64> {
+    let (n, v) = a.split_once('=').ok_or_else(|| ZfsError::Invalid(format!("bad tunable setting '{a}': expected NAME=VALUE")))?;
+    set(n.trim(), v)
+}
+
+/// Values the code reads (one place each, so the names above stay the only spelling).
+pub fn txg_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(lookup("zfs_txg_timeout").map_or(5, |t| t.get()))
+}
+
+pub fn dirty_data_max() -> Option<u64> {
+    Some(get("zfs_dirty_data_max").unwrap_or(0)).filter(|v| *v > 0)
+}
+
+pub fn arc_max() -> Option<u64> {
+    Some(get("zfs_arc_max").unwrap_or(0)).filter(|v| *v > 0)
+}
+
+pub fn max_recordsize() -> u64 {
+    get("zfs_max_recordsize").unwrap_or(1 << 20)
+}
+
+pub fn force_ganging() -> u64 {
+    get("metaslab_force_ganging").unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_and_refusals_name_what_is_wrong() {
+        assert_eq!(parse_value("16M"), Some(16 << 20));
+        assert_eq!(parse_value("7"), Some(7));
+        assert_eq!(parse_value("1x"), None);
+        assert_eq!(parse_value("99999999999T"), None);
+        let e = set("zfs_no_such", "1").unwrap_err().to_string();
+        assert!(e.contains("unknown tunable 'zfs_no_such'"), "{e}");
+        let e = set("zfs_txg_timeout", "soon").unwrap_err().to_string();
+        assert!(e.contains("'soon'") && e.contains("zfs_txg_timeout"), "{e}");
+        let e = set("zfs_max_recordsize", "64M").unwrap_err().to_string();
+        assert!(e.contains("between 131072 and 16777216"), "{e}");
+        assert!(set_assignment("zfs_txg_timeout").is_err());
+        // a refused setting changed nothing
+        assert_eq!(get("zfs_max_recordsize").unwrap(), max_recordsize());
+    }
+
+    #[test]
+    fn set_values_are_read_back() {
+        let before = get("zfs_txg_timeout").unwrap();
+        assert_eq!(set_assignment("zfs_txg_timeout=7").unwrap(), 7);
+        assert_eq!(txg_timeout(), std::time::Duration::from_secs(7));
+        set("zfs_txg_timeout", &before.to_string()).unwrap();
+        assert_eq!(set("zfs_arc_max", "0").unwrap(), 0);
+        assert_eq!(arc_max(), None);
+    }
+}
