@@ -52,5 +52,7 @@ pub mod zpl;
 pub mod zplw;
 pub mod traverse;
 pub mod pool;
+#[cfg(test)]
+mod pool_tests;
 
 pub use error::{ZfsError, Result};

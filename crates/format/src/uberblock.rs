@@ -228,4 +228,29 @@ mod tests {
         assert_eq!(uberblock_slot_size(9), 1024);
         assert_eq!(uberblock_slot_size(16), 8192);
     }
+
+    /// All four labels of the real fixture device, when /work/shared is present: configs and
+    /// uberblock rings as `zdb -lu` shows them.
+    #[test]
+    fn fixture_device_labels() {
+        use crate::label::{decode_label_config, encode_label_config, label_offset, VDEV_LABELS, VDEV_PHYS_OFFSET, VDEV_PHYS_SIZE, VDEV_UBERBLOCK_RING_OFFSET};
+        use std::io::Read;
+        let Ok(f) = std::fs::File::open("/work/shared/fixtures/basic/d0.zst") else { return };
+        let mut dev = Vec::new();
+        zstd::stream::read::Decoder::new(f).unwrap().read_to_end(&mut dev).unwrap();
+        assert_eq!(dev.len(), 64 << 20);
+        for i in 0..VDEV_LABELS {
+            let at = label_offset(i, dev.len() as u64);
+            let phys = &dev[(at + VDEV_PHYS_OFFSET) as usize..][..VDEV_PHYS_SIZE];
+            let l = decode_label_config(phys, at + VDEV_PHYS_OFFSET).unwrap();
+            assert_eq!(l.get_u64("txg"), Some(41), "label {i}");
+            assert_eq!(l.get_nvlist("vdev_tree").unwrap().get_u64("guid"), Some(14576290548776215872));
+            assert_eq!(encode_label_config(&l, at + VDEV_PHYS_OFFSET).unwrap(), phys, "label {i}");
+            let ring_at = at + VDEV_UBERBLOCK_RING_OFFSET;
+            let ubs = decode_ring(&dev[ring_at as usize..], ring_at, 9);
+            assert_eq!(ubs.len(), 16, "label {i}");
+            let best = best_uberblock(ubs.iter()).unwrap();
+            assert_eq!((best.txg, best.timestamp, best.guid_sum), (41, 1795334387, 14038070047883201337));
+        }
+    }
 }

@@ -1,0 +1,197 @@
+//! Tests that need a whole pool made by the engine (create, write, sync, export, reopen):
+//! the txg machinery's (suspension, the ARC of written blocks, reader pins, the space check
+//! under racing writers) and the labels' (which labels import goes by, what they carry). They
+//! sit at the top of the layers because a pool needs every layer, the ZPL's file system
+//! skeleton included; each module says which layer it tests.
+
+use crate::dsl_pool::PoolW;
+use std::path::PathBuf;
+
+/// A new pool `name` on one 128 MiB file in a fresh directory (removed by the caller).
+pub(crate) fn test_pool(name: &str) -> (PathBuf, PoolW) {
+    let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dev = dir.join("d0");
+    std::fs::File::create(&dev).unwrap().set_len(128 << 20).unwrap();
+    use crate::spa_create::{CreateSpec, VdevClass, VdevSpec};
+    let spec = CreateSpec { name: name.into(), vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev))], fs_init: Some(crate::zplw::init_fs), ..Default::default() };
+    (dir, PoolW::create(&spec, 64 << 20).unwrap())
+}
+
+mod export_tests {
+    use super::test_pool;
+    use crate::txg::*;
+    
+
+    /// A pool whose sync failed is suspended: export reports it and leaves the labels active
+    /// (at the last synced txg) instead of marking the pool cleanly exported.
+    #[test]
+    fn suspended_pool_does_not_export_clean() {
+        let (dir, mut pw) = test_pool("susp");
+        let ds = pw.find_dataset("susp").unwrap().expect("the root dataset");
+        let h = PoolHandle::start(pw);
+        h.lock_open().suspended = Some("txg sync failed: injected".into());
+        let e = h.with_fs(ds, |_, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("is suspended: txg sync failed: injected"), "{e}");
+        let e = h.export().unwrap_err();
+        assert!(e.to_string().contains("suspended"), "{e}");
+        let scan = crate::spa::scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        assert_eq!(scan.pools[0].pool_state, 0, "labels stay POOL_STATE_ACTIVE");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+mod arc_tests {
+    use super::test_pool;
+    
+    
+
+    /// Blocks a sync writes stay in the ARC: later syncs read back what they rewrite (space
+    /// map tails, dnode and indirect blocks, the history object) without one cache miss.
+    #[test]
+    fn syncs_read_back_written_blocks_from_the_arc() {
+        let (dir, mut pw) = test_pool("arcw");
+        pw.sync().unwrap();
+        let before = pw.spa.arc.stats();
+        for i in 0..5 {
+            pw.log_history(&format!("zpool set comment=c{i} arcw")).unwrap();
+            pw.sync().unwrap();
+        }
+        let after = pw.spa.arc.stats();
+        assert!(after.hits > before.hits, "the syncs read blocks back");
+        assert_eq!(after.misses, before.misses, "every block read back was cached when written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+mod space_tests {
+    use super::test_pool;
+    use crate::txg::*;
+    
+    use crate::ZfsError;
+    use oxzfs_format::types;
+
+    /// A read planned under the lock and finished without it pins the tree it walks, so the
+    /// ENOSPC retry does not hand that tree's freed blocks out again meanwhile.
+    #[test]
+    fn a_planned_read_pins_its_tree() {
+        let (dir, mut pw) = test_pool("pin");
+        let ds = pw.find_dataset("pin").unwrap().expect("the root dataset");
+        pw.sync().unwrap();
+        let spa = pw.spa.clone();
+        let os = pw.objset(ds).unwrap();
+        let r = os.read_later(1, 0, 512).unwrap();
+        assert!(matches!(r, crate::dbuf::ReadLater::Clean { .. }), "a clean object is read without the lock");
+        assert_eq!(spa.oldest_reader(), Some(os.bp.birth));
+        r.finish().unwrap();
+        assert_eq!(spa.oldest_reader(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writers racing to fill a small pool: each change passes the space check and is made
+    /// in one step, so the pool never holds more dirty data than the check allows — after
+    /// every writer met ENOSPC, the state itself still passes the check.
+    #[test]
+    fn concurrent_writers_cannot_pass_the_space_check_together() {
+        let (dir, mut pw) = test_pool("racefill");
+        let ds = pw.find_dataset("racefill").unwrap().expect("the root dataset");
+        let h = PoolHandle::start(pw);
+        // Incompressible bytes (the pool compresses by default).
+        let chunk: Vec<u8> = (0..4u64 << 20).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ (i >> 13) as u8).collect();
+        let accepted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let obj = h.with_fs(ds, |os, _| os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 128 << 10, 0, 0, 1)).unwrap();
+                    for i in 0..64u64 {
+                        match h.with_fs_space(ds, chunk.len() as u64, |os, _| os.write(obj, i * chunk.len() as u64, &chunk)) {
+                            Ok(()) => {
+                                let r = h.lock_open().space_check(0, 0, 1);
+                                assert!(r.is_ok(), "writers together overshot the space check: {r:?}");
+                                accepted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed)
+                            }
+                            Err(ZfsError::Posix(e, _)) if e == libc::ENOSPC => return,
+                            Err(e) => panic!("write: {e}"),
+                        };
+                    }
+                    panic!("a 128 MiB pool took 256 MiB from one writer");
+                });
+            }
+        });
+        assert!(accepted.into_inner() > 8 << 20, "the pool took some data");
+        let g = h.lock();
+        let r = g.space_check(0, 0, 1);
+        assert!(r.is_ok(), "the writers together overshot the space check: {r:?}");
+        drop(g);
+        h.sync_now().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+mod spa_labels {
+    use crate::spa::*;
+    use super::test_pool;
+    use oxzfs_format::{label, uberblock};
+
+    /// A txg that wrote the even labels (a second top-level vdev, as `zpool add` does) but
+    /// whose uberblock never landed: import goes by the odd labels, which match the newest
+    /// uberblock, not by the newer even ones.
+    #[test]
+    fn labels_newer_than_the_uberblock_are_ignored() {
+        let (dir, mut pw) = test_pool("newlbl");
+        pw.export().unwrap();
+        drop(pw);
+        let dev = dir.join("d0");
+        let pd = probe(&dev).unwrap();
+        let ub_txg = uberblock::best_uberblock(pd.uberblocks.iter()).unwrap().txg;
+        assert_eq!(pd.txg, ub_txg, "export writes labels at the last synced txg");
+        let mut cfg = pd.config.clone();
+        cfg.add_u64("txg", ub_txg + 1);
+        cfg.add_u64("vdev_children", 2);
+        cfg.add_u64("state", POOL_STATE_ACTIVE);
+        let f = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+        let size = f.metadata().unwrap().len();
+        for l in [0, 2] {
+            let off = label::label_offset(l, size) + label::VDEV_PHYS_OFFSET;
+            let b = label::encode_label_config(&cfg, off).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &b, off).unwrap();
+        }
+        drop(f);
+        assert_eq!(probe(&dev).unwrap().txg, ub_txg + 1, "the newer labels are valid labels");
+        let scan = scan(&[dir.clone()]);
+        assert_eq!(scan.pools.len(), 1, "{:?}", scan.problems);
+        let c = &scan.pools[0];
+        assert_eq!(c.txg, ub_txg);
+        assert_eq!(c.config.get_u64("vdev_children"), Some(1));
+        assert_eq!(c.pool_state, POOL_STATE_EXPORTED);
+        assert_eq!(c.state, "ONLINE", "{:?}", c.missing);
+        assert!(c.missing.is_empty());
+        Spa::open(c, true, 64 << 20).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Labels carry features_for_read and no vdev ZAP numbers (those are the MOS config's);
+    /// the MOS config carries features_for_read too — as spa_config_generate and
+    /// vdev_config_generate make them.
+    #[test]
+    fn label_and_mos_configs_as_openzfs_makes_them() {
+        let (dir, mut pw) = test_pool("lblcfg");
+        pw.export().unwrap();
+        drop(pw);
+        let pd = probe(&dir.join("d0")).unwrap();
+        let f = pd.config.get_nvlist("features_for_read").expect("the label has features_for_read");
+        assert!(f.get("com.delphix:embedded_data").is_some(), "an active MOS feature is listed");
+        let tree = pd.config.get_nvlist("vdev_tree").unwrap();
+        assert!(tree.get("com.delphix:vdev_zap_top").is_none() && tree.get("com.delphix:vdev_zap_leaf").is_none(), "{tree:?}");
+        assert!(pd.config.get("com.delphix:has_per_vdev_zaps").is_none(), "has_per_vdev_zaps is the MOS config's");
+        let scan = scan(&[dir.clone()]);
+        let spa = Spa::open(&scan.pools[0], true, 64 << 20).unwrap();
+        assert!(spa.config.get_nvlist("features_for_read").is_some(), "the MOS config has features_for_read");
+        let mos_tree = spa.config.get_nvlist("vdev_tree").unwrap().get_nvlist_array("children").unwrap()[0].clone();
+        assert!(mos_tree.get("com.delphix:vdev_zap_top").is_some(), "the MOS config keeps the vdev ZAPs");
+        assert!(spa.config.get("com.delphix:has_per_vdev_zaps").is_some());
+        spa.close();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
