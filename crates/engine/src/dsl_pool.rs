@@ -64,6 +64,36 @@ pub struct PoolW {
 }
 
 impl PoolW {
+    /// The write state of a pool about to be created or just opened: open txg `txg`, nothing
+    /// dirty, no features loaded, no file system layer yet (the callers fill those in).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(spa: Arc<Spa>, mos: ObjsetW, ms: Metaslabs, txg: u64, version: u64, hostname: &str, config_nv: NvList) -> PoolW {
+        PoolW {
+            spa,
+            mos,
+            datasets: BTreeMap::new(),
+            ms,
+            txg,
+            config_dirty: false,
+            version,
+            features: BTreeMap::new(),
+            feature_objs: None,
+            ms_arrays: Vec::new(),
+            mos_delta: SpaceDelta::default(),
+            mos_dir: 0,
+            hostname: hostname.to_string(),
+            ub_timestamp: 0,
+            last_sync: std::time::Instant::now(),
+            config_nv,
+            added: Default::default(),
+            ms_out: None,
+            suspended: None,
+            synced_txg: txg - 1,
+            ddt: Default::default(),
+            fs_init: crate::dbuf::no_objset_init,
+        }
+    }
+
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
         self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty())

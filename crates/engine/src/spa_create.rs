@@ -10,7 +10,7 @@ use crate::spa::TXG_INITIAL;
 use crate::spa_feature::DEFAULT_FEATURES;
 use crate::spa_feature::OPTIONAL_FEATURES;
 use crate::dsl_prop::set_prop_in;
-use crate::dbuf::{rand_u64, ObjsetW, OsProps, SpaceDelta};
+use crate::dbuf::{rand_u64, ObjsetW, OsProps};
 use crate::dsl_pool::{DatasetW, PoolW};
 use crate::metaslab::{metaslab_shift, Metaslabs};
 use crate::spa::Spa;
@@ -22,7 +22,6 @@ use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_LABEL_END_SIZE, VDEV_L
 use oxzfs_format::nvlist::{NvList, NvValue};
 use oxzfs_format::objset::{DMU_OST_META, DMU_OST_ZFS};
 use oxzfs_format::types;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -220,30 +219,10 @@ impl PoolW {
         // The object directory: object 1.
         let dir = mos.create_zap(types::DMU_OT_OBJECT_DIRECTORY, 0, 0, 0)?;
         assert_eq!(dir, 1, "the object directory is MOS object 1");
-        let mut pw = PoolW {
-            spa,
-            mos,
-            datasets: BTreeMap::new(),
-            ms,
-            txg: TXG_INITIAL,
-            config_dirty: true,
-            version,
-            features: BTreeMap::new(),
-            feature_objs: None,
-            ms_arrays: Vec::new(),
-            mos_delta: SpaceDelta::default(),
-            mos_dir: 0,
-            hostname: spec.hostname.clone(),
-            ub_timestamp: 0,
-            last_sync: std::time::Instant::now(),
-            config_nv: config,
-            added: Default::default(),
-            ms_out: None,
-            suspended: None,
-            synced_txg: 0,
-            ddt: Default::default(),
-            fs_init: spec.fs_init.unwrap_or(crate::dbuf::no_objset_init),
-        };
+        let mut pw = PoolW::new(spa, mos, ms, TXG_INITIAL, version, &spec.hostname, config);
+        pw.config_dirty = true;
+        pw.synced_txg = 0;
+        pw.fs_init = spec.fs_init.unwrap_or(crate::dbuf::no_objset_init);
         pw.create_mos_contents(spec)?;
         pw.create_vdev_zaps()?;
         if !spec.cache.is_empty() {

@@ -14,7 +14,7 @@ use crate::arc::AdaptiveCache;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use crate::dbuf::{ObjsetW, OsProps, SpaceDelta};
+use crate::dbuf::{ObjsetW, OsProps};
 use crate::dsl_pool::PoolW;
 use crate::metaslab::Metaslabs;
 use oxzfs_format::dsl::DslDirPhys;
@@ -221,30 +221,8 @@ impl PoolW {
         // Imported under a new name: the labels and the MOS config take it at the first sync.
         let renamed = cand.config.get_str("name") != Some(spa.name.as_str());
         let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
-        let mut pw = PoolW {
-            spa: spa.clone(),
-            mos,
-            datasets: BTreeMap::new(),
-            ms: Metaslabs::new_pool(&spa.root_vdev),
-            txg: spa.uberblock.txg + 1,
-            config_dirty: renamed,
-            version,
-            features: BTreeMap::new(),
-            feature_objs: None,
-            ms_arrays: Vec::new(),
-            mos_delta: SpaceDelta::default(),
-            mos_dir: 0,
-            hostname: hostname.to_string(),
-            ub_timestamp: 0,
-            last_sync: std::time::Instant::now(),
-            config_nv: spa.config.clone(),
-            added: Default::default(),
-            ms_out: None,
-            suspended: None,
-            synced_txg: spa.uberblock.txg,
-            ddt: Default::default(),
-            fs_init: crate::dbuf::no_objset_init,
-        };
+        let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
+        pw.config_dirty = renamed;
         pw.check_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
