@@ -523,7 +523,7 @@ impl Pool {
     /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
     pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        let stored = read_mos_packed(&self.spa, key);
+        let stored = crate::spa_load::read_mos_packed(&self.spa.mos(), key);
         let list = stored.as_ref().and_then(|nv| nv.get_nvlist_array(key)).or_else(|| self.spa.config.get_nvlist_array(key));
         for d in list.unwrap_or(&[]) {
             let guid = d.get_u64("guid").unwrap_or(0);
@@ -663,7 +663,7 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
 fn find_aux_devices(spa: &Arc<Spa>, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
     let mut wanted = std::collections::HashSet::new();
     for key in ["l2cache", "spares"] {
-        if let Some(nv) = read_mos_packed(spa, key) {
+        if let Some(nv) = crate::spa_load::read_mos_packed(&spa.mos(), key) {
             for d in nv.get_nvlist_array(key).unwrap_or(&[]) {
                 wanted.insert(d.get_u64("guid").unwrap_or(0));
             }
@@ -686,20 +686,6 @@ fn find_aux_devices(spa: &Arc<Spa>, dirs: &[PathBuf]) -> HashMap<u64, PathBuf> {
     found
 }
 
-/// A packed nvlist object named in the MOS object directory ("l2cache", "spares"): the
-/// size is the u64 in the dnode's bonus.
-fn read_mos_packed(spa: &Arc<Spa>, key: &str) -> Option<oxzfs_format::nvlist::NvList> {
-    let mos = spa.mos();
-    let obj = crate::zap::zap_lookup_u64(&mos, 1, key).ok()??;
-    let (dn, le) = mos.dnode_with_order(obj).ok()?;
-    let b: [u8; 8] = dn.bonus.get(..8)?.try_into().ok()?;
-    let size = if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) };
-    if size == 0 || size > (16 << 20) {
-        return None;
-    }
-    let bytes = mos.read(&dn, 0, size).ok()?;
-    oxzfs_format::nvlist::NvList::decode_packed(&bytes).ok()
-}
 
 /// What `zpool import -d DIR` prints for the pools found, as OpenZFS 2.1's show_import:
 /// the reason's "status:" line (2.1 prints it without the leading space the other labels

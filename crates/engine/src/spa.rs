@@ -345,43 +345,30 @@ pub struct Spa {
     pub checksum_salt: [u8; 32],
     /// The MOS as of the last synced txg: its bp and decoded objset_phys (see `dmu`'s `Spa::mos`).
     pub(crate) mos: Mutex<Option<(BlockPointer, ObjsetPhys)>>,
-    pub(crate) errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
     /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
-    pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
+    readers: Mutex<BTreeMap<u64, usize>>,
     /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
     /// prefetch) waits for that read instead of issuing its own (arc_read's in-flight header).
-    pub(crate) inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
+    inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
 }
 
 impl Spa {
-
-    /// A pool being created: no uberblock yet; the MOS handle appears at the first sync.
+    /// A pool handle: its config and vdev tree, the uberblock it was opened at (and the MOS
+    /// root bp in it), an ARC of `arc_max` bytes, nothing read yet.
     #[allow(clippy::too_many_arguments)]
-    pub fn new_for_write(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, version: u64, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
+    pub(crate) fn new(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, uberblock: UberblockPhys, rootbp: BlockPointer, version: u64, readonly: bool, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
         Spa {
             name: name.to_string(),
             guid,
             config,
             root_vdev: root,
-            uberblock: UberblockPhys {
-                magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
-                version,
-                txg: 0,
-                guid_sum: 0,
-                timestamp: 0,
-                rootbp_raw: [0; 128],
-                software_version: 0,
-                mmp_magic: 0,
-                mmp_delay: 0,
-                mmp_config: 0,
-                checkpoint_txg: 0,
-                little_endian: true,
-            },
-            rootbp: BlockPointer::hole(),
+            uberblock,
+            rootbp,
             version,
-            readonly: false,
+            readonly,
             arc: AdaptiveCache::new(arc_max),
             checksum_salt: salt,
             mos: Mutex::new(None),
@@ -390,6 +377,26 @@ impl Spa {
             inflight: Default::default(),
             devices,
         }
+    }
+
+    /// A pool being created: no uberblock yet; the MOS handle appears at the first sync.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_for_write(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, version: u64, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
+        let ub = UberblockPhys {
+            magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
+            version,
+            txg: 0,
+            guid_sum: 0,
+            timestamp: 0,
+            rootbp_raw: [0; 128],
+            software_version: 0,
+            mmp_magic: 0,
+            mmp_delay: 0,
+            mmp_config: 0,
+            checkpoint_txg: 0,
+            little_endian: true,
+        };
+        Spa::new(name, guid, config, root, ub, BlockPointer::hole(), version, false, salt, devices, arc_max)
     }
 
     /// After a txg synced: reads of the pool's metadata (list, get, status) see it.
@@ -537,7 +544,7 @@ fn arc_key(bp: &BlockPointer) -> Option<ArcKey> {
 
 /// A block read under way (see `Spa::inflight`): its outcome once done (None: it failed).
 #[derive(Default)]
-pub(crate) struct InFlight {
+struct InFlight {
     done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
     cv: std::sync::Condvar,
 }

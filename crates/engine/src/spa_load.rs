@@ -10,9 +10,7 @@ use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::nvlist::NvList;
-use crate::arc::AdaptiveCache;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::dbuf::{ObjsetW, OsProps};
 use crate::dsl_pool::PoolW;
@@ -55,22 +53,8 @@ impl Spa {
                 cand.name
             )));
         }
-        let build = |config: NvList, root: Arc<Vdev>, salt: [u8; 32], arc_max: u64| Spa {
-            name: cand.name.clone(),
-            guid: cand.guid,
-            config,
-            root_vdev: root,
-            uberblock: ub.clone(),
-            rootbp: rootbp.clone(),
-            version,
-            readonly,
-            arc: AdaptiveCache::new(arc_max),
-            checksum_salt: salt,
-            mos: Mutex::new(None),
-            errlog: Mutex::new(BTreeSet::new()),
-            readers: Mutex::new(BTreeMap::new()),
-            inflight: Default::default(),
-            devices: cand.devices.clone(),
+        let build = |config: NvList, root: Arc<Vdev>, salt: [u8; 32], arc_max: u64| {
+            Spa::new(&cand.name, cand.guid, config, root, ub.clone(), rootbp.clone(), version, readonly, salt, cand.devices.clone(), arc_max)
         };
         // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
         let spa0 = Arc::new(build(cand.config.clone(), cand.root.clone(), [0u8; 32], 16 << 20));
@@ -200,9 +184,10 @@ fn add_alloc_bias(mos: &Objset, cfg: &mut NvList) {
     cfg.add_nvlist("vdev_tree", tree);
 }
 
-/// The MOS `config` object: a packed nvlist whose size is the u64 in the dnode's bonus.
-fn read_mos_config(mos: &Objset) -> Option<NvList> {
-    let obj = crate::zap::zap_lookup_u64(mos, 1, "config").ok()??;
+/// A packed nvlist object named `key` in the MOS object directory ("config", "l2cache",
+/// "spares"): its size is the u64 in the dnode's bonus.
+pub fn read_mos_packed(mos: &Objset, key: &str) -> Option<NvList> {
+    let obj = crate::zap::zap_lookup_u64(mos, 1, key).ok()??;
     let (dn, le) = mos.dnode_with_order(obj).ok()?;
     let b: [u8; 8] = dn.bonus.get(..8)?.try_into().ok()?;
     let size = if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) };
@@ -211,6 +196,11 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     }
     let bytes = mos.read(&dn, 0, size).ok()?;
     NvList::decode_packed(&bytes).ok()
+}
+
+/// The MOS `config` object.
+fn read_mos_config(mos: &Objset) -> Option<NvList> {
+    read_mos_packed(mos, "config")
 }
 
 impl PoolW {
