@@ -113,30 +113,47 @@ pub fn set_assignment(a: &str) -> Result<u64> {
     set(n.trim(), v)
 }
 
-/// Values the code reads (one place each, so the names above stay the only spelling).
+// Where each tunable stands in TUNABLES (sorted by name), for the readers below: one atomic
+// load, no lookup by name (force_ganging is read for every block allocated).
+const FORCE_GANGING: usize = 0;
+const ARC_MAX: usize = 1;
+const DIRTY_DATA_MAX: usize = 2;
+const MAX_RECORDSIZE: usize = 3;
+const TXG_TIMEOUT: usize = 4;
+
+/// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
-    std::time::Duration::from_secs(lookup("zfs_txg_timeout").map_or(5, |t| t.get()))
+    std::time::Duration::from_secs(TUNABLES[TXG_TIMEOUT].get())
 }
 
 pub fn dirty_data_max() -> Option<u64> {
-    Some(get("zfs_dirty_data_max").unwrap_or(0)).filter(|v| *v > 0)
+    Some(TUNABLES[DIRTY_DATA_MAX].get()).filter(|v| *v > 0)
 }
 
 pub fn arc_max() -> Option<u64> {
-    Some(get("zfs_arc_max").unwrap_or(0)).filter(|v| *v > 0)
+    Some(TUNABLES[ARC_MAX].get()).filter(|v| *v > 0)
 }
 
 pub fn max_recordsize() -> u64 {
-    get("zfs_max_recordsize").unwrap_or(1 << 20)
+    TUNABLES[MAX_RECORDSIZE].get()
 }
 
 pub fn force_ganging() -> u64 {
-    get("metaslab_force_ganging").unwrap_or(u64::MAX)
+    TUNABLES[FORCE_GANGING].get()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readers_read_the_tunables_they_name() {
+        let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
+        assert_eq!(
+            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_max_recordsize"), at("zfs_txg_timeout")],
+            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, MAX_RECORDSIZE, TXG_TIMEOUT]
+        );
+    }
 
     #[test]
     fn values_parse_and_refusals_name_what_is_wrong() {
