@@ -25,10 +25,11 @@ ENGINE_LAYERS = [
     ("metaslab", ["metaslab"]),
     ("arc", ["arc"]),
     ("spa handle", ["spa"]),
+    ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),
     ("dsl", ["dsl", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename"]),
     ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config"]),
-    ("zpl", ["zfs_znode", "zpl", "zplw"]),
+    ("zpl", ["zfs_znode", "zpl", "zplw", "zfs_log", "zfs_replay"]),
     ("pool", ["traverse", "pool", "pool_tests"]),
 ]
 

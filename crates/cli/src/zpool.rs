@@ -947,6 +947,14 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot:
     let cand = oxzfs::spa::choose_as(&mut scan, which, new_name)?;
     let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
     pw.fs_init = oxzfs::zplw::init_fs;
+    // The intent logs a crash left: claimed and replayed before anything mounts.
+    let rep = oxzfs::zfs_replay::replay_pool(&mut pw)?;
+    for r in &rep.replayed {
+        tracing::info!("{r}");
+    }
+    for r in &rep.refused {
+        tracing::warn!("{r}");
+    }
     if new_name.is_some() {
         pw.config_dirty = true;
         pw.sync()?;

@@ -183,12 +183,17 @@ pub struct OsProps {
     /// dedup: the dedup checksum (0: off) and whether to verify (os_dedup_checksum/_verify).
     pub dedup: u8,
     pub dedup_verify: bool,
+    /// sync: 0 standard (fsync commits the intent log), 1 always (every change is committed
+    /// before it returns), 2 disabled (fsync returns at once).
+    pub sync: u8,
+    /// logbias=throughput: large writes are not copied into the log (see zil).
+    pub logbias_throughput: bool,
 }
 
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false, sync: 0, logbias_throughput: false }
     }
 }
 
@@ -223,6 +228,8 @@ pub struct ObjsetW {
     /// Per-dataset features the blocks born in this sync use (dsl_dataset_block_born's
     /// ds_feature_activation); the pool activates them on the dataset and empties the set.
     pub born_features: std::collections::BTreeSet<&'static str>,
+    /// The intent log of this objset (its header is `phys.zil_header`).
+    pub zil: crate::zil::Zilog,
     /// The dirty state of the txg being synced (quiescing/syncing), frozen: reads see the
     /// open txg's dirty objects, then these, then the synced tree.
     frozen: Option<Arc<Frozen>>,
@@ -259,6 +266,8 @@ pub struct SyncJob {
     zaps: Vec<(u64, ZapObj)>,
     /// Per-dataset features the blocks born in this sync use (handed to the objset at install).
     born_features: std::collections::BTreeSet<&'static str>,
+    /// Intent-log blocks to free in this txg (their records are in it or older).
+    pub zil_free: Vec<BlockPointer>,
 }
 
 fn new_meta_dnode() -> DnodePhys {
@@ -312,6 +321,7 @@ impl ObjsetW {
             spills: BTreeMap::new(),
             born_features: Default::default(),
             frozen: None,
+            zil: Default::default(),
         }
     }
 
@@ -319,6 +329,7 @@ impl ObjsetW {
     pub fn open(spa: &Arc<Spa>, id: u64, bp: &BlockPointer, props: OsProps) -> Result<ObjsetW> {
         let ro = Objset::open_id(spa, bp, id)?;
         let phys = ro.phys.clone();
+        let foreign_log = !phys.zil_header.log.is_hole();
         let max = ro.max_object();
         Ok(ObjsetW {
             id,
@@ -338,11 +349,13 @@ impl ObjsetW {
             spills: BTreeMap::new(),
             born_features: Default::default(),
             frozen: None,
+            // A chain on disk is not this Zilog's until an import replays it (zfs_replay).
+            zil: crate::zil::Zilog::opened(foreign_log),
         })
     }
 
     pub fn is_dirty(&self) -> bool {
-        !self.dirty.is_empty() || self.bp.is_hole()
+        !self.dirty.is_empty() || self.bp.is_hole() || self.zil.dirty
     }
 
     fn ro(&self) -> Option<&Arc<Objset>> {
@@ -397,6 +410,12 @@ impl ObjsetW {
             return Err(ZfsError::NotFound(format!("object {obj} (freed)")));
         }
         Ok(d)
+    }
+
+    /// The next object allocated is the first free one from `obj` on (replay recreates an
+    /// object under the number its log record names).
+    pub fn alloc_from(&mut self, obj: u64) {
+        self.next_obj = obj;
     }
 
     /// Allocate a new object (dmu_object_alloc): type, data block size, bonus type and length,
@@ -820,6 +839,7 @@ impl ObjsetW {
             spills: std::mem::take(&mut self.spills),
         });
         self.frozen = Some(frozen.clone());
+        let zil_free = self.zil.freeze(txg, &mut self.phys.zil_header);
         SyncJob {
             id: self.id,
             spa: self.spa.clone(),
@@ -832,6 +852,7 @@ impl ObjsetW {
             synced: BTreeMap::new(),
             zaps: Vec::new(),
             born_features: Default::default(),
+            zil_free,
         }
     }
 
@@ -882,7 +903,10 @@ impl ObjsetW {
             }
         }
         self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The intent log's header may have moved on in the open txg (a new chain): keep it.
+        let zh = std::mem::replace(&mut self.phys.zil_header, oxzfs_format::objset::ZilHeaderPhys::empty());
         self.phys = job.phys;
+        self.phys.zil_header = zh;
         self.bp = job.bp;
         self.delta.dsize += job.delta.dsize;
         self.delta.psize += job.delta.psize;
@@ -1106,20 +1130,7 @@ impl ReadLater {
     }
 }
 
-/// A pseudo-random u64 (salts, guids): from the OS.
-pub fn rand_u64() -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
-    }
-    let v = u64::from_le_bytes(b);
-    if v == 0 {
-        0x5eed_0f_0a2f5
-    } else {
-        v
-    }
-}
+pub use crate::zio::rand_u64;
 
 /// Encode a dirty ZAP into the object's blocks (micro when it fits, else fat): the new
 /// blocks, and the truncation (everything) that replaces the old ones; the dnode's block size

@@ -9,7 +9,7 @@
 //! (config and labels), `txg` (sync).
 
 use crate::dbuf::{ObjsetW, SpaceDelta};
-use crate::metaslab::Metaslabs;
+use crate::metaslab::{Metaslabs, SharedMs};
 use crate::spa::Spa;
 use oxzfs_format::nvlist::NvList;
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ pub struct PoolW {
     pub spa: Arc<Spa>,
     pub mos: ObjsetW,
     pub datasets: BTreeMap<u64, DatasetW>,
-    pub ms: Metaslabs,
+    pub ms: SharedMs,
     /// The open txg.
     pub txg: u64,
     pub config_dirty: bool,
@@ -72,7 +72,7 @@ impl PoolW {
             spa,
             mos,
             datasets: BTreeMap::new(),
-            ms,
+            ms: SharedMs::new(ms),
             txg,
             config_dirty: false,
             version,
@@ -91,6 +91,16 @@ impl PoolW {
             synced_txg: txg - 1,
             ddt: Default::default(),
             fs_init: crate::dbuf::no_objset_init,
+        }
+    }
+
+    /// Drop every file system's intent-log chain (export, reopen): the sync that follows frees
+    /// the blocks and empties the headers. A chain left by a crash and not replayed stays.
+    pub fn zil_close_all(&mut self) {
+        for ds in self.datasets.values_mut() {
+            if !ds.os.zil.foreign {
+                ds.os.zil.close();
+            }
         }
     }
 

@@ -122,7 +122,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup", "sync", "logbias"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -164,6 +164,8 @@ impl PoolW {
             readonly: found.get("readonly").copied().unwrap_or(0) != 0,
             atime: found.get("atime").copied().unwrap_or(1) != 0,
             xattr_sa: found.get("xattr").copied() == Some(2),
+            sync: found.get("sync").copied().unwrap_or(0).min(2) as u8,
+            logbias_throughput: found.get("logbias").copied() == Some(1),
             // dnodesize=auto is 1K (dnodesize_changed_cb); legacy 512.
             dnodesize: match found.get("dnodesize").copied().unwrap_or(0) {
                 0 => 512,

@@ -88,6 +88,16 @@ impl PoolW {
             }
             heads.push((head, snap));
         }
+        // zil_suspend: a head's intent log is emptied by the sync below (its changes are then
+        // in the tree), so the snapshot does not share its chain. A log left by a crash and
+        // not replayed cannot be: the snapshot is refused.
+        for &(head, _) in &heads {
+            let os = self.objset(head)?;
+            if os.zil.foreign {
+                return Err(ZfsError::Unavailable(format!("cannot create snapshot of dataset {head}: its intent log was not replayed (import the pool read-write to replay it)")));
+            }
+            os.zil.close();
+        }
         // The heads as on disk, then the snapshots in the next txg.
         self.sync()?;
         let txg = self.txg;

@@ -452,7 +452,7 @@ impl PoolW {
 
     /// (size, allocated) of the pool's metaslabs (as of quiesce while a txg syncs).
     pub fn space_totals(&self) -> (u64, u64) {
-        self.ms_out.unwrap_or_else(|| self.ms.space_totals())
+        self.ms_out.unwrap_or_else(|| self.ms.lock().space_totals())
     }
 }
 

@@ -28,6 +28,7 @@ pub mod zio;
 pub mod metaslab;
 pub mod arc;
 pub mod spa;
+pub mod zil;
 pub mod dmu;
 pub mod zap;
 pub mod dbuf;
@@ -50,6 +51,8 @@ pub mod spa_config;
 pub mod zfs_znode;
 pub mod zpl;
 pub mod zplw;
+pub mod zfs_log;
+pub mod zfs_replay;
 pub mod traverse;
 pub mod pool;
 #[cfg(test)]

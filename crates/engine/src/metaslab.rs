@@ -31,7 +31,10 @@ struct Ms {
     free: BTreeMap<u64, u64>,
     sm_object: u64,
     phys: SpaceMapPhys,
-    pend_alloc: Vec<(u64, u64)>,
+    /// Allocations not yet in the space map: (offset, size, txg). The txg is the sync's for
+    /// blocks the sync writes, the open one's for intent-log blocks allocated while a txg
+    /// syncs: each reaches the space map with its own txg.
+    pend_alloc: Vec<(u64, u64, u64)>,
     pend_free: Vec<(u64, u64)>,
     freeing: Vec<(u64, u64)>,
     defer: [Vec<(u64, u64)>; 2],
@@ -120,7 +123,7 @@ impl Metaslabs {
     /// Allocate from a top-level vdev of `class`, rotating over them. `avoid` lists the
     /// (vdev, offset) of the block's other copies: another vdev is preferred, then another
     /// metaslab of the same vdev (ditto blocks survive the loss of a region), then anything.
-    pub fn alloc(&mut self, class: AllocClass, asize_of: &dyn Fn(u64) -> u64, _txg: u64, avoid: &[(u64, u64)]) -> Option<(u64, u64, u64)> {
+    pub fn alloc(&mut self, class: AllocClass, asize_of: &dyn Fn(u64) -> u64, txg: u64, avoid: &[(u64, u64)]) -> Option<(u64, u64, u64)> {
         let n = self.groups.len();
         for pass in 0..3 {
             for k in 0..n {
@@ -138,7 +141,7 @@ impl Metaslabs {
                     let found = m.free.iter().find(|(s, e)| *e - *s >= asize).map(|(s, _)| *s);
                     if let Some(s) = found {
                         remove(&mut m.free, s, asize);
-                        m.pend_alloc.push((s, asize));
+                        m.pend_alloc.push((s, asize, txg));
                         self.rotor = (g + 1) % n;
                         return Some((g as u64, s, asize));
                     }
@@ -151,7 +154,7 @@ impl Metaslabs {
     pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, _txg: u64, _birth: u64) {
         let g = &mut self.groups[vdev as usize];
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
-        if let Some(i) = m.pend_alloc.iter().position(|&(s, l)| s == offset && l == asize) {
+        if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
             add(&mut m.free, offset, asize);
         } else {
@@ -164,12 +167,13 @@ impl Metaslabs {
         for (gi, g) in self.groups.iter_mut().enumerate() {
             let sh = g.ashift;
             for (mi, m) in g.ms.iter_mut().enumerate() {
-                if m.pend_alloc.is_empty() && m.pend_free.is_empty() {
+                let allocs: Vec<(u64, u64)> = m.pend_alloc.iter().filter(|a| a.2 <= txg).map(|a| (a.0, a.1)).collect();
+                if allocs.is_empty() && m.pend_free.is_empty() {
                     continue;
                 }
                 let mut ents = Vec::new();
                 let mut delta: i64 = 0;
-                for (kind, list) in [(0u8, &m.pend_alloc), (1u8, &m.pend_free)] {
+                for (kind, list) in [(0u8, &allocs), (1u8, &m.pend_free)] {
                     if list.is_empty() {
                         continue;
                     }
@@ -185,7 +189,7 @@ impl Metaslabs {
                 m.phys.length += words.len() as u64 * 8;
                 m.phys.alloc += delta;
                 m.freeing.extend(m.pend_free.drain(..));
-                m.pend_alloc.clear();
+                m.pend_alloc.retain(|a| a.2 > txg);
                 let mut hist = [0u64; 32];
                 for (s, e) in &m.free {
                     let len = e - s;
@@ -197,6 +201,24 @@ impl Metaslabs {
             }
         }
         out
+    }
+
+    /// Claim `[offset, offset + asize)` of top-level vdev `vdev` as allocated in `txg`
+    /// (zio_claim: an intent-log block a crash left allocated in a txg that never synced).
+    /// False when the space is not free (it is someone else's, or the claim is bogus).
+    pub fn claim(&mut self, vdev: u64, offset: u64, asize: u64, txg: u64) -> bool {
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return false };
+        let Some(m) = g.ms.get_mut((offset >> g.ms_shift) as usize) else { return false };
+        if asize == 0 || offset + asize > m.start + m.size {
+            return false;
+        }
+        match m.free.range(..=offset).next_back() {
+            Some((_, &e)) if e >= offset + asize => {}
+            _ => return false,
+        }
+        remove(&mut m.free, offset, asize);
+        m.pend_alloc.push((offset, asize, txg));
+        true
     }
 
     pub fn set_sm_object(&mut self, vdev: u64, ms: u64, obj: u64) {
@@ -276,9 +298,25 @@ impl Metaslabs {
     }
 }
 
+/// The metaslabs shared by the txg sync (which allocates the blocks of the syncing txg) and
+/// the intent log (which allocates log blocks in the open txg meanwhile): each allocation
+/// and free takes the lock briefly.
+#[derive(Default, Clone)]
+pub struct SharedMs(std::sync::Arc<std::sync::Mutex<Metaslabs>>);
+
+impl SharedMs {
+    pub fn new(ms: Metaslabs) -> SharedMs {
+        SharedMs(std::sync::Arc::new(std::sync::Mutex::new(ms)))
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Metaslabs> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The allocator seen by the write pipeline: metaslabs of the top-level vdevs.
 pub struct PoolAlloc<'a> {
-    pub ms: &'a mut Metaslabs,
+    pub ms: &'a SharedMs,
     pub root: &'a Vdev,
     pub min_alloc: u64,
 }
@@ -295,19 +333,20 @@ impl DvaAllocator for PoolAlloc<'_> {
         let root = self.root;
         let asize_of = |v: u64| psize_to_asize(&root.children[v as usize], psize);
         // Special (and dedup) blocks fall back to the normal class when it is full or absent.
+        let mut ms = self.ms.lock();
         let (vdev, offset, asize) = match class {
-            AllocClass::Normal => self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
+            AllocClass::Normal => ms.alloc(AllocClass::Normal, &asize_of, txg, avoid),
             // spa_preferred_class: DDT blocks go to the dedup class, else to special
             // (zfs_ddt_data_is_special), falling back to normal when that class is full.
-            AllocClass::Dedup if !self.ms.has_class(AllocClass::Dedup) => {
-                self.ms.alloc(AllocClass::Special, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid))
+            AllocClass::Dedup if !ms.has_class(AllocClass::Dedup) => {
+                ms.alloc(AllocClass::Special, &asize_of, txg, avoid).or_else(|| ms.alloc(AllocClass::Normal, &asize_of, txg, avoid))
             }
-            c => self.ms.alloc(c, &asize_of, txg, avoid).or_else(|| self.ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
+            c => ms.alloc(c, &asize_of, txg, avoid).or_else(|| ms.alloc(AllocClass::Normal, &asize_of, txg, avoid)),
         }?;
         Some(Dva { vdev, offset, asize, gang: false })
     }
     fn unalloc_dva(&mut self, dva: &Dva, txg: u64) {
-        self.ms.free(dva.vdev, dva.offset, dva.asize, txg, txg);
+        self.ms.lock().free(dva.vdev, dva.offset, dva.asize, txg, txg);
     }
     fn min_alloc(&self) -> u64 {
         self.min_alloc

@@ -282,7 +282,7 @@ impl PoolW {
                 let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
                 let words = self.mos.read(sm, 0, phys.length as usize)?;
                 let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
-                self.ms.load(top.id, ms, sm, phys, &entries);
+                self.ms.lock().load(top.id, ms, sm, phys, &entries);
             }
         }
         Ok(())

@@ -9,6 +9,8 @@
 //!   zfs_arc_max             bytes of ARC per imported pool (0: half of memory; at import)
 //!   zfs_max_recordsize      largest recordsize `zfs set` accepts (read at each set)
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
+//!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
+//!                           big syncs the txg instead of copying the bytes into the log
 //! ```
 //!
 //! A value is a number with an optional K/M/G/T suffix (powers of 1024). The environment
@@ -35,10 +37,11 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 5] = [
+static TUNABLES: [Tunable; 6] = [
     tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
     tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
+    tunable("zfs_immediate_write_sz", "Under logbias=throughput, an fsync after a write this big syncs the txg rather than logging its bytes", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
 ];
@@ -118,8 +121,9 @@ pub fn set_assignment(a: &str) -> Result<u64> {
 const FORCE_GANGING: usize = 0;
 const ARC_MAX: usize = 1;
 const DIRTY_DATA_MAX: usize = 2;
-const MAX_RECORDSIZE: usize = 3;
-const TXG_TIMEOUT: usize = 4;
+const IMMEDIATE_WRITE_SZ: usize = 3;
+const MAX_RECORDSIZE: usize = 4;
+const TXG_TIMEOUT: usize = 5;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -138,6 +142,10 @@ pub fn max_recordsize() -> u64 {
     TUNABLES[MAX_RECORDSIZE].get()
 }
 
+pub fn immediate_write_sz() -> u64 {
+    TUNABLES[IMMEDIATE_WRITE_SZ].get()
+}
+
 pub fn force_ganging() -> u64 {
     TUNABLES[FORCE_GANGING].get()
 }
@@ -150,8 +158,8 @@ mod tests {
     fn the_readers_read_the_tunables_they_name() {
         let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
         assert_eq!(
-            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_max_recordsize"), at("zfs_txg_timeout")],
-            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, MAX_RECORDSIZE, TXG_TIMEOUT]
+            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_immediate_write_sz"), at("zfs_max_recordsize"), at("zfs_txg_timeout")],
+            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, IMMEDIATE_WRITE_SZ, MAX_RECORDSIZE, TXG_TIMEOUT]
         );
     }
 

@@ -43,7 +43,7 @@ use crate::vdev::guid_sum;
 use crate::vdev::leaf_ashift;
 use crate::dbuf::{ObjsetW, OsProps, SpaceDelta, SyncCtx, SyncJob};
 use crate::dsl_pool::PoolW;
-use crate::metaslab::{dsize_of, Metaslabs, MsSync, PoolAlloc};
+use crate::metaslab::{dsize_of, MsSync, PoolAlloc, SharedMs};
 use crate::spa::Spa;
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -90,7 +90,7 @@ impl PoolW {
         let r = (|| -> Result<()> {
             let mut q = self.quiesce();
             let env = self.sync_env();
-            sync_datasets(&env, &mut self.ms, &mut self.ddt, &mut q)?;
+            sync_datasets(&env, &self.ms.clone(), &mut self.ddt, &mut q)?;
             let ub = self.sync_finish(q)?;
             ub.write()?;
             self.sync_done(ub);
@@ -149,9 +149,13 @@ impl PoolW {
             self.dir_diduse(self.mos_dir, md, true)?;
         }
         // 1. Datasets: their new bps and space into the MOS.
-        for (job, dead) in q.jobs.into_iter().zip(q.dead) {
+        for (mut job, dead) in q.jobs.into_iter().zip(q.dead) {
             let id = job.id;
             let bp = job.bp_synced();
+            // zil_sync: log blocks whose records this txg holds.
+            for zbp in std::mem::take(&mut job.zil_free) {
+                self.free_bp(&zbp, txg)?;
+            }
             let ds = self.datasets.get_mut(&id).expect("a quiesced dataset stays open until synced");
             ds.os.install(job);
             let delta = std::mem::take(&mut ds.os.delta);
@@ -199,7 +203,7 @@ impl PoolW {
             self.mos_delta.dsize += d.dsize;
             self.mos_delta.psize += d.psize;
             self.mos_delta.lsize += d.lsize;
-            let syncs = self.ms.sync(txg, pass as u64);
+            let syncs = self.ms.lock().sync(txg, pass as u64);
             if syncs.is_empty() {
                 rootbp = bp;
                 break;
@@ -249,7 +253,10 @@ impl PoolW {
         if ub.config_dirty {
             self.config_dirty = false;
         }
-        self.ms.sync_done(txg);
+        self.ms.lock().sync_done(txg);
+        for ds in self.datasets.values_mut() {
+            ds.os.zil.synced(txg);
+        }
         self.spa.set_synced(&ub.rootbp);
         self.last_sync = std::time::Instant::now();
         self.synced_txg = txg;
@@ -259,7 +266,8 @@ impl PoolW {
     fn sync_objset(&mut self, os: &mut ObjsetW, pass: u32, is_mos: bool, txg: u64) -> Result<BlockPointer> {
         let env = self.sync_env();
         let mut job = os.freeze(txg);
-        let r = run_job(&env, &mut self.ms, &mut self.ddt, &mut job, pass, is_mos, txg, 0);
+        let ms = self.ms.clone();
+        let r = run_job(&env, &ms, &mut self.ddt, &mut job, pass, is_mos, txg, 0);
         os.install(job);
         r.map(|(bp, _)| bp)
     }
@@ -267,7 +275,8 @@ impl PoolW {
     /// Free every allocation behind `bp` (a gang block: its header copies and its whole tree).
     pub(crate) fn free_bp(&mut self, bp: &BlockPointer, txg: u64) -> Result<()> {
         let spa = self.spa.clone();
-        free_bp_in(&spa, &mut self.ms, &mut self.ddt, bp, txg)
+        let ms = self.ms.clone();
+        free_bp_in(&spa, &ms, &mut self.ddt, bp, txg)
     }
 
     /// Apply a space delta to a dsl_dir (HEAD) and its ancestors (CHILD).
@@ -284,7 +293,7 @@ impl PoolW {
             let bonus = if histogram { 320 } else { 24 };
             let blksz = if self.version >= SPA_VERSION_FEATURES { 1 << 16 } else { 4096 };
             sm = self.mos.alloc_object(types::DMU_OT_SPACE_MAP, blksz, types::DMU_OT_SPACE_MAP_HEADER, bonus, 1)?;
-            self.ms.set_sm_object(s.vdev, s.ms_id, sm);
+            self.ms.lock().set_sm_object(s.vdev, s.ms_id, sm);
             let arr = self.ms_arrays[s.vdev as usize];
             self.mos.write(arr, s.ms_id * 8, &sm.to_le_bytes())?;
             if self.version >= SPA_VERSION_FEATURES && self.feature_enabled("com.delphix:spacemap_histogram") {
@@ -311,7 +320,7 @@ impl PoolW {
 /// replaced (deferred by the metaslabs for two txgs) when born after `keep`; the blocks born
 /// at or before it (shared with a snapshot) come back for the dataset's deadlist.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn run_job(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
+pub(crate) fn run_job(env: &SyncEnv, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
     let root = env.spa.root_vdev.clone();
     let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
     let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
@@ -340,7 +349,7 @@ pub(crate) fn run_job(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::ddt::D
 /// Give every allocation behind `bp` back to the allocator (free in `txg`, deferred): its
 /// DVAs, and for a gang block its header copies and its whole tree. A dedup bp only drops its
 /// reference in the dedup table (the copies go at the table's sync when none is left).
-pub(crate) fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, bp: &BlockPointer, txg: u64) -> Result<()> {
+pub(crate) fn free_bp_in(spa: &Spa, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, bp: &BlockPointer, txg: u64) -> Result<()> {
     if bp.dedup && !bp.embedded && !bp.is_hole() {
         ddt.free(&spa.root_vdev, bp);
         return Ok(());
@@ -348,7 +357,7 @@ pub(crate) fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, ddt: &mut crate::ddt::Dd
     let mut dvas = Vec::new();
     crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas)?;
     for d in dvas {
-        ms.free(d.vdev, d.offset, d.asize, txg, bp.birth);
+        ms.lock().free(d.vdev, d.offset, d.asize, txg, bp.birth);
     }
     Ok(())
 }
@@ -356,7 +365,7 @@ pub(crate) fn free_bp_in(spa: &Spa, ms: &mut Metaslabs, ddt: &mut crate::ddt::Dd
 /// A device write: the device, the offset, the bytes.
 
 /// Write the quiesced datasets of `q` (pass 1; the MOS follows in `sync_finish`).
-pub(crate) fn sync_datasets(env: &SyncEnv, ms: &mut Metaslabs, ddt: &mut crate::ddt::Ddt, q: &mut Quiesced) -> Result<()> {
+pub(crate) fn sync_datasets(env: &SyncEnv, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, q: &mut Quiesced) -> Result<()> {
     for ((job, keep), dead) in q.jobs.iter_mut().zip(&q.keep).zip(&mut q.dead) {
         *dead = run_job(env, ms, ddt, job, 1, false, q.txg, *keep)?.1;
     }
@@ -428,11 +437,16 @@ impl DirtyLimits {
 /// are written under `w`, which also installs the new synced trees.
 ///
 /// Lock order: `sync` (one sync at a time; also held by commands through `lock()`, so a
-/// command never sees a txg half-synced and may sync inline) → `w` (the write state) →
-/// `kick`, `fs`, `wakeup` (leaves, held briefly).
+/// command never sees a txg half-synced and may sync inline) → `commit` (an intent-log
+/// commit; quiesce) → `w` (the write state) → the metaslabs, `kick`, `fs`, `wakeup` (leaves,
+/// held briefly).
 pub struct PoolHandle {
     pub w: std::sync::Mutex<PoolW>,
     sync: std::sync::Mutex<()>,
+    /// One intent-log commit at a time (concurrent fsyncs queue here, and the next commit
+    /// takes all that queued: group commit). Quiesce takes it too, so a txg in which log
+    /// blocks were allocated waits for them to be written (see `zil`).
+    commit: std::sync::Mutex<()>,
     stop: std::sync::atomic::AtomicBool,
     /// Wakes the sync thread early (dirty data past the sync threshold).
     kick: std::sync::Mutex<bool>,
@@ -445,6 +459,7 @@ pub struct PoolHandle {
 /// The write state held by a command: no txg is syncing meanwhile (see `PoolHandle`).
 pub struct PoolGuard<'a> {
     w: std::sync::MutexGuard<'a, PoolW>,
+    _commit: std::sync::MutexGuard<'a, ()>,
     _sync: std::sync::MutexGuard<'a, ()>,
 }
 
@@ -483,6 +498,7 @@ impl PoolHandle {
         let h = Arc::new(PoolHandle {
             w: std::sync::Mutex::new(pw),
             sync: std::sync::Mutex::new(()),
+            commit: std::sync::Mutex::new(()),
             stop: std::sync::atomic::AtomicBool::new(false),
             kick: std::sync::Mutex::new(false),
             kick_cv: std::sync::Condvar::new(),
@@ -518,7 +534,8 @@ impl PoolHandle {
     /// The write state for a command (waits for a txg being synced; see `PoolHandle`).
     pub fn lock(&self) -> PoolGuard<'_> {
         let s = unpoison(self.sync.lock());
-        PoolGuard { w: unpoison(self.w.lock()), _sync: s }
+        let c = unpoison(self.commit.lock());
+        PoolGuard { w: unpoison(self.w.lock()), _commit: c, _sync: s }
     }
 
     /// Whether a change or read would get the write state at once (nobody holds it): a hint
@@ -539,7 +556,8 @@ impl PoolHandle {
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
     /// without it, finish (MOS, uberblock) under it.
     fn sync_txg(&self, _sync: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
-        let (mut q, env, mut ms, mut ddt) = {
+        let (mut q, env, ms, mut ddt) = {
+            let _commit = unpoison(self.commit.lock());
             let mut w = self.lock_open();
             w.check_suspended()?;
             if !w.dirty() {
@@ -547,15 +565,15 @@ impl PoolHandle {
             }
             let q = w.quiesce();
             let env = w.sync_env();
-            w.ms_out = Some(w.ms.space_totals());
-            let ms = std::mem::take(&mut w.ms);
+            let totals = w.ms.lock().space_totals();
+            w.ms_out = Some(totals);
+            let ms = w.ms.clone();
             let ddt = std::mem::take(&mut w.ddt);
             (q, env, ms, ddt)
         };
-        let r = catch(|| sync_datasets(&env, &mut ms, &mut ddt, &mut q));
+        let r = catch(|| sync_datasets(&env, &ms, &mut ddt, &mut q));
         let r = {
             let mut w = self.lock_open();
-            w.ms = ms;
             w.ddt = ddt;
             w.ms_out = None;
             r.and_then(|_| catch(|| w.sync_finish(q)))
@@ -592,6 +610,69 @@ impl PoolHandle {
         }
         self.suspended()?;
         self.sync_txg(&s)
+    }
+
+    /// Make every change to dataset `dsobj` made before the call durable (zil_commit): its
+    /// records written to the intent log and the log's devices flushed; a txg sync where the
+    /// log cannot say it (see `zil`). sync=disabled: nothing to do.
+    pub fn zil_commit(&self, dsobj: u64) -> Result<()> {
+        loop {
+            let commit = unpoison(self.commit.lock());
+            let step = {
+                let mut w = self.lock_open();
+                w.check_suspended()?;
+                let (txg, synced, version) = (w.txg, w.synced_txg, w.version);
+                let ms = w.ms.clone();
+                let root = w.spa.root_vdev.clone();
+                let os = w.objset(dsobj)?;
+                if os.props.sync == 2 {
+                    return Ok(());
+                }
+                let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj };
+                let mut zil = std::mem::take(&mut os.zil);
+                let mut hdr = os.phys.zil_header.clone();
+                let tp = os.props.logbias_throughput;
+                let r = zil.prepare(&ctx, &mut hdr, tp, &mut |foid, off, len| match os.read(foid, off, len as usize) {
+                    Ok(d) => Ok(Some(d)),
+                    Err(ZfsError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                });
+                os.zil = zil;
+                os.phys.zil_header = hdr;
+                r?
+            };
+            match step {
+                crate::zil::Prepared::Nothing => return Ok(()),
+                crate::zil::Prepared::Sync => {
+                    drop(commit);
+                    return self.sync_now();
+                }
+                crate::zil::Prepared::Create => {
+                    drop(commit);
+                    self.sync_now()?;
+                }
+                crate::zil::Prepared::Write(blocks) => {
+                    let root = self.lock_open().spa.root_vdev.clone();
+                    if crate::zil::write_blocks(&root, &blocks).is_ok() {
+                        return Ok(());
+                    }
+                    // A log device failed: the chain is dropped and the txg synced (what the
+                    // records said is then in the pool).
+                    if let Ok(os) = self.lock_open().objset(dsobj) {
+                        os.zil.write_failed();
+                    }
+                    drop(commit);
+                    return self.sync_now();
+                }
+            }
+        }
+    }
+
+    /// Log a change of dataset `dsobj` (after it was made in the open txg).
+    pub fn zil_itx(&self, dsobj: u64, itx: crate::zil::Itx) {
+        if let Ok(os) = self.lock_open().objset(dsobj) {
+            os.zil.itx(itx);
+        }
     }
 
     /// The write throttle before a change (dmu_tx_wait/dmu_tx_delay): past the sync threshold
@@ -665,7 +746,7 @@ impl PoolHandle {
         let mut g = self.lock();
         if short.space {
             let (synced, oldest) = (g.synced_txg, g.spa.oldest_reader());
-            g.ms.release_deferred(synced, oldest);
+            g.ms.lock().release_deferred(synced, oldest);
         }
         if let Some(short) = g.space_for(dsobj, incoming)? {
             return Err(short.err);
@@ -693,6 +774,7 @@ impl PoolHandle {
     /// the mounts: they go through this handle.
     pub fn reopen(&self, dirs: &[PathBuf]) -> Result<Arc<Spa>> {
         let mut w = self.lock();
+        w.zil_close_all();
         w.sync()?;
         let guid = w.spa.guid;
         let hostname = w.hostname.clone();

@@ -617,12 +617,27 @@ fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth:
 }
 
 /// Write the physical bytes of a block to each of its DVAs.
-fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
+pub(crate) fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
     for d in bp.dva.iter().filter(|d| !d.is_empty()) {
         let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {}", d.vdev)))?;
         top.write(d.offset, phys)?;
     }
     Ok(())
+}
+
+/// A pseudo-random u64 (salts, guids): from the OS.
+pub fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    let v = u64::from_le_bytes(b);
+    if v == 0 {
+        0x5eed_0f_0a2f5
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]

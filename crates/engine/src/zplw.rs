@@ -154,6 +154,9 @@ pub fn now_ts() -> (u64, u64) {
 /// The file system's fixed objects, with the files unlinked while open before a crash or export
 /// freed first (zfs_unlinked_drain, as a mount does).
 pub fn open_fs_drained(os: &mut ObjsetW) -> Result<FsInfo> {
+    if let Some(e) = &os.zil.replay_error {
+        return Err(ZfsError::Unavailable(e.clone()));
+    }
     let f = open_fs(os, os.props.recordsize)?;
     if !os.props.readonly {
         drain_delete_queue(os, &f)?;
@@ -484,7 +487,7 @@ fn is_sa(os: &ObjsetW, obj: u64) -> Result<bool> {
     Ok(os.dnode(obj)?.bonustype == types::DMU_OT_SA)
 }
 
-fn put(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
+pub fn put(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
     if is_sa(os, obj)? {
         put_sa(os, obj, z)
     } else {
@@ -579,6 +582,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
     put(os, obj, &z)?;
     os.zap_add_u64(dir, n, dirent(obj, mode))?;
     touch_dir(os, dir, 1, if is_dir { 1 } else { 0 })?;
+    crate::zfs_log::create(os, dir, name, obj, &z, target);
     Ok(obj)
 }
 
@@ -626,6 +630,7 @@ pub fn write(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u
     z.mtime = t;
     z.ctime = t;
     put(os, obj, &z)?;
+    crate::zfs_log::write(os, obj, offset, data.len() as u64);
     Ok(data.len())
 }
 
@@ -679,6 +684,7 @@ pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Resu
     }
     z.ctime = t;
     put(os, obj, &z)?;
+    crate::zfs_log::setattr(os, obj, s.mode.map(|_| z.mode), s.uid, s.gid, s.size, s.atime, s.mtime);
     Ok(to_attr(os, obj, &z))
 }
 
@@ -758,7 +764,9 @@ pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn F
     }
     os.zap_remove(dir, n)?;
     touch_dir(os, dir, -1, 0)?;
-    drop_link(os, fs, obj, open(obj))
+    drop_link(os, fs, obj, open(obj))?;
+    crate::zfs_log::remove(os, dir, name, false);
+    Ok(())
 }
 
 pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()> {
@@ -773,7 +781,9 @@ pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()>
     }
     os.zap_remove(dir, n)?;
     touch_dir(os, dir, -1, -1)?;
-    drop_link(os, fs, obj, false)
+    drop_link(os, fs, obj, false)?;
+    crate::zfs_log::remove(os, dir, name, true);
+    Ok(())
 }
 
 pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
@@ -790,6 +800,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     put(os, obj, &z)?;
     os.zap_add_u64(dir, n, dirent(obj, z.mode))?;
     touch_dir(os, dir, 1, 0)?;
+    crate::zfs_log::link(os, dir, obj, name);
     Ok(to_attr(os, obj, &z))
 }
 
@@ -853,6 +864,8 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         put(os, t, &tz)?;
         touch_dir(os, sdir, 0, 0)?;
         touch_dir(os, ddir, 0, 0)?;
+        // TX_RENAME_EXCHANGE is OpenZFS 2.2's (a feature 2.1 and zfs-fuse do not know).
+        crate::zfs_log::sync(os);
         return Ok(());
     }
     if let Some(t) = target {
@@ -884,7 +897,9 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
     touch_dir(os, ddir, 1, if is_dir { 1 } else { 0 })?;
     z.parent = if is_dir || z.parent == sdir { ddir } else { z.parent };
     z.ctime = now_ts();
-    put(os, obj, &z)
+    put(os, obj, &z)?;
+    crate::zfs_log::rename(os, sdir, sname, ddir, dname);
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------ xattrs
@@ -990,6 +1005,13 @@ fn set_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], txg: u64
 /// into the SA when it fits, else into the xattr directory; a stale copy in the other place
 /// is removed (zpl_xattr_set).
 pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
+    let r = setxattr_impl(os, obj, name, value, flags, txg);
+    // OpenZFS 2.1 logs no record for an xattr change: an fsync after it syncs the txg.
+    crate::zfs_log::sync(os);
+    r
+}
+
+fn setxattr_impl(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
     let n = name_str(name)?;
     let z = get(os, obj)?;
     let in_sa = sa_xattrs(&z, obj)?.get(n).is_some();
@@ -1025,7 +1047,13 @@ fn remove_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<()> {
     unlink(os, &fs, d, name, &|_| false)
 }
 
-pub fn removexattr(os: &mut ObjsetW, _fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
+pub fn removexattr(os: &mut ObjsetW, fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
+    let r = removexattr_impl(os, fs, obj, name);
+    crate::zfs_log::sync(os);
+    r
+}
+
+fn removexattr_impl(os: &mut ObjsetW, _fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
     let n = name_str(name)?;
     let z = get(os, obj)?;
     if sa_xattrs(&z, obj)?.get(n).is_some() {
@@ -1048,11 +1076,13 @@ pub fn fallocate(os: &mut ObjsetW, obj: u64, offset: u64, len: u64, mode: i32, r
     if mode == PUNCH_HOLE | KEEP_SIZE {
         if offset < z.size {
             os.punch(obj, offset, end.min(z.size) - offset)?;
+            crate::zfs_log::truncate(os, obj, offset, end.min(z.size) - offset);
         }
     } else if mode == 0 || mode == KEEP_SIZE {
         if mode == 0 && end > z.size {
             grow_blocksize(os, obj, end, recordsize)?;
             z.size = end;
+            crate::zfs_log::setattr(os, obj, None, None, None, Some(end), None, None);
         }
     } else {
         return Err(posix(libc::EOPNOTSUPP, "fallocate mode"));

@@ -75,14 +75,17 @@ pub const TX_MAX_TYPE: u64 = 25;
 /// Case-insensitive flag in lrc_txtype.
 pub const TX_CI: u64 = 1 << 63;
 
-/// setattr mask bits (AT_* as the ZPL logs them).
+/// setattr mask bits (`lr_mask`), the AT_* values of illumos, FreeBSD, libzpool (zdb, ztest,
+/// zhack) and zfs-fuse. OpenZFS's Linux kernel module logs Linux's ATTR_* values instead
+/// (ATTR_MODE 1, ATTR_UID 2, …): a log is replayed correctly only by a ZPL that shares its
+/// writer's convention, so oxzfs writes and reads these.
 pub const AT_MODE: u64 = 0x0002;
 pub const AT_UID: u64 = 0x0004;
 pub const AT_GID: u64 = 0x0008;
-pub const AT_ATIME: u64 = 0x0010;
-pub const AT_MTIME: u64 = 0x0020;
-pub const AT_CTIME: u64 = 0x0040;
 pub const AT_SIZE: u64 = 0x0080;
+pub const AT_ATIME: u64 = 0x0100;
+pub const AT_MTIME: u64 = 0x0200;
+pub const AT_CTIME: u64 = 0x0400;
 pub const AT_XVATTR: u64 = 0x10000;
 
 /// OpenZFS's name of a record type, as `zdb -ivv` prints it.

@@ -4,7 +4,8 @@
 //! inode keep the kernel's order; reads (lookup, getattr, read, readdir, xattrs) to a pool of
 //! readers. A change runs in the open txg under the pool's write lock (see `oxzfs::txg`); a
 //! read holds the lock only to see what is dirty and to take the synced tree, then reads the
-//! blocks without it. fsync waits until a txg holding everything written before it is synced.
+//! blocks without it. Each change is logged for the intent log (`oxzfs::zfs_log`); fsync
+//! commits the log (`PoolHandle::zil_commit`), and under sync=always every change does.
 //!
 //! Round trips are what a metadata operation costs here: readdirplus hands the kernel every
 //! listed entry's attributes (a walk needs no lookups), flush is declined once (ENOSYS) so
@@ -310,8 +311,18 @@ impl Inner {
         let a = self.pool.with_fs_space(self.dsobj, 4096, |os, txg| {
             let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
             zplw::getattr(os, o)
-        })?;
+        });
+        let a = self.durable(a)?;
         Ok(self.fattr(&a))
+    }
+
+    /// sync=always: a change is committed to the intent log before it is answered.
+    fn durable<T>(&self, r: Result<T, ZfsError>) -> Result<T, ZfsError> {
+        let v = r?;
+        if self.pool.with_fs_ro(self.dsobj, |os| Ok(os.props.sync == 1))? {
+            self.pool.zil_commit(self.dsobj)?;
+        }
+        Ok(v)
     }
 
     /// A change that needs the file system's fixed objects (delete queue).
@@ -552,7 +563,7 @@ impl Filesystem for RwFs {
         };
         self.change(ino, move |i| {
             let obj = obj_of(i.root, ino);
-            match i.pool.with_fs(i.dsobj, |os, _| zplw::setattr(os, obj, &s, os.props.recordsize)) {
+            match i.durable(i.pool.with_fs(i.dsobj, |os, _| zplw::setattr(os, obj, &s, os.props.recordsize))) {
                 Ok(a) => reply.attr(&TTL, &i.fattr(&a)),
                 Err(e) => reply.error(e.errno()),
             }
@@ -618,7 +629,7 @@ impl Filesystem for RwFs {
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
             let is_open = s.open_marker();
-            reply_empty(s.with_fs_info(|os, fs| zplw::unlink(os, fs, dir, name.as_bytes(), &is_open)), reply)
+            reply_empty(s.durable(s.with_fs_info(|os, fs| zplw::unlink(os, fs, dir, name.as_bytes(), &is_open))), reply)
         });
     }
 
@@ -629,7 +640,7 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.change(parent, move |s| {
             let dir = obj_of(s.root, parent);
-            reply_empty(s.with_fs_info(|os, fs| zplw::rmdir(os, fs, dir, name.as_bytes())), reply)
+            reply_empty(s.durable(s.with_fs_info(|os, fs| zplw::rmdir(os, fs, dir, name.as_bytes()))), reply)
         });
     }
 
@@ -643,7 +654,7 @@ impl Filesystem for RwFs {
         self.change(key, move |s| {
             let (sd, dd) = (obj_of(s.root, parent), obj_of(s.root, newparent));
             let is_open = s.open_marker();
-            reply_empty(s.with_fs_info(|os, fs| zplw::rename(os, fs, sd, name.as_bytes(), dd, newname.as_bytes(), flags, &is_open)), reply)
+            reply_empty(s.durable(s.with_fs_info(|os, fs| zplw::rename(os, fs, sd, name.as_bytes(), dd, newname.as_bytes(), flags, &is_open))), reply)
         });
     }
 
@@ -654,7 +665,7 @@ impl Filesystem for RwFs {
         let newname = newname.to_os_string();
         self.change(newparent, move |s| {
             let (o, d) = (obj_of(s.root, ino), obj_of(s.root, newparent));
-            let r = s.pool.with_fs_space(s.dsobj, 512, |os, _| zplw::link(os, o, d, newname.as_bytes()));
+            let r = s.durable(s.pool.with_fs_space(s.dsobj, 512, |os, _| zplw::link(os, o, d, newname.as_bytes())));
             s.reply_entry(r.map(|a| s.fattr(&a)), reply)
         });
     }
@@ -720,7 +731,7 @@ impl Filesystem for RwFs {
         }
         fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)) {
+            match s.durable(s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize))) {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
             }
@@ -739,7 +750,7 @@ impl Filesystem for RwFs {
         if ino >> crate::SNAP_SHIFT != 0 {
             return reply.error(libc::EROFS);
         }
-        self.change(ino, move |s| reply_empty(s.fallocate(ino, offset, length, mode), reply));
+        self.change(ino, move |s| reply_empty(s.durable(s.fallocate(ino, offset, length, mode)), reply));
     }
 
     /// Nothing to do at close (writes are in the open txg already, fsync syncs): ENOSYS tells
@@ -748,13 +759,14 @@ impl Filesystem for RwFs {
         reply.error(libc::ENOSYS);
     }
 
+    /// fsync, fdatasync (and the kernel's fsync after an O_SYNC/O_DSYNC write): the intent
+    /// log's commit (zil_commit), on the file's worker, after its writes.
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        // On the file's worker: after its writes.
-        self.change_queued(ino, move |s| reply_empty(s.pool.sync_now(), reply));
+        self.change_queued(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
     }
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.change_queued(ino, move |s| reply_empty(s.pool.sync_now(), reply));
+        self.change_queued(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -803,7 +815,7 @@ impl Filesystem for RwFs {
         let (name, value) = (name.to_os_string(), value.to_vec());
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
-            reply_empty(s.pool.with_fs_space(s.dsobj, value.len() as u64 + 4096, |os, txg| zplw::setxattr(os, obj, name.as_bytes(), &value, flags, txg)), reply)
+            reply_empty(s.durable(s.pool.with_fs_space(s.dsobj, value.len() as u64 + 4096, |os, txg| zplw::setxattr(os, obj, name.as_bytes(), &value, flags, txg))), reply)
         });
     }
 
@@ -848,7 +860,7 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.change(ino, move |s| {
             let obj = obj_of(s.root, ino);
-            reply_empty(s.with_fs_info(|os, fs| zplw::removexattr(os, fs, obj, name.as_bytes())), reply)
+            reply_empty(s.durable(s.with_fs_info(|os, fs| zplw::removexattr(os, fs, obj, name.as_bytes()))), reply)
         });
     }
 }

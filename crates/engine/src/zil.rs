@@ -1,0 +1,465 @@
+//! zil: the ZFS intent log of one file system (OpenZFS's zil.c), in its on-disk format
+//! (`oxzfs_format::zil`).
+//!
+//! ```text
+//!   changes (ZPL, open txg)  ──itx──▶ Zilog: itxs of the open txg, of quiesced txgs not synced
+//!   fsync (PoolHandle::zil_commit, one commit at a time per pool: concurrent fsyncs queue and
+//!   the next commit takes everything that queued — group commit)
+//!     1. under the write state: records built (a write's bytes read from the file as it is
+//!        now), packed into log blocks; the chain's tail block (allocated by the commit before,
+//!        named in the last block's trailer) is filled first, more blocks are allocated as
+//!        needed, and a new tail is allocated and named in the last trailer
+//!     2. without it: the blocks written, the devices holding them flushed — fsync returns
+//!   txg sync (quiesce of txg N, `Zilog::freeze`): itxs of N wait for N's uberblock; log
+//!     blocks whose records all belong to txgs ≤ N are freed in N and zh_log moves to the
+//!     first block left (or the tail) — the header and the frees commit with N's data
+//! ```
+//!
+//! Log blocks go to the log class (a log device) when the pool has one, else to the normal
+//! class, allocated in the open txg (`metaslab::SharedMs`: the sync of an earlier txg may be
+//! allocating meanwhile). A commit holds the pool's commit lock while its blocks are written,
+//! and quiesce takes that lock: a txg in which log blocks were allocated is not synced before
+//! they are on disk (what OpenZFS's lwb tx hold does). So after a crash, a chain is whole up
+//! to its tail: blocks born in synced txgs are in the space maps and reachable from the
+//! header; blocks born later are claimed by the import that replays them.
+//!
+//! The first commit of a file system with no chain allocates its first block, points zh_log
+//! at it and waits for that txg (zil_create); the chain then lives on while the file system
+//! is open (its tail moves on) and is freed at export.
+//!
+//! Records: TX_CREATE/MKDIR/SYMLINK, REMOVE/RMDIR, LINK, RENAME, WRITE (copied into the
+//! record, `WR_COPIED`, in pieces of at most `ZIL_MAX_COPIED`), TRUNCATE, SETATTR. A change
+//! with no record (xattrs, ACLs: OpenZFS 2.1 logs none for SA xattrs) is an `Itx::Sync`: an
+//! fsync after it syncs the txg instead, as does a commit of more than `ZIL_COMMIT_MAX` bytes.
+
+use crate::metaslab::{PoolAlloc, SharedMs};
+use crate::vdev::Vdev;
+use crate::zio::{AllocClass, DvaAllocator, ZioCtx};
+use crate::{Result, ZfsError};
+use oxzfs_format::blkptr::BlockPointer;
+use oxzfs_format::objset::ZilHeaderPhys;
+use oxzfs_format::zil::{self, LogRecord, LrBody, LrCommon, ZIL_CHAIN_SIZE, ZIL_MIN_BLKSZ, ZIL_ZC_SEQ};
+use std::collections::VecDeque;
+
+/// The largest log block (zil_maxblocksize).
+pub const ZIL_MAX_BLKSZ: u64 = 128 << 10;
+/// The most write bytes one TX_WRITE record copies; a longer write is logged in pieces.
+pub const ZIL_MAX_COPIED: u64 = 32 << 10;
+/// A commit of more record bytes than this syncs the txg instead (the data is written once, in
+/// its final place, rather than twice).
+pub const ZIL_COMMIT_MAX: u64 = 16 << 20;
+
+/// One logged change, waiting for a commit or for its txg to sync.
+#[derive(Clone, Debug)]
+pub enum Itx {
+    /// A record as it will be logged (its txg and sequence are filled in at commit).
+    Rec { txtype: u64, body: LrBody },
+    /// A write, whose bytes are read from the file when it is committed (WR_NEED_COPY).
+    Write { foid: u64, offset: u64, length: u64 },
+    /// A change no record describes: a commit after it syncs the txg.
+    Sync,
+}
+
+/// A log block written (or being written) and not yet freed.
+#[derive(Clone, Debug)]
+struct Lwb {
+    bp: BlockPointer,
+    /// The txg the block was allocated in, and the newest txg of its records.
+    alloc_txg: u64,
+    max_txg: u64,
+}
+
+/// The intent log of one objset, in memory.
+#[derive(Default, Debug)]
+pub struct Zilog {
+    open: Vec<Itx>,
+    /// Itxs of quiesced txgs, not yet known synced.
+    older: Vec<(u64, Vec<Itx>)>,
+    lwbs: VecDeque<Lwb>,
+    /// The chain's next block: allocated, named by the last block's trailer, not written.
+    tail: Option<BlockPointer>,
+    /// Blocks to free at the next quiesce (a chain dropped whole).
+    to_free: Vec<BlockPointer>,
+    lr_seq: u64,
+    /// The header changed: the objset must sync.
+    pub dirty: bool,
+    /// Size of the last commit's blocks, for the size of the next tail.
+    last_bytes: u64,
+    /// The log on disk is not this Zilog's (left by a crash and not replayed): never log into
+    /// it; commits sync the txg.
+    pub foreign: bool,
+    /// The log is being replayed: the changes replay makes are not logged again.
+    pub replaying: bool,
+    /// Why the log on disk could not be replayed (the file system then does not mount).
+    pub replay_error: Option<String>,
+}
+
+/// What a commit has to do, decided under the pool's write state.
+pub enum Prepared {
+    /// Nothing is waiting.
+    Nothing,
+    /// Sync the txg (a change without a record, a large commit, no usable chain).
+    Sync,
+    /// The first block was allocated and the header points at it: sync that txg, then commit.
+    Create,
+    /// Write these blocks (then flush their devices).
+    Write(Vec<(BlockPointer, Vec<u8>)>),
+}
+
+/// What a commit needs of the pool.
+pub struct CommitCtx<'a> {
+    pub ms: &'a SharedMs,
+    pub root: &'a Vdev,
+    /// The open txg (blocks are allocated in it) and the last synced one.
+    pub txg: u64,
+    pub synced: u64,
+    pub spa_version: u64,
+    pub objset: u64,
+}
+
+/// The smallest block size of OpenZFS's zil_block_buckets that holds `bytes`.
+fn bucket(bytes: u64) -> u64 {
+    bytes.clamp(ZIL_MIN_BLKSZ, ZIL_MAX_BLKSZ).next_power_of_two().min(ZIL_MAX_BLKSZ)
+}
+
+impl Zilog {
+    /// The Zilog of an objset opened from disk; `foreign`: its header names a chain.
+    pub fn opened(foreign: bool) -> Zilog {
+        Zilog { foreign, ..Default::default() }
+    }
+
+    /// Log a change of the open txg. A write that continues the last one (same file, next
+    /// byte) extends it.
+    pub fn itx(&mut self, itx: Itx) {
+        if self.replaying {
+            return;
+        }
+        if let (Itx::Write { foid, offset, length }, Some(Itx::Write { foid: lf, offset: lo, length: ll })) = (&itx, self.open.last_mut()) {
+            if *foid == *lf && *offset == *lo + *ll {
+                *ll += *length;
+                return;
+            }
+        }
+        self.open.push(itx);
+    }
+
+    /// Whether a change waits for a commit.
+    pub fn pending(&self) -> bool {
+        !self.open.is_empty() || self.older.iter().any(|(_, v)| !v.is_empty())
+    }
+
+    /// Whether this Zilog has a chain on disk (header pointing at it).
+    pub fn has_chain(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    /// Quiesce of `txg` (zil_sync): the open itxs now wait for `txg`; blocks whose records are
+    /// all in txgs ≤ `txg` are freed in it and `header.log` moves to the first block left.
+    /// Returns the blocks to free in `txg`.
+    pub fn freeze(&mut self, txg: u64, header: &mut ZilHeaderPhys) -> Vec<BlockPointer> {
+        if !self.open.is_empty() {
+            self.older.push((txg, std::mem::take(&mut self.open)));
+        }
+        let mut freed = std::mem::take(&mut self.to_free);
+        while let Some(l) = self.lwbs.front() {
+            if l.alloc_txg > txg || l.max_txg > txg {
+                break;
+            }
+            freed.push(self.lwbs.pop_front().expect("front").bp);
+        }
+        let head = match (self.lwbs.front(), &self.tail) {
+            (Some(l), _) => l.bp.clone(),
+            (None, Some(t)) => t.clone(),
+            (None, None) if self.foreign => header.log.clone(),
+            (None, None) => BlockPointer::hole(),
+        };
+        if !self.foreign {
+            header.log = head;
+        }
+        self.dirty = false;
+        freed
+    }
+
+    /// `txg` is on disk: its itxs are no longer needed.
+    pub fn synced(&mut self, txg: u64) {
+        self.older.retain(|(t, _)| *t > txg);
+    }
+
+    /// Drop the chain (export, reopen): every block is freed at the next quiesce and the
+    /// header emptied; pending itxs go (the caller syncs).
+    pub fn close(&mut self) {
+        self.open.clear();
+        self.older.clear();
+        if self.tail.is_none() && self.lwbs.is_empty() {
+            return;
+        }
+        self.to_free.extend(self.lwbs.drain(..).map(|l| l.bp));
+        self.to_free.extend(self.tail.take());
+        self.open.clear();
+        self.older.clear();
+        self.dirty = true;
+    }
+
+    /// Adopt a header whose chain was replayed (or holds nothing) by the caller: its blocks
+    /// are `chain` (freed at the next quiesce), and the header empties.
+    pub fn drop_replayed(&mut self, chain: Vec<BlockPointer>) {
+        self.to_free.extend(chain);
+        self.foreign = false;
+        self.dirty = true;
+    }
+
+    /// Plan a commit of everything waiting (under the pool's write state). `read` returns the
+    /// current bytes of a file range (None: the file is gone, nothing to log for it).
+    pub fn prepare(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, logbias_throughput: bool, read: &mut dyn FnMut(u64, u64, u64) -> Result<Option<Vec<u8>>>) -> Result<Prepared> {
+        let synced = ctx.synced;
+        self.older.retain(|(t, _)| *t > synced);
+        if !self.pending() {
+            return Ok(Prepared::Nothing);
+        }
+        if self.foreign {
+            return Ok(Prepared::Sync);
+        }
+        let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).collect();
+        let mut bytes = 0u64;
+        for (_, itx) in &itxs {
+            bytes += match itx {
+                Itx::Sync => return Ok(Prepared::Sync),
+                Itx::Write { length, .. } if logbias_throughput && *length >= crate::tunables::immediate_write_sz() => return Ok(Prepared::Sync),
+                Itx::Write { length, .. } => length + 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
+                Itx::Rec { .. } => 256,
+            };
+        }
+        if bytes > ZIL_COMMIT_MAX {
+            return Ok(Prepared::Sync);
+        }
+        let slim = ctx.spa_version >= 23;
+        if self.tail.is_none() {
+            if !header.log.is_hole() {
+                // A chain this Zilog does not know: not ours to extend.
+                self.foreign = true;
+                return Ok(Prepared::Sync);
+            }
+            // zil_create: a new chain (new guid), its first block named by the header.
+            let words = [crate::zio::rand_u64(), crate::zio::rand_u64(), ctx.objset, 1];
+            let bp = alloc_block(ctx, bucket(bytes + ZIL_CHAIN_SIZE as u64), words)?;
+            *header = ZilHeaderPhys::empty();
+            header.log = bp.clone();
+            self.tail = Some(bp);
+            self.dirty = true;
+            return Ok(Prepared::Create);
+        }
+        // The records, in order, with their txg (the sequence is set as they are packed).
+        let mut recs: Vec<Vec<u8>> = Vec::new();
+        let mut max_txg = 0;
+        let push = |txg: u64, txtype: u64, body: LrBody, recs: &mut Vec<Vec<u8>>| {
+            recs.push(LogRecord { common: LrCommon { txtype, reclen: 0, txg, seq: 0 }, body }.encode());
+        };
+        for (txg, itx) in &itxs {
+            max_txg = max_txg.max(*txg);
+            match itx {
+                Itx::Rec { txtype, body } => push(*txg, *txtype, body.clone(), &mut recs),
+                Itx::Write { foid, offset, length } => {
+                    let mut off = *offset;
+                    let end = offset + length;
+                    while off < end {
+                        let n = (end - off).min(ZIL_MAX_COPIED);
+                        let Some(data) = read(*foid, off, n)? else { break };
+                        let body = LrBody::Write { foid: *foid, offset: off, length: n, blkoff: 0, blkptr: BlockPointer::hole(), data };
+                        push(*txg, zil::TX_WRITE, body, &mut recs);
+                        off += n;
+                    }
+                }
+                Itx::Sync => unreachable!("checked above"),
+            }
+        }
+        // Into blocks: the tail first, more as needed, a new tail named by the last.
+        let mut blocks: Vec<(BlockPointer, Vec<u8>)> = Vec::new();
+        let mut cur = self.tail.clone().expect("a chain");
+        let mut body: Vec<u8> = Vec::new();
+        let total: u64 = recs.iter().map(|r| r.len() as u64).sum();
+        let mut left = total;
+        let mut allocated: Vec<BlockPointer> = Vec::new();
+        let mut seq = self.lr_seq;
+        let r = (|| -> Result<BlockPointer> {
+            for r in &mut recs {
+                // PAD_MIN bytes stay free for the padding record (see `pad_block`).
+                let cap = cur.lsize as usize - ZIL_CHAIN_SIZE - PAD_MIN;
+                if r.len() > ZIL_MAX_BLKSZ as usize - ZIL_CHAIN_SIZE - PAD_MIN {
+                    return Err(ZfsError::Invalid(format!("zil record of {} bytes", r.len())));
+                }
+                if body.len() + r.len() > cap {
+                    let mut words = cur.cksum;
+                    words[ZIL_ZC_SEQ] += 1;
+                    let next = alloc_block(ctx, bucket(left + (ZIL_CHAIN_SIZE + PAD_MIN) as u64), words)?;
+                    allocated.push(next.clone());
+                    pad_block(&mut body, cur.lsize as usize, &mut seq);
+                    blocks.push((cur.clone(), std::mem::take(&mut body)));
+                    cur = next;
+                }
+                left -= r.len() as u64;
+                seq += 1;
+                r[24..32].copy_from_slice(&seq.to_le_bytes());
+                body.extend_from_slice(r);
+            }
+            let mut words = cur.cksum;
+            words[ZIL_ZC_SEQ] += 1;
+            let size = bucket(self.last_bytes.max(total) + (ZIL_CHAIN_SIZE + PAD_MIN) as u64);
+            let tail = alloc_block(ctx, size, words)?;
+            pad_block(&mut body, cur.lsize as usize, &mut seq);
+            blocks.push((cur.clone(), std::mem::take(&mut body)));
+            Ok(tail)
+        })();
+        let tail = match r {
+            Ok(t) => t,
+            Err(e) => {
+                // Out of space for log blocks: give back what this commit took, sync instead.
+                let mut ms = ctx.ms.lock();
+                for bp in allocated {
+                    let d = bp.dva[0];
+                    ms.free(d.vdev, d.offset, d.asize, ctx.txg, ctx.txg);
+                }
+                let _ = e;
+                return Ok(Prepared::Sync);
+            }
+        };
+        let mut out = Vec::with_capacity(blocks.len());
+        for (i, (bp, recs)) in blocks.iter().enumerate() {
+            let next = blocks.get(i + 1).map(|b| b.0.clone()).unwrap_or_else(|| tail.clone());
+            let block = zil::encode_log_block(bp.lsize as usize, recs, &next, bp.cksum, slim).map_err(|e| ZfsError::Invalid(format!("zil block: {e}")))?;
+            out.push((bp.clone(), block));
+            self.lwbs.push_back(Lwb { bp: bp.clone(), alloc_txg: ctx.txg, max_txg });
+        }
+        self.lr_seq = seq;
+        self.last_bytes = total;
+        self.tail = Some(tail);
+        self.open.clear();
+        self.older.clear();
+        self.dirty = true;
+        Ok(Prepared::Write(out))
+    }
+
+    /// A commit's write failed: the chain may have a hole, so it is dropped (its blocks freed
+    /// at the next quiesce) and the next commit starts a new one; the caller syncs the txg.
+    pub fn write_failed(&mut self) {
+        self.to_free.extend(self.lwbs.drain(..).map(|l| l.bp));
+        self.to_free.extend(self.tail.take());
+        self.dirty = true;
+    }
+}
+
+/// The smallest padding record (a TX_TRUNCATE: `lr_t` and three words).
+const PAD_MIN: usize = 56;
+
+/// Pad a slim block's records so that `zc_nused` is a multiple of ZIL_MIN_BLKSZ. Readers
+/// disagree on what the embedded checksum of a slim block covers: OpenZFS (since build 141)
+/// the used bytes rounded up to ZIL_MIN_BLKSZ, zfs-fuse (older) exactly `zc_nused`; with
+/// `zc_nused` on a boundary both cover the same bytes. The padding is one TX_TRUNCATE of
+/// object 0 in txg 1, with the next sequence number (sequences must grow, zil_parse; zdb
+/// wants a txg): every replay skips a record of a txg before its claim (no pool claims in
+/// txg 1, which its creation syncs) before looking at it.
+fn pad_block(body: &mut Vec<u8>, lsize: usize, seq: &mut u64) {
+    let nused = ZIL_CHAIN_SIZE + body.len();
+    let mut pad = nused.div_ceil(ZIL_MIN_BLKSZ as usize) * ZIL_MIN_BLKSZ as usize - nused;
+    if pad == 0 {
+        return;
+    }
+    if pad < PAD_MIN {
+        pad += ZIL_MIN_BLKSZ as usize;
+    }
+    debug_assert!(nused + pad <= lsize, "padding fits: {nused} + {pad} > {lsize}");
+    *seq += 1;
+    let mut r = vec![0u8; pad];
+    r[0..8].copy_from_slice(&zil::TX_TRUNCATE.to_le_bytes());
+    r[8..16].copy_from_slice(&(pad as u64).to_le_bytes());
+    r[16..24].copy_from_slice(&1u64.to_le_bytes());
+    r[24..32].copy_from_slice(&seq.to_le_bytes());
+    body.extend_from_slice(&r);
+}
+
+/// Allocate a log block of `size` bytes in the open txg: on a log device when there is one,
+/// else in the normal class (zio_alloc_zil); its bp carries `words` as the checksum verifier.
+fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPointer> {
+    let min_alloc = ctx.root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+    let mut alloc = PoolAlloc { ms: ctx.ms, root: ctx.root, min_alloc };
+    let class = if ctx.ms.lock().has_class(AllocClass::Log) { AllocClass::Log } else { AllocClass::Normal };
+    let dva = alloc.alloc_dva(class, size, ctx.txg, &[]).ok_or_else(|| ZfsError::Posix(libc::ENOSPC, "no space for an intent log block".into()))?;
+    let mut bp = BlockPointer {
+        lsize: size,
+        psize: size,
+        compress: oxzfs_format::compress::ZIO_COMPRESS_OFF,
+        checksum: zil::log_block_checksum(ctx.spa_version),
+        typ: oxzfs_format::types::DMU_OT_INTENT_LOG,
+        level: 0,
+        little_endian: true,
+        birth: ctx.txg,
+        fill: 0,
+        cksum: words,
+        ..Default::default()
+    };
+    bp.dva[0] = dva;
+    Ok(bp)
+}
+
+/// Write a commit's blocks and flush the top-level vdevs holding them.
+pub fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> Result<()> {
+    let mut tops: Vec<u64> = Vec::new();
+    for (bp, data) in blocks {
+        crate::zio::write_dvas(root, bp, data)?;
+        for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+            if !tops.contains(&d.vdev) {
+                tops.push(d.vdev);
+            }
+        }
+    }
+    for t in tops {
+        if let Some(top) = root.children.get(t as usize) {
+            top.flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// A chain as read from disk (zil_parse): every block the header or a trailer names, in
+/// order, the first that does not verify included (it is allocated too, the chain's tail),
+/// with the records of those that verified.
+#[derive(Debug, Default)]
+pub struct Chain {
+    pub blocks: Vec<(BlockPointer, Vec<LogRecord>)>,
+    /// A record that did not decode: where, and the error (the walk stops there).
+    pub bad_record: Option<String>,
+}
+
+/// Walk the chain from `head`, reading at most `limit` blocks.
+pub fn parse_chain(ctx: &ZioCtx, head: &BlockPointer, limit: usize) -> Chain {
+    let mut out = Chain::default();
+    let mut bp = head.clone();
+    let mut seen = std::collections::HashSet::new();
+    while !bp.is_hole() && out.blocks.len() < limit {
+        if !seen.insert((bp.dva[0].vdev, bp.dva[0].offset)) {
+            break;
+        }
+        out.blocks.push((bp.clone(), Vec::new()));
+        if bp.dva[0].is_empty() || bp.lsize == 0 || bp.lsize > 16 << 20 {
+            break;
+        }
+        let slim = bp.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
+        let want = bp.cksum;
+        let verify = |d: &[u8]| zil::decode_log_block(d, want, slim).is_ok();
+        let Ok(data) = crate::zio::read_dva(ctx, &bp.dva[0], bp.psize, &verify) else { break };
+        let Ok(block) = zil::decode_log_block(&data, want, slim) else { break };
+        let mut recs = Vec::new();
+        for r in zil::records(block.records, block.le) {
+            match r {
+                Ok(r) => recs.push(r),
+                Err(e) => {
+                    out.bad_record = Some(format!("log block seq {} at vdev {} offset {:#x}, record {}: {e}", bp.cksum[ZIL_ZC_SEQ], bp.dva[0].vdev, bp.dva[0].offset, recs.len() + 1));
+                    out.blocks.last_mut().expect("pushed").1 = recs;
+                    return out;
+                }
+            }
+        }
+        out.blocks.last_mut().expect("pushed").1 = recs;
+        bp = block.next;
+    }
+    out
+}
