@@ -162,6 +162,22 @@ impl Metaslabs {
         }
     }
 
+    /// Free an intent-log block. Unlike `free`, an allocation still pending (made in the
+    /// txg being synced, not in the space map yet) is not handed back at once: the sync under
+    /// way could then write over it before its uberblock lands, and a crash would find the
+    /// log block destroyed while the previous uberblock's chain still needs it. It is held
+    /// for the two deferred txgs instead (and never reaches the space map).
+    pub fn free_held(&mut self, vdev: u64, offset: u64, asize: u64) {
+        let g = &mut self.groups[vdev as usize];
+        let m = &mut g.ms[(offset >> g.ms_shift) as usize];
+        if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
+            m.pend_alloc.remove(i);
+            m.freeing.push((offset, asize));
+        } else {
+            m.pend_free.push((offset, asize));
+        }
+    }
+
     pub fn sync(&mut self, txg: u64, pass: u64) -> Vec<MsSync> {
         let mut out = Vec::new();
         for (gi, g) in self.groups.iter_mut().enumerate() {

@@ -127,6 +127,52 @@ impl PoolW {
         Quiesced { txg, jobs, keep, dead }
     }
 
+    /// What a commit of dataset `dsobj`'s intent log has to do (`zil::Zilog::prepare`), under
+    /// the write state: its records packed into blocks allocated in the open txg.
+    pub fn zil_prepare(&mut self, dsobj: u64) -> Result<crate::zil::Prepared> {
+        self.check_suspended()?;
+        let (txg, synced, version) = (self.txg, self.synced_txg, self.version);
+        let ms = self.ms.clone();
+        let root = self.spa.root_vdev.clone();
+        let os = self.objset(dsobj)?;
+        if os.props.sync == 2 {
+            return Ok(crate::zil::Prepared::Nothing);
+        }
+        let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj };
+        let mut zil = std::mem::take(&mut os.zil);
+        let mut hdr = os.phys.zil_header.clone();
+        let tp = os.props.logbias_throughput;
+        let r = zil.prepare(&ctx, &mut hdr, tp, &mut |foid, off, len| match os.read(foid, off, len as usize) {
+            Ok(d) => Ok(Some(d)),
+            Err(ZfsError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        });
+        os.zil = zil;
+        os.phys.zil_header = hdr;
+        r
+    }
+
+    /// zil_commit for a caller that holds the pool alone (no sync thread): the log written
+    /// here, or the txg synced inline.
+    pub fn zil_commit(&mut self, dsobj: u64) -> Result<()> {
+        use crate::zil::Prepared;
+        loop {
+            match self.zil_prepare(dsobj)? {
+                Prepared::Nothing => return Ok(()),
+                Prepared::Sync => return self.sync(),
+                Prepared::Create => self.sync()?,
+                Prepared::Write(blocks) => {
+                    let root = self.spa.root_vdev.clone();
+                    if crate::zil::write_blocks(&root, &blocks).is_ok() {
+                        return Ok(());
+                    }
+                    self.objset(dsobj)?.zil.write_failed();
+                    return self.sync();
+                }
+            }
+        }
+    }
+
     fn sync_env(&self) -> SyncEnv {
         SyncEnv {
             spa: self.spa.clone(),
@@ -154,7 +200,12 @@ impl PoolW {
             let bp = job.bp_synced();
             // zil_sync: log blocks whose records this txg holds.
             for zbp in std::mem::take(&mut job.zil_free) {
-                self.free_bp(&zbp, txg)?;
+                let mut dvas = Vec::new();
+                crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &root, salt: &spa.checksum_salt }, &zbp, &mut dvas)?;
+                let mut ms = self.ms.lock();
+                for d in dvas {
+                    ms.free_held(d.vdev, d.offset, d.asize);
+                }
             }
             let ds = self.datasets.get_mut(&id).expect("a quiesced dataset stays open until synced");
             ds.os.install(job);
@@ -616,43 +667,24 @@ impl PoolHandle {
     /// records written to the intent log and the log's devices flushed; a txg sync where the
     /// log cannot say it (see `zil`). sync=disabled: nothing to do.
     pub fn zil_commit(&self, dsobj: u64) -> Result<()> {
+        use crate::zil::Prepared;
         loop {
             let commit = unpoison(self.commit.lock());
-            let step = {
+            let (step, root) = {
                 let mut w = self.lock_open();
-                w.check_suspended()?;
-                let (txg, synced, version) = (w.txg, w.synced_txg, w.version);
-                let ms = w.ms.clone();
-                let root = w.spa.root_vdev.clone();
-                let os = w.objset(dsobj)?;
-                if os.props.sync == 2 {
-                    return Ok(());
-                }
-                let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj };
-                let mut zil = std::mem::take(&mut os.zil);
-                let mut hdr = os.phys.zil_header.clone();
-                let tp = os.props.logbias_throughput;
-                let r = zil.prepare(&ctx, &mut hdr, tp, &mut |foid, off, len| match os.read(foid, off, len as usize) {
-                    Ok(d) => Ok(Some(d)),
-                    Err(ZfsError::NotFound(_)) => Ok(None),
-                    Err(e) => Err(e),
-                });
-                os.zil = zil;
-                os.phys.zil_header = hdr;
-                r?
+                (w.zil_prepare(dsobj)?, w.spa.root_vdev.clone())
             };
             match step {
-                crate::zil::Prepared::Nothing => return Ok(()),
-                crate::zil::Prepared::Sync => {
+                Prepared::Nothing => return Ok(()),
+                Prepared::Sync => {
                     drop(commit);
                     return self.sync_now();
                 }
-                crate::zil::Prepared::Create => {
+                Prepared::Create => {
                     drop(commit);
                     self.sync_now()?;
                 }
-                crate::zil::Prepared::Write(blocks) => {
-                    let root = self.lock_open().spa.root_vdev.clone();
+                Prepared::Write(blocks) => {
                     if crate::zil::write_blocks(&root, &blocks).is_ok() {
                         return Ok(());
                     }
@@ -665,13 +697,6 @@ impl PoolHandle {
                     return self.sync_now();
                 }
             }
-        }
-    }
-
-    /// Log a change of dataset `dsobj` (after it was made in the open txg).
-    pub fn zil_itx(&self, dsobj: u64, itx: crate::zil::Itx) {
-        if let Ok(os) = self.lock_open().objset(dsobj) {
-            os.zil.itx(itx);
         }
     }
 

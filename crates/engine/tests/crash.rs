@@ -55,7 +55,7 @@ const LAYOUTS: &[Layout] = &[
 
 // ------------------------------------------------------------------------------------ model
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Node {
     dir: bool,
     data: Vec<u8>,
@@ -64,6 +64,13 @@ struct Node {
 
 /// Path ("d1/f3") → node; the root is "".
 type Model = BTreeMap<String, Node>;
+
+fn digest(m: &Model) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    m.hash(&mut h);
+    h.finish()
+}
 
 fn parent_of(p: &str) -> &str {
     p.rsplit_once('/').map_or("", |(a, _)| a)
@@ -121,6 +128,11 @@ impl Fs {
         let cand = oxzfs::spa::choose(&scan, POOL).map_err(e2s)?;
         let mut pw = PoolW::open(cand, 32 << 20, "oxzfs-crash").map_err(e2s)?;
         pw.fs_init = oxzfs::zplw::init_fs;
+        // The intent log a crash left is replayed before the file system is used.
+        let rep = oxzfs::zfs_replay::replay_pool(&mut pw).map_err(|e| format!("replay: {e}"))?;
+        if let Some(r) = rep.refused.first() {
+            return Err(format!("replay refused: {r}"));
+        }
         let dsobj = pw.find_dataset(POOL).map_err(e2s)?.ok_or("no root dataset")?;
         let os = pw.objset(dsobj).map_err(e2s)?;
         let info = zplw::open_fs(os, os.props.recordsize).map_err(e2s)?;
@@ -369,6 +381,13 @@ struct Run {
     states: BTreeMap<u64, Model>,
     synced: u64,
     log: Vec<String>,
+    /// The model's digest after each operation since the last acknowledged fsync (a txg sync
+    /// or an intent-log commit that returned), that one first: what a replay may recover.
+    since_ack: Vec<u64>,
+    /// The model at the last acknowledged fsync.
+    acked: Model,
+    /// Intent-log commits that returned.
+    commits: u64,
 }
 
 /// Run `nops` random operations, syncing at each "fsync" and at the end. With a machine, the
@@ -376,7 +395,7 @@ struct Run {
 /// among its last ones, where the uberblocks are), or after the last operation before the final
 /// sync (a kill -9: the open txg is lost). Stops at the first failed I/O (the crash).
 fn workload(fs: &mut Fs, model: &mut Model, m: Option<&SimMachine>, rng: &mut SimRng, nops: usize) -> Result<Run, String> {
-    let mut run = Run { states: BTreeMap::new(), synced: fs.pw.txg - 1, log: Vec::new() };
+    let mut run = Run { states: BTreeMap::new(), synced: fs.pw.txg - 1, log: Vec::new(), since_ack: vec![digest(model)], acked: model.clone(), commits: 0 };
     run.states.insert(fs.pw.txg - 1, model.clone());
     let mut last_sync_ops: u64 = 60;
     // The sync to crash in (counted from 0), or None for a kill -9 after the last operation.
@@ -391,6 +410,32 @@ fn workload(fs: &mut Fs, model: &mut Model, m: Option<&SimMachine>, rng: &mut Si
         if what != "fsync" {
             if !what.is_empty() {
                 run.log.push(what);
+                run.since_ack.push(digest(model));
+            }
+            continue;
+        }
+        // Half the fsyncs before the last commit the intent log (zil_commit): only the log
+        // blocks are written; the txg stays open.
+        if i < nops && rng.chance(1, 2) {
+            run.log.push(format!("zil_commit (txg {} open)", fs.pw.txg));
+            match fs.pw.zil_commit(fs.dsobj) {
+                Ok(()) => {
+                    run.commits += 1;
+                    run.since_ack = vec![digest(model)];
+                    run.acked = model.clone();
+                    // A commit that synced the txg (an xattr change has no record) acknowledged it.
+                    if fs.pw.synced_txg > run.synced {
+                        run.synced = fs.pw.synced_txg;
+                        run.states.insert(fs.pw.synced_txg, model.clone());
+                    }
+                }
+                Err(e) => {
+                    if m.is_some_and(|m| m.crashed()) {
+                        run.log.push(format!("crashed in a zil_commit: {e}"));
+                        return Ok(run);
+                    }
+                    return Err(format!("zil_commit failed without a crash: {e}"));
+                }
             }
             continue;
         }
@@ -417,6 +462,8 @@ fn workload(fs: &mut Fs, model: &mut Model, m: Option<&SimMachine>, rng: &mut Si
         match fs.pw.sync() {
             Ok(()) => {
                 run.synced = txg;
+                run.since_ack = vec![digest(model)];
+                run.acked = model.clone();
                 if let Some(m) = m {
                     last_sync_ops = m.ops() - before;
                 }
@@ -462,6 +509,8 @@ struct Tally {
     torn: u64,
     zdb: u64,
     zdb_export: u64,
+    /// Intent-log commits acknowledged before crashes (each checked after replay).
+    commits: u64,
 }
 
 /// Boot, open read-write, run a workload that may crash, cut the power with a random fault,
@@ -488,8 +537,30 @@ fn crash_round(dir: &Path, paths: &[PathBuf], model: Model, rng: &mut SimRng, no
         zdb_check(dir).map_err(|e| ctx(format!("zdb after the crash: {e}")))?;
     }
     let _m = boot(paths, 512);
-    let (txg, got) = check_import(dir, &run, "after the crash").map_err(ctx)?;
+    let (txg, _) = check_import(dir, &run, "after the crash").map_err(ctx)?;
     tally.at_inflight += (txg > run.synced) as u64;
+    // A read-write import replays the intent log: every acknowledged fsync is back, and
+    // nothing but a state the workload passed through after it.
+    let got = check_replay(dir, &run).map_err(ctx)?;
+    tally.commits += run.commits;
+    Ok(got)
+}
+
+/// Import read-write (which replays the log and syncs), then read what it left: the model at
+/// the last acknowledged fsync or at one of the operations after it.
+fn check_replay(dir: &Path, run: &Run) -> Result<Model, String> {
+    drop(Fs::open(dir).map_err(|e| format!("read-write import (replay): {e}"))?);
+    let (txg, got) = import_ro(dir)?;
+    let d = digest(&got);
+    if !run.since_ack.contains(&d) {
+        return Err(format!(
+            "after replay (txg {txg}): content is not the last acknowledged fsync's nor a later one ({} states after it): {}\n  acked: {}\n  read:  {}",
+            run.since_ack.len() - 1,
+            first_diff(&run.acked, &got),
+            describe(&run.acked),
+            describe(&got)
+        ));
+    }
     Ok(got)
 }
 
