@@ -12,12 +12,18 @@ Workloads:
   seq-read    the same file read back in 1 MiB reads                     MB/s
   rand-read   4 KiB reads at random offsets of that file                  IOPS
   fsync-write 4 KiB writes, each followed by fsync                        ops/s
+  raw-disk fsync-write  the same by fio, on a file in the directory of the target's device
+              file (the disk under the pools' vdev files), right after fsync-write  ops/s
   create/stat/delete  N small files (N = 10000, 2000 with --quick)        ops/s each
   walk        os.walk + lstat of the tree of small files                  entries/s
-Needs root (loop devices, mounts). oxzfs is target/release/oxzfs (built if missing).
+Needs root (loop devices, mounts). oxzfs is target/release/oxzfs (built if missing); fio is
+installed with apt-get if missing. Below the table, oxzfs's fsync-write as a fraction of the raw
+disk's (the fio row of the oxzfs column).
 """
 import argparse
+import contextlib
 import datetime
+import json
 import os
 import platform
 import random
@@ -157,6 +163,31 @@ class ZfsFuse(Target):
 TARGETS = {"oxzfs": Oxzfs, "zfs-fuse": ZfsFuse, "ext4": Ext4, "btrfs": Btrfs}
 
 
+RAW = "raw-disk fsync-write 4K ops/s (fio)"
+
+
+def ensure_fio():
+    if shutil.which("fio") is None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        if subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], env=env, capture_output=True).returncode != 0:
+            sh("apt-get", "update", "-qq", env=env)
+            sh("apt-get", "install", "-y", "-qq", "fio", env=env)
+
+
+def fio_fsync_rate(directory, n):
+    """N writes of 4 KiB, each followed by fsync, by fio on a new file in DIRECTORY (the one the
+    target's device file lives in): the raw disk's fsync rate, in ops/s."""
+    ensure_fio()
+    path = os.path.join(directory, "fio-fsync.dat")
+    try:
+        r = sh("fio", "--name=raw-fsync", f"--filename={path}", "--rw=write", "--bs=4k", f"--size={n * 4096}",
+               "--ioengine=sync", "--fsync=1", "--output-format=json")
+        return json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]["write"]["iops"]
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def workloads(t, quick):
     out = {}
     big = (128 if quick else 512) << 20
@@ -195,6 +226,7 @@ def workloads(t, quick):
         os.fsync(fd)
     out["fsync-write 4K ops/s"] = n / (time.perf_counter() - start)
     os.close(fd)
+    out[RAW] = fio_fsync_rate(t.work, 250 if quick else 1000)
     nfiles = 2000 if quick else 10000
     tree = os.path.join(t.mnt, "tree")
     os.mkdir(tree)
@@ -256,7 +288,9 @@ def main(argv):
     lines = [head, "|" + "---|" * (1 + len(names) + len(refs))]
     for row in rows:
         cells = [f"{results[n][row]:.1f}" if n in results else "error" for n in names]
-        ratios = [f"{results['oxzfs'][row] / results[r][row]:.2f}" if "oxzfs" in results and results[r][row] else "-" for r in refs]
+        # the raw disk's row is the same disk under every target: no ratio
+        ratios = [f"{results['oxzfs'][row] / results[r][row]:.2f}"
+                  if "oxzfs" in results and results[r][row] and row != RAW else "-" for r in refs]
         lines.append(f"| {row} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
     report = [f"# Benchmarks, {datetime.date.today().isoformat()}", "",
@@ -264,6 +298,10 @@ def main(argv):
               f"Command: `sudo python3 bench/run.py {' '.join(argv[1:])}`", "",
               "Higher is better everywhere. Each file system sits on one sparse file of "
               f"{a.size_mib} MiB on the same disk (kernel file systems through a loop device).", ""] + lines
+    ox = results.get("oxzfs", {})
+    if ox.get(RAW):
+        report += ["", f"oxzfs 4K write+fsync: {ox['fsync-write 4K ops/s']:.1f} ops/s, "
+                   f"{ox['fsync-write 4K ops/s'] / ox[RAW]:.3f} of the raw disk's {ox[RAW]:.1f} (fio)."]
     for n, e in errors.items():
         report.append(f"\n{n}: failed: {e}")
     text = "\n".join(report) + "\n"
