@@ -263,3 +263,40 @@ def test_oxzfs_replays_a_log_zfs_fuse_left(runner, work_dir):
     assert not bad, f"oxzfs's replay of zfs-fuse's log differs: {bad[:10]}"
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_log_device_added_and_removed(runner):
+    """zpool add POOL log DEV gives the log a device of its own; zpool remove takes it out
+    while the pool serves (its log blocks synced away first): the pool keeps its data and
+    its other vdevs, zdb is clean, fsync goes on working; a data vdev is refused, named."""
+    ox, base = runner("addrm")
+    pool, alt, vdir = "zlogrm", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 4, 256)
+    r = ox.zpool("create", "-R", alt, pool, "mirror", devs[0], devs[1])
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    r = ox.zpool("add", pool, "log", "mirror", devs[2], devs[3])
+    assert r.returncode == 0, repr(r)
+    st = ox.zpool("status", pool).stdout
+    assert "logs" in st and os.path.basename(devs[2]) in st, st
+    root = os.path.join(alt, pool)
+    want = logged_workload(root, 5, nfiles=12)[-1]
+    r = ox.zpool("remove", pool, "mirror-0")
+    assert r.returncode != 0 and "only log devices can be removed" in r.stderr, repr(r)
+    r = ox.zpool("remove", pool, "mirror-1")
+    assert r.returncode == 0, repr(r)
+    st = ox.zpool("status", pool).stdout
+    assert "logs" not in st and os.path.basename(devs[2]) not in st, st
+    with open(os.path.join(root, "after-removal"), "wb") as f:
+        f.write(b"still logged")
+        f.flush()
+        os.fsync(f.fileno())
+    want["after-removal"] = ("f", 0o644, b"still logged")
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    got = tree(root)
+    bad = sorted(k for k in set(want) | set(got) if got.get(k) != want.get(k))
+    assert not bad, f"differs after the log device's removal: {bad[:10]}"
+    assert ox.export(pool).returncode == 0

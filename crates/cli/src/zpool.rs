@@ -25,6 +25,7 @@ pub enum Verb {
     Create,
     Destroy,
     Add,
+    Remove,
     List,
     Iostat,
     Status,
@@ -42,6 +43,7 @@ impl Verb {
             Verb::Create => CREATE_USAGE,
             Verb::Destroy => DESTROY_USAGE,
             Verb::Add => ADD_USAGE,
+            Verb::Remove => REMOVE_USAGE,
             Verb::List => ZPOOL_LIST_USAGE,
             Verb::Iostat => IOSTAT_USAGE,
             Verb::Status => STATUS_USAGE,
@@ -59,6 +61,7 @@ impl Verb {
             Verb::Create => create(st, args, cwd),
             Verb::Destroy => destroy(st, args),
             Verb::Add => add(st, args, cwd),
+            Verb::Remove => remove(st, args),
             Verb::List => list(st, args),
             Verb::Iostat => iostat(st, args),
             Verb::Status => status(st, args),
@@ -1108,17 +1111,73 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
     dirs.extend(spec.all_devices().iter().filter_map(|d| d.parent().map(|p| p.to_path_buf())));
     dirs.sort();
     dirs.dedup();
-    match h.reopen(&dirs) {
-        Ok(spa) => {
-            let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
-            let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), &dirs);
-            *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
-            *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            imp.pool = pool;
-            (String::new(), String::new(), 0)
-        }
+    match reopen(imp, &h, &dirs) {
+        Ok(()) => (String::new(), String::new(), 0),
         Err(e) => err_out(e, &format!("cannot add to '{name}': reopening the pool")),
     }
+}
+
+/// Open the pool again from its devices in `dirs` after its vdev tree changed (zpool add,
+/// remove), keeping its mounts and cache file.
+fn reopen(imp: &mut Imported, h: &PoolHandle, dirs: &[PathBuf]) -> Result<(), ZfsError> {
+    let spa = h.reopen(dirs)?;
+    let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
+    let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), dirs);
+    *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
+    *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    imp.pool = pool;
+    Ok(())
+}
+
+const REMOVE_USAGE: &str = "usage:\n\tremove [-npsw] <pool> <device> ...\n\tremove -s <pool>\n";
+
+/// `zpool remove POOL DEVICE...`: log devices (OpenZFS removes those without evacuation).
+pub fn remove(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "npsw") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{REMOVE_USAGE}"), 2),
+    };
+    let Some(name) = o.operands.first().cloned() else {
+        return (String::new(), format!("missing pool name argument\n{REMOVE_USAGE}"), 2);
+    };
+    if o.has('s') {
+        return (String::new(), format!("cannot cancel removal on '{name}': no removal in progress\n"), 1);
+    }
+    if o.operands.len() < 2 {
+        return (String::new(), format!("missing device\n{REMOVE_USAGE}"), 2);
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+    };
+    let Some(h) = imp.rw.clone() else {
+        return (String::new(), format!("cannot remove devices from '{name}': pool is read-only\n"), 1);
+    };
+    for dev in &o.operands[1..] {
+        // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
+        let root = imp.pool.spa.root_vdev.clone();
+        let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let top = root.children.iter().find(|t| {
+            t.display_name() == *dev || t.guid.to_string() == *dev || t.leaves().iter().any(|l| l.guid.to_string() == *dev || l.path.as_deref().is_some_and(|p| p == dev || base(p) == *dev))
+        });
+        let Some(top) = top else {
+            return (String::new(), format!("cannot remove {dev}: no such device in pool\n"), 1);
+        };
+        if o.has('n') {
+            continue;
+        }
+        let id = top.id;
+        if let Err(e) = h.lock().remove_log_vdev(id) {
+            let m = e.to_string();
+            return (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("cannot remove {dev}: {m}") }), 1);
+        }
+        let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+        dirs.sort();
+        dirs.dedup();
+        if let Err(e) = reopen(imp, &h, &dirs) {
+            return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
+        }
+    }
+    (String::new(), String::new(), 0)
 }
 
 /// `zpool set prop=value POOL`

@@ -48,6 +48,7 @@ pub mod spa_create;
 pub mod spa_load;
 pub mod txg;
 pub mod spa_config;
+pub mod vdev_removal;
 pub mod zfs_znode;
 pub mod zpl;
 pub mod zplw;

@@ -74,6 +74,8 @@ fn remove(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
 
 struct Group {
     class: AllocClass,
+    /// Being removed: allocates nothing.
+    retired: bool,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -109,15 +111,38 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
     }
 
-    /// Whether some top-level vdev belongs to `class`.
+    /// Whether some top-level vdev belongs to `class` (and takes allocations).
     pub fn has_class(&self, class: AllocClass) -> bool {
-        self.groups.iter().any(|g| g.class == class)
+        self.groups.iter().any(|g| g.class == class && !g.retired)
+    }
+
+    /// Top-level vdev `vdev` allocates nothing more (it is being removed).
+    pub fn retire_group(&mut self, vdev: u64) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = true;
+        }
+    }
+
+    /// (bytes allocated or held, space map objects) of top-level vdev `vdev`.
+    pub fn group_usage(&self, vdev: u64) -> (u64, Vec<u64>) {
+        let Some(g) = self.groups.get(vdev as usize) else { return (0, Vec::new()) };
+        let mut used = 0i64;
+        let mut sms = Vec::new();
+        for m in &g.ms {
+            used += m.phys.alloc;
+            used += m.pend_alloc.iter().map(|a| a.1 as i64).sum::<i64>();
+            used += m.defer.iter().flatten().chain(m.freeing.iter()).map(|(_, l)| *l as i64).sum::<i64>();
+            if m.sm_object != 0 {
+                sms.push(m.sm_object);
+            }
+        }
+        (used.max(0) as u64, sms)
     }
 
     /// Allocate from a top-level vdev of `class`, rotating over them. `avoid` lists the
@@ -128,7 +153,7 @@ impl Metaslabs {
         for pass in 0..3 {
             for k in 0..n {
                 let g = (self.rotor + k) % n;
-                if self.groups[g].class != class || (pass == 0 && avoid.iter().any(|a| a.0 == g as u64)) {
+                if self.groups[g].class != class || self.groups[g].retired || (pass == 0 && avoid.iter().any(|a| a.0 == g as u64)) {
                     continue;
                 }
                 let asize = asize_of(g as u64);
@@ -407,7 +432,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {

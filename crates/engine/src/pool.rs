@@ -703,7 +703,7 @@ pub fn import_listing(scan: &ScanResult) -> String {
         let destroyed = c.pool_state == 2;
         let _ = writeln!(s, "  state: {}{}", state, if destroyed { " (DESTROYED)" } else { "" });
         let missing_leaf = c.root.leaves().iter().any(|l| l.dev.is_none());
-        let missing_top = c.root.children.iter().any(|t| t.kind == VdevKind::Hole && t.guid == 0);
+        let missing_top = c.root.children.iter().any(|t| t.is_missing_top());
         let version = c.config.get_u64("version").unwrap_or(0);
         let unsupported = c.problems.iter().find(|p| p.contains("unsupported vdev type"));
         let mut msgid = None;

@@ -245,6 +245,7 @@ fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
             }
         }
     }
+    let holes: Vec<u64> = config.get_u64_array("hole_array").map(|a| a.to_vec()).unwrap_or_default();
     let nchildren = config.get_u64("vdev_children").unwrap_or(tops.keys().max().map_or(1, |m| m + 1)).min(1024);
     let mut problems = Vec::new();
     let mut children = Vec::new();
@@ -257,6 +258,8 @@ fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
                     children.push(missing_top(id));
                 }
             },
+            // Ids the config lists as holes (removed top-level vdevs) are not missing.
+            None if holes.contains(&id) => children.push(hole_top(id)),
             None => children.push(missing_top(id)),
         }
     }
@@ -282,12 +285,20 @@ fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
         }
     }
     for top in &root.children {
-        if top.kind == VdevKind::Hole && top.guid == 0 {
+        if top.is_missing_top() {
             missing.push((0, format!("top-level vdev {}", top.id)));
         }
     }
     let state = root_state(&root).as_str().to_string();
     PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing }
+}
+
+fn hole_top(id: u64) -> Arc<Vdev> {
+    let mut v = missing_top(id);
+    if let Some(m) = Arc::get_mut(&mut v) {
+        m.path = Some(crate::vdev::HOLE.to_string());
+    }
+    v
 }
 
 fn missing_top(id: u64) -> Arc<Vdev> {
@@ -312,7 +323,7 @@ fn missing_top(id: u64) -> Arc<Vdev> {
 pub fn root_state(root: &Vdev) -> VdevState {
     let mut st = VdevState::Online;
     for top in &root.children {
-        if top.kind == VdevKind::Hole && top.guid == 0 {
+        if top.is_missing_top() {
             return VdevState::Unavail;
         }
         match top.state() {

@@ -64,6 +64,12 @@ impl PoolW {
         if let Some(tree) = c.get_nvlist("vdev_tree").cloned() {
             let mut tree = tree;
             if let Some(NvValue::NvListArray(children)) = tree.get("children").cloned() {
+                // spa_config_generate: the ids of hole vdevs (removed top-level vdevs), so
+                // an import assembling the tree from labels knows them for holes, not missing.
+                let holes: Vec<u64> = children.iter().filter(|ch| ch.get_str("type") == Some("hole")).filter_map(|ch| ch.get_u64("id")).collect();
+                if !holes.is_empty() {
+                    c.insert("hole_array", NvValue::Uint64Array(holes));
+                }
                 let children: Vec<NvList> = children
                     .into_iter()
                     .enumerate()
@@ -118,6 +124,9 @@ impl PoolW {
                 c.add_str("hostname", &self.hostname);
                 c.add_u64("top_guid", top_guid);
                 c.add_u64("guid", guid);
+                if let Some(h) = full.get("hole_array") {
+                    c.insert("hole_array", h.clone());
+                }
                 c.add_u64("vdev_children", tops.len() as u64);
                 // The vdev ZAPs are the MOS config's alone (vdev_config_generate's VDEV_CONFIG_MOS).
                 let mut top_label = top_nv.clone();

@@ -272,7 +272,9 @@ impl PoolW {
             magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,
             version: self.version,
             txg,
-            guid_sum: guid_sum(&root),
+            // vdev_guid_sum over the tree the config now has (a vdev just added or removed is
+            // in the config before the pool reopens over it).
+            guid_sum: self.config_guid_sum().unwrap_or_else(|| guid_sum(&root)),
             timestamp: now(),
             rootbp_raw: rootbp.encode(true),
             software_version: 5000,
@@ -295,6 +297,16 @@ impl PoolW {
             }
         }
         Ok(UbWrite { txg, root, rootbp, config_dirty, even, odd, ubs })
+    }
+
+    /// The sum of every vdev guid in the config's tree, the root's (the pool guid) included.
+    fn config_guid_sum(&self) -> Option<u64> {
+        fn sum(nv: &oxzfs_format::nvlist::NvList) -> u64 {
+            nv.get_nvlist_array("children").unwrap_or_default().iter().fold(nv.get_u64("guid").unwrap_or(0), |a, c| a.wrapping_add(sum(c)))
+        }
+        let tree = self.config_nv.get_nvlist("vdev_tree")?;
+        let kids = tree.get_nvlist_array("children").unwrap_or_default();
+        Some(kids.iter().fold(self.spa.guid, |a, c| a.wrapping_add(sum(c))))
     }
 
     /// After the uberblock of `ub` is on disk: deferred frees move on, the synced root is
@@ -374,7 +386,7 @@ impl PoolW {
 pub(crate) fn run_job(env: &SyncEnv, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, job: &mut SyncJob, pass: u32, is_mos: bool, txg: u64, keep: u64) -> Result<(BlockPointer, Vec<BlockPointer>)> {
     let root = env.spa.root_vdev.clone();
     let dsize = |bp: &BlockPointer| dsize_of(&root, bp);
-    let min_alloc = root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+    let min_alloc = crate::vdev::min_alloc(&root);
     let mut ctx = SyncCtx {
         spa: &env.spa,
         alloc: &mut PoolAlloc { ms, root: &root, min_alloc },

@@ -163,6 +163,10 @@ pub enum VdevKind {
     ReplacingOrSpare(String),
 }
 
+/// The `path` of a hole vdev: the place of a removed top-level vdev, which keeps the ids of the
+/// others (a missing device's placeholder has none).
+pub const HOLE: &str = "hole";
+
 /// One node of the vdev tree.
 pub struct Vdev {
     pub id: u64,
@@ -236,6 +240,8 @@ impl Vdev {
                 let found = devices.get(&guid);
                 (nv.get_str("path").map(|s| s.to_string()), found.map(|(_, d)| d.clone()))
             }
+            // A removed top-level vdev's place (not a missing device).
+            VdevKind::Hole if typ == "hole" => (Some(HOLE.to_string()), None),
             _ => (None, None),
         };
         Ok(Arc::new(Vdev {
@@ -269,6 +275,11 @@ impl Vdev {
     }
 
     /// The name `zpool status` prints: `mirror-0`, `raidz2-1`, or the leaf's path.
+    /// A top-level vdev the config names but no device was found for (not a hole).
+    pub fn is_missing_top(&self) -> bool {
+        self.kind == VdevKind::Hole && self.guid == 0 && self.path.as_deref() != Some(HOLE)
+    }
+
     pub fn display_name(&self) -> String {
         match &self.kind {
             VdevKind::Root => "root".into(),
@@ -485,6 +496,12 @@ pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
     let mut asize = ((psize - 1) >> ashift) + 1;
     asize += nparity * asize.div_ceil(cols - nparity);
     asize.div_ceil(nparity + 1) * (nparity + 1) << ashift
+}
+
+/// The smallest allocation of the pool: one sector of its top-level vdev with the smallest
+/// ashift (holes, which have none, left out).
+pub fn min_alloc(root: &Vdev) -> u64 {
+    root.children.iter().filter(|c| c.kind != VdevKind::Hole && c.ashift > 0).map(|c| 1u64 << c.ashift).min().unwrap_or(512)
 }
 
 pub(crate) fn guid_sum(v: &Vdev) -> u64 {

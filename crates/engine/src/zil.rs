@@ -379,7 +379,7 @@ fn pad_block(body: &mut Vec<u8>, lsize: usize, seq: &mut u64) {
 /// Allocate a log block of `size` bytes in the open txg: on a log device when there is one,
 /// else in the normal class (zio_alloc_zil); its bp carries `words` as the checksum verifier.
 fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPointer> {
-    let min_alloc = ctx.root.children.iter().map(|c| 1u64 << c.ashift).min().unwrap_or(512);
+    let min_alloc = crate::vdev::min_alloc(ctx.root);
     let mut alloc = PoolAlloc { ms: ctx.ms, root: ctx.root, min_alloc };
     let class = if ctx.ms.lock().has_class(AllocClass::Log) { AllocClass::Log } else { AllocClass::Normal };
     let dva = alloc.alloc_dva(class, size, ctx.txg, &[]).ok_or_else(|| ZfsError::Posix(libc::ENOSPC, "no space for an intent log block".into()))?;
