@@ -26,6 +26,15 @@ ZPOOL = {
         'usage:\n'
         '\tadd [-fgLnP] [-o property=value] <pool> <vdev> ...\n'
     ),
+    "remove": (
+        'usage:\n'
+        '\tremove [-npsw] <pool> <device> ...\n'
+        '\tremove -s <pool>\n'
+    ),
+    "sync": (
+        'usage:\n'
+        '\tsync [pool] ...\n'
+    ),
     "list": (
         'usage:\n'
         '\tlist [-gHLpPv] [-o property[,...]] [-T d|u] [pool] ... \n'

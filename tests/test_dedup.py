@@ -164,7 +164,9 @@ def test_dedup_table_follows_references(lid, ashift, version, extra, props, oxzf
     root = os.path.join(alt, pool)
     for rel, recs in files.items():
         write_file(os.path.join(root, rel), recs)
-    # zpool's dedupratio: ddt_get_pool_dedup_ratio (referenced / allocated, truncated to 1/100).
+    # zpool's dedupratio: ddt_get_pool_dedup_ratio (referenced / allocated, truncated to 1/100),
+    # of the dedup table as synced (fsync writes the intent log, not the table).
+    assert oxzfs.zpool("sync", pool).returncode == 0
     want_objs, want_hist = expected_ddt(files, checksum)
     allocated = sum(b for b, _ in want_hist.values())
     referenced = sum(rf for _, rf in want_hist.values())

@@ -51,7 +51,7 @@ def write_synced(path, data, at=0):
     with open(path, "wb") as f:
         f.seek(at)
         f.write(data)
-        os.fsync(f.fileno())  # a txg sync: what zpool get reports next is on disk
+        os.fsync(f.fileno())
 
 
 def fill(root):
@@ -242,6 +242,11 @@ def hole_lines(out):
 def test_hole_birth_holes_pass_zdb(oxzfs):
     """Holes punched, truncated away and overwritten with zeros after the data was synced keep
     their birth txg (zdb lists them with B=), zdb is clean, and every byte reads back."""
+    # Each step in a txg of its own (fsync alone writes the intent log): holes made later than
+    # the blocks they replace carry a birth txg.
+    def txg_sync():
+        assert oxzfs.zpool("sync", pool).returncode == 0
+
     pool = "fhole"
     vdir, alt, root = new_pool(oxzfs, pool, "hole", 1, size_mib=256)
     assert oxzfs.zfs("create", "-o", "recordsize=8K", f"{pool}/h").returncode == 0
@@ -255,10 +260,12 @@ def test_hole_birth_holes_pass_zdb(oxzfs):
             f.write(data)
             os.fsync(f.fileno())
         model[name] = data
+    txg_sync()
     fd = os.open(os.path.join(d, "punched"), os.O_RDWR)
     punch(fd, 1 << 20, 1 << 20)                 # whole L0s, and whole L1s (128 8K blocks each)
     punch(fd, (2 << 20) + 100, 5000)           # inside one block: zeroed in place
     os.fsync(fd)
+    txg_sync()
     os.close(fd)
     model["punched"][1 << 20:2 << 20] = bytes(1 << 20)
     model["punched"][(2 << 20) + 100:(2 << 20) + 5100] = bytes(5000)

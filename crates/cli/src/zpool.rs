@@ -26,6 +26,7 @@ pub enum Verb {
     Destroy,
     Add,
     Remove,
+    Sync,
     List,
     Iostat,
     Status,
@@ -44,6 +45,7 @@ impl Verb {
             Verb::Destroy => DESTROY_USAGE,
             Verb::Add => ADD_USAGE,
             Verb::Remove => REMOVE_USAGE,
+            Verb::Sync => SYNC_USAGE,
             Verb::List => ZPOOL_LIST_USAGE,
             Verb::Iostat => IOSTAT_USAGE,
             Verb::Status => STATUS_USAGE,
@@ -62,6 +64,7 @@ impl Verb {
             Verb::Destroy => destroy(st, args),
             Verb::Add => add(st, args, cwd),
             Verb::Remove => remove(st, args),
+            Verb::Sync => sync(st, args),
             Verb::List => list(st, args),
             Verb::Iostat => iostat(st, args),
             Verb::Status => status(st, args),
@@ -1127,6 +1130,29 @@ fn reopen(imp: &mut Imported, h: &PoolHandle, dirs: &[PathBuf]) -> Result<(), Zf
     *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
     imp.pool = pool;
     Ok(())
+}
+
+const SYNC_USAGE: &str = "usage:\n\tsync [pool] ...\n";
+
+/// `zpool sync [POOL]...`: every change made so far is written in a txg (all imported pools
+/// when none is named), as OpenZFS's spa_sync through zpool_sync_one.
+pub fn sync(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "") {
+        Ok(o) => o,
+        Err(e) => return (String::new(), format!("{e}\n{SYNC_USAGE}"), 2),
+    };
+    let names: Vec<String> = if o.operands.is_empty() { st.pools.keys().cloned().collect() } else { o.operands.clone() };
+    for name in names {
+        let Some(imp) = st.pools.get(&name) else {
+            return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+        };
+        if let Some(h) = &imp.rw {
+            if let Err(e) = h.sync_now() {
+                return err_out(e, &format!("cannot sync '{name}'"));
+            }
+        }
+    }
+    (String::new(), String::new(), 0)
 }
 
 const REMOVE_USAGE: &str = "usage:\n\tremove [-npsw] <pool> <device> ...\n\tremove -s <pool>\n";

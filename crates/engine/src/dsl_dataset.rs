@@ -288,8 +288,9 @@ impl PoolW {
         if !self.mos.zap(dp.snapnames_zapobj)?.entries.is_empty() {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
         }
-        // Free the objset's blocks (all born after the origin).
+        // Free the objset's blocks (all born after the origin), its intent log's first.
         self.release_reservations(dir)?;
+        self.zil_destroy(ds)?;
         self.sync()?;
         self.datasets.remove(&ds);
         let dp = self.ds_phys(ds)?;

@@ -104,6 +104,27 @@ impl PoolW {
         }
     }
 
+    /// zil_destroy for dataset `ds` (destroy, rollback): its chain is freed by the next sync and
+    /// its header emptied; a chain a crash left and no replay took is read to find its blocks
+    /// (those of synced txgs, or all once claimed: the others were never allocated).
+    pub fn zil_destroy(&mut self, ds: u64) -> crate::Result<()> {
+        let synced = self.synced_txg;
+        let spa = self.spa.clone();
+        let os = self.objset(ds)?;
+        if !os.zil.foreign {
+            os.zil.close();
+            return Ok(());
+        }
+        let hdr = os.phys.zil_header.clone();
+        let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt };
+        let chain = crate::zil::parse_chain(&ctx, &hdr.log, 1 << 20);
+        let blocks = chain.blocks.into_iter().map(|(bp, _)| bp).filter(|bp| hdr.claim_txg != 0 || bp.birth <= synced).collect();
+        os.phys.zil_header = oxzfs_format::objset::ZilHeaderPhys::empty();
+        os.zil.drop_replayed(blocks);
+        os.zil.replay_error = None;
+        Ok(())
+    }
+
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
         self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty())

@@ -336,6 +336,8 @@ impl PoolW {
         let (fs, _) = name.split_once('@').ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': operation only applies to snapshots")))?;
         let snap = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': dataset does not exist")))?;
         let head = self.find_dataset(fs)?.expect("the snapshot's file system exists");
+        // The head's intent log goes with the state it logs (zil_destroy).
+        self.zil_destroy(head)?;
         self.sync()?;
         let mut hp = self.ds_phys(head)?;
         if hp.prev_snap_obj != snap {
