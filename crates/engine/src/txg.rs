@@ -133,12 +133,13 @@ impl PoolW {
         self.check_suspended()?;
         let (txg, synced, version) = (self.txg, self.synced_txg, self.version);
         let ms = self.ms.clone();
+        let pool_size = self.ms_out.unwrap_or_else(|| ms.lock().space_totals()).0;
         let root = self.spa.root_vdev.clone();
         let os = self.objset(dsobj)?;
         if os.props.sync == 2 {
             return Ok(crate::zil::Prepared::Nothing);
         }
-        let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj };
+        let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj, pool_size };
         let mut zil = std::mem::take(&mut os.zil);
         let mut hdr = os.phys.zil_header.clone();
         let tp = os.props.logbias_throughput;

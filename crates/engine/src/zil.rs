@@ -85,6 +85,8 @@ pub struct Zilog {
     pub dirty: bool,
     /// Size of the last commit's blocks, for the size of the next tail.
     last_bytes: u64,
+    /// Bytes of the log blocks not yet freed.
+    live_bytes: u64,
     /// The log on disk is not this Zilog's (left by a crash and not replayed): never log into
     /// it; commits sync the txg.
     pub foreign: bool,
@@ -115,6 +117,8 @@ pub struct CommitCtx<'a> {
     pub synced: u64,
     pub spa_version: u64,
     pub objset: u64,
+    /// The pool's allocatable bytes.
+    pub pool_size: u64,
 }
 
 /// The smallest block size of OpenZFS's zil_block_buckets that holds `bytes`.
@@ -135,7 +139,8 @@ impl Zilog {
             return;
         }
         if let (Itx::Write { foid, offset, length }, Some(Itx::Write { foid: lf, offset: lo, length: ll })) = (&itx, self.open.last_mut()) {
-            if *foid == *lf && *offset == *lo + *ll {
+            // (Not past zfs_immediate_write_sz: a write that big is one the log does not copy.)
+            if *foid == *lf && *offset == *lo + *ll && *ll + *length < crate::tunables::immediate_write_sz() {
                 *ll += *length;
                 return;
             }
@@ -165,7 +170,9 @@ impl Zilog {
             if l.alloc_txg > txg || l.max_txg > txg {
                 break;
             }
-            freed.push(self.lwbs.pop_front().expect("front").bp);
+            let bp = self.lwbs.pop_front().expect("front").bp;
+            self.live_bytes = self.live_bytes.saturating_sub(bp.lsize);
+            freed.push(bp);
         }
         let head = match (self.lwbs.front(), &self.tail) {
             (Some(l), _) => l.bp.clone(),
@@ -194,6 +201,7 @@ impl Zilog {
             return;
         }
         self.to_free.extend(self.lwbs.drain(..).map(|l| l.bp));
+        self.live_bytes = 0;
         self.to_free.extend(self.tail.take());
         self.open.clear();
         self.older.clear();
@@ -220,16 +228,23 @@ impl Zilog {
             return Ok(Prepared::Sync);
         }
         let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).collect();
+        // zfs_log_write's choice: a write of zfs_immediate_write_sz or more goes to its final
+        // block rather than into the log (WR_INDIRECT) when there is no log device, and any
+        // write under logbias=throughput; oxzfs writes no indirect records, so it syncs the txg.
+        let slog = ctx.ms.lock().has_class(AllocClass::Log);
+        let big = crate::tunables::immediate_write_sz();
         let mut bytes = 0u64;
         for (_, itx) in &itxs {
             bytes += match itx {
                 Itx::Sync => return Ok(Prepared::Sync),
-                Itx::Write { length, .. } if logbias_throughput && *length >= crate::tunables::immediate_write_sz() => return Ok(Prepared::Sync),
+                Itx::Write { length, .. } if (logbias_throughput || !slog) && *length >= big => return Ok(Prepared::Sync),
                 Itx::Write { length, .. } => length + 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
                 Itx::Rec { .. } => 256,
             };
         }
-        if bytes > ZIL_COMMIT_MAX {
+        // The log's blocks live until their txg syncs: past a share of the pool (or a large
+        // commit) the txg is synced instead, which frees them.
+        if bytes > ZIL_COMMIT_MAX || self.live_bytes + bytes > (ctx.pool_size / 16).max(ZIL_MAX_BLKSZ * 8) {
             return Ok(Prepared::Sync);
         }
         let slim = ctx.spa_version >= 23;
@@ -328,6 +343,7 @@ impl Zilog {
             let block = zil::encode_log_block(bp.lsize as usize, recs, &next, bp.cksum, slim).map_err(|e| ZfsError::Invalid(format!("zil block: {e}")))?;
             out.push((bp.clone(), block));
             self.lwbs.push_back(Lwb { bp: bp.clone(), alloc_txg: ctx.txg, max_txg });
+            self.live_bytes += bp.lsize;
         }
         self.lr_seq = seq;
         self.last_bytes = total;
@@ -342,6 +358,7 @@ impl Zilog {
     /// at the next quiesce) and the next commit starts a new one; the caller syncs the txg.
     pub fn write_failed(&mut self) {
         self.to_free.extend(self.lwbs.drain(..).map(|l| l.bp));
+        self.live_bytes = 0;
         self.to_free.extend(self.tail.take());
         self.dirty = true;
     }
