@@ -153,6 +153,25 @@ impl PoolW {
         r
     }
 
+    /// Start dataset `dsobj`'s intent-log chain ahead of its first fsync (at mount): true when
+    /// a first block was allocated and the header names it — the caller syncs that txg, which
+    /// the first fsync would otherwise wait for.
+    pub fn zil_open(&mut self, dsobj: u64) -> Result<bool> {
+        let (txg, synced, version) = (self.txg, self.synced_txg, self.version);
+        let ms = self.ms.clone();
+        let pool_size = self.ms_out.unwrap_or_else(|| ms.lock().space_totals()).0;
+        let root = self.spa.root_vdev.clone();
+        let os = self.objset(dsobj)?;
+        if os.props.sync == 2 || os.props.readonly || !os.zil.can_create(&os.phys.zil_header) {
+            return Ok(false);
+        }
+        let ctx = crate::zil::CommitCtx { ms: &ms, root: &root, txg, synced, spa_version: version, objset: dsobj, pool_size };
+        let mut hdr = os.phys.zil_header.clone();
+        let r = os.zil.create(&ctx, &mut hdr, 4096);
+        os.phys.zil_header = hdr;
+        r.map(|_| true)
+    }
+
     /// zil_commit for a caller that holds the pool alone (no sync thread): the log written
     /// here, or the txg synced inline.
     pub fn zil_commit(&mut self, dsobj: u64) -> Result<()> {
@@ -711,6 +730,18 @@ impl PoolHandle {
                 }
             }
         }
+    }
+
+    /// `PoolW::zil_open` and the sync it asks for (a mount's, before it serves).
+    pub fn zil_open(&self, dsobj: u64) -> Result<()> {
+        let created = {
+            let _c = unpoison(self.commit.lock());
+            self.lock_open().zil_open(dsobj)?
+        };
+        if created {
+            self.sync_now()?;
+        }
+        Ok(())
     }
 
     /// The write throttle before a change (dmu_tx_wait/dmu_tx_delay): past the sync threshold

@@ -254,13 +254,7 @@ impl Zilog {
                 self.foreign = true;
                 return Ok(Prepared::Sync);
             }
-            // zil_create: a new chain (new guid), its first block named by the header.
-            let words = [crate::zio::rand_u64(), crate::zio::rand_u64(), ctx.objset, 1];
-            let bp = alloc_block(ctx, bucket(bytes + ZIL_CHAIN_SIZE as u64), words)?;
-            *header = ZilHeaderPhys::empty();
-            header.log = bp.clone();
-            self.tail = Some(bp);
-            self.dirty = true;
+            self.create(ctx, header, bytes)?;
             return Ok(Prepared::Create);
         }
         // The records, in order, with their txg (the sequence is set as they are packed).
@@ -354,6 +348,23 @@ impl Zilog {
         Ok(Prepared::Write(out))
     }
 
+    /// zil_create: a new chain (new guid), its first block (sized for `bytes`) allocated in the
+    /// open txg and named by the header; usable once that txg is synced.
+    pub fn create(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, bytes: u64) -> Result<()> {
+        let words = [crate::zio::rand_u64(), crate::zio::rand_u64(), ctx.objset, 1];
+        let bp = alloc_block(ctx, bucket(bytes + (ZIL_CHAIN_SIZE + PAD_MIN) as u64), words)?;
+        *header = ZilHeaderPhys::empty();
+        header.log = bp.clone();
+        self.tail = Some(bp);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Whether `create` may start a chain: none in memory, none on disk, none left by a crash.
+    pub fn can_create(&self, header: &ZilHeaderPhys) -> bool {
+        self.tail.is_none() && !self.foreign && header.log.is_hole()
+    }
+
     /// A commit's write failed: the chain may have a hole, so it is dropped (its blocks freed
     /// at the next quiesce) and the next commit starts a new one; the caller syncs the txg.
     pub fn write_failed(&mut self) {
@@ -421,8 +432,9 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
 pub fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> Result<()> {
     let mut tops: Vec<u64> = Vec::new();
     for (bp, data) in blocks {
-        crate::zio::write_dvas(root, bp, data)?;
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+            let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("log block on vdev {}", d.vdev)))?;
+            top.write_parallel(d.offset, data)?;
             if !tops.contains(&d.vdev) {
                 tops.push(d.vdev);
             }
@@ -430,7 +442,7 @@ pub fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> Result<(
     }
     for t in tops {
         if let Some(top) = root.children.get(t as usize) {
-            top.flush()?;
+            top.flush_parallel()?;
         }
     }
     Ok(())

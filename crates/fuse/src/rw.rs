@@ -882,6 +882,8 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     std::fs::create_dir_all(mountpoint)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}': failed to create mountpoint '{}': {e}", mountpoint.display())))?;
     let info = pool.with_fs(dsobj, |os, _| zplw::open_fs_drained(os))?;
+    // The intent log's chain starts now, not at the first fsync (zil_create syncs a txg).
+    pool.zil_open(dsobj)?;
     let root = info.root;
     let (prefetch, rx) = sync_channel(PREFETCH_QUEUE);
     let rx = Arc::new(Mutex::new(rx));
