@@ -549,6 +549,8 @@ def test_zpool_iostat_and_list_v_classes_and_cache(oxzfs):
         f.write(os.urandom(8 << 20))
         f.flush()
         os.fsync(f.fileno())
+    # fsync put the file in the intent log (on the log device); the txg puts it in the raidz.
+    assert oxzfs.zpool("sync", pool).returncode == 0
     r = oxzfs.zpool("iostat", "-vp", pool)
     assert r.returncode == 0, repr(r)
     rows = [ln.split() for ln in r.stdout.splitlines()[3:-1]]
