@@ -6,7 +6,10 @@ oxzfs replays one zfs-fuse left; a log block with a bad checksum ends the chain.
 import os
 import random
 import re
+import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -107,6 +110,19 @@ def crash_after_fsyncs(ox, pool, alt, devs, seed, create_opts=(), layout=("mirro
     return snaps
 
 
+def reimport_matches(ox, pool, alt, dirs, want, what, extra=()):
+    """Import the pool (read-write, `extra` options), check its files are `want`, export it and
+    check it with OpenZFS's zdb."""
+    r = ox.run("zpool", "import", *extra, *[a for d in dirs for a in ("-d", d)], "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    got = tree(os.path.join(alt, pool))
+    bad = sorted(k for k in set(want) | set(got) if got.get(k) != want.get(k))
+    assert not bad, f"{what}: {bad[:10]}"
+    assert ox.export(pool).returncode == 0
+    zdb_check(dirs[0], pool)
+
+
 @pytest.fixture
 def runner(oxzfs_bin, work_dir, request):
     made = []
@@ -160,6 +176,45 @@ def test_fsync_survives_kill9_through_the_log(runner):
     assert ox2.export(pool).returncode == 0
     zdb_check(vdir, pool)
     assert zdb_intent_log(vdir, pool)[0] == {}, "the replayed log was not freed"
+
+
+@pytest.mark.parametrize("logdev", [False, True], ids=["pool", "throughput"])
+def test_large_writes_logged_indirect(runner, logdev):
+    """A write of zfs_immediate_write_sz or more goes to its final block and the log record
+    points at it (WR_INDIRECT): without a log device, and with one under logbias=throughput.
+    OpenZFS's zdb shows the records with their blkptr and finds the crashed pool clean; the
+    import replays every byte."""
+    ox, base = runner("indirect")
+    pool, alt, vdir = "zlogind", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 2, 256)
+    layout = (devs[0], "log", devs[1]) if logdev else (devs[0],)
+    r = ox.zpool("create", "-R", alt, pool, *layout)
+    assert r.returncode == 0, repr(r)
+    if logdev:
+        assert ox.zfs("set", "logbias=throughput", pool).returncode == 0
+    assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+    root = os.path.join(alt, pool)
+    rng = random.Random(11)
+    fd = os.open(os.path.join(root, "big"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        for _ in range(24):
+            os.pwrite(fd, os.urandom(rng.choice((32768, 65536, 131072, 300000))), rng.randrange(0, 4 << 20))
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    with open(os.path.join(root, "small"), "wb") as f:
+        f.write(os.urandom(3000))
+        f.flush()
+        os.fsync(f.fileno())
+    want = tree(root)
+    ox.kill9()
+    unmount_below(alt)
+    # (zdb prints an indirect record's block pointer, and reads the block, from -iiiii on.)
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-iiiii", pool], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("has blkptr, will claim") >= 24, r.stdout[-3000:]
+    zdb_check(vdir, pool)
+    reimport_matches(ox, pool, alt, [vdir], want, "differs after replay")
 
 
 def test_bad_log_block_ends_the_chain(runner):
@@ -240,7 +295,6 @@ def test_oxzfs_replays_a_log_zfs_fuse_left(runner, work_dir):
         for _ in range(100):
             if not subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True).stdout:
                 break
-            import time
             time.sleep(0.1)
         unmount_below(zalt)
         subprocess.run(["umount", "-l", mp], capture_output=True)
@@ -301,3 +355,116 @@ def test_log_device_added_and_removed(runner):
     bad = sorted(k for k in set(want) | set(got) if got.get(k) != want.get(k))
     assert not bad, f"differs after the log device's removal: {bad[:10]}"
     assert ox.export(pool).returncode == 0
+
+
+def test_missing_log_device_import_m(runner):
+    """A log device lost with the machine: `zpool import` refuses as OpenZFS does, naming the
+    device and `-m`; `zpool import -m` imports the pool DEGRADED with the log UNAVAIL, at the
+    state its last txg left (the records on the lost device are gone), new fsyncs go to the
+    pool, `zpool remove` takes the lost device out, and zdb finds the pool clean."""
+    ox, base = runner("missing")
+    pool, alt, vdir = "zlogmiss", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 3, 256)
+    snaps = crash_after_fsyncs(ox, pool, alt, [devs[2]], 6, layout=("mirror", devs[0], devs[1], "log"))
+    os.unlink(devs[2])
+    for ro in ((), ("-o", "readonly=on")):
+        r = ox.run("zpool", "import", *ro, "-d", vdir, "-R", alt, pool)
+        assert r.returncode != 0, repr(r)
+        assert "The devices below are missing or corrupted, use '-m' to import the pool anyway:" in r.stderr, repr(r)
+        assert f"{devs[2]} [log]" in r.stderr, repr(r)
+        assert f"cannot import '{pool}': one or more devices is currently unavailable" in r.stderr, repr(r)
+    r = ox.run("zpool", "import", "-m", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    st = ox.zpool("status", pool).stdout
+    assert " state: DEGRADED" in st and re.search(rf"UNAVAIL .*was {re.escape(devs[2])}", st), st
+    assert "One or more devices could not be opened" in st, st
+    root = os.path.join(alt, pool)
+    got = tree(root)
+    assert got == {} or got in snaps[:-1], "after import -m the file system is not at a state it had"
+    assert len(got) < len(snaps[-1]), "records on the missing log device were replayed?"
+    with open(os.path.join(root, "after"), "wb") as f:
+        f.write(b"logged in the pool")
+        f.flush()
+        os.fsync(f.fileno())
+    r = ox.zpool("remove", pool, devs[2])
+    assert r.returncode == 0, repr(r)
+    st = ox.zpool("status", pool).stdout
+    assert " state: ONLINE" in st and "logs" not in st, st
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
+class NbdDisk:
+    """A file served by nbdkit through its error filter, shown as a plain file by nbdfuse:
+    every request fails (EIO) while the file `inject` exists, as a dying disk's would."""
+
+    def __init__(self, d, size_mib):
+        for tool in ("nbdkit", "nbdfuse"):
+            if not shutil.which(tool):
+                pytest.fail(f"{tool} is not installed (apt-get install nbdkit libnbd-bin; scripts/install-deps.sh does)", pytrace=False)
+        self.dir, self.mnt = d, os.path.join(d, "mnt")
+        os.makedirs(self.mnt)
+        back = os.path.join(d, "back.img")
+        with open(back, "wb") as f:
+            f.truncate(size_mib << 20)
+        self.inject = os.path.join(d, "inject")
+        self.path = os.path.join(self.mnt, "disk")
+        pidfile = os.path.join(d, "nbdfuse.pid")
+        self.proc = subprocess.Popen(
+            ["nbdfuse", "-P", pidfile, self.path, "--command", "nbdkit", "-s", "--filter=error", "file", back,
+             "error-rate=100%", f"error-file={self.inject}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 20
+        while not (os.path.exists(pidfile) and os.path.exists(self.path)):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.close()
+                pytest.fail(f"nbdfuse did not come up (exit {self.proc.poll()})", pytrace=False)
+            time.sleep(0.05)
+
+    def fail(self):
+        open(self.inject, "w").close()
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", "-z", self.mnt], capture_output=True)
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def test_failing_log_device_falls_back_to_the_pool(runner):
+    """A log device that starts failing under fsync: no fsync reports an error, the device's
+    write errors show in `zpool status`, later commits go to the pool, and after a kill -9
+    every file fsync'd before and after the failure comes back (`zpool import -m`, the dead
+    device being unreadable too)."""
+    ox, base = runner("failing")
+    pool, alt, vdir = "zlogfail", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 2, 256)
+    disk = NbdDisk(os.path.join(base, "nbd"), 128)
+    try:
+        r = ox.zpool("create", "-R", alt, pool, "mirror", *devs, "log", disk.path)
+        assert r.returncode == 0, repr(r)
+        assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+        root = os.path.join(alt, pool)
+        rng = random.Random(7)
+        for i in range(30):
+            if i == 10:
+                disk.fail()
+            with open(os.path.join(root, f"f{i}"), "wb") as f:
+                f.write(os.urandom(rng.choice((100, 4096, 5000))))
+                f.flush()
+                os.fsync(f.fileno())
+        want = tree(root)
+        st = ox.zpool("status", pool).stdout
+        m = re.search(rf"{re.escape(disk.path)}\s+\S+\s+\d+\s+(\d+)\s+\d+", st)
+        assert m and int(m.group(1)) > 0, f"no write errors on the failing log device:\n{st}"
+        ox.kill9()
+        unmount_below(alt)
+        r = ox.run("zpool", "import", "-d", vdir, "-d", disk.mnt, "-R", alt, pool)
+        assert r.returncode != 0 and "use '-m'" in r.stderr, repr(r)
+        reimport_matches(ox, pool, alt, [vdir, disk.mnt], want, "fsync'd files lost or changed after the log device failed", extra=("-m",))
+    finally:
+        unmount_below(alt)
+        disk.close()

@@ -229,8 +229,9 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                 continue;
             }
         }
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone(), missing_log: o.has('m') };
         if !readonly {
-            match import_rw(&dirs, &which, new_name.as_deref(), altroot.clone(), o.has('f')) {
+            match import_rw(&dirs, &which, &opts) {
                 Ok((pool, h)) => {
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
@@ -240,19 +241,16 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
                 }
                 Err(e) => {
-                    let msg = e.to_string();
-                    out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                    out.1.push_str(&line(import_failure(&which, e)));
                     out.2 = 1;
                 }
             }
             continue;
         }
-        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone() };
         let pool = match Pool::import(&dirs, &which, &opts) {
             Ok(p) => p,
             Err(e) => {
-                let msg = e.to_string();
-                out.1.push_str(&line(if msg.starts_with("cannot") { msg } else { format!("cannot import '{which}': {msg}") }));
+                out.1.push_str(&line(import_failure(&which, e)));
                 out.2 = 1;
                 continue;
             }
@@ -948,9 +946,22 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
 
 /// Import a pool read-write: the write state and the read view over the same Spa.
 /// `new_name`: import under that name (written into the labels and MOS config at once).
-pub fn import_rw(dirs: &[PathBuf], which: &str, new_name: Option<&str>, altroot: Option<PathBuf>, _force: bool) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+/// What `zpool import` says when a pool cannot be imported (its own words when the engine
+/// gave them, as zpool_import_props prints them).
+fn import_failure(which: &str, e: ZfsError) -> String {
+    let msg = e.to_string();
+    if msg.starts_with("cannot") || msg.starts_with("The devices below") {
+        msg
+    } else {
+        format!("cannot import '{which}': {msg}")
+    }
+}
+
+pub fn import_rw(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<(Arc<Pool>, Arc<PoolHandle>), ZfsError> {
+    let (new_name, altroot) = (opts.new_name.as_deref(), opts.altroot.clone());
     let mut scan = spa::scan(dirs);
     let cand = oxzfs::spa::choose_as(&mut scan, which, new_name)?;
+    cand.missing_log_ok = opts.missing_log;
     let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
     pw.fs_init = oxzfs::zplw::init_fs;
     // The intent logs a crash left: claimed and replayed before anything mounts.

@@ -103,6 +103,9 @@ pub struct DirtyObj {
     pub freed: bool,
     /// Whole blocks punched out (become holes at sync).
     pub holes: std::collections::BTreeSet<u64>,
+    /// Blocks an intent-log commit already wrote where they belong (dmu_sync's override):
+    /// blkid → their bp, which the sync installs instead of writing the block again.
+    pub overrides: BTreeMap<u64, BlockPointer>,
 }
 
 /// Space accounting of what a sync wrote and freed (for the dataset and dsl_dir).
@@ -403,13 +406,78 @@ impl ObjsetW {
     pub fn dirty_obj(&mut self, obj: u64) -> Result<&mut DirtyObj> {
         if !self.dirty.contains_key(&obj) {
             let dn = self.dnode(obj)?;
-            self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() });
+            self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default(), overrides: BTreeMap::new() });
         }
         let d = self.dirty.get_mut(&obj).expect("just inserted");
         if d.freed {
             return Err(ZfsError::NotFound(format!("object {obj} (freed)")));
         }
         Ok(d)
+    }
+
+    /// Blocks `range` of `obj` change again after a commit wrote them (dbuf_unoverride): the
+    /// sync writes them anew, and the blocks the commit wrote are freed when this txg syncs
+    /// (a log record names them until then).
+    fn unoverride(&mut self, obj: u64, range: std::ops::RangeInclusive<u64>) {
+        let Some(d) = self.dirty.get_mut(&obj) else { return };
+        if d.overrides.is_empty() {
+            return;
+        }
+        let keys: Vec<u64> = d.overrides.range(range).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some(bp) = d.overrides.remove(&k) {
+                self.zil.free_at_sync(bp);
+            }
+        }
+    }
+
+    /// Drop every override of the open txg: a commit's writes failed (the sync writes the
+    /// blocks itself).
+    pub fn unoverride_all(&mut self) {
+        let objs: Vec<u64> = self.dirty.iter().filter(|(_, d)| !d.overrides.is_empty()).map(|(o, _)| *o).collect();
+        for o in objs {
+            self.unoverride(o, 0..=u64::MAX);
+        }
+    }
+
+    /// dmu_sync: write block `blkid` of `obj`, dirty in the open txg `txg`, to where it
+    /// belongs now, for an intent-log record to point at (WR_INDIRECT). Returns its bp and
+    /// the physical bytes the caller writes (empty when an earlier commit of this txg wrote
+    /// it); None when the block is not one to point at (not dirty, all zeros, small enough
+    /// to embed, deduplicated, no contiguous space). The txg's sync installs the bp rather
+    /// than writing the block again.
+    pub fn dmu_sync(&mut self, obj: u64, blkid: u64, txg: u64, env: PolicyEnv, alloc: &mut dyn DvaAllocator) -> Result<Option<(BlockPointer, Vec<u8>)>> {
+        let Some(d) = self.dirty.get(&obj) else { return Ok(None) };
+        if let Some(bp) = d.overrides.get(&blkid) {
+            return Ok(Some((bp.clone(), Vec::new())));
+        }
+        let Some(data) = d.blocks.get(&blkid) else { return Ok(None) };
+        let dn = &d.dn;
+        let p = write_policy(&self.props, env, dn.typ, 0, types::ot_is_metadata(dn.typ), dn.data_block_size(), dn.compress, dn.checksum);
+        if p.dedup {
+            return Ok(None);
+        }
+        let (bp, phys) = match zio::prepare(&self.spa.checksum_salt, alloc.min_alloc(), data, &p, txg)? {
+            zio::Prepared::Hole | zio::Prepared::Embedded(_) => return Ok(None),
+            zio::Prepared::Block { mut bp, phys } => {
+                let mut got: Vec<oxzfs_format::blkptr::Dva> = Vec::new();
+                for _ in 0..p.copies.clamp(1, 3) {
+                    match alloc.alloc_dva(p.class, phys.len() as u64, txg, &got) {
+                        Some(dva) => got.push(dva),
+                        None => break,
+                    }
+                }
+                if got.is_empty() {
+                    return Ok(None);
+                }
+                for (i, dva) in got.into_iter().enumerate() {
+                    bp.dva[i] = dva;
+                }
+                (bp, phys)
+            }
+        };
+        self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, bp.clone());
+        Ok(Some((bp, phys)))
     }
 
     /// The next object allocated is the first free one from `obj` on (replay recreates an
@@ -464,7 +532,7 @@ impl ObjsetW {
             bonus: vec![0u8; bonuslen],
             spill: None,
         };
-        self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default() });
+        self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default(), overrides: BTreeMap::new() });
         Ok(obj)
     }
 
@@ -497,6 +565,7 @@ impl ObjsetW {
 
     /// Free object `obj` at sync (all its blocks).
     pub fn free_object(&mut self, obj: u64) -> Result<()> {
+        self.unoverride(obj, 0..=u64::MAX);
         let d = self.dirty_obj(obj)?;
         d.freed = true;
         d.blocks.clear();
@@ -643,6 +712,7 @@ impl ObjsetW {
             } else {
                 Some(self.read_l0(obj, &dn, blkid)?)
             };
+            self.unoverride(obj, blkid..=blkid);
             let d = self.dirty_obj(obj)?;
             d.holes.remove(&blkid);
             let fresh = !have;
@@ -670,6 +740,7 @@ impl ObjsetW {
         let dn = self.dnode(obj)?;
         let bs = dn.data_block_size();
         let first_free = offset.div_ceil(bs);
+        self.unoverride(obj, offset / bs..=u64::MAX);
         if offset % bs != 0 && offset / bs <= dn.maxblkid {
             let blkid = offset / bs;
             let mut b = self.read_l0(obj, &dn, blkid)?;
@@ -696,6 +767,7 @@ impl ObjsetW {
             let boff = pos % bs;
             let n = (bs - boff).min(end - pos);
             if boff == 0 && n == bs {
+                self.unoverride(obj, blkid..=blkid);
                 let d = self.dirty_obj(obj)?;
                 d.blocks.remove(&blkid);
                 d.holes.insert(blkid);
@@ -717,6 +789,7 @@ impl ObjsetW {
             return Err(ZfsError::Invalid(format!("object {obj}: block size change with {} blocks", dn.maxblkid + 1)));
         }
         let old = self.read_l0(obj, &dn, 0)?;
+        self.unoverride(obj, 0..=u64::MAX);
         let d = self.dirty_obj(obj)?;
         // The grown block is dirty whole (what was counted for the old one is already in).
         let counted = if d.blocks.contains_key(&0) { dn.data_block_size() } else { 0 };
@@ -941,10 +1014,10 @@ impl SyncJob {
                 let (blocks, trunc_from) = encode_zap(&mut dn, z)?;
                 self.zaps.push((obj, z.clone()));
                 let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
-                sync_tree(self, ctx, &mut dn, &blocks, trunc_from, &d.holes, props, None)?;
+                sync_tree(self, ctx, &mut dn, &blocks, trunc_from, &d.holes, props, None, &BTreeMap::new())?;
             } else {
                 let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
-                sync_tree(self, ctx, &mut dn, &d.blocks, d.trunc_from, &d.holes, props, None)?;
+                sync_tree(self, ctx, &mut dn, &d.blocks, d.trunc_from, &d.holes, props, None, &d.overrides)?;
             }
             if let Some(spill) = frozen.spills.get(&obj) {
                 sync_spill(self, ctx, &mut dn, spill.clone())?;
@@ -1002,7 +1075,7 @@ impl SyncJob {
         }
         self.synced = dnodes;
         let props = self.block_props(ctx, types::DMU_OT_DNODE, 0, true, DNODE_BLOCK_SIZE, 0, 0);
-        sync_tree(self, ctx, &mut md, &md_blocks, None, &Default::default(), props, Some(&fills))?;
+        sync_tree(self, ctx, &mut md, &md_blocks, None, &Default::default(), props, Some(&fills), &BTreeMap::new())?;
         self.phys.meta_dnode = md;
         // The objset block itself.
         let bytes = self.phys.encode(OBJSET_SIZE);
@@ -1047,55 +1120,71 @@ impl SyncJob {
     /// The zio properties of a block of this objset (dmu_write_policy).
     #[allow(clippy::too_many_arguments)]
     fn block_props(&self, ctx: &SyncCtx, typ: u8, level: u8, meta: bool, blksz: u64, dn_compress: u8, dn_checksum: u8) -> WriteProps {
-        let md_compress = if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
-        let ismd = meta || level > 0;
-        let (mut checksum, mut compress, mut copies) = (self.props.checksum, self.props.compress, self.props.copies);
-        if dn_checksum != 0 {
-            checksum = dn_checksum;
+        let env = PolicyEnv { embed: ctx.embed, lz4: ctx.lz4, is_mos: ctx.is_mos, pass: ctx.pass };
+        write_policy(&self.props, env, typ, level, meta, blksz, dn_compress, dn_checksum)
+    }
+}
+
+/// What dmu_write_policy needs of the pool and the sync beside the objset's properties.
+#[derive(Clone, Copy)]
+pub struct PolicyEnv {
+    pub embed: bool,
+    pub lz4: bool,
+    pub is_mos: bool,
+    pub pass: u32,
+}
+
+/// The zio properties of a block of an objset with properties `props` (dmu_write_policy).
+#[allow(clippy::too_many_arguments)]
+pub fn write_policy(props: &OsProps, ctx: PolicyEnv, typ: u8, level: u8, meta: bool, blksz: u64, dn_compress: u8, dn_checksum: u8) -> WriteProps {
+    let md_compress = if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
+    let ismd = meta || level > 0;
+    let (mut checksum, mut compress, mut copies) = (props.checksum, props.compress, props.copies);
+    if dn_checksum != 0 {
+        checksum = dn_checksum;
+    }
+    if dn_compress != 0 {
+        compress = dn_compress;
+    }
+    if ismd {
+        if dn_compress != ZIO_COMPRESS_OFF {
+            compress = md_compress;
         }
-        if dn_compress != 0 {
-            compress = dn_compress;
-        }
-        if ismd {
-            if dn_compress != ZIO_COMPRESS_OFF {
-                compress = md_compress;
-            }
-            checksum = md_checksum(checksum);
-            copies += 1;
-        }
-        if ctx.is_mos {
-            copies = 3;
-        }
-        if ctx.pass >= 5 {
-            compress = ZIO_COMPRESS_OFF; // zfs_sync_pass_dont_compress: let the passes converge
-        }
-        let class = if typ == types::DMU_OT_DDT_ZAP {
-            AllocClass::Dedup
-        } else if ismd || (self.props.special_small > 0 && blksz <= self.props.special_small) {
-            AllocClass::Special
-        } else {
-            AllocClass::Normal
-        };
-        // dmu_write_policy: level-0 data of a dedup dataset takes the dedup checksum (over the
-        // dnode's own), and verify is forced when that checksum is not strong enough alone.
-        let dedup = !ismd && !ctx.is_mos && self.props.dedup != 0;
-        let mut dedup_verify = false;
-        if dedup {
-            checksum = self.props.dedup;
-            dedup_verify = self.props.dedup_verify || !oxzfs_format::checksum::checksum_info(checksum).map_or(false, |i| i.dedup());
-        }
-        WriteProps {
-            typ,
-            level,
-            checksum,
-            compress,
-            complevel: self.props.complevel,
-            copies: copies.min(3),
-            embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
-            class,
-            dedup,
-            dedup_verify,
-        }
+        checksum = md_checksum(checksum);
+        copies += 1;
+    }
+    if ctx.is_mos {
+        copies = 3;
+    }
+    if ctx.pass >= 5 {
+        compress = ZIO_COMPRESS_OFF; // zfs_sync_pass_dont_compress: let the passes converge
+    }
+    let class = if typ == types::DMU_OT_DDT_ZAP {
+        AllocClass::Dedup
+    } else if ismd || (props.special_small > 0 && blksz <= props.special_small) {
+        AllocClass::Special
+    } else {
+        AllocClass::Normal
+    };
+    // dmu_write_policy: level-0 data of a dedup dataset takes the dedup checksum (over the
+    // dnode's own), and verify is forced when that checksum is not strong enough alone.
+    let dedup = !ismd && !ctx.is_mos && props.dedup != 0;
+    let mut dedup_verify = false;
+    if dedup {
+        checksum = props.dedup;
+        dedup_verify = props.dedup_verify || !oxzfs_format::checksum::checksum_info(checksum).map_or(false, |i| i.dedup());
+    }
+    WriteProps {
+        typ,
+        level,
+        checksum,
+        compress,
+        complevel: props.complevel,
+        copies: copies.min(3),
+        embed_ok: ctx.embed && level == 0 && typ != types::DMU_OT_DNODE && typ != types::DMU_OT_OBJSET,
+        class,
+        dedup,
+        dedup_verify,
     }
 }
 
@@ -1289,6 +1378,7 @@ fn sync_tree(
     holes: &std::collections::BTreeSet<u64>,
     l0: WriteProps,
     fills: Option<&HashMap<u64, u64>>,
+    overrides: &BTreeMap<u64, BlockPointer>,
 ) -> Result<()> {
     let old = dn.clone();
     let epbs = (old.indblkshift as u32) - 7;
@@ -1395,6 +1485,14 @@ fn sync_tree(
             p.embed_ok = false;
         }
         let prev = old_bp(0, blkid)?;
+        if let Some(bp) = overrides.get(&blkid) {
+            // Written by an intent-log commit (dmu_sync): installed as it is.
+            if !bp.embedded {
+                os.spa.cache_written(bp, data);
+            }
+            changes.push((0, blkid, bp.clone()));
+            continue;
+        }
         let w = if p.dedup {
             let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
             if let Written::Bp(bp) = &w {

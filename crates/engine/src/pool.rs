@@ -23,6 +23,8 @@ pub struct ImportOptions {
     pub arc_max: Option<u64>,
     /// Import under this name instead of the pool's own.
     pub new_name: Option<String>,
+    /// `-m`: import with log devices missing (their intent logs are dropped).
+    pub missing_log: bool,
 }
 
 pub struct Pool {
@@ -88,7 +90,7 @@ fn import_error(name: &str, e: ZfsError) -> ZfsError {
             out.push_str(&format!("{prefix}unsupported version or feature"));
             ZfsError::Unavailable(out)
         }
-        ZfsError::Unavailable(m) if m.starts_with("cannot import") => ZfsError::Unavailable(m),
+        ZfsError::Unavailable(m) if m.starts_with("cannot import") || m.starts_with("The devices below") => ZfsError::Unavailable(m),
         ZfsError::Unsupported(m) if m.starts_with("cannot import") => ZfsError::Unsupported(m),
         other => ZfsError::Unavailable(format!("{prefix}{other}")),
     }
@@ -98,6 +100,7 @@ impl Pool {
     pub fn import(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<Arc<Pool>> {
         let mut scan = spa::scan(dirs);
         let cand = crate::spa::choose_as(&mut scan, which, opts.new_name.as_deref())?;
+        cand.missing_log_ok = opts.missing_log;
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);

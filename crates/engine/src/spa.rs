@@ -82,6 +82,9 @@ pub struct PoolCandidate {
     pub pool_state: u64,
     /// Leaves named by the labels' trees but not found, with their stored path.
     pub missing: Vec<(u64, String)>,
+    /// `zpool import -m` (ZFS_IMPORT_MISSING_LOG): import even when log devices are missing;
+    /// the intent logs are then dropped, not replayed.
+    pub missing_log_ok: bool,
 }
 
 pub struct ScanResult {
@@ -290,7 +293,7 @@ fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
         }
     }
     let state = root_state(&root).as_str().to_string();
-    PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing }
+    PoolCandidate { name, guid, txg, config, devices, state, root, problems, uberblock, pool_state, missing, missing_log_ok: false }
 }
 
 fn hole_top(id: u64) -> Arc<Vdev> {
@@ -576,7 +579,7 @@ pub fn choose<'a>(scan: &'a ScanResult, which: &str) -> Result<&'a PoolCandidate
 /// The candidate `which` of a scan, renamed to `new_name` when given (`zpool import POOL
 /// NEWPOOL`): the pool is opened under that name, and a read-write import writes it into the
 /// labels and the MOS config at its first sync.
-pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a PoolCandidate> {
+pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&str>) -> Result<&'a mut PoolCandidate> {
     let i = {
         let c = choose(scan, which)?;
         scan.pools.iter().position(|p| std::ptr::eq(p, c)).expect("chosen from this scan")
@@ -586,5 +589,5 @@ pub fn choose_as<'a>(scan: &'a mut ScanResult, which: &str, new_name: Option<&st
         c.name = n.to_string();
         c.config.add_str("name", n);
     }
-    Ok(&scan.pools[i])
+    Ok(c)
 }

@@ -96,6 +96,11 @@ pub(crate) fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ash
         if dev.size() < SPA_MINDEVSIZE {
             return Err(ZfsError::Invalid(format!("cannot create '{pool}': one or more devices is less than the minimum size (64M)")));
         }
+        // vdev_label_init writes the new labels before anything else: a device that cannot
+        // take a write (and a flush) is refused here, where the pool's later syncs would
+        // pass over it.
+        let blank = vec![0u8; 8192];
+        dev.write_at(&blank, 0).and_then(|_| dev.flush()).map_err(|e| ZfsError::Io { device: p.display().to_string(), offset: 0, source: e })?;
         leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: rand_u64(), dev });
     }
     let min_leaf = leaves.iter().map(|l| leaf_asize(l.dev.size())).min().unwrap_or(0);

@@ -28,27 +28,41 @@ pub struct UbWrite {
 }
 
 impl UbWrite {
+    /// vdev_config_sync: the labels' even halves, the uberblocks, the odd halves, each after a
+    /// flush of every device. A failing device does not stop the pool (a log device that
+    /// died, a mirror side): the txg is on disk when each step reached some device, and
+    /// flush errors are left to the writes that follow, as OpenZFS does.
     pub(crate) fn write(&self) -> Result<()> {
-        self.root.flush()?;
+        self.root.flush_all();
         if self.config_dirty {
             write_all(&self.even)?;
-            self.root.flush()?;
+            self.root.flush_all();
         }
         write_all(&self.ubs)?;
-        self.root.flush()?;
+        self.root.flush_all();
         if self.config_dirty {
             write_all(&self.odd)?;
-            self.root.flush()?;
+            self.root.flush_all();
         }
         Ok(())
     }
 }
 
+/// Write every label or uberblock copy; done when at least one reached its device
+/// (vdev_label_sync's and vdev_uberblock_sync's good_writes), else the last error.
 pub(crate) fn write_all(w: &[DevWrite]) -> Result<()> {
+    let mut err = None;
+    let mut good = 0usize;
     for (dev, off, b) in w {
-        dev.write_at(b, *off).map_err(|e| ZfsError::Io { device: dev.name(), offset: *off, source: e })?;
+        match dev.write_at(b, *off) {
+            Ok(()) => good += 1,
+            Err(e) => err = Some(ZfsError::Io { device: dev.name(), offset: *off, source: e }),
+        }
     }
-    Ok(())
+    match err {
+        Some(e) if good == 0 => Err(e),
+        _ => Ok(()),
+    }
 }
 
 impl PoolW {
@@ -179,7 +193,7 @@ impl PoolW {
         let root = self.spa.root_vdev.clone();
         for which in [[0usize, 2], [1, 3]] {
             self.write_labels(&which, txg, state)?;
-            root.flush()?;
+            root.flush_all();
         }
         Ok(())
     }

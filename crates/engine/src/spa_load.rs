@@ -31,13 +31,20 @@ impl Spa {
             let what = p.rsplit("unsupported: ").next().unwrap_or(p);
             return Err(ZfsError::Unsupported(format!("cannot import '{}': {what}", cand.name)));
         }
-        if root_state(&cand.root) == VdevState::Unavail {
-            let names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
-            return Err(ZfsError::Unavailable(format!(
+        // A top-level vdev the labels do not show may be a log device (its label is on it
+        // alone): the MOS config, read below, says; until then a pool short of one is only
+        // suspect. Its MOS is never on a log device.
+        let unavailable = |names: &[String]| {
+            ZfsError::Unavailable(format!(
                 "cannot import '{}': one or more devices is currently unavailable (missing: {})",
                 cand.name,
                 names.join(", ")
-            )));
+            ))
+        };
+        let label_names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
+        let short = root_state(&cand.root) == VdevState::Unavail;
+        if short && cand.root.children.iter().any(|t| !t.is_missing_top() && t.state() == VdevState::Unavail) {
+            return Err(unavailable(&label_names));
         }
         let ub = cand
             .uberblock
@@ -58,8 +65,13 @@ impl Spa {
         };
         // First pass: the vdev tree from the labels, to read the salt and the MOS copy of the config.
         let spa0 = Arc::new(build(cand.config.clone(), cand.root.clone(), [0u8; 32], 16 << 20));
-        let mos0 = Objset::open(&spa0, &spa0.rootbp)
-            .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa0.name)))?;
+        let mos0 = Objset::open(&spa0, &spa0.rootbp).map_err(|e| {
+            if short {
+                unavailable(&label_names)
+            } else {
+                ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa0.name))
+            }
+        })?;
         let mut salt = [0u8; 32];
         if let Ok(Some(s)) = crate::zap::zap_lookup(&mos0, 1, b"org.illumos:checksum_salt") {
             let n = s.value.len().min(32);
@@ -85,6 +97,7 @@ impl Spa {
         }
         drop(mos0);
         drop(spa0);
+        check_missing(&cand.name, &root, &label_names, cand.missing_log_ok)?;
         let spa = Arc::new(build(config, root, salt, arc_max));
         let mos = Objset::open(&spa, &spa.rootbp)
             .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa.name)))?;
@@ -122,6 +135,7 @@ impl Spa {
             uberblock: cand.uberblock.clone(),
             pool_state: cand.pool_state,
             missing: cand.missing.clone(),
+            missing_log_ok: cand.missing_log_ok,
         };
         let spa = Self::open_impl(&c, false, arc_max)?;
         Ok(spa)
@@ -203,6 +217,39 @@ fn read_mos_config(mos: &Objset) -> Option<NvList> {
     read_mos_packed(mos, "config")
 }
 
+/// The pool's tree as the MOS config has it, checked for missing devices (spa_load's
+/// guid-sum check and spa_check_for_missing_logs): a missing data vdev makes the pool
+/// unavailable; a missing log device too, unless `zpool import -m` accepts losing the logs.
+fn check_missing(pool: &str, root: &Vdev, label_names: &[String], missing_log_ok: bool) -> Result<()> {
+    let missing_leaves = |v: &Vdev| -> Vec<String> {
+        v.leaves().iter().filter(|l| l.dev.is_none()).map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string())).collect()
+    };
+    let lost_data = root.children.iter().any(|t| t.is_missing_top() || (!t.is_log && t.state() == VdevState::Unavail));
+    if lost_data {
+        let mut names = missing_leaves(root);
+        if names.is_empty() {
+            names = label_names.to_vec();
+        }
+        return Err(ZfsError::Unavailable(format!("cannot import '{pool}': one or more devices is currently unavailable (missing: {})", names.join(", "))));
+    }
+    let logs: Vec<&Arc<Vdev>> = root.children.iter().filter(|t| t.is_log && t.state() == VdevState::Unavail).collect();
+    if logs.is_empty() || missing_log_ok {
+        return Ok(());
+    }
+    // zpool_import_props on ENXIO with the load info's missing devices (print_vdev_tree).
+    let mut text = String::from("The devices below are missing or corrupted, use '-m' to import the pool anyway:\n");
+    for t in logs {
+        text.push_str(&format!("\t    {} [log]\n", t.display_name()));
+        if !t.children.is_empty() {
+            for l in &t.children {
+                text.push_str(&format!("\t      {}\n", l.display_name()));
+            }
+        }
+    }
+    text.push_str(&format!("\ncannot import '{pool}': one or more devices is currently unavailable"));
+    Err(ZfsError::Unavailable(text))
+}
+
 impl PoolW {
     /// Import a scanned pool read-write: open the MOS for writing and load the metaslabs.
     pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
@@ -216,6 +263,10 @@ impl PoolW {
         pw.check_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
+        // A log device imported missing (`-m`) takes no log blocks: they go to the pool.
+        for t in spa.root_vdev.children.iter().filter(|t| t.is_log && t.state() == VdevState::Unavail) {
+            pw.ms.lock().retire_group(t.id);
+        }
         pw.ddt = crate::ddt::Ddt::load(&mut pw.mos)?;
         let root_dir = pw.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
         let rd = DslDirPhys::decode(&pw.mos.bonus(root_dir)?, true).map_err(|e| ZfsError::corrupt("root dir".to_string(), e))?;

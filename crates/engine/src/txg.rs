@@ -143,13 +143,18 @@ impl PoolW {
         let mut zil = std::mem::take(&mut os.zil);
         let mut hdr = os.phys.zil_header.clone();
         let tp = os.props.logbias_throughput;
-        let r = zil.prepare(&ctx, &mut hdr, tp, &mut |foid, off, len| match os.read(foid, off, len as usize) {
-            Ok(d) => Ok(Some(d)),
-            Err(ZfsError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        });
+        let env = crate::dbuf::PolicyEnv { embed: self.features.contains_key("com.delphix:embedded_data"), lz4: self.features.contains_key("org.illumos:lz4_compress"), is_mos: false, pass: 1 };
+        let os = self.datasets.get_mut(&dsobj).map(|d| &mut d.os).expect("opened above");
+        let mut src = FsSource { os, ms: &ms, root: &root, txg, env };
+        let r = zil.prepare(&ctx, &mut hdr, tp, &mut src);
+        let os = src.os;
         os.zil = zil;
         os.phys.zil_header = hdr;
+        if !matches!(r, Ok(crate::zil::Prepared::Write(_))) {
+            // Blocks written for indirect records whose commit is not going ahead: the sync
+            // writes them itself.
+            os.unoverride_all();
+        }
         r
     }
 
@@ -181,15 +186,28 @@ impl PoolW {
                 Prepared::Nothing => return Ok(()),
                 Prepared::Sync => return self.sync(),
                 Prepared::Create => self.sync()?,
-                Prepared::Write(blocks) => {
+                Prepared::Write(writes) => {
                     let root = self.spa.root_vdev.clone();
-                    if crate::zil::write_blocks(&root, &blocks).is_ok() {
-                        return Ok(());
-                    }
-                    self.objset(dsobj)?.zil.write_failed();
+                    let Err((top, e)) = crate::zil::write_commit(&root, &writes) else { return Ok(()) };
+                    self.zil_write_failed(dsobj, top, &e);
                     return self.sync();
                 }
             }
+        }
+    }
+
+    /// A commit's log write failed on top-level vdev `top`: the chain is dropped and the
+    /// caller syncs the txg (what the records said is then in the pool, nothing acknowledged
+    /// is lost). A failed log device takes no more log blocks: later chains go to the pool's
+    /// normal class, as OpenZFS's zil_alloc falls back when the log class cannot allocate.
+    pub fn zil_write_failed(&mut self, dsobj: u64, top: u64, e: &ZfsError) {
+        if let Ok(os) = self.objset(dsobj) {
+            os.zil.write_failed();
+            os.unoverride_all();
+        }
+        if self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_log) {
+            tracing::warn!("pool '{}': log device {top} failed ({e}); intent log blocks go to the pool until it is re-imported", self.spa.name);
+            self.ms.lock().retire_group(top);
         }
     }
 
@@ -716,15 +734,9 @@ impl PoolHandle {
                     drop(commit);
                     self.sync_now()?;
                 }
-                Prepared::Write(blocks) => {
-                    if crate::zil::write_blocks(&root, &blocks).is_ok() {
-                        return Ok(());
-                    }
-                    // A log device failed: the chain is dropped and the txg synced (what the
-                    // records said is then in the pool).
-                    if let Ok(os) = self.lock_open().objset(dsobj) {
-                        os.zil.write_failed();
-                    }
+                Prepared::Write(writes) => {
+                    let Err((top, e)) = crate::zil::write_commit(&root, &writes) else { return Ok(()) };
+                    self.lock_open().zil_write_failed(dsobj, top, &e);
                     drop(commit);
                     return self.sync_now();
                 }
@@ -924,5 +936,39 @@ mod tests {
         assert_eq!(l.delay_ns(l.max - 1), 100_000_000);
         assert_eq!(l.delay_ns(l.max), 100_000_000);
         assert_eq!(l.delay_ns(2 * l.max), 100_000_000);
+    }
+}
+
+/// The file system a commit logs, as the intent log sees it (zil::CommitSource): file bytes
+/// and blocks of the writable objset.
+struct FsSource<'a> {
+    os: &'a mut crate::dbuf::ObjsetW,
+    ms: &'a crate::metaslab::SharedMs,
+    root: &'a crate::vdev::Vdev,
+    txg: u64,
+    env: crate::dbuf::PolicyEnv,
+}
+
+impl crate::zil::CommitSource for FsSource<'_> {
+    fn read(&mut self, foid: u64, off: u64, len: u64) -> Result<Option<Vec<u8>>> {
+        match self.os.read(foid, off, len as usize) {
+            Ok(d) => Ok(Some(d)),
+            Err(ZfsError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn block_size(&mut self, foid: u64) -> Result<Option<u64>> {
+        match self.os.dnode(foid) {
+            Ok(dn) => Ok(Some(dn.data_block_size())),
+            Err(ZfsError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_block(&mut self, foid: u64, blkid: u64) -> Result<Option<(oxzfs_format::blkptr::BlockPointer, Vec<u8>)>> {
+        let min_alloc = crate::vdev::min_alloc(self.root);
+        let mut alloc = crate::metaslab::PoolAlloc { ms: self.ms, root: self.root, min_alloc };
+        self.os.dmu_sync(foid, blkid, self.txg, self.env, &mut alloc)
     }
 }

@@ -118,6 +118,20 @@ pub fn open_device(path: &Path, writable: bool) -> std::io::Result<Arc<dyn Block
     Ok(Arc::new(FileDevice::open(path, writable)?))
 }
 
+thread_local! {
+    static SPECULATIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with its reads speculative (ZIO_FLAG_SPECULATIVE): a copy that fails its checksum
+/// is not a device's fault and is not counted — the intent log's reads of a chain, whose
+/// last block may never have been written.
+pub fn speculative<T>(f: impl FnOnce() -> T) -> T {
+    let was = SPECULATIVE.with(|s| s.replace(true));
+    let out = f();
+    SPECULATIVE.with(|s| s.set(was));
+    out
+}
+
 /// Per-vdev error counters, as `zpool status` shows them.
 #[derive(Default, Debug)]
 pub struct VdevStats {
@@ -128,6 +142,15 @@ pub struct VdevStats {
     pub read_bytes: AtomicU64,
     pub write_ops: AtomicU64,
     pub write_bytes: AtomicU64,
+}
+
+impl VdevStats {
+    /// A copy read here failed its checksum (not counted under `speculative`).
+    pub fn count_cksum_error(&self) {
+        if !SPECULATIVE.with(|s| s.get()) {
+            self.cksum_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,7 +361,7 @@ impl Vdev {
                 if verify(&data) {
                     Ok(data)
                 } else {
-                    self.stats.cksum_errors.fetch_add(1, Ordering::Relaxed);
+                    self.stats.count_cksum_error();
                     Err(ZfsError::Checksum { context: format!("vdev {} offset {offset:#x} size {size:#x}", self.display_name()) })
                 }
             }
@@ -434,6 +457,18 @@ impl Vdev {
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ZfsError::Invalid("flush panicked".into())))).collect()
         });
         results.into_iter().collect()
+    }
+
+    /// Flush every leaf below, a failing one counted in its write errors and passed over
+    /// (the txg sync's barriers: its writes report a device that fails).
+    pub fn flush_all(&self) {
+        for l in self.leaves() {
+            if let Some(d) = &l.dev {
+                if d.flush().is_err() {
+                    l.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// Flush every leaf below (write cache barrier).

@@ -19,6 +19,11 @@
 //! applied before stays (and is recorded in zh_replay_seq), and the file system refuses to
 //! mount with the error, which names the dataset and the record. A read-only import replays
 //! nothing (it never calls this).
+//!
+//! `zpool import -m` (a log device missing): OpenZFS drops every intent log (SPA_LOG_CLEAR).
+//! Here each chain replays as far as it can be read — nothing of a chain on the missing
+//! device, all of one in the pool. After a log device fails, commits go on in chains in the
+//! pool's normal class; dropping those would lose fsyncs already acknowledged.
 
 use crate::dbuf::ObjsetW;
 use crate::dsl::DatasetKind;
@@ -48,6 +53,7 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
     let mut report = ReplayReport::default();
     let mut done: Vec<(u64, Vec<BlockPointer>)> = Vec::new();
     let list = crate::dsl::list_datasets(&spa)?;
+
     for d in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && d.objset_type == DMU_OST_ZFS) {
         let Ok(os) = pw.objset(d.ds_obj) else { continue };
         let hdr = os.phys.zil_header.clone();

@@ -105,7 +105,27 @@ pub enum Prepared {
     /// The first block was allocated and the header points at it: sync that txg, then commit.
     Create,
     /// Write these blocks (then flush their devices).
-    Write(Vec<(BlockPointer, Vec<u8>)>),
+    Write(Commit),
+}
+
+/// A commit's writes: the file blocks its indirect records point at, then the log blocks
+/// (each as its bp and physical bytes).
+#[derive(Default)]
+pub struct Commit {
+    pub data: Vec<(BlockPointer, Vec<u8>)>,
+    pub log: Vec<(BlockPointer, Vec<u8>)>,
+}
+
+/// What a commit needs of the file system it logs (the writable objset, above this layer).
+pub trait CommitSource {
+    /// The current bytes of a file range (None: the file is gone, nothing to log for it).
+    fn read(&mut self, foid: u64, off: u64, len: u64) -> Result<Option<Vec<u8>>>;
+    /// A file's data block size (None: the file is gone).
+    fn block_size(&mut self, foid: u64) -> Result<Option<u64>>;
+    /// Block `blkid` of a file, dirty in the open txg, written where it belongs (dmu_sync):
+    /// its bp and the physical bytes to write (empty: written by an earlier commit). None: it
+    /// cannot be, and its bytes are copied into the log.
+    fn write_block(&mut self, foid: u64, blkid: u64) -> Result<Option<(BlockPointer, Vec<u8>)>>;
 }
 
 /// What a commit needs of the pool.
@@ -208,6 +228,12 @@ impl Zilog {
         self.dirty = true;
     }
 
+    /// A block a log record of the open txg names, freed when that txg syncs (never handed
+    /// out before: the record may be replayed until then).
+    pub fn free_at_sync(&mut self, bp: BlockPointer) {
+        self.to_free.push(bp);
+    }
+
     /// Adopt a header whose chain was replayed (or holds nothing) by the caller: its blocks
     /// are `chain` (freed at the next quiesce), and the header empties.
     pub fn drop_replayed(&mut self, chain: Vec<BlockPointer>) {
@@ -218,7 +244,7 @@ impl Zilog {
 
     /// Plan a commit of everything waiting (under the pool's write state). `read` returns the
     /// current bytes of a file range (None: the file is gone, nothing to log for it).
-    pub fn prepare(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, logbias_throughput: bool, read: &mut dyn FnMut(u64, u64, u64) -> Result<Option<Vec<u8>>>) -> Result<Prepared> {
+    pub fn prepare(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, logbias_throughput: bool, src: &mut dyn CommitSource) -> Result<Prepared> {
         let synced = ctx.synced;
         self.older.retain(|(t, _)| *t > synced);
         if !self.pending() {
@@ -229,15 +255,18 @@ impl Zilog {
         }
         let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).collect();
         // zfs_log_write's choice: a write of zfs_immediate_write_sz or more goes to its final
-        // block rather than into the log (WR_INDIRECT) when there is no log device, and any
-        // write under logbias=throughput; oxzfs writes no indirect records, so it syncs the txg.
+        // blocks, which its records point at (WR_INDIRECT), when there is no log device, and
+        // any write under logbias=throughput. Such a write of a txg already quiescing syncs
+        // that txg instead (its blocks are no longer the open txg's to write).
         let slog = ctx.ms.lock().has_class(AllocClass::Log);
         let big = crate::tunables::immediate_write_sz();
+        let indirect = |length: u64| (logbias_throughput || !slog) && length >= big;
         let mut bytes = 0u64;
-        for (_, itx) in &itxs {
+        for (txg, itx) in &itxs {
             bytes += match itx {
                 Itx::Sync => return Ok(Prepared::Sync),
-                Itx::Write { length, .. } if (logbias_throughput || !slog) && *length >= big => return Ok(Prepared::Sync),
+                Itx::Write { length, .. } if indirect(*length) && *txg != ctx.txg => return Ok(Prepared::Sync),
+                Itx::Write { length, .. } if indirect(*length) => 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
                 Itx::Write { length, .. } => length + 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
                 Itx::Rec { .. } => 256,
             };
@@ -259,6 +288,7 @@ impl Zilog {
         }
         // The records, in order, with their txg (the sequence is set as they are packed).
         let mut recs: Vec<Vec<u8>> = Vec::new();
+        let mut commit = Commit::default();
         let mut max_txg = 0;
         let push = |txg: u64, txtype: u64, body: LrBody, recs: &mut Vec<Vec<u8>>| {
             recs.push(LogRecord { common: LrCommon { txtype, reclen: 0, txg, seq: 0 }, body }.encode());
@@ -267,12 +297,42 @@ impl Zilog {
             max_txg = max_txg.max(*txg);
             match itx {
                 Itx::Rec { txtype, body } => push(*txg, *txtype, body.clone(), &mut recs),
+                Itx::Write { foid, offset, length } if indirect(*length) => {
+                    let Some(bs) = src.block_size(*foid)? else { continue };
+                    let mut off = *offset;
+                    let end = offset + length;
+                    while off < end {
+                        let n = (end - off).min(bs - off % bs);
+                        match src.write_block(*foid, off / bs)? {
+                            Some((bp, phys)) => {
+                                if !phys.is_empty() {
+                                    commit.data.push((bp.clone(), phys));
+                                }
+                                let body = LrBody::Write { foid: *foid, offset: off, length: n, blkoff: off % bs, blkptr: bp, data: Vec::new() };
+                                push(*txg, zil::TX_WRITE, body, &mut recs);
+                            }
+                            // Not a block to point at (all zeros, tiny, deduplicated, no
+                            // room): its bytes go into the log.
+                            None => {
+                                let mut o = off;
+                                while o < off + n {
+                                    let k = (off + n - o).min(ZIL_MAX_COPIED);
+                                    let Some(data) = src.read(*foid, o, k)? else { break };
+                                    let body = LrBody::Write { foid: *foid, offset: o, length: k, blkoff: 0, blkptr: BlockPointer::hole(), data };
+                                    push(*txg, zil::TX_WRITE, body, &mut recs);
+                                    o += k;
+                                }
+                            }
+                        }
+                        off += n;
+                    }
+                }
                 Itx::Write { foid, offset, length } => {
                     let mut off = *offset;
                     let end = offset + length;
                     while off < end {
                         let n = (end - off).min(ZIL_MAX_COPIED);
-                        let Some(data) = read(*foid, off, n)? else { break };
+                        let Some(data) = src.read(*foid, off, n)? else { break };
                         let body = LrBody::Write { foid: *foid, offset: off, length: n, blkoff: 0, blkptr: BlockPointer::hole(), data };
                         push(*txg, zil::TX_WRITE, body, &mut recs);
                         off += n;
@@ -331,11 +391,10 @@ impl Zilog {
                 return Ok(Prepared::Sync);
             }
         };
-        let mut out = Vec::with_capacity(blocks.len());
         for (i, (bp, recs)) in blocks.iter().enumerate() {
             let next = blocks.get(i + 1).map(|b| b.0.clone()).unwrap_or_else(|| tail.clone());
             let block = zil::encode_log_block(bp.lsize as usize, recs, &next, bp.cksum, slim).map_err(|e| ZfsError::Invalid(format!("zil block: {e}")))?;
-            out.push((bp.clone(), block));
+            commit.log.push((bp.clone(), block));
             self.lwbs.push_back(Lwb { bp: bp.clone(), alloc_txg: ctx.txg, max_txg });
             self.live_bytes += bp.lsize;
         }
@@ -345,7 +404,7 @@ impl Zilog {
         self.open.clear();
         self.older.clear();
         self.dirty = true;
-        Ok(Prepared::Write(out))
+        Ok(Prepared::Write(commit))
     }
 
     /// zil_create: a new chain (new guid), its first block (sized for `bytes`) allocated in the
@@ -428,13 +487,23 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
     Ok(bp)
 }
 
-/// Write a commit's blocks and flush the top-level vdevs holding them.
-pub fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> Result<()> {
+/// Write a commit: the file blocks its records point at, flushed, then the log blocks,
+/// flushed (a log block on disk names only blocks already there). On a failure, the
+/// top-level vdev that failed and why.
+pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u64, ZfsError)> {
+    if !commit.data.is_empty() {
+        write_blocks(root, &commit.data)?;
+    }
+    write_blocks(root, &commit.log)
+}
+
+/// Write blocks to every DVA and flush the top-level vdevs holding them.
+fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> std::result::Result<(), (u64, ZfsError)> {
     let mut tops: Vec<u64> = Vec::new();
     for (bp, data) in blocks {
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
-            let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("log block on vdev {}", d.vdev)))?;
-            top.write_parallel(d.offset, data)?;
+            let top = root.children.get(d.vdev as usize).ok_or_else(|| (d.vdev, ZfsError::Invalid(format!("log block on vdev {}", d.vdev))))?;
+            top.write_parallel(d.offset, data).map_err(|e| (d.vdev, e))?;
             if !tops.contains(&d.vdev) {
                 tops.push(d.vdev);
             }
@@ -442,7 +511,7 @@ pub fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> Result<(
     }
     for t in tops {
         if let Some(top) = root.children.get(t as usize) {
-            top.flush_parallel()?;
+            top.flush_parallel().map_err(|e| (t, e))?;
         }
     }
     Ok(())
@@ -474,7 +543,7 @@ pub fn parse_chain(ctx: &ZioCtx, head: &BlockPointer, limit: usize) -> Chain {
         let slim = bp.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
         let want = bp.cksum;
         let verify = |d: &[u8]| zil::decode_log_block(d, want, slim).is_ok();
-        let Ok(data) = crate::zio::read_dva(ctx, &bp.dva[0], bp.psize, &verify) else { break };
+        let Ok(data) = crate::vdev::speculative(|| crate::zio::read_dva(ctx, &bp.dva[0], bp.psize, &verify)) else { break };
         let Ok(block) = zil::decode_log_block(&data, want, slim) else { break };
         let mut recs = Vec::new();
         for r in zil::records(block.records, block.le) {

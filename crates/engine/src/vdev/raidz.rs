@@ -31,7 +31,6 @@
 
 use super::{Vdev, VdevState};
 use crate::{Result, ZfsError};
-use std::sync::atomic::Ordering;
 
 /// The largest block a raidz read accepts (SPA_MAXBLOCKSIZE).
 pub const RAIDZ_MAX_SIZE: u64 = 16 << 20;
@@ -401,7 +400,7 @@ fn for_each_combination(items: &[usize], k: usize, f: &mut dyn FnMut(&[usize]) -
 
 fn charge(vd: &Vdev, col: &RaidzCol) {
     if let Some(ch) = vd.children.get(col.devidx) {
-        ch.stats.cksum_errors.fetch_add(1, Ordering::Relaxed);
+        ch.stats.count_cksum_error();
     }
 }
 
@@ -497,6 +496,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
     use crate::vdev::{BlockDevice, FileDevice, VdevKind, VdevStats};
     use oxzfs_format::checksum;
     use oxzfs_format::label::VDEV_LABEL_START_SIZE;
