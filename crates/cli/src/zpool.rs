@@ -434,11 +434,19 @@ pub fn iostat(st: &mut State, args: &[String]) -> Out {
             let cache = pool.aux_devices("l2cache");
             if !cache.is_empty() {
                 rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
+                let l2 = pool.spa.l2arc.devices();
                 for (path, state) in cache {
-                    let size = if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None };
-                    let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
-                    let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
-                    rows.push((format!("  {path}"), alloc, free, [0; 4]));
+                    // The L2ARC's own numbers when it uses the device (allocated: buffers and
+                    // log blocks on it), else its whole space free.
+                    let used = l2.iter().find(|d| d.path.to_string_lossy() == path.as_str() && !d.faulted);
+                    let (alloc, free, io) = match used {
+                        Some(d) => (nice(d.alloc, p), nice(d.size.saturating_sub(d.alloc), p), rate((d.reads, d.writes, d.read_bytes, d.write_bytes))),
+                        None => match if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None } {
+                            Some(n) => (nice(0, p), nice(n, p), [0; 4]),
+                            None => ("-".into(), "-".into(), [0; 4]),
+                        },
+                    };
+                    rows.push((format!("  {path}"), alloc, free, io));
                 }
             }
         }

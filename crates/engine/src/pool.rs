@@ -101,6 +101,7 @@ impl Pool {
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);
+        attach_cache_devices(&spa, &aux_found);
         Ok(Arc::new(Pool {
             spa,
             altroot: opts.altroot.clone(),
@@ -115,6 +116,7 @@ impl Pool {
     /// The read view of a pool imported for writing (its Spa follows each synced txg).
     pub fn from_spa(spa: Arc<Spa>, altroot: Option<PathBuf>, dirs: &[PathBuf]) -> Arc<Pool> {
         let aux_found = find_aux_devices(&spa, dirs);
+        attach_cache_devices(&spa, &aux_found);
         Arc::new(Pool { spa, altroot, mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()), aux_found, load_guid: crate::dbuf::rand_u64(), cachefile: Mutex::new(None) })
     }
 
@@ -656,6 +658,23 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
     for c in &v.children {
         status_tree(s, c, depth + 2, width);
     }
+}
+
+/// Give the pool's cache devices that were found to its L2ARC (rebuilt from their log blocks,
+/// fed when the pool is writable). The sector size is the one the pool's l2cache list records
+/// for the device, else 512 bytes (what OpenZFS finds for a file).
+fn attach_cache_devices(spa: &Arc<Spa>, found: &HashMap<u64, PathBuf>) {
+    let Some(nv) = crate::spa_load::read_mos_packed(&spa.mos(), "l2cache") else { return };
+    let devs: Vec<(u64, PathBuf, u8)> = nv
+        .get_nvlist_array("l2cache")
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|d| {
+            let guid = d.get_u64("guid")?;
+            Some((guid, found.get(&guid)?.clone(), d.get_u64("ashift").unwrap_or(9).clamp(9, 16) as u8))
+        })
+        .collect();
+    spa.open_cache_devices(&devs);
 }
 
 /// Probe the files of the import directories for the pool's cache and spare devices

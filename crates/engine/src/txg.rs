@@ -845,6 +845,8 @@ impl PoolHandle {
         let mut w = self.lock();
         w.zil_close_all();
         w.sync()?;
+        // The new handle rebuilds the L2ARC from the cache devices; this one writes no more.
+        w.spa.l2arc.shutdown();
         let guid = w.spa.guid;
         let hostname = w.hostname.clone();
         let scan = crate::spa::scan(dirs);
