@@ -150,9 +150,10 @@ fn arcstats(st: &State, args: &[String]) -> Out {
     }
     // The kstat header line (kid, type 1 = named, flags, rows, size, crtime, snaptime), then
     // the rows, as the kernel's kstat file prints them.
-    let mut out = format!("13 1 0x01 {} {} 0 0\n{:<32}{:<5}{}\n", rows.len(), rows.len() * 40, "name", "type", "data");
+    // (SPL's kstat_seq_show: "%-31s %-4s %s" and "%-31s %-4d %llu".)
+    let mut out = format!("13 1 0x01 {} {} 0 0\n{:<31} {:<4} {}\n", rows.len(), rows.len() * 40, "name", "type", "data");
     for (k, v) in rows {
-        out.push_str(&format!("{k:<32}{:<5}{v}\n", 4));
+        out.push_str(&format!("{k:<31} {:<4} {v}\n", 4));
     }
     ok(out)
 }

@@ -1190,6 +1190,16 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
         let root = imp.pool.spa.root_vdev.clone();
         let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        // A cache device goes at once (spa_vdev_remove_aux).
+        if let Some(guid) = imp.pool.cache_device_guid(dev) {
+            if o.has('n') {
+                continue;
+            }
+            if let Err(e) = h.lock().remove_cache_device(guid) {
+                return err_out(e, &format!("cannot remove {dev}"));
+            }
+            continue;
+        }
         let top = root.children.iter().find(|t| {
             t.display_name() == *dev || t.guid.to_string() == *dev || t.leaves().iter().any(|l| l.guid.to_string() == *dev || l.path.as_deref().is_some_and(|p| p == dev || base(p) == *dev))
         });

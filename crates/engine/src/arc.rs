@@ -225,6 +225,16 @@ impl Arc_ {
     }
 
     pub fn get(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        self.get_inner(key, None)
+    }
+
+    /// `get` by a demand read of a block the L2ARC may hold: a buffer brought in without its
+    /// block pointer (a prefetch, under l2arc_noprefetch) becomes eligible for the feed.
+    pub fn get_l2(&self, key: &ArcKey, bp: &BlockPointer) -> Option<Arc<Vec<u8>>> {
+        self.get_inner(key, Some(bp))
+    }
+
+    fn get_inner(&self, key: &ArcKey, l2bp: Option<&BlockPointer>) -> Option<Arc<Vec<u8>>> {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
         let (list, seq, data) = match st.entries.get(key) {
@@ -248,6 +258,9 @@ impl Arc_ {
                 st.lists.list(list).remove(&seq);
                 st.lists.mfu.insert(new_seq, *key);
                 let e = st.entries.get_mut(key).unwrap();
+                if let (None, Some(bp)) = (&e.l2bp, l2bp) {
+                    e.l2bp = Some(Box::new(bp.clone()));
+                }
                 let size = e.size;
                 e.list = ListId::Mfu;
                 e.seq = new_seq;

@@ -521,6 +521,19 @@ impl Pool {
         has_errors(&self.spa.root_vdev)
     }
 
+    /// The guid of the pool's cache device named `dev` (its path, file name or guid).
+    pub fn cache_device_guid(&self, dev: &str) -> Option<u64> {
+        let nv = crate::spa_load::read_mos_packed(&self.spa.mos(), "l2cache")?;
+        let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned());
+        nv.get_nvlist_array("l2cache")?.iter().find_map(|d| {
+            let guid = d.get_u64("guid")?;
+            let stored = d.get_str("path").map(str::to_string);
+            let found = self.aux_found.get(&guid).map(|p| p.display().to_string());
+            let named = |p: &Option<String>| p.as_deref().is_some_and(|p| p == dev || base(p).as_deref() == Some(dev));
+            (guid.to_string() == dev || named(&stored) || named(&found)).then_some(guid)
+        })
+    }
+
     /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
     /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
     pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {

@@ -455,11 +455,13 @@ impl Spa {
         (allows(primary), allows(secondary) && self.l2arc.has_devices())
     }
 
-    fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>) {
+    /// Keep a block just read in the ARC as its dataset allows; a prefetched one is not for
+    /// the L2ARC under l2arc_noprefetch (until a demand read hits it).
+    fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>, prefetch: bool) {
         match self.cacheable(bp, ds) {
             (false, _) => {}
-            (true, false) => self.arc.insert(k, data.clone()),
-            (true, true) => self.arc.insert_l2(k, data.clone(), bp),
+            (true, true) if !(prefetch && crate::tunables::l2arc_noprefetch()) => self.arc.insert_l2(k, data.clone(), bp),
+            (true, _) => self.arc.insert(k, data.clone()),
         }
     }
 
@@ -519,12 +521,22 @@ impl Spa {
 
     /// `read_bp` of a block of dataset `ds` (its primarycache/secondarycache apply).
     pub fn read_bp_for(&self, bp: &BlockPointer, ds: u64) -> Result<Arc<Vec<u8>>> {
+        self.read_bp_as(bp, ds, false)
+    }
+
+    /// `read_bp_for` by read-ahead (a prefetch: see `arc_keep`).
+    pub fn read_bp_prefetch(&self, bp: &BlockPointer, ds: u64) -> Result<Arc<Vec<u8>>> {
+        self.read_bp_as(bp, ds, true)
+    }
+
+    fn read_bp_as(&self, bp: &BlockPointer, ds: u64, prefetch: bool) -> Result<Arc<Vec<u8>>> {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
         let key = arc_key(bp);
         if let Some(k) = &key {
-            if let Some(d) = self.arc.get(k) {
+            let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
+            if let Some(d) = hit {
                 return Ok(d);
             }
         }
@@ -567,7 +579,7 @@ impl Spa {
             None => self.read_bp_uncached(bp).map(Arc::new),
         };
         if let Ok(d) = &r {
-            self.arc_keep(k, bp, ds, d);
+            self.arc_keep(k, bp, ds, d, prefetch);
             announce.3 = Some(d.clone());
         }
         r

@@ -1,0 +1,267 @@
+"""The L2ARC, judged by its outcomes: a pool with a cache device and an ARC small enough that blocks
+spill feeds the cache device (zpool iostat -v shows space and writes on it, arcstats l2_size > 0);
+OpenZFS 2.1's `zdb -lll` reads our persistent L2ARC header and log blocks without complaint; after an
+export and import (and after the daemon is killed and restarted) the first reads hit the cache
+device (l2_hits, l2_rebuild_success) and return the bytes written; cache blocks corrupted on the
+device are caught (l2_cksum_bad) and read from the pool; `zpool remove` takes the cache device out at
+once; secondarycache=none keeps a file's data off it."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+
+import oracle_pools
+from conftest import Oxzfs, unmount_below
+from test_write import make_devs
+
+ZDB = oracle_pools.ZDB
+
+# Small devices keep log blocks only below OpenZFS's 1 GiB default of this tunable.
+TUNABLES = ["zfs_arc_max=16M", "l2arc_rebuild_blocks_min_l2size=0", "l2arc_feed_secs=1", "l2arc_write_max=32M"]
+
+
+def tune(ox):
+    r = ox.run("tunable", *TUNABLES)
+    assert r.returncode == 0, repr(r)
+
+
+def arcstats(ox):
+    r = ox.run("arcstats")
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["name", "type", "data"], r.stdout
+    return {p[0]: int(p[2]) for p in (ln.split() for ln in lines[2:])}
+
+
+def wait_for(ox, what, pred, timeout=60):
+    """Poll arcstats until PRED holds (the feed runs every second); the last stats either way."""
+    deadline = time.time() + timeout
+    while True:
+        s = arcstats(ox)
+        if pred(s) or time.time() > deadline:
+            assert pred(s), f"{what} never happened: {s}"
+            return s
+        time.sleep(0.5)
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def cache_row(ox, pool, dev):
+    """(alloc, read ops, write ops, read bytes, write bytes) of the cache device in iostat -Hpv."""
+    r = ox.zpool("iostat", "-Hpv", pool)
+    assert r.returncode == 0, repr(r)
+    for ln in r.stdout.splitlines():
+        f = ln.split("\t")
+        if f[0] == dev:
+            return tuple(int(x) for x in (f[1], f[3], f[4], f[5], f[6]))
+    raise AssertionError(f"no iostat row for {dev}:\n{r.stdout}")
+
+
+def make_pool(ox, tag, pool, cache_mib=96):
+    base = os.path.join(ox.base, tag)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    data = make_devs(vdir, 1, 128)[0]
+    cache = os.path.join(vdir, "cache0")
+    with open(cache, "wb") as f:
+        f.truncate(cache_mib << 20)
+    r = ox.zpool("create", "-R", alt, pool, data, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    return vdir, alt, cache
+
+
+def import_pool(ox, vdir, alt, pool):
+    r = ox.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+
+
+def reimport_and_read(ox, vdir, alt, pool, want):
+    """Import POOL, wait for its cache device's rebuild, read the file back: arcstats before, after."""
+    before = arcstats(ox)
+    import_pool(ox, vdir, alt, pool)
+    wait_for(ox, "the L2ARC rebuild", lambda s: s["l2_rebuild_success"] > before["l2_rebuild_success"])
+    assert sha(os.path.join(alt, pool, "f")) == want
+    return before, arcstats(ox)
+
+
+def zdb_l2arc(cache):
+    r = subprocess.run([ZDB, "-lll", cache], capture_output=True, text=True, errors="replace", timeout=120)
+    return r, r.stdout + r.stderr
+
+
+def test_feed_persist_rebuild_corrupt_remove(oxzfs):
+    tune(oxzfs)
+    pool = "l2a"
+    vdir, alt, cache = make_pool(oxzfs, "l2a", pool)
+    root = os.path.join(alt, pool)
+    data = os.urandom(24 << 20)
+    want = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(root, "f")) == want
+
+    # Fed: the cache device holds blocks, iostat and arcstats say so.
+    s = wait_for(oxzfs, "an L2ARC feed of 8 MiB", lambda s: s["l2_size"] >= 8 << 20)
+    assert s["l2_writes_done"] > 0 and s["l2_log_blk_count"] > 0 and s["size"] <= 16 << 20, s
+    alloc, _, writes, _, wbytes = cache_row(oxzfs, pool, cache)
+    assert alloc >= 8 << 20 and wbytes > 0, (alloc, writes, wbytes)
+
+    # OpenZFS's zdb reads our header and log blocks (it fails when the header counts more log
+    # blocks than it finds valid).
+    assert oxzfs.export(pool).returncode == 0
+    r, text = zdb_l2arc(cache)
+    assert r.returncode == 0, text[-3000:]
+    assert "L2ARC device header" in text and "    version: 1" in text, text[-3000:]
+    m = re.search(r"log_blk_count:\s+(\d+) with valid cksum\s+(\d+) with invalid cksum", text)
+    assert m and int(m.group(1)) > 0 and m.group(2) == "0", text[-3000:]
+    addresses = [int(a) for a in re.findall(r"\|\s+address: (\d+)", text)]
+    assert addresses, text[-3000:]
+
+    # Re-imported: rebuilt from the log blocks, the first read is served by the cache device.
+    before, after = reimport_and_read(oxzfs, vdir, alt, pool, want)
+    assert after["l2_hits"] - before["l2_hits"] >= 32, (before, after)
+    assert after["l2_cksum_bad"] == before["l2_cksum_bad"], after
+    _, reads, _, rbytes, _ = cache_row(oxzfs, pool, cache)
+    assert rbytes >= 4 << 20, rbytes
+
+    # Corrupt the blocks on the cache device (not its log blocks): read from the pool, counted.
+    assert oxzfs.export(pool).returncode == 0
+    with open(cache, "r+b") as f:
+        for a in addresses:
+            f.seek(a + 100)
+            f.write(b"\xde\xad\xbe\xef" * 4)
+    before, after = reimport_and_read(oxzfs, vdir, alt, pool, want)
+    assert after["l2_cksum_bad"] - before["l2_cksum_bad"] >= 32, (before, after)
+
+    # zpool remove: at once; reads stay right, status and iostat no longer show it.
+    r = oxzfs.zpool("remove", pool, cache)
+    assert r.returncode == 0, repr(r)
+    st = oxzfs.zpool("status", pool).stdout
+    assert "cache" not in st and cache not in st, st
+    assert cache not in oxzfs.zpool("iostat", "-v", pool).stdout
+    assert oxzfs.export(pool).returncode == 0
+    before = arcstats(oxzfs)
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(root, "f")) == want
+    after = arcstats(oxzfs)
+    assert after["l2_hits"] == before["l2_hits"] and after["l2_rebuild_success"] == before["l2_rebuild_success"], after
+    assert cache not in oxzfs.zpool("status", pool).stdout
+
+    # zpool add of a cache device on the live pool: used at once.
+    with open(cache, "r+b") as f:
+        f.truncate(0)
+        f.truncate(96 << 20)
+    r = oxzfs.zpool("add", pool, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    assert cache in oxzfs.zpool("status", pool).stdout
+    assert sha(os.path.join(root, "f")) == want
+    wait_for(oxzfs, "a feed of the added device", lambda s: s["l2_size"] >= 1 << 20)
+    assert cache_row(oxzfs, pool, cache)[0] > 0
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_daemon_killed_and_restarted_finds_the_cache_again(oxzfs_bin, work_dir):
+    base = os.path.join(work_dir, "run", "test_l2arc_restart")
+    unmount_below(base)
+    subprocess.run(["rm", "-rf", base])
+    runners = []
+
+    def runner(name):
+        ox = Oxzfs(oxzfs_bin, os.path.join(base, name))
+        ox.start_daemon()
+        runners.append(ox)
+        tune(ox)
+        return ox
+
+    try:
+        ox = runner("first")
+        pool = "l2r"
+        vdir, alt, cache = make_pool(ox, "l2r", pool)
+        data = os.urandom(16 << 20)
+        want = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(alt, pool, "f"), "wb") as f:
+            f.write(data)
+        assert ox.zpool("sync", pool).returncode == 0
+        assert sha(os.path.join(alt, pool, "f")) == want
+        wait_for(ox, "an L2ARC feed of 8 MiB", lambda s: s["l2_size"] >= 8 << 20 and s["l2_log_blk_count"] > 0)
+        # No export: the daemon dies with the pool imported.
+        ox.kill9()
+        ox.imported.remove(pool)
+        unmount_below(alt)
+        ox2 = runner("second")
+        r = ox2.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        ox2.imported.append(pool)
+        wait_for(ox2, "the L2ARC rebuild after a restart", lambda s: s["l2_rebuild_success"] >= 1)
+        assert sha(os.path.join(alt, pool, "f")) == want
+        s = arcstats(ox2)
+        assert s["l2_hits"] >= 32 and s["l2_cksum_bad"] == 0, s
+        assert ox2.export(pool).returncode == 0
+    finally:
+        for ox in runners:
+            ox.teardown()
+
+
+def test_secondarycache_none_feeds_no_data(oxzfs):
+    tune(oxzfs)
+    pool = "l2b"
+    vdir, alt, cache = make_pool(oxzfs, "l2b", pool)
+    assert oxzfs.zfs("set", "secondarycache=none", pool).returncode == 0
+    root = os.path.join(alt, pool)
+    data = os.urandom(16 << 20)
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
+    feeds = arcstats(oxzfs)["l2_feeds"]
+    s = wait_for(oxzfs, "three L2ARC feeds", lambda s: s["l2_feeds"] >= feeds + 3)
+    # Only the pool's own metadata (the MOS, always cacheable) may have gone there, not the
+    # 16 MiB of the file.
+    assert s["l2_size"] < 4 << 20, s
+    assert cache_row(oxzfs, pool, cache)[0] < 4 << 20
+    # secondarycache=all: the same file is fed once it is read again.
+    assert oxzfs.zfs("set", "secondarycache=all", pool).returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
+    wait_for(oxzfs, "a feed of the file", lambda s: s["l2_size"] >= 12 << 20)
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_arcstats_usage_and_json(oxzfs):
+    r = oxzfs.run("arcstats", "-x")
+    assert r.returncode == 2 and "usage: oxzfs arcstats [-j]" in r.stderr, repr(r)
+    r = oxzfs.run("arcstats", "-j")
+    assert r.returncode == 0, repr(r)
+    j = json.loads(r.stdout)
+    for k in ("hits", "misses", "size", "c", "c_min", "c_max", "mru_size", "mfu_size", "l2_hits", "l2_misses",
+              "l2_size", "l2_asize", "l2_feeds", "l2_rw_clash", "l2_cksum_bad", "l2_io_error", "l2_rebuild_success",
+              "l2_rebuild_log_blks", "l2_log_blk_count"):
+        assert k in j, k
+
+
+def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
+    tune(oxzfs)
+    pool = "l2c"
+    base = os.path.join(oxzfs.base, "l2c")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-R", alt, pool, *make_devs(vdir, 1, 64))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    with open(os.path.join(alt, pool, "f"), "wb") as f:
+        f.write(os.urandom(12 << 20))
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    s = arcstats(oxzfs)
+    assert s["size"] > 8 << 20 and s["c_max"] == 16 << 20, s
+    assert oxzfs.run("tunable", "zfs_arc_max=8M").returncode == 0
+    s = arcstats(oxzfs)
+    assert s["size"] <= 8 << 20 and s["c_max"] == 8 << 20, s
+    assert oxzfs.export(pool).returncode == 0
