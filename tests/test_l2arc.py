@@ -12,6 +12,8 @@ import re
 import subprocess
 import time
 
+import pytest
+
 import oracle_pools
 from conftest import Oxzfs, unmount_below
 from test_write import make_devs
@@ -265,3 +267,64 @@ def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
     s = arcstats(oxzfs)
     assert s["size"] <= 8 << 20 and s["c_max"] == 8 << 20, s
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_v23_pool_with_our_cache_device_imports_in_zfs_fuse(oxzfs, work_dir):
+    """zfs-fuse (pool version 23, no persistent L2ARC) imports a pool whose cache device we fed
+    and reads the file back; its own L2ARC takes the device over."""
+    tune(oxzfs)
+    pool = "l2v23"
+    base = os.path.join(oxzfs.base, "l2v23")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    data = make_devs(vdir, 1, 128)[0]
+    # zfs-fuse takes cache devices only as block devices: a loop device over a file, named by
+    # a link in the pool's directory (both scans follow it).
+    img = os.path.join(base, "cache0.img")
+    with open(img, "wb") as f:
+        f.truncate(96 << 20)
+    r = subprocess.run(["losetup", "-f", "--show", img], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"losetup cannot attach a loop device: {r.stderr}", pytrace=False)
+    loop = r.stdout.strip()
+    try:
+        os.symlink(loop, os.path.join(vdir, "cache0"))
+        v23_cross(oxzfs, work_dir, base, vdir, alt, pool, data, loop)
+    finally:
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+
+
+def v23_cross(oxzfs, work_dir, base, vdir, alt, pool, data, cache):
+    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, pool, data, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    blob = os.urandom(12 << 20)
+    with open(os.path.join(alt, pool, "f"), "wb") as f:
+        f.write(blob)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(alt, pool, "f")) == hashlib.sha256(blob).hexdigest()
+    wait_for(oxzfs, "an L2ARC feed", lambda s: s["l2_size"] >= 4 << 20)
+    assert oxzfs.export(pool).returncode == 0
+    try:
+        with oracle_pools.ZfsFuse(work_dir):
+            zfs_fuse_reads(os.path.join(base, "zfs-fuse-alt"), vdir, pool, cache, hashlib.sha256(blob).hexdigest())
+    except oracle_pools.MissingTool as e:
+        pytest.fail(str(e), pytrace=False)
+    # And back: our import finds no header of ours (zfs-fuse's L2ARC wrote over the device or
+    # left it) and reads right either way.
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(alt, pool, "f")) == hashlib.sha256(blob).hexdigest()
+    assert oxzfs.export(pool).returncode == 0
+
+
+def zfs_fuse_reads(zalt, vdir, pool, cache, want):
+    """zfs-fuse (its lock held) imports POOL, lists the cache device, reads f as WANT, exports."""
+    try:
+        r = subprocess.run(["zpool", "import", "-d", vdir, "-R", zalt, pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse cannot import our pool:\n{r.stdout}{r.stderr}"
+        st = subprocess.run(["zpool", "status", pool], capture_output=True, text=True).stdout
+        assert "cache" in st and os.path.basename(cache) in st, st
+        assert sha(os.path.join(zalt, pool, "f")) == want
+        r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse export failed:\n{r.stdout}{r.stderr}"
+    finally:
+        subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
