@@ -925,6 +925,54 @@ mod tests {
     }
 
     #[test]
+    fn bad_headers_and_truncated_devices_start_empty() {
+        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
+        let salt = [0u8; 32];
+        let mem = Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 64 << 20]), fail: AtomicBool::new(false) });
+        let (arc, blocks) = setup(30, &salt);
+        let l2 = Arc::new(L2Arc::new(3));
+        l2.add_device(4, "mem".into(), mem.clone(), 9, true).unwrap();
+        assert!(l2.feed_once(&arc, &salt) > 0);
+        let image = mem.bytes.lock().unwrap().clone();
+        let rebuilt = |bytes: Vec<u8>| {
+            let m = Arc::new(MemDev { bytes: Mutex::new(bytes), fail: AtomicBool::new(false) });
+            let l = Arc::new(L2Arc::new(3));
+            let r = l.add_device(4, "mem".into(), m, 9, true);
+            while l.devs.read().unwrap().iter().any(|d| d.rebuilding.load(Ordering::Acquire)) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            (r, l)
+        };
+        // As written: rebuilt.
+        let (r, l) = rebuilt(image.clone());
+        assert!(r.is_ok() && l.headers() > 0);
+        // A header with a flipped bit: its checksum fails, the device starts empty.
+        let mut bad = image.clone();
+        bad[VDEV_LABEL_START_SIZE as usize + 100] ^= 4;
+        let (r, l) = rebuilt(bad);
+        assert!(r.is_ok() && l.headers() == 0 && l.stats.rebuild_abort_unsupported.load(Ordering::Relaxed) == 1);
+        // The device cut short: its geometry no longer matches the header's.
+        let (r, l) = rebuilt(image[..48 << 20].to_vec());
+        assert!(r.is_ok() && l.headers() == 0);
+        // Too small to hold a ring at all: refused with a reason, nothing written.
+        let (r, l) = rebuilt(image[..(5 << 20)].to_vec());
+        assert!(r.unwrap_err().contains("too small") && !l.has_devices());
+        // A log block gone bad stops the rebuild there; what it restored before reads right.
+        let mut bad = image.clone();
+        let h = L2DevHdrPhys::decode(&image[VDEV_LABEL_START_SIZE as usize..][..512], VDEV_LABEL_START_SIZE).unwrap();
+        let second = h.start_lbps[1].daddr as usize;
+        bad[second + 8] ^= 1;
+        let (r, l) = rebuilt(bad);
+        assert!(r.is_ok() && l.stats.rebuild_abort_cksum_lb_errors.load(Ordering::Relaxed) == 1);
+        assert!(l.headers() > 0 && l.headers() < 29, "{}", l.headers());
+        for (bp, d) in &blocks {
+            if let Some(got) = l.read(bp, &salt) {
+                assert!(got == *d);
+            }
+        }
+    }
+
+    #[test]
     fn the_ring_wraps_and_forgets_what_it_overwrites() {
         let salt = [0u8; 32];
         let mem = Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 8 << 20]), fail: AtomicBool::new(false) });
