@@ -808,6 +808,29 @@ mod tests {
         (bp, data)
     }
 
+    fn mem_dev(size: usize) -> Arc<MemDev> {
+        Arc::new(MemDev { bytes: Mutex::new(vec![0u8; size]), fail: AtomicBool::new(false) })
+    }
+
+    /// A 64 MiB device of pool `pool` fed once with `n` blocks: (device, L2ARC, blocks, bytes
+    /// written). Log blocks on a small device: the tests that need them all set this tunable.
+    #[allow(clippy::type_complexity)]
+    fn fed_device(n: u64, pool: u64, guid: u64, salt: &[u8; 32]) -> (Arc<MemDev>, Arc<L2Arc>, Vec<(BlockPointer, Vec<u8>)>, u64) {
+        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
+        let mem = mem_dev(64 << 20);
+        let (arc, blocks) = setup(n, salt);
+        let l2 = Arc::new(L2Arc::new(pool));
+        l2.add_device(guid, "mem".into(), mem.clone(), 9, true).unwrap();
+        let wrote = l2.feed_once(&arc, salt);
+        (mem, l2, blocks, wrote)
+    }
+
+    fn wait_rebuilt(l: &L2Arc) {
+        while l.devs.read().unwrap().iter().any(|d| d.rebuilding.load(Ordering::Acquire)) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     fn setup(n: u64, salt: &[u8; 32]) -> (AdaptiveCache, Vec<(BlockPointer, Vec<u8>)>) {
         let arc = AdaptiveCache::new(64 << 20);
         let blocks: Vec<_> = (0..n).map(|i| block(i, salt)).collect();
@@ -819,13 +842,8 @@ mod tests {
 
     #[test]
     fn feed_read_rebuild_and_corruption() {
-        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
         let salt = [0u8; 32];
-        let mem = Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 64 << 20]), fail: AtomicBool::new(false) });
-        let (arc, blocks) = setup(40, &salt);
-        let l2 = Arc::new(L2Arc::new(77));
-        l2.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
-        let wrote = l2.feed_once(&arc, &salt);
+        let (mem, l2, blocks, wrote) = fed_device(40, 77, 5, &salt);
         assert!(wrote >= 40 * 8192, "wrote {wrote}");
         assert_eq!(l2.headers(), 40);
         for (bp, d) in &blocks {
@@ -838,9 +856,7 @@ mod tests {
         // A new L2ARC over the same device (a re-import) finds the committed entries.
         let l2b = Arc::new(L2Arc::new(77));
         l2b.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
-        while l2b.devs.read().unwrap()[0].rebuilding.load(Ordering::Acquire) {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_rebuilt(&l2b);
         assert_eq!(l2b.headers(), 39, "the open log block's last entry is not persistent");
         assert_eq!(l2b.stats.rebuild_success.load(Ordering::Relaxed), 1);
         assert_eq!(l2b.stats.rebuild_log_blks.load(Ordering::Relaxed), 13);
@@ -878,7 +894,7 @@ mod tests {
         // (Tests that need log blocks on small devices all set this; none needs the default.)
         tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
         let salt = [0u8; 32];
-        let mems: Vec<Arc<MemDev>> = (0..2).map(|_| Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 40 << 20]), fail: AtomicBool::new(false) })).collect();
+        let mems: Vec<Arc<MemDev>> = (0..2).map(|_| mem_dev(40 << 20)).collect();
         let l2 = Arc::new(L2Arc::new(9));
         for (i, m) in mems.iter().enumerate() {
             l2.add_device(100 + i as u64, format!("mem{i}").into(), m.clone(), 9, true).unwrap();
@@ -907,9 +923,7 @@ mod tests {
         for (i, m) in mems.iter().enumerate() {
             again.add_device(100 + i as u64, format!("mem{i}").into(), m.clone(), 9, true).unwrap();
         }
-        while again.devs.read().unwrap().iter().any(|d| d.rebuilding.load(Ordering::Acquire)) {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_rebuilt(&again);
         assert_eq!(again.stats.rebuild_success.load(Ordering::Relaxed), 2);
         let found = again.headers();
         assert!(found > 0 && found <= held.len() as u64, "{found} found, {} held", held.len());
@@ -926,21 +940,15 @@ mod tests {
 
     #[test]
     fn bad_headers_and_truncated_devices_start_empty() {
-        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
         let salt = [0u8; 32];
-        let mem = Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 64 << 20]), fail: AtomicBool::new(false) });
-        let (arc, blocks) = setup(30, &salt);
-        let l2 = Arc::new(L2Arc::new(3));
-        l2.add_device(4, "mem".into(), mem.clone(), 9, true).unwrap();
-        assert!(l2.feed_once(&arc, &salt) > 0);
+        let (mem, _, blocks, wrote) = fed_device(30, 3, 4, &salt);
+        assert!(wrote > 0);
         let image = mem.bytes.lock().unwrap().clone();
         let rebuilt = |bytes: Vec<u8>| {
             let m = Arc::new(MemDev { bytes: Mutex::new(bytes), fail: AtomicBool::new(false) });
             let l = Arc::new(L2Arc::new(3));
             let r = l.add_device(4, "mem".into(), m, 9, true);
-            while l.devs.read().unwrap().iter().any(|d| d.rebuilding.load(Ordering::Acquire)) {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+            wait_rebuilt(&l);
             (r, l)
         };
         // As written: rebuilt.
@@ -975,7 +983,7 @@ mod tests {
     #[test]
     fn the_ring_wraps_and_forgets_what_it_overwrites() {
         let salt = [0u8; 32];
-        let mem = Arc::new(MemDev { bytes: Mutex::new(vec![0u8; 8 << 20]), fail: AtomicBool::new(false) });
+        let mem = mem_dev(8 << 20);
         let l2 = Arc::new(L2Arc::new(1));
         l2.add_device(2, "mem".into(), mem, 9, true).unwrap();
         let (start, end, _, entries) = geometry(8 << 20, 9).unwrap();
