@@ -207,6 +207,28 @@ def test_daemon_killed_and_restarted_finds_the_cache_again(oxzfs_bin, work_dir):
         s = arcstats(ox2)
         assert s["l2_hits"] >= 32 and s["l2_cksum_bad"] == 0, s
         assert ox2.export(pool).returncode == 0
+        # A read-only import reads the cache device too (rebuilt, never written).
+        r = ox2.import_ro(vdir, pool, alt)
+        assert r.returncode == 0, repr(r)
+        wait_for(ox2, "the rebuild of a read-only import", lambda t: t["l2_rebuild_success"] > s["l2_rebuild_success"])
+        assert sha(os.path.join(alt, pool, "f")) == want
+        t = arcstats(ox2)
+        assert t["l2_hits"] - s["l2_hits"] >= 32, t
+        assert ox2.export(pool).returncode == 0
+        # The cache device fails under the pool (cut short: its reads fail): the readers get
+        # the pool's bytes, the device is dropped and shown FAULTED.
+        before, after = reimport_and_read(ox2, vdir, alt, pool, want)
+        assert ox2.export(pool).returncode == 0
+        import_pool(ox2, vdir, alt, pool)
+        wait_for(ox2, "the rebuild", lambda t: t["l2_rebuild_success"] > after["l2_rebuild_success"])
+        with open(cache, "r+b") as f:
+            f.truncate(5 << 20)
+        assert sha(os.path.join(alt, pool, "f")) == want
+        t = arcstats(ox2)
+        assert t["l2_io_error"] - after["l2_io_error"] >= 8, t
+        st = ox2.zpool("status", pool).stdout
+        assert re.search(r"cache0\s+FAULTED", st), st
+        assert ox2.export(pool).returncode == 0
     finally:
         for ox in runners:
             ox.teardown()

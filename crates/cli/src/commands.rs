@@ -135,8 +135,9 @@ fn arc_limits() -> (u64, u64) {
 }
 
 /// `oxzfs arcstats [-j]`: the ARC's and L2ARC's counters as OpenZFS's
-/// /proc/spl/kstat/zfs/arcstats shows them (`name type data`, type 4 for a counter), summed
-/// over the imported pools (each has its own ARC); `-j` as a JSON object of name: value.
+/// /proc/spl/kstat/zfs/arcstats shows them (`name type data`, type 4 for a counter): the ARC's
+/// summed over the imported pools (each has its own ARC), the L2ARC's counters since the daemon
+/// started; `-j` as a JSON object of name: value.
 fn arcstats(st: &State, args: &[String]) -> Out {
     let json = match args {
         [] => false,
@@ -160,7 +161,6 @@ fn arcstats(st: &State, args: &[String]) -> Out {
 
 fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
     let mut arc = std::collections::BTreeMap::<&'static str, u64>::new();
-    let mut l2: Vec<(&'static str, u64)> = Vec::new();
     let (mut l2size, mut l2asize, mut lbc, mut lba, mut hdr) = (0, 0, 0, 0, 0);
     let mut c_max = 0;
     let mut c_min = 0;
@@ -184,24 +184,12 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
         }
         c_max += s.c_max;
         c_min += s.c_min;
-        let l = &imp.pool.spa.l2arc;
-        let snap = l.stats.snapshot();
-        if l2.is_empty() {
-            l2 = snap;
-        } else {
-            for (acc, (_, v)) in l2.iter_mut().zip(snap) {
-                acc.1 += v;
-            }
-        }
-        let (a, b, c, d, e) = l.sizes();
+        let (a, b, c, d, e) = imp.pool.spa.l2arc.sizes();
         l2size += a;
         l2asize += b;
         lbc += c;
         lba += d;
         hdr += e;
-    }
-    if l2.is_empty() {
-        l2 = oxzfs::l2arc::L2Stats::default().snapshot();
     }
     if st.pools.is_empty() {
         (c_max, c_min) = arc_limits();
@@ -211,9 +199,9 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
     for k in ["mru_size", "mru_ghost_size", "mfu_size", "mfu_ghost_size", "mru_hits", "mru_ghost_hits", "mfu_hits", "mfu_ghost_hits"] {
         rows.push((k, arc.get(k).copied().unwrap_or(0)));
     }
-    for (k, v) in l2 {
-        rows.push((k, v));
-    }
+    // The L2ARC's counters are the process's (every pool's since the daemon started); its
+    // sizes are those of the pools imported now.
+    rows.extend(oxzfs::l2arc::L2_STATS.snapshot());
     rows.extend([("l2_size", l2size), ("l2_asize", l2asize), ("l2_hdr_size", hdr), ("l2_log_blk_count", lbc), ("l2_log_blk_asize", lba)]);
     rows
 }

@@ -99,6 +99,10 @@ macro_rules! l2stats {
         #[derive(Default)]
         pub struct L2Stats { $(pub $name: AtomicU64,)* }
         impl L2Stats {
+            pub const fn new() -> L2Stats {
+                L2Stats { $($name: AtomicU64::new(0),)* }
+            }
+
             /// (arcstats name, value) of every counter.
             pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
                 vec![$((concat!("l2_", stringify!($name)), self.$name.load(Ordering::Relaxed)),)*]
@@ -112,6 +116,10 @@ l2stats!(
     log_blk_writes, rebuild_success, rebuild_abort_unsupported, rebuild_abort_io_errors, rebuild_abort_dh_errors, rebuild_abort_cksum_lb_errors,
     rebuild_abort_lowmem, rebuild_size, rebuild_asize, rebuild_bufs, rebuild_bufs_precached, rebuild_log_blks,
 );
+
+/// The process's L2ARC counters, every pool's since the daemon started (arcstats counts as
+/// OpenZFS's: they do not go back when a pool is exported).
+pub static L2_STATS: L2Stats = L2Stats::new();
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
@@ -227,6 +235,7 @@ pub struct L2Arc {
     index: Mutex<HashMap<L2Key, L2Buf>>,
     rr: AtomicUsize,
     stop: AtomicBool,
+    /// This pool's counters (`L2_STATS` holds the process's).
     pub stats: L2Stats,
 }
 
@@ -248,6 +257,12 @@ pub fn geometry(dev_size: u64, ashift: u8) -> Option<(u64, u64, u64, u64)> {
 impl L2Arc {
     pub fn new(spa_guid: u64) -> L2Arc {
         L2Arc { spa_guid, devs: RwLock::new(Vec::new()), index: Mutex::new(HashMap::new()), rr: AtomicUsize::new(0), stop: AtomicBool::new(false), stats: L2Stats::default() }
+    }
+
+    /// Count in this L2ARC's counters and the process's.
+    fn count(&self, which: fn(&L2Stats) -> &AtomicU64, n: u64) {
+        bump(which(&self.stats), n);
+        bump(which(&L2_STATS), n);
     }
 
     /// Whether any cache device is in use (reads look up the index only then).
@@ -312,7 +327,7 @@ impl L2Arc {
     fn read_header(&self, d: &L2Dev) -> Option<L2DevHdrPhys> {
         let mut b = vec![0u8; d.hdr_asize as usize];
         if let Err(e) = d.dev.read_at(&mut b, VDEV_LABEL_START_SIZE) {
-            bump(&self.stats.rebuild_abort_dh_errors, 1);
+            self.count(|s| &s.rebuild_abort_dh_errors, 1);
             log(format!("cache device {}: L2ARC header unreadable ({e}); starting empty", d.path.display()));
             return None;
         }
@@ -332,12 +347,12 @@ impl L2Arc {
                 Some(h)
             }
             Ok(_) => {
-                bump(&self.stats.rebuild_abort_unsupported, 1);
+                self.count(|s| &s.rebuild_abort_unsupported, 1);
                 log(format!("cache device {}: L2ARC header of another pool, device or geometry; starting empty", d.path.display()));
                 None
             }
             Err(e) => {
-                bump(&self.stats.rebuild_abort_unsupported, 1);
+                self.count(|s| &s.rebuild_abort_unsupported, 1);
                 if magic == L2ARC_DEV_HDR_MAGIC || magic.swap_bytes() == L2ARC_DEV_HDR_MAGIC {
                     log(format!("cache device {}: bad L2ARC header ({e}); starting empty", d.path.display()));
                 }
@@ -371,7 +386,7 @@ impl L2Arc {
             let asize = lbps[0].asize();
             let mut b = vec![0u8; asize as usize];
             if let Err(e) = d.dev.read_at(&mut b, lbps[0].daddr) {
-                bump(&self.stats.rebuild_abort_io_errors, 1);
+                self.count(|s| &s.rebuild_abort_io_errors, 1);
                 log(format!("cache device {}: L2ARC log block at {} unreadable ({e}); rebuild stops", d.path.display(), lbps[0].daddr));
                 ok = false;
                 break;
@@ -379,14 +394,14 @@ impl L2Arc {
             let lb = match L2LogBlkPhys::read(&b, &lbps[0], d.log_entries as usize) {
                 Ok(lb) => lb,
                 Err(e) => {
-                    bump(&self.stats.rebuild_abort_cksum_lb_errors, 1);
+                    self.count(|s| &s.rebuild_abort_cksum_lb_errors, 1);
                     log(format!("cache device {}: L2ARC log block at {}: {e}; rebuild stops", d.path.display(), lbps[0].daddr));
                     ok = false;
                     break;
                 }
             };
             if self.headers() * L2_HDR_SIZE > cap {
-                bump(&self.stats.rebuild_abort_lowmem, 1);
+                self.count(|s| &s.rebuild_abort_lowmem, 1);
                 log(format!("cache device {}: L2ARC headers reached l2arc_meta_percent of the ARC; rebuild stops", d.path.display()));
                 ok = false;
                 break;
@@ -394,14 +409,14 @@ impl L2Arc {
             self.restore(d, &mut st, &lb);
             st.lb_list.push_back(lbps[0]);
             st.alloc += asize;
-            bump(&self.stats.rebuild_log_blks, 1);
+            self.count(|s| &s.rebuild_log_blks, 1);
             if range_check_overlap(lbps[1].payload_start, lbps[0].payload_start, st.evict) && !st.first {
                 break;
             }
             lbps = [lbps[1], lb.prev_lbp];
         }
         if ok && !st.lb_list.is_empty() {
-            bump(&self.stats.rebuild_success, 1);
+            self.count(|s| &s.rebuild_success, 1);
             log(format!("cache device {}: L2ARC rebuild successful, restored {} blocks", d.path.display(), st.lb_list.len()));
         } else if ok {
             // Nothing valid: a fresh header.
@@ -423,11 +438,11 @@ impl L2Arc {
             if le.daddr < d.start || le.daddr + asize > d.end || psize > lsize.max(512) || lsize > zio::MAX_BLOCK {
                 continue; // not an entry of this ring
             }
-            bump(&self.stats.rebuild_bufs, 1);
-            bump(&self.stats.rebuild_size, lsize);
-            bump(&self.stats.rebuild_asize, asize);
+            self.count(|s| &s.rebuild_bufs, 1);
+            self.count(|s| &s.rebuild_size, lsize);
+            self.count(|s| &s.rebuild_asize, asize);
             if index.contains_key(&key) {
-                bump(&self.stats.rebuild_bufs_precached, 1);
+                self.count(|s| &s.rebuild_bufs_precached, 1);
                 continue;
             }
             index.insert(key, L2Buf { dev: d.guid, daddr: le.daddr, lsize, psize, asize, compress: le.prop.compress() });
@@ -490,7 +505,7 @@ impl L2Arc {
         let key = L2Key::of(bp)?;
         let buf = self.index.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
         let Some(buf) = buf else {
-            bump(&self.stats.misses, 1);
+            self.count(|s| &s.misses, 1);
             return None;
         };
         let drop_entry = || {
@@ -502,18 +517,18 @@ impl L2Arc {
         let dev = self.devs.read().unwrap_or_else(|p| p.into_inner()).iter().find(|d| d.guid == buf.dev && !d.faulted.load(Ordering::Relaxed)).cloned();
         let Some(dev) = dev else {
             drop_entry();
-            bump(&self.stats.misses, 1);
+            self.count(|s| &s.misses, 1);
             return None;
         };
         if buf.psize != bp.psize || buf.lsize != bp.lsize || buf.compress != bp.compress {
             // Another block under the same DVA and birth: never a hit.
             drop_entry();
-            bump(&self.stats.cksum_bad, 1);
+            self.count(|s| &s.cksum_bad, 1);
             return None;
         }
         let mut b = vec![0u8; buf.asize as usize];
         if let Err(e) = dev.dev.read_at(&mut b, buf.daddr) {
-            bump(&self.stats.io_error, 1);
+            self.count(|s| &s.io_error, 1);
             drop_entry();
             if dev.io.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_READ_ERRORS {
                 self.fault(&dev, &format!("read errors ({e})"));
@@ -526,12 +541,12 @@ impl L2Arc {
         let data = if zio::verify_bp(bp, &b, salt) { zio::decompress_physical(bp, b).ok() } else { None };
         match data {
             Some(d) => {
-                bump(&self.stats.hits, 1);
-                bump(&self.stats.read_bytes, buf.psize);
+                self.count(|s| &s.hits, 1);
+                self.count(|s| &s.read_bytes, buf.psize);
                 Some(d)
             }
             None => {
-                bump(&self.stats.cksum_bad, 1);
+                self.count(|s| &s.cksum_bad, 1);
                 drop_entry();
                 None
             }
@@ -556,10 +571,10 @@ impl L2Arc {
         }
         let d = usable[self.rr.fetch_add(1, Ordering::Relaxed) % usable.len()].clone();
         if self.headers() * L2_HDR_SIZE > arc.stats().c_max * tunables::l2arc_meta_percent() / 100 {
-            bump(&self.stats.abort_lowmem, 1);
+            self.count(|s| &s.abort_lowmem, 1);
             return 0;
         }
-        bump(&self.stats.feeds, 1);
+        self.count(|s| &s.feeds, 1);
         let warm = arc.warm();
         let size = tunables::l2arc_write_max() + if warm { 0 } else { tunables::l2arc_write_boost() };
         let scan = size.saturating_mul(tunables::l2arc_headroom());
@@ -611,17 +626,17 @@ impl L2Arc {
             }
             return 0;
         }
-        bump(&self.stats.writes_sent, 1);
+        self.count(|s| &s.writes_sent, 1);
         if let Err(e) = d.dev.write_at(&batch, batch_start) {
-            bump(&self.stats.writes_error, 1);
+            self.count(|s| &s.writes_error, 1);
             bump(&d.io.write_errors, 1);
             st.hand = batch_start;
             drop(st);
             self.fault(&d, &format!("write of {} bytes at {batch_start} failed ({e})", batch.len()));
             return 0;
         }
-        bump(&self.stats.writes_done, 1);
-        bump(&self.stats.write_bytes, write_psize);
+        self.count(|s| &s.writes_done, 1);
+        self.count(|s| &s.write_bytes, write_psize);
         bump(&d.io.writes, 1);
         bump(&d.io.write_bytes, batch.len() as u64);
         {
@@ -666,8 +681,8 @@ impl L2Arc {
             st.alloc += lbp.asize();
             st.payload_asize = 0;
             st.payload_start = 0;
-            bump(&self.stats.log_blk_writes, 1);
-            bump(&self.stats.write_bytes, lbp.asize());
+            self.count(|s| &s.log_blk_writes, 1);
+            self.count(|s| &s.write_bytes, lbp.asize());
         }
     }
 

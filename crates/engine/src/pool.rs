@@ -535,7 +535,8 @@ impl Pool {
     }
 
     /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
-    /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
+    /// with their state: ONLINE when the scan found them (FAULTED: a cache device dropped after
+    /// I/O errors), else UNAVAIL under their guid.
     pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let stored = crate::spa_load::read_mos_packed(&self.spa.mos(), key);
@@ -543,6 +544,10 @@ impl Pool {
         for d in list.unwrap_or(&[]) {
             let guid = d.get_u64("guid").unwrap_or(0);
             match self.spa.devices.get(&guid).map(|(p, _)| p).or_else(|| self.aux_found.get(&guid)) {
+                // A cache device the L2ARC dropped after I/O errors.
+                Some(p) if key == "l2cache" && self.spa.l2arc.devices().iter().any(|d| d.guid == guid && d.faulted) => {
+                    out.push((p.display().to_string(), "FAULTED".into()))
+                }
                 Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
                 None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }
