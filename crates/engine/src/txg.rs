@@ -870,6 +870,8 @@ impl PoolHandle {
         if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
         }
+        // No L2ARC feed writes to the cache devices once the pool is exported.
+        w.spa.l2arc.shutdown();
         w.export()
     }
 }
