@@ -472,6 +472,21 @@ mod tests {
     }
 
     #[test]
+    fn a_demand_hit_makes_a_prefetched_buffer_eligible_for_the_l2arc() {
+        let arc = Arc_::new(4 << 20);
+        let bp = BlockPointer { birth: 7, ..Default::default() };
+        // Brought in without its bp (a prefetch under l2arc_noprefetch): not a candidate.
+        arc.insert(k(1), Arc::new(vec![1u8; 4096]));
+        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        // A plain hit leaves it so; a demand hit that may feed the L2ARC gives it its bp.
+        assert!(arc.get(&k(1)).is_some());
+        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        assert!(arc.get_l2(&k(1), &bp).is_some());
+        let c = arc.l2_candidates(0, &|_| false);
+        assert_eq!((c.len(), c[0].bp.birth, c[0].mfu), (1, 7, true));
+    }
+
+    #[test]
     fn ghost_hit_grows_mru_target() {
         let arc = Arc_::new(1 << 20);
         let blk = Arc::new(vec![0u8; 256 << 10]);
