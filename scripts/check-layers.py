@@ -23,7 +23,7 @@ ENGINE_LAYERS = [
     ("vdev", ["vdev", "vdev::raidz", "vdev::sim"]),
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),
-    ("arc", ["arc"]),
+    ("arc", ["arc", "l2arc"]),
     ("spa handle", ["spa"]),
     ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),

@@ -19,7 +19,10 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return usage("missing command");
     };
     if cmd == "tunable" {
-        return tunable(&argv[1..]);
+        return tunable(st, &argv[1..]);
+    }
+    if cmd == "arcstats" {
+        return arcstats(st, &argv[1..]);
     }
     let Some(verb) = argv.get(1) else {
         return usage(format!("usage: {cmd} command args ..."));
@@ -115,6 +118,93 @@ fn verb_list(cmd: &str) -> String {
     s.trim_end().to_string()
 }
 
+/// zfs_arc_max / zfs_arc_min changed: every imported pool's ARC takes the new limits at once
+/// (a smaller limit evicts now).
+fn resize_arcs(st: &State) {
+    let (max, min) = arc_limits();
+    for imp in st.pools.values() {
+        imp.pool.spa.arc.set_limits(max, min);
+    }
+}
+
+/// (c_max, c_min) as the tunables set them.
+fn arc_limits() -> (u64, u64) {
+    use oxzfs::tunables;
+    let max = tunables::arc_max().unwrap_or_else(oxzfs::arc::AdaptiveCache::default_max);
+    (max, tunables::arc_min().unwrap_or_else(|| oxzfs::arc::AdaptiveCache::default_min(max)))
+}
+
+/// `oxzfs arcstats [-j]`: the ARC's and L2ARC's counters as OpenZFS's
+/// /proc/spl/kstat/zfs/arcstats shows them (`name type data`, type 4 for a counter): the ARC's
+/// summed over the imported pools (each has its own ARC), the L2ARC's counters since the daemon
+/// started; `-j` as a JSON object of name: value.
+fn arcstats(st: &State, args: &[String]) -> Out {
+    let json = match args {
+        [] => false,
+        [j] if j == "-j" => true,
+        _ => return usage("usage: oxzfs arcstats [-j]"),
+    };
+    let rows = arcstat_rows(st);
+    if json {
+        let m: serde_json::Map<String, serde_json::Value> = rows.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+        return ok(format!("{}\n", serde_json::Value::Object(m)));
+    }
+    // The kstat header line (kid, type 1 = named, flags, rows, size, crtime, snaptime), then
+    // the rows, as the kernel's kstat file prints them.
+    // (SPL's kstat_seq_show: "%-31s %-4s %s" and "%-31s %-4d %llu".)
+    let mut out = format!("13 1 0x01 {} {} 0 0\n{:<31} {:<4} {}\n", rows.len(), rows.len() * 40, "name", "type", "data");
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<31} {:<4} {v}\n", 4));
+    }
+    ok(out)
+}
+
+fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
+    let mut arc = std::collections::BTreeMap::<&'static str, u64>::new();
+    let (mut l2size, mut l2asize, mut lbc, mut lba, mut hdr) = (0, 0, 0, 0, 0);
+    let mut c_max = 0;
+    let mut c_min = 0;
+    for imp in st.pools.values() {
+        let s = imp.pool.spa.arc.stats();
+        for (k, v) in [
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("size", s.size),
+            ("p", s.p),
+            ("mru_size", s.mru_size),
+            ("mru_ghost_size", s.mru_ghost_size),
+            ("mfu_size", s.mfu_size),
+            ("mfu_ghost_size", s.mfu_ghost_size),
+            ("mru_hits", s.mru_hits),
+            ("mru_ghost_hits", s.mru_ghost_hits),
+            ("mfu_hits", s.mfu_hits),
+            ("mfu_ghost_hits", s.mfu_ghost_hits),
+        ] {
+            *arc.entry(k).or_default() += v;
+        }
+        c_max += s.c_max;
+        c_min += s.c_min;
+        let (a, b, c, d, e) = imp.pool.spa.l2arc.sizes();
+        l2size += a;
+        l2asize += b;
+        lbc += c;
+        lba += d;
+        hdr += e;
+    }
+    if st.pools.is_empty() {
+        (c_max, c_min) = arc_limits();
+    }
+    let mut rows: Vec<(&'static str, u64)> = ["hits", "misses"].iter().map(|k| (*k, arc.get(k).copied().unwrap_or(0))).collect();
+    rows.extend([("p", arc.get("p").copied().unwrap_or(0)), ("c", c_max), ("c_min", c_min), ("c_max", c_max), ("size", arc.get("size").copied().unwrap_or(0))]);
+    for k in ["mru_size", "mru_ghost_size", "mfu_size", "mfu_ghost_size", "mru_hits", "mru_ghost_hits", "mfu_hits", "mfu_ghost_hits"] {
+        rows.push((k, arc.get(k).copied().unwrap_or(0)));
+    }
+    // The L2ARC's counters are the process's (every pool's since the daemon started); its
+    // sizes are those of the pools imported now.
+    rows.extend(oxzfs::l2arc::L2_STATS.snapshot());
+    rows.extend([("l2_size", l2size), ("l2_asize", l2asize), ("l2_hdr_size", hdr), ("l2_log_blk_count", lbc), ("l2_log_blk_asize", lba)]);
+    rows
+}
 
 #[cfg(test)]
 mod tests {
@@ -187,7 +277,7 @@ mod tests {
 
 /// `oxzfs tunable [NAME[=VALUE]]...`: with no operand every tunable as NAME=VALUE, one a line;
 /// NAME prints one, NAME=VALUE sets it (all are checked before any is set).
-fn tunable(args: &[String]) -> Out {
+fn tunable(st: &State, args: &[String]) -> Out {
     use oxzfs::tunables;
     if args.is_empty() {
         return ok(tunables::all().iter().map(|t| format!("{}={}\n", t.name, t.get())).collect());
@@ -212,6 +302,9 @@ fn tunable(args: &[String]) -> Out {
             Some(_) => match tunables::set_assignment(a) {
                 Ok(v) => {
                     tracing::info!(tunable = %a, "set");
+                    if a.starts_with("zfs_arc_max=") || a.starts_with("zfs_arc_min=") {
+                        resize_arcs(st);
+                    }
                     out.push_str(&format!("{}={v}\n", a.split_once('=').map_or("", |x| x.0)));
                 }
                 Err(e) => return (out, format!("{e}\n"), 1),

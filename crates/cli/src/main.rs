@@ -47,9 +47,10 @@ enum Family {
     Zdb,
     Daemon,
     Tunable,
+    Arcstats,
 }
 
-const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...";
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]";
 
 fn usage() -> i32 {
     eprintln!("{USAGE}");
@@ -78,8 +79,8 @@ fn run(args: &[String]) -> i32 {
     match family {
         Family::Zdb => oxzfs::traverse::zdb_main(rest),
         Family::Daemon => daemon::main(rest),
-        // Tunables live in the daemon's process, where the pools are.
-        Family::Tunable => {
+        // Tunables and the ARC live in the daemon's process, where the pools are.
+        Family::Tunable | Family::Arcstats => {
             if !client::is_running() {
                 eprintln!("cannot reach the oxzfs daemon at {}: it is not running (tunables are the daemon's: `oxzfs daemon start -o NAME=VALUE`)", client::socket_path().display());
                 return 1;

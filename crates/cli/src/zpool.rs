@@ -432,11 +432,19 @@ pub fn iostat(st: &mut State, args: &[String]) -> Out {
             let cache = pool.aux_devices("l2cache");
             if !cache.is_empty() {
                 rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
+                let l2 = pool.spa.l2arc.devices();
                 for (path, state) in cache {
-                    let size = if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None };
-                    let free = size.map(|n| nice(n, p)).unwrap_or_else(|| "-".into());
-                    let alloc = if size.is_some() { nice(0, p) } else { "-".into() };
-                    rows.push((format!("  {path}"), alloc, free, [0; 4]));
+                    // The L2ARC's own numbers when it uses the device (allocated: buffers and
+                    // log blocks on it), else its whole space free.
+                    let used = l2.iter().find(|d| d.path.to_string_lossy() == path.as_str() && !d.faulted);
+                    let (alloc, free, io) = match used {
+                        Some(d) => (nice(d.alloc, p), nice(d.size.saturating_sub(d.alloc), p), rate((d.reads, d.writes, d.read_bytes, d.write_bytes))),
+                        None => match if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None } {
+                            Some(n) => (nice(0, p), nice(n, p), [0; 4]),
+                            None => ("-".into(), "-".into(), [0; 4]),
+                        },
+                    };
+                    rows.push((format!("  {path}"), alloc, free, io));
                 }
             }
         }
@@ -1193,6 +1201,16 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
         let root = imp.pool.spa.root_vdev.clone();
         let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        // A cache device goes at once (spa_vdev_remove_aux).
+        if let Some(guid) = imp.pool.cache_device_guid(dev) {
+            if o.has('n') {
+                continue;
+            }
+            if let Err(e) = h.lock().remove_cache_device(guid) {
+                return err_out(e, &format!("cannot remove {dev}"));
+            }
+            continue;
+        }
         let top = root.children.iter().find(|t| {
             t.display_name() == *dev || t.guid.to_string() == *dev || t.leaves().iter().any(|l| l.guid.to_string() == *dev || l.path.as_deref().is_some_and(|p| p == dev || base(p) == *dev))
         });

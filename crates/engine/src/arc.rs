@@ -15,8 +15,17 @@
 //! just written are inserted with `replace` (the writer's bytes are what is on disk now).
 //! One cache serves a whole pool; a mutex guards it (lock order: ARC is a leaf lock, nothing
 //! else is taken while it is held).
+//!
+//! For the L2ARC (see `l2arc`) an entry remembers the block pointer it was read or written
+//! under and whether its dataset lets it go to a cache device (secondarycache); the feed asks
+//! for the eligible entries at the tails of MFU and MRU (`l2_candidates`), the buffers about to
+//! be evicted — or at the heads while the ARC is still cold (nothing evicted yet, `warm`).
+//! The limit `c_max` (zfs_arc_max) can be changed while the pool is imported (`set_c_max`):
+//! a smaller one evicts at once, down to it and never below `c_min`.
 
+use oxzfs_format::blkptr::BlockPointer;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,6 +51,18 @@ struct Entry {
     seq: u64,
     size: u64,
     data: Option<Arc<Vec<u8>>>,
+    /// The block pointer the data was read or written under, when the block may go to the
+    /// L2ARC (secondarycache allows it); None otherwise.
+    l2bp: Option<Box<BlockPointer>>,
+}
+
+/// A buffer the L2ARC feed may write: its key, logical bytes and block pointer, and whether it
+/// sat in MFU (ARC state for the log entry).
+pub struct L2Candidate {
+    pub key: ArcKey,
+    pub data: Arc<Vec<u8>>,
+    pub bp: BlockPointer,
+    pub mfu: bool,
 }
 
 #[derive(Default)]
@@ -72,6 +93,12 @@ struct State {
     p: u64,
     hits: u64,
     misses: u64,
+    mru_hits: u64,
+    mfu_hits: u64,
+    mru_ghost_hits: u64,
+    mfu_ghost_hits: u64,
+    /// Something was evicted since the cache was made (arc_warm).
+    warm: bool,
 }
 
 /// Counters for `arcstats`-style reporting.
@@ -79,15 +106,23 @@ struct State {
 pub struct ArcStats {
     pub size: u64,
     pub c_max: u64,
+    pub c_min: u64,
     pub p: u64,
     pub mru_size: u64,
     pub mfu_size: u64,
+    pub mru_ghost_size: u64,
+    pub mfu_ghost_size: u64,
     pub hits: u64,
     pub misses: u64,
+    pub mru_hits: u64,
+    pub mfu_hits: u64,
+    pub mru_ghost_hits: u64,
+    pub mfu_ghost_hits: u64,
 }
 
 pub struct Arc_ {
-    c_max: u64,
+    c_max: AtomicU64,
+    c_min: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -108,7 +143,8 @@ impl Arc_ {
     pub fn new(c_max: u64) -> Arc_ {
         let c_max = c_max.max(1 << 20);
         Arc_ {
-            c_max,
+            c_max: AtomicU64::new(c_max),
+            c_min: AtomicU64::new(crate::tunables::arc_min().unwrap_or_else(|| Self::default_min(c_max)).min(c_max)),
             state: Mutex::new(State {
                 entries: HashMap::new(),
                 lists: Lists::default(),
@@ -117,8 +153,63 @@ impl Arc_ {
                 p: c_max / 2,
                 hits: 0,
                 misses: 0,
+                mru_hits: 0,
+                mfu_hits: 0,
+                mru_ghost_hits: 0,
+                mfu_ghost_hits: 0,
+                warm: false,
             }),
         }
+    }
+
+    /// zfs_arc_min's default: 1/32 of the limit, at least 32 MiB (never above the limit).
+    pub fn default_min(c_max: u64) -> u64 {
+        (c_max / 32).max(32 << 20).min(c_max)
+    }
+
+    fn c_max(&self) -> u64 {
+        self.c_max.load(Ordering::Relaxed)
+    }
+
+    /// Change the limits while the cache is in use (zfs_arc_max, zfs_arc_min): the limit is
+    /// kept at or above `c_min`, and a smaller one evicts at once.
+    pub fn set_limits(&self, c_max: u64, c_min: u64) {
+        let c_max = c_max.max(c_min).max(1 << 20);
+        self.c_min.store(c_min.min(c_max), Ordering::Relaxed);
+        self.c_max.store(c_max, Ordering::Relaxed);
+        let mut st = self.state.lock().unwrap();
+        st.p = st.p.min(c_max);
+        self.evict(&mut st);
+    }
+
+    /// Whether the cache has evicted anything yet (arc_warm): until then the L2ARC feeds from
+    /// the heads of the lists, and writes l2arc_write_boost more.
+    pub fn warm(&self) -> bool {
+        self.state.lock().unwrap().warm
+    }
+
+    /// The entries the L2ARC feed may write, from the tails of MFU then MRU (the heads while
+    /// the cache is cold), looking at no more than `scan` bytes of each list (0: all).
+    /// `skip` says which are already on a cache device.
+    pub fn l2_candidates(&self, scan: u64, skip: &dyn Fn(&ArcKey) -> bool) -> Vec<L2Candidate> {
+        let st = self.state.lock().unwrap();
+        let mut out = Vec::new();
+        for (list, mfu) in [(&st.lists.mfu, true), (&st.lists.mru, false)] {
+            let mut passed = 0u64;
+            let keys: Box<dyn Iterator<Item = &ArcKey>> = if st.warm { Box::new(list.values()) } else { Box::new(list.values().rev()) };
+            for key in keys {
+                let Some(e) = st.entries.get(key) else { continue };
+                passed += e.size;
+                if scan != 0 && passed > scan {
+                    break;
+                }
+                let (Some(bp), Some(data)) = (&e.l2bp, &e.data) else { continue };
+                if !skip(key) {
+                    out.push(L2Candidate { key: *key, data: data.clone(), bp: (**bp).clone(), mfu });
+                }
+            }
+        }
+        out
     }
 
     /// The default limit: half of physical memory minus 1 GiB, at least 64 MiB, as OpenZFS's
@@ -134,6 +225,16 @@ impl Arc_ {
     }
 
     pub fn get(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
+        self.get_inner(key, None)
+    }
+
+    /// `get` by a demand read of a block the L2ARC may hold: a buffer brought in without its
+    /// block pointer (a prefetch, under l2arc_noprefetch) becomes eligible for the feed.
+    pub fn get_l2(&self, key: &ArcKey, bp: &BlockPointer) -> Option<Arc<Vec<u8>>> {
+        self.get_inner(key, Some(bp))
+    }
+
+    fn get_inner(&self, key: &ArcKey, l2bp: Option<&BlockPointer>) -> Option<Arc<Vec<u8>>> {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
         let (list, seq, data) = match st.entries.get(key) {
@@ -146,12 +247,20 @@ impl Arc_ {
         match list {
             ListId::Mru | ListId::Mfu => {
                 st.hits += 1;
+                if list == ListId::Mru {
+                    st.mru_hits += 1;
+                } else {
+                    st.mfu_hits += 1;
+                }
                 // Promote to (the head of) MFU.
                 st.seq += 1;
                 let new_seq = st.seq;
                 st.lists.list(list).remove(&seq);
                 st.lists.mfu.insert(new_seq, *key);
                 let e = st.entries.get_mut(key).unwrap();
+                if let (None, Some(bp)) = (&e.l2bp, l2bp) {
+                    e.l2bp = Some(Box::new(bp.clone()));
+                }
                 let size = e.size;
                 e.list = ListId::Mfu;
                 e.seq = new_seq;
@@ -168,18 +277,23 @@ impl Arc_ {
 
     /// Insert a block just read. Adapts `p` on ghost hits, then evicts to stay under `c_max`.
     pub fn insert(&self, key: ArcKey, data: Arc<Vec<u8>>) {
-        self.put(key, data, false)
+        self.put(key, data, false, None)
+    }
+
+    /// `insert`, remembering the block pointer of a block the L2ARC may hold.
+    pub fn insert_l2(&self, key: ArcKey, data: Arc<Vec<u8>>, bp: &BlockPointer) {
+        self.put(key, data, false, Some(Box::new(bp.clone())))
     }
 
     /// Insert a block just written: as `insert`, but a cached entry under the same key takes
     /// the new bytes (the device holds them now).
-    pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>) {
-        self.put(key, data, true)
+    pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>, l2bp: Option<&BlockPointer>) {
+        self.put(key, data, true, l2bp.map(|b| Box::new(b.clone())))
     }
 
-    fn put(&self, key: ArcKey, data: Arc<Vec<u8>>, replace: bool) {
+    fn put(&self, key: ArcKey, data: Arc<Vec<u8>>, replace: bool, l2bp: Option<Box<BlockPointer>>) {
         let size = data.len() as u64;
-        if size > self.c_max / 4 {
+        if size > self.c_max() / 4 {
             return; // Never let one block flush the cache.
         }
         let mut st = self.state.lock().unwrap();
@@ -188,13 +302,15 @@ impl Arc_ {
         let seq = st.seq;
         let target = match st.entries.get(&key).map(|e| (e.list, e.seq, e.size)) {
             Some((ListId::MruGhost, old, osz)) => {
+                st.mru_ghost_hits += 1;
                 let delta = (st.sizes[3] / st.sizes[2].max(1)).max(1) * osz;
-                st.p = (st.p + delta).min(self.c_max);
+                st.p = (st.p + delta).min(self.c_max());
                 st.lists.mru_ghost.remove(&old);
                 st.sizes[2] -= osz;
                 ListId::Mfu
             }
             Some((ListId::MfuGhost, old, osz)) => {
+                st.mfu_ghost_hits += 1;
                 let delta = (st.sizes[2] / st.sizes[3].max(1)).max(1) * osz;
                 st.p = st.p.saturating_sub(delta);
                 st.lists.mfu_ghost.remove(&old);
@@ -211,19 +327,22 @@ impl Arc_ {
                 let e = st.entries.get_mut(&key).expect("present");
                 e.size = size;
                 e.data = Some(data);
+                e.l2bp = l2bp;
                 self.evict(st);
                 return;
             }
             None => ListId::Mru,
         };
-        st.entries.insert(key, Entry { list: target, seq, size, data: Some(data) });
+        st.entries.insert(key, Entry { list: target, seq, size, data: Some(data), l2bp });
         st.lists.list(target).insert(seq, key);
         st.sizes[idx(target)] += size;
         self.evict(st);
     }
 
     fn evict(&self, st: &mut State) {
-        while st.sizes[0] + st.sizes[1] > self.c_max {
+        let c_max = self.c_max();
+        while st.sizes[0] + st.sizes[1] > c_max {
+            st.warm = true;
             // Evict from MRU when it is over its target, else from MFU.
             let from = if (st.sizes[0] > st.p && !st.lists.mru.is_empty()) || st.lists.mfu.is_empty() {
                 ListId::Mru
@@ -235,6 +354,7 @@ impl Arc_ {
             st.lists.list(from).remove(&seq);
             let e = st.entries.get_mut(&key).unwrap();
             e.data = None;
+            e.l2bp = None;
             e.list = ghost;
             let size = e.size;
             st.sizes[idx(from)] -= size;
@@ -243,7 +363,7 @@ impl Arc_ {
         }
         // Bound the ghosts by c_max bytes each.
         for g in [ListId::MruGhost, ListId::MfuGhost] {
-            while st.sizes[idx(g)] > self.c_max {
+            while st.sizes[idx(g)] > c_max {
                 let Some((&seq, &key)) = st.lists.list(g).iter().next() else { break };
                 st.lists.list(g).remove(&seq);
                 if let Some(e) = st.entries.remove(&key) {
@@ -257,12 +377,19 @@ impl Arc_ {
         let st = self.state.lock().unwrap();
         ArcStats {
             size: st.sizes[0] + st.sizes[1],
-            c_max: self.c_max,
+            c_max: self.c_max(),
+            c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
             mru_size: st.sizes[0],
             mfu_size: st.sizes[1],
+            mru_ghost_size: st.sizes[2],
+            mfu_ghost_size: st.sizes[3],
             hits: st.hits,
             misses: st.misses,
+            mru_hits: st.mru_hits,
+            mfu_hits: st.mfu_hits,
+            mru_ghost_hits: st.mru_ghost_hits,
+            mfu_ghost_hits: st.mfu_ghost_hits,
         }
     }
 }
@@ -283,7 +410,7 @@ mod tests {
         let b = ArcKey { cksum: [7, 1, 2, 4], ..a };
         arc.insert(a, Arc::new(vec![1u8; 512]));
         assert!(arc.get(&b).is_none(), "a different checksum is a different block");
-        arc.replace(b, Arc::new(vec![2u8; 512]));
+        arc.replace(b, Arc::new(vec![2u8; 512]), None);
         assert_eq!(arc.get(&b).unwrap()[0], 2);
         assert_eq!(arc.get(&a).unwrap()[0], 1);
     }
@@ -294,7 +421,7 @@ mod tests {
         arc.insert(k(1), Arc::new(vec![1u8; 512]));
         arc.insert(k(1), Arc::new(vec![2u8; 512]));
         assert_eq!(arc.get(&k(1)).unwrap()[0], 1);
-        arc.replace(k(1), Arc::new(vec![3u8; 1024]));
+        arc.replace(k(1), Arc::new(vec![3u8; 1024]), None);
         assert_eq!(arc.get(&k(1)).unwrap()[0], 3);
         assert_eq!(arc.stats().size, 1024);
     }
@@ -318,6 +445,45 @@ mod tests {
         assert!(arc.get(&k(100)).is_none(), "the oldest cold block was evicted");
         let s = arc.stats();
         assert!(s.size <= s.c_max);
+    }
+
+    #[test]
+    fn a_smaller_limit_evicts_at_once_and_l2_candidates_come_from_the_tails() {
+        let arc = Arc_::new(4 << 20);
+        let bp = BlockPointer::default();
+        for o in 0..32 {
+            arc.insert_l2(k(o), Arc::new(vec![0u8; 64 << 10]), &bp);
+        }
+        assert!(!arc.warm());
+        // Cold: from the head (newest first).
+        let c = arc.l2_candidates(0, &|_| false);
+        assert_eq!(c.len(), 32);
+        assert_eq!(c[0].key, k(31));
+        arc.set_limits(1 << 20, 0);
+        let s = arc.stats();
+        assert!(s.size <= 1 << 20 && s.c_max == 1 << 20, "{s:?}");
+        assert!(arc.warm());
+        // Warm: from the tail (oldest first), bounded by the scan, skipping what L2 holds.
+        let c = arc.l2_candidates(128 << 10, &|key| key.offset == 16);
+        assert_eq!(c.iter().map(|c| c.key.offset).collect::<Vec<_>>(), vec![17]);
+        // Blocks inserted without a bp (secondarycache=none) are never candidates.
+        arc.insert(k(100), Arc::new(vec![0u8; 512]));
+        assert!(arc.l2_candidates(0, &|_| false).iter().all(|c| c.key.offset != 100));
+    }
+
+    #[test]
+    fn a_demand_hit_makes_a_prefetched_buffer_eligible_for_the_l2arc() {
+        let arc = Arc_::new(4 << 20);
+        let bp = BlockPointer { birth: 7, ..Default::default() };
+        // Brought in without its bp (a prefetch under l2arc_noprefetch): not a candidate.
+        arc.insert(k(1), Arc::new(vec![1u8; 4096]));
+        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        // A plain hit leaves it so; a demand hit that may feed the L2ARC gives it its bp.
+        assert!(arc.get(&k(1)).is_some());
+        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        assert!(arc.get_l2(&k(1), &bp).is_some());
+        let c = arc.l2_candidates(0, &|_| false);
+        assert_eq!((c.len(), c[0].bp.birth, c[0].mfu), (1, 7, true));
     }
 
     #[test]

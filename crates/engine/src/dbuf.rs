@@ -191,12 +191,16 @@ pub struct OsProps {
     pub sync: u8,
     /// logbias=throughput: large writes are not copied into the log (see zil).
     pub logbias_throughput: bool,
+    /// primarycache / secondarycache: 0 none, 1 metadata, 2 all (what the ARC keeps and
+    /// what the L2ARC may get; see `Spa::set_cache_policy`).
+    pub primarycache: u8,
+    pub secondarycache: u8,
 }
 
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false, sync: 0, logbias_throughput: false }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false, sync: 0, logbias_throughput: false, primarycache: 2, secondarycache: 2 }
     }
 }
 
@@ -297,6 +301,7 @@ fn new_meta_dnode() -> DnodePhys {
 impl ObjsetW {
     /// A new, empty objset of type `typ` (DMU_OST_META, DMU_OST_ZFS).
     pub fn create(spa: &Arc<Spa>, id: u64, typ: u64, props: OsProps) -> ObjsetW {
+        spa.set_cache_policy(id, props.primarycache, props.secondarycache);
         let phys = ObjsetPhys {
             meta_dnode: new_meta_dnode(),
             zil_header: ZilHeaderPhys::empty(),
@@ -330,6 +335,7 @@ impl ObjsetW {
 
     /// Open the objset at `bp` for writing.
     pub fn open(spa: &Arc<Spa>, id: u64, bp: &BlockPointer, props: OsProps) -> Result<ObjsetW> {
+        spa.set_cache_policy(id, props.primarycache, props.secondarycache);
         let ro = Objset::open_id(spa, bp, id)?;
         let phys = ro.phys.clone();
         let foreign_log = !phys.zil_header.log.is_hole();
@@ -1083,7 +1089,7 @@ impl SyncJob {
         p.embed_ok = false;
         let fill: u64 = self.phys.meta_dnode.blkptr.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
         let prev = if self.bp.is_hole() { None } else { Some(self.bp.clone()) };
-        let mut bp = match write_cached(ctx.spa, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
+        let mut bp = match write_cached(ctx.spa, self.id, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an objset block is never all zeros"),
         };
@@ -1288,7 +1294,7 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
     dn.flags &= !DNODE_FLAG_SPILL_BLKPTR;
     if let Some(data) = spill {
         let props = os.block_props(ctx, types::DMU_OT_SA, 0, true, data.len() as u64, dn.compress, dn.checksum);
-        let bp = match write_cached(&os.spa, ctx.alloc, &data, &props, ctx.txg, None)? {
+        let bp = match write_cached(&os.spa, os.id, ctx.alloc, &data, &props, ctx.txg, None)? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an SA spill block starts with its magic"),
         };
@@ -1306,10 +1312,12 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
 /// Write a block (`zio::write_block_over`) and keep its logical bytes in the pool's ARC, as a
 /// dbuf keeps its buffer after the write: the next txg's sync reads back what it rewrites
 /// (space map tails, indirect and dnode blocks) from memory.
-fn write_cached(spa: &Spa, alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
+/// `ds`: the dataset (objset) the block belongs to.
+#[allow(clippy::too_many_arguments)]
+fn write_cached(spa: &Spa, ds: u64, alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
     let w = zio::write_block_over(&spa.root_vdev, &spa.checksum_salt, alloc, data, p, txg, prev)?;
     if let Written::Bp(bp) = &w {
-        spa.cache_written(bp, data);
+        spa.cache_written(bp, data, ds);
     }
     Ok(w)
 }
@@ -1488,7 +1496,7 @@ fn sync_tree(
         if let Some(bp) = overrides.get(&blkid) {
             // Written by an intent-log commit (dmu_sync): installed as it is.
             if !bp.embedded {
-                os.spa.cache_written(bp, data);
+                os.spa.cache_written(bp, data, os.id);
             }
             changes.push((0, blkid, bp.clone()));
             continue;
@@ -1496,11 +1504,11 @@ fn sync_tree(
         let w = if p.dedup {
             let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
             if let Written::Bp(bp) = &w {
-                os.spa.cache_written(bp, data);
+                os.spa.cache_written(bp, data, os.id);
             }
             w
         } else {
-            write_cached(&os.spa, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?
+            write_cached(&os.spa, os.id, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?
         };
         let bp = match w {
             Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
@@ -1572,7 +1580,7 @@ fn sync_tree(
             } else {
                 let bytes = encode_bps(&entries);
                 let prev = old_bp(level, k.1)?;
-                match write_cached(&os.spa, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
+                match write_cached(&os.spa, os.id, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
                     Written::Hole => BlockPointer::hole(),
                     Written::Bp(mut bp) => {
                         bp.fill = fill;

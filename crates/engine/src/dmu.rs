@@ -94,7 +94,7 @@ impl Objset {
     }
 
     fn read_block_bp(&self, bp: &BlockPointer, obj: u64, blkid: u64) -> Result<Arc<Vec<u8>>> {
-        self.spa.read_bp(bp).map_err(|e| {
+        self.spa.read_bp_for(bp, self.id).map_err(|e| {
             if !matches!(e, ZfsError::Invalid(_) | ZfsError::Unsupported(_)) {
                 self.spa.record_error(self.id, obj, blkid);
             }
@@ -125,7 +125,7 @@ impl Objset {
             if bp.is_hole() {
                 return Ok(None);
             }
-            let ind = self.spa.read_bp(&bp)?;
+            let ind = self.spa.read_bp_for(&bp, self.id)?;
             let shift = epbs as u64 * (lvl - 1 - level as u32) as u64;
             let idx = (blkid.checked_shr(shift as u32).unwrap_or(0) & ((1u64 << epbs) - 1)) as usize;
             let off = idx * BLKPTR_SIZE;
@@ -189,7 +189,7 @@ impl Objset {
     /// The spill block of a dnode (system attributes that did not fit in the bonus).
     pub fn read_spill(&self, dn: &DnodePhys) -> Result<Option<Arc<Vec<u8>>>> {
         match &dn.spill {
-            Some(bp) if !bp.is_hole() => self.spa.read_bp(bp).map(Some),
+            Some(bp) if !bp.is_hole() => self.spa.read_bp_for(bp, self.id).map(Some),
             _ => Ok(None),
         }
     }

@@ -106,6 +106,7 @@ impl PoolW {
         for id in ids {
             let d = self.ds_phys(id)?.dir_obj;
             let p = self.effective_props(d)?;
+            self.spa.set_cache_policy(id, p.primarycache, p.secondarycache);
             self.datasets.get_mut(&id).expect("listed").os.props = p;
         }
         Ok(())
@@ -122,7 +123,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup", "sync", "logbias"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup", "sync", "logbias", "primarycache", "secondarycache"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -166,6 +167,8 @@ impl PoolW {
             xattr_sa: found.get("xattr").copied() == Some(2),
             sync: found.get("sync").copied().unwrap_or(0).min(2) as u8,
             logbias_throughput: found.get("logbias").copied() == Some(1),
+            primarycache: found.get("primarycache").copied().unwrap_or(2).min(2) as u8,
+            secondarycache: found.get("secondarycache").copied().unwrap_or(2).min(2) as u8,
             // dnodesize=auto is 1K (dnodesize_changed_cb); legacy 512.
             dnodesize: match found.get("dnodesize").copied().unwrap_or(0) {
                 0 => 512,

@@ -27,6 +27,7 @@ pub mod vdev;
 pub mod zio;
 pub mod metaslab;
 pub mod arc;
+pub mod l2arc;
 pub mod spa;
 pub mod zil;
 pub mod dmu;

@@ -104,6 +104,7 @@ impl Pool {
         let arc_max = opts.arc_max.or_else(arc_max_from_env).unwrap_or_else(crate::arc::AdaptiveCache::default_max);
         let spa = Spa::open(cand, true, arc_max).map_err(|e| import_error(&cand.name, e))?;
         let aux_found = find_aux_devices(&spa, dirs);
+        attach_cache_devices(&spa, &aux_found);
         Ok(Arc::new(Pool {
             spa,
             altroot: opts.altroot.clone(),
@@ -118,6 +119,7 @@ impl Pool {
     /// The read view of a pool imported for writing (its Spa follows each synced txg).
     pub fn from_spa(spa: Arc<Spa>, altroot: Option<PathBuf>, dirs: &[PathBuf]) -> Arc<Pool> {
         let aux_found = find_aux_devices(&spa, dirs);
+        attach_cache_devices(&spa, &aux_found);
         Arc::new(Pool { spa, altroot, mounted: Mutex::new(HashMap::new()), fs_cache: Mutex::new(HashMap::new()), aux_found, load_guid: crate::dbuf::rand_u64(), cachefile: Mutex::new(None) })
     }
 
@@ -522,8 +524,22 @@ impl Pool {
         has_errors(&self.spa.root_vdev)
     }
 
+    /// The guid of the pool's cache device named `dev` (its path, file name or guid).
+    pub fn cache_device_guid(&self, dev: &str) -> Option<u64> {
+        let nv = crate::spa_load::read_mos_packed(&self.spa.mos(), "l2cache")?;
+        let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned());
+        nv.get_nvlist_array("l2cache")?.iter().find_map(|d| {
+            let guid = d.get_u64("guid")?;
+            let stored = d.get_str("path").map(str::to_string);
+            let found = self.aux_found.get(&guid).map(|p| p.display().to_string());
+            let named = |p: &Option<String>| p.as_deref().is_some_and(|p| p == dev || base(p).as_deref() == Some(dev));
+            (guid.to_string() == dev || named(&stored) || named(&found)).then_some(guid)
+        })
+    }
+
     /// Cache or spare devices (the MOS "l2cache"/"spares" packed nvlists, else the config),
-    /// with their state: ONLINE when the scan found them, else UNAVAIL under their guid.
+    /// with their state: ONLINE when the scan found them (FAULTED: a cache device dropped after
+    /// I/O errors), else UNAVAIL under their guid.
     pub fn aux_devices(&self, key: &str) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let stored = crate::spa_load::read_mos_packed(&self.spa.mos(), key);
@@ -531,6 +547,10 @@ impl Pool {
         for d in list.unwrap_or(&[]) {
             let guid = d.get_u64("guid").unwrap_or(0);
             match self.spa.devices.get(&guid).map(|(p, _)| p).or_else(|| self.aux_found.get(&guid)) {
+                // A cache device the L2ARC dropped after I/O errors.
+                Some(p) if key == "l2cache" && self.spa.l2arc.devices().iter().any(|d| d.guid == guid && d.faulted) => {
+                    out.push((p.display().to_string(), "FAULTED".into()))
+                }
                 Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
                 None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }
@@ -659,6 +679,23 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
     for c in &v.children {
         status_tree(s, c, depth + 2, width);
     }
+}
+
+/// Give the pool's cache devices that were found to its L2ARC (rebuilt from their log blocks,
+/// fed when the pool is writable). The sector size is the one the pool's l2cache list records
+/// for the device, else 512 bytes (what OpenZFS finds for a file).
+fn attach_cache_devices(spa: &Arc<Spa>, found: &HashMap<u64, PathBuf>) {
+    let Some(nv) = crate::spa_load::read_mos_packed(&spa.mos(), "l2cache") else { return };
+    let devs: Vec<(u64, PathBuf, u8)> = nv
+        .get_nvlist_array("l2cache")
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|d| {
+            let guid = d.get_u64("guid")?;
+            Some((guid, found.get(&guid)?.clone(), d.get_u64("ashift").unwrap_or(9).clamp(9, 16) as u8))
+        })
+        .collect();
+    spa.open_cache_devices(&devs);
 }
 
 /// Probe the files of the import directories for the pool's cache and spare devices

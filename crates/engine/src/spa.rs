@@ -14,11 +14,18 @@
 //! 3. The active uberblock is the newest valid one (highest txg, then timestamp) in any label
 //!    of any device of the pool; its root bp is the MOS objset.
 //!
+//! Reads go ARC → L2ARC (the pool's cache devices, `l2arc`) → vdevs; what a read brings in is
+//! kept in the ARC (and remembered for the L2ARC feed) as the dataset's primarycache and
+//! secondarycache allow (`set_cache_policy`, published by the write state for each open
+//! dataset; all/all for others and read-only imports). A feed thread per pool fills the cache
+//! devices (`start_l2arc`).
+//!
 //! Locking: the Spa is immutable after open except for the ARC (its own lock), the synced MOS
 //! root (`mos`, a leaf lock), the error log (a leaf lock) and the blocks being read (`inflight`,
 //! a leaf lock; a reader waiting for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
+use crate::l2arc::L2Arc;
 use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
@@ -356,6 +363,11 @@ pub struct Spa {
     pub version: u64,
     pub readonly: bool,
     pub arc: AdaptiveCache,
+    /// The cache devices (level-2 ARC).
+    pub l2arc: Arc<L2Arc>,
+    /// primarycache and secondarycache of datasets by object number (0 none, 1 metadata,
+    /// 2 all); absent: all.
+    cache_policy: Mutex<HashMap<u64, (u8, u8)>>,
     pub checksum_salt: [u8; 32],
     /// The MOS as of the last synced txg: its bp and decoded objset_phys (see `dmu`'s `Spa::mos`).
     pub(crate) mos: Mutex<Option<(BlockPointer, ObjsetPhys)>>,
@@ -384,6 +396,8 @@ impl Spa {
             version,
             readonly,
             arc: AdaptiveCache::new(arc_max),
+            l2arc: Arc::new(L2Arc::new(guid)),
+            cache_policy: Default::default(),
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
@@ -420,9 +434,74 @@ impl Spa {
         }
     }
 
-    /// Forget the MOS (export).
+    /// Forget the MOS (export); the L2ARC stops feeding.
     pub fn close(&self) {
+        self.l2arc.shutdown();
         self.mos.lock().unwrap().take();
+    }
+
+    /// Dataset `ds`'s primarycache and secondarycache (0 none, 1 metadata, 2 all).
+    pub fn set_cache_policy(&self, ds: u64, primary: u8, secondary: u8) {
+        let mut p = self.cache_policy.lock().unwrap_or_else(|p| p.into_inner());
+        if (primary, secondary) == (2, 2) {
+            p.remove(&ds);
+        } else {
+            p.insert(ds, (primary, secondary));
+        }
+    }
+
+    /// Whether the ARC keeps, and whether the L2ARC may get, block `bp` of dataset `ds`.
+    fn cacheable(&self, bp: &BlockPointer, ds: u64) -> (bool, bool) {
+        let (primary, secondary) = self.cache_policy.lock().unwrap_or_else(|p| p.into_inner()).get(&ds).copied().unwrap_or((2, 2));
+        let meta = crate::l2arc::is_metadata(bp);
+        let allows = |p: u8| p == 2 || (p == 1 && meta);
+        (allows(primary), allows(secondary) && self.l2arc.has_devices())
+    }
+
+    /// Keep a block just read in the ARC as its dataset allows; a prefetched one is not for
+    /// the L2ARC under l2arc_noprefetch (until a demand read hits it).
+    fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>, prefetch: bool) {
+        match self.cacheable(bp, ds) {
+            (false, _) => {}
+            (true, true) if !(prefetch && crate::tunables::l2arc_noprefetch()) => self.arc.insert_l2(k, data.clone(), bp),
+            (true, _) => self.arc.insert(k, data.clone()),
+        }
+    }
+
+    /// Add the pool's cache devices found at import (`guid`, path, ashift) to the L2ARC and,
+    /// for a writable pool, start its feed thread. A device that cannot be opened or used is
+    /// named in the log and left out.
+    pub fn open_cache_devices(self: &Arc<Self>, found: &[(u64, PathBuf, u8)]) {
+        for (guid, path, ashift) in found {
+            let r = crate::vdev::open_device(path, !self.readonly)
+                .map_err(|e| format!("cache device {}: {e}", path.display()))
+                .and_then(|dev| self.l2arc.add_device(*guid, path.clone(), dev, *ashift, !self.readonly));
+            if let Err(e) = r {
+                crate::l2arc::log(format!("pool '{}': {e}; not used", self.name));
+            }
+        }
+        if !self.readonly {
+            self.start_l2arc();
+        }
+    }
+
+    /// The feed thread (l2arc_feed_thread, one per pool): every l2arc_feed_secs, one feed of
+    /// the next cache device; it ends with the pool.
+    fn start_l2arc(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || loop {
+            let wait = crate::tunables::l2arc_feed_secs();
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < wait {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                match weak.upgrade() {
+                    Some(s) if !s.l2arc.stopped() => {}
+                    _ => return,
+                }
+            }
+            let Some(spa) = weak.upgrade() else { return };
+            spa.l2arc.feed_once(&spa.arc, &spa.checksum_salt);
+        });
     }
 
     /// The MOS root (bp, objset_phys); None after `close`.
@@ -440,12 +519,27 @@ impl Spa {
 
     /// The logical bytes of a block, through the ARC.
     pub fn read_bp(&self, bp: &BlockPointer) -> Result<Arc<Vec<u8>>> {
+        self.read_bp_for(bp, 0)
+    }
+
+    /// `read_bp` of a block of dataset `ds` (its primarycache/secondarycache apply).
+    pub fn read_bp_for(&self, bp: &BlockPointer, ds: u64) -> Result<Arc<Vec<u8>>> {
+        self.read_bp_as(bp, ds, false)
+    }
+
+    /// `read_bp_for` by read-ahead (a prefetch: see `arc_keep`).
+    pub fn read_bp_prefetch(&self, bp: &BlockPointer, ds: u64) -> Result<Arc<Vec<u8>>> {
+        self.read_bp_as(bp, ds, true)
+    }
+
+    fn read_bp_as(&self, bp: &BlockPointer, ds: u64, prefetch: bool) -> Result<Arc<Vec<u8>>> {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
         let key = arc_key(bp);
         if let Some(k) = &key {
-            if let Some(d) = self.arc.get(k) {
+            let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
+            if let Some(d) = hit {
                 return Ok(d);
             }
         }
@@ -482,9 +576,13 @@ impl Spa {
             }
         }
         let mut announce = Announce(self, k, flight, None);
-        let r = self.read_bp_uncached(bp).map(Arc::new);
+        let l2 = if self.l2arc.has_devices() { self.l2arc.read(bp, &self.checksum_salt) } else { None };
+        let r = match l2 {
+            Some(d) => Ok(Arc::new(d)),
+            None => self.read_bp_uncached(bp).map(Arc::new),
+        };
         if let Ok(d) = &r {
-            self.arc.insert(k, d.clone());
+            self.arc_keep(k, bp, ds, d, prefetch);
             announce.3 = Some(d.clone());
         }
         r
@@ -498,12 +596,18 @@ impl Spa {
     /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep
     /// their arc bufs after the write): the next sync reads back the blocks it rewrites (space
     /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
-    pub fn cache_written(&self, bp: &BlockPointer, data: &[u8]) {
+    /// `ds`: the dataset written (its primarycache/secondarycache apply).
+    pub fn cache_written(&self, bp: &BlockPointer, data: &[u8], ds: u64) {
         if bp.is_hole() || data.len() as u64 != bp.lsize {
             return;
         }
         if let Some(k) = arc_key(bp) {
-            self.arc.replace(k, Arc::new(data.to_vec()));
+            // A block rewritten in place (a later sync pass) is not what the L2ARC holds.
+            self.l2arc.forget(bp);
+            match self.cacheable(bp, ds) {
+                (false, _) => {}
+                (true, l2) => self.arc.replace(k, Arc::new(data.to_vec()), l2.then_some(bp)),
+            }
         }
     }
 

@@ -515,15 +515,7 @@ impl PoolW {
 
     /// Label cache (4) or spare (3) devices and list them in their MOS object.
     pub(crate) fn add_aux(&mut self, state: u64, key: &str, paths: &[PathBuf]) -> Result<()> {
-        let mut list: Vec<NvList> = Vec::new();
-        if let Some(obj) = self.mos.zap_lookup(1, key)? {
-            let size = u64::from_le_bytes(self.mos.bonus(obj)?.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
-            let bytes = self.mos.read(obj, 0, size as usize)?;
-            if let Ok(nv) = NvList::decode_packed(&bytes) {
-                list = nv.get_nvlist_array(key).map(|a| a.to_vec()).unwrap_or_default();
-            }
-            self.mos.free_object(obj)?;
-        }
+        let mut list = self.take_aux_list(key)?;
         for p in paths {
             let dev = open_device(p, true).map_err(|e| ZfsError::Invalid(format!("cannot open '{}': {e}", p.display())))?;
             let g = rand_u64();
@@ -542,6 +534,27 @@ impl PoolW {
             write_aux_labels(dev.as_ref(), &label)?;
             list.push(n);
         }
+        self.put_aux_list(key, list)
+    }
+
+    /// The MOS's list of aux devices `key` ("l2cache", "spares"), its object freed: the caller
+    /// writes the new list with `put_aux_list` (spa_sync_aux_dev rewrites the whole object).
+    pub(crate) fn take_aux_list(&mut self, key: &str) -> Result<Vec<NvList>> {
+        let mut list: Vec<NvList> = Vec::new();
+        if let Some(obj) = self.mos.zap_lookup(1, key)? {
+            let size = u64::from_le_bytes(self.mos.bonus(obj)?.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
+            let bytes = self.mos.read(obj, 0, size as usize)?;
+            if let Ok(nv) = NvList::decode_packed(&bytes) {
+                list = nv.get_nvlist_array(key).map(|a| a.to_vec()).unwrap_or_default();
+            }
+            self.mos.free_object(obj)?;
+            self.mos.zap_remove(1, key)?;
+        }
+        Ok(list)
+    }
+
+    /// Write the list of aux devices `key` as a new packed-nvlist object of the MOS.
+    pub(crate) fn put_aux_list(&mut self, key: &str, list: Vec<NvList>) -> Result<()> {
         let mut nv = NvList::new();
         nv.insert(key, NvValue::NvListArray(list));
         let packed = nv.encode_xdr();

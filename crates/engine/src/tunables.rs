@@ -6,7 +6,16 @@
 //!   zfs_txg_timeout         seconds between txg syncs of a pool with dirty data (read each wait)
 //!   zfs_dirty_data_max      dirty bytes before writers are throttled (0: 10% of memory, ≤ 4G;
 //!                           read when a pool is imported for writing)
-//!   zfs_arc_max             bytes of ARC per imported pool (0: half of memory; at import)
+//!   zfs_arc_max             bytes of ARC per imported pool (0: half of memory; a change
+//!                           shrinks or grows every imported pool's ARC at once)
+//!   zfs_arc_min             bytes the ARC is not shrunk below (0: 1/32 of zfs_arc_max)
+//!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
+//!                           more while the ARC is cold); l2arc_headroom: how many times that
+//!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds;
+//!   l2arc_noprefetch        prefetched buffers are not fed
+//!   l2arc_rebuild_enabled   rebuild the L2ARC from a cache device's log blocks at import;
+//!   l2arc_rebuild_blocks_min_l2size  smaller devices keep no log blocks
+//!   l2arc_meta_percent      share of the ARC the L2ARC's headers may take
 //!   zfs_max_recordsize      largest recordsize `zfs set` accepts (read at each set)
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
 //!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
@@ -37,9 +46,18 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 6] = [
+static TUNABLES: [Tunable; 15] = [
+    tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
+    tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
+    tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
+    tunable("l2arc_noprefetch", "Prefetched buffers are not written to the L2ARC (1) or are (0)", 1, 0, 1, None),
+    tunable("l2arc_rebuild_blocks_min_l2size", "Cache devices smaller than this keep no log blocks (no persistent L2ARC), bytes", 1 << 30, 0, u64::MAX, None),
+    tunable("l2arc_rebuild_enabled", "Rebuild the L2ARC from a cache device's log blocks at import (1) or not (0)", 1, 0, 1, None),
+    tunable("l2arc_write_boost", "Extra bytes the L2ARC feed writes while the ARC is cold", 8 << 20, 0, 1 << 40, None),
+    tunable("l2arc_write_max", "Bytes the L2ARC feed writes to a cache device per interval", 8 << 20, 512, 1 << 40, None),
     tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
     tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
+    tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Under logbias=throughput, an fsync after a write this big syncs the txg rather than logging its bytes", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
@@ -118,12 +136,21 @@ pub fn set_assignment(a: &str) -> Result<u64> {
 
 // Where each tunable stands in TUNABLES (sorted by name), for the readers below: one atomic
 // load, no lookup by name (force_ganging is read for every block allocated).
-const FORCE_GANGING: usize = 0;
-const ARC_MAX: usize = 1;
-const DIRTY_DATA_MAX: usize = 2;
-const IMMEDIATE_WRITE_SZ: usize = 3;
-const MAX_RECORDSIZE: usize = 4;
-const TXG_TIMEOUT: usize = 5;
+const L2ARC_FEED_SECS: usize = 0;
+const L2ARC_HEADROOM: usize = 1;
+const L2ARC_META_PERCENT: usize = 2;
+const L2ARC_NOPREFETCH: usize = 3;
+const L2ARC_REBUILD_MIN_L2SIZE: usize = 4;
+const L2ARC_REBUILD_ENABLED: usize = 5;
+const L2ARC_WRITE_BOOST: usize = 6;
+const L2ARC_WRITE_MAX: usize = 7;
+const FORCE_GANGING: usize = 8;
+const ARC_MAX: usize = 9;
+const ARC_MIN: usize = 10;
+const DIRTY_DATA_MAX: usize = 11;
+const IMMEDIATE_WRITE_SZ: usize = 12;
+const MAX_RECORDSIZE: usize = 13;
+const TXG_TIMEOUT: usize = 14;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -136,6 +163,43 @@ pub fn dirty_data_max() -> Option<u64> {
 
 pub fn arc_max() -> Option<u64> {
     Some(TUNABLES[ARC_MAX].get()).filter(|v| *v > 0)
+}
+
+pub fn arc_min() -> Option<u64> {
+    Some(TUNABLES[ARC_MIN].get()).filter(|v| *v > 0)
+}
+
+/// The L2ARC feed's knobs, read at each feed.
+pub fn l2arc_feed_secs() -> std::time::Duration {
+    std::time::Duration::from_secs(TUNABLES[L2ARC_FEED_SECS].get())
+}
+
+pub fn l2arc_headroom() -> u64 {
+    TUNABLES[L2ARC_HEADROOM].get()
+}
+
+pub fn l2arc_meta_percent() -> u64 {
+    TUNABLES[L2ARC_META_PERCENT].get()
+}
+
+pub fn l2arc_noprefetch() -> bool {
+    TUNABLES[L2ARC_NOPREFETCH].get() != 0
+}
+
+pub fn l2arc_rebuild_blocks_min_l2size() -> u64 {
+    TUNABLES[L2ARC_REBUILD_MIN_L2SIZE].get()
+}
+
+pub fn l2arc_rebuild_enabled() -> bool {
+    TUNABLES[L2ARC_REBUILD_ENABLED].get() != 0
+}
+
+pub fn l2arc_write_boost() -> u64 {
+    TUNABLES[L2ARC_WRITE_BOOST].get()
+}
+
+pub fn l2arc_write_max() -> u64 {
+    TUNABLES[L2ARC_WRITE_MAX].get()
 }
 
 pub fn max_recordsize() -> u64 {
@@ -157,10 +221,28 @@ mod tests {
     #[test]
     fn the_readers_read_the_tunables_they_name() {
         let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
-        assert_eq!(
-            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_immediate_write_sz"), at("zfs_max_recordsize"), at("zfs_txg_timeout")],
-            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, IMMEDIATE_WRITE_SZ, MAX_RECORDSIZE, TXG_TIMEOUT]
-        );
+        let names = [
+            ("l2arc_feed_secs", L2ARC_FEED_SECS),
+            ("l2arc_headroom", L2ARC_HEADROOM),
+            ("l2arc_meta_percent", L2ARC_META_PERCENT),
+            ("l2arc_noprefetch", L2ARC_NOPREFETCH),
+            ("l2arc_rebuild_blocks_min_l2size", L2ARC_REBUILD_MIN_L2SIZE),
+            ("l2arc_rebuild_enabled", L2ARC_REBUILD_ENABLED),
+            ("l2arc_write_boost", L2ARC_WRITE_BOOST),
+            ("l2arc_write_max", L2ARC_WRITE_MAX),
+            ("metaslab_force_ganging", FORCE_GANGING),
+            ("zfs_arc_max", ARC_MAX),
+            ("zfs_arc_min", ARC_MIN),
+            ("zfs_dirty_data_max", DIRTY_DATA_MAX),
+            ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
+            ("zfs_max_recordsize", MAX_RECORDSIZE),
+            ("zfs_txg_timeout", TXG_TIMEOUT),
+        ];
+        for (name, i) in names {
+            assert_eq!(at(name), i, "{name}");
+        }
+        assert_eq!(names.len(), TUNABLES.len());
+        assert!(TUNABLES.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
     }
 
     #[test]

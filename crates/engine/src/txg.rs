@@ -857,6 +857,8 @@ impl PoolHandle {
         let mut w = self.lock();
         w.zil_close_all();
         w.sync()?;
+        // The new handle rebuilds the L2ARC from the cache devices; this one writes no more.
+        w.spa.l2arc.shutdown();
         let guid = w.spa.guid;
         let hostname = w.hostname.clone();
         let scan = crate::spa::scan(dirs);
@@ -880,6 +882,8 @@ impl PoolHandle {
         if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
         }
+        // No L2ARC feed writes to the cache devices once the pool is exported.
+        w.spa.l2arc.shutdown();
         w.export()
     }
 }

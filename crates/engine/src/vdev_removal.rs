@@ -1,5 +1,8 @@
 //! vdev_removal: `zpool remove` of a log device (OpenZFS's spa_vdev_remove for a log top-level
-//! vdev, which needs no evacuation: what a log device holds lives only until its txg syncs).
+//! vdev, which needs no evacuation: what a log device holds lives only until its txg syncs),
+//! and of a cache device (spa_vdev_remove_aux: at once — the L2ARC forgets what the device
+//! holds and the pool's l2cache list loses it with the next txg; the device keeps its cache
+//! label and L2ARC header, which name no pool it belongs to).
 //!
 //! ```text
 //!   1. the device takes no more allocations; every file system's intent-log chain is dropped
@@ -89,6 +92,25 @@ impl PoolW {
         }
         self.sync()?;
         Ok(paths)
+    }
+}
+
+impl PoolW {
+    /// Remove cache device `guid` from the pool: out of the L2ARC now, out of the MOS's l2cache
+    /// list with a txg synced here. Returns its path as the list had it.
+    pub fn remove_cache_device(&mut self, guid: u64) -> Result<String> {
+        let name = self.spa.name.clone();
+        let mut list = self.take_aux_list("l2cache")?;
+        let Some(i) = list.iter().position(|d| d.get_u64("guid") == Some(guid)) else {
+            self.put_aux_list("l2cache", list)?;
+            return Err(ZfsError::Posix(libc::ENOENT, format!("cannot remove {guid}: no such device in pool '{name}'")));
+        };
+        let gone = list.remove(i);
+        self.spa.l2arc.remove_device(guid);
+        self.put_aux_list("l2cache", list)?;
+        self.config_dirty = true;
+        self.sync()?;
+        Ok(gone.get_str("path").unwrap_or("").to_string())
     }
 }
 

@@ -110,6 +110,29 @@ fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>>
     decompress(bp, &physical)
 }
 
+/// The logical bytes of a block from its verified physical bytes.
+pub fn decompress_physical(bp: &BlockPointer, physical: Vec<u8>) -> Result<Vec<u8>> {
+    decompress_owned(bp, physical)
+}
+
+/// The physical bytes of `bp` made again from its logical bytes (compressed as the bp says,
+/// zero-padded to psize), when they reproduce the bp's checksum: what the L2ARC writes. None
+/// for blocks that cannot be verified that way (embedded, holes, encrypted, checksum=off, or
+/// compressed by a compressor whose output differs from ours).
+pub fn physical_for_l2(bp: &BlockPointer, logical: &[u8], salt: &[u8; 32]) -> Option<Vec<u8>> {
+    if bp.embedded || bp.is_hole() || bp.encrypted || bp.checksum == checksum::ZIO_CHECKSUM_OFF || logical.len() as u64 != bp.lsize || bp.psize > MAX_BLOCK {
+        return None;
+    }
+    let phys = if is_uncompressed(bp) {
+        (bp.psize == bp.lsize).then(|| logical.to_vec())?
+    } else {
+        let mut c = compress::compress(bp.compress, 0, logical, bp.psize as usize)?;
+        c.resize(bp.psize as usize, 0);
+        c
+    };
+    verify_bp(bp, &phys, salt).then_some(phys)
+}
+
 /// The verified physical (psize) bytes of a non-embedded, non-hole bp.
 pub fn read_physical(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
     read_physical_at(ctx, bp, 0)

@@ -3,7 +3,7 @@
 //! Everything OpenZFS writes to disk is decoded (and, where oxzfs writes it, encoded) here:
 //! XDR nvlists, vdev labels and the uberblock ring, block pointers, dnodes and objsets, the
 //! micro and fat ZAP, system attributes and the legacy znode, the DSL objects, checksums and
-//! compression codecs. This crate is pure: no I/O, no threads, no global state. Every decoder
+//! compression codecs, the persistent L2ARC header and log blocks. This crate is pure: no I/O, no threads, no global state. Every decoder
 //! takes a byte slice and returns a value or a [`FormatError`] naming what is wrong; none panics
 //! on any input and none allocates more than a bound derived from its input length (they are
 //! fuzzed, see `fuzz/`).
@@ -33,5 +33,6 @@ pub mod spacemap;
 pub mod zap_write;
 pub mod ddt;
 pub mod zil;
+pub mod l2arc;
 
 pub use error::{FormatError, Result};

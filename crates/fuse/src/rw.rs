@@ -121,7 +121,7 @@ fn prefetcher(name: String, rx: Arc<Mutex<Receiver<Prefetch>>>) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if let Ok(Some(bp)) = job.ro.block_pointer(&job.dn, 0, job.blkid) {
                 if !bp.is_hole() && !bp.embedded {
-                    let _ = job.ro.spa.read_bp(&bp);
+                    let _ = job.ro.spa.read_bp_prefetch(&bp, job.dsobj);
                 }
             }
         }));

@@ -1,0 +1,352 @@
+"""The L2ARC, judged by its outcomes: a pool with a cache device and an ARC small enough that blocks
+spill feeds the cache device (zpool iostat -v shows space and writes on it, arcstats l2_size > 0);
+OpenZFS 2.1's `zdb -lll` reads our persistent L2ARC header and log blocks without complaint; after an
+export and import (and after the daemon is killed and restarted) the first reads hit the cache
+device (l2_hits, l2_rebuild_success) and return the bytes written; cache blocks corrupted on the
+device are caught (l2_cksum_bad) and read from the pool; `zpool remove` takes the cache device out at
+once; secondarycache=none keeps a file's data off it."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+import oracle_pools
+from conftest import Oxzfs, unmount_below
+from test_write import make_devs
+
+ZDB = oracle_pools.ZDB
+
+# Small devices keep log blocks only below OpenZFS's 1 GiB default of this tunable.
+TUNABLES = ["zfs_arc_max=16M", "l2arc_rebuild_blocks_min_l2size=0", "l2arc_feed_secs=1", "l2arc_write_max=32M"]
+
+
+def tune(ox):
+    r = ox.run("tunable", *TUNABLES)
+    assert r.returncode == 0, repr(r)
+
+
+def arcstats(ox):
+    r = ox.run("arcstats")
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["name", "type", "data"], r.stdout
+    return {p[0]: int(p[2]) for p in (ln.split() for ln in lines[2:])}
+
+
+def wait_for(ox, what, pred, timeout=60):
+    """Poll arcstats until PRED holds (the feed runs every second); the last stats either way."""
+    deadline = time.time() + timeout
+    while True:
+        s = arcstats(ox)
+        if pred(s) or time.time() > deadline:
+            assert pred(s), f"{what} never happened: {s}"
+            return s
+        time.sleep(0.5)
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def cache_row(ox, pool, dev):
+    """(alloc, read ops, write ops, read bytes, write bytes) of the cache device in iostat -Hpv."""
+    r = ox.zpool("iostat", "-Hpv", pool)
+    assert r.returncode == 0, repr(r)
+    for ln in r.stdout.splitlines():
+        f = ln.split("\t")
+        if f[0] == dev:
+            return tuple(int(x) for x in (f[1], f[3], f[4], f[5], f[6]))
+    raise AssertionError(f"no iostat row for {dev}:\n{r.stdout}")
+
+
+def make_pool(ox, tag, pool, cache_mib=96):
+    base = os.path.join(ox.base, tag)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    data = make_devs(vdir, 1, 128)[0]
+    cache = os.path.join(vdir, "cache0")
+    with open(cache, "wb") as f:
+        f.truncate(cache_mib << 20)
+    r = ox.zpool("create", "-R", alt, pool, data, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    return vdir, alt, cache
+
+
+def import_pool(ox, vdir, alt, pool):
+    r = ox.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+
+
+def reimport_and_read(ox, vdir, alt, pool, want):
+    """Import POOL, wait for its cache device's rebuild, read the file back: arcstats before, after."""
+    before = arcstats(ox)
+    import_pool(ox, vdir, alt, pool)
+    wait_for(ox, "the L2ARC rebuild", lambda s: s["l2_rebuild_success"] > before["l2_rebuild_success"])
+    assert sha(os.path.join(alt, pool, "f")) == want
+    return before, arcstats(ox)
+
+
+def zdb_l2arc(cache):
+    r = subprocess.run([ZDB, "-lll", cache], capture_output=True, text=True, errors="replace", timeout=120)
+    return r, r.stdout + r.stderr
+
+
+def test_feed_persist_rebuild_corrupt_remove(oxzfs):
+    tune(oxzfs)
+    pool = "l2a"
+    vdir, alt, cache = make_pool(oxzfs, "l2a", pool)
+    root = os.path.join(alt, pool)
+    data = os.urandom(24 << 20)
+    want = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(root, "f")) == want
+
+    # Fed: the cache device holds blocks, iostat and arcstats say so.
+    s = wait_for(oxzfs, "an L2ARC feed of 8 MiB", lambda s: s["l2_size"] >= 8 << 20)
+    assert s["l2_writes_done"] > 0 and s["l2_log_blk_count"] > 0 and s["size"] <= 16 << 20, s
+    alloc, _, writes, _, wbytes = cache_row(oxzfs, pool, cache)
+    assert alloc >= 8 << 20 and wbytes > 0, (alloc, writes, wbytes)
+
+    # OpenZFS's zdb reads our header and log blocks (it fails when the header counts more log
+    # blocks than it finds valid).
+    assert oxzfs.export(pool).returncode == 0
+    r, text = zdb_l2arc(cache)
+    assert r.returncode == 0, text[-3000:]
+    assert "L2ARC device header" in text and "    version: 1" in text, text[-3000:]
+    m = re.search(r"log_blk_count:\s+(\d+) with valid cksum\s+(\d+) with invalid cksum", text)
+    assert m and int(m.group(1)) > 0 and m.group(2) == "0", text[-3000:]
+    addresses = [int(a) for a in re.findall(r"\|\s+address: (\d+)", text)]
+    assert addresses, text[-3000:]
+
+    # Re-imported: rebuilt from the log blocks, the first read is served by the cache device.
+    before, after = reimport_and_read(oxzfs, vdir, alt, pool, want)
+    assert after["l2_hits"] - before["l2_hits"] >= 32, (before, after)
+    assert after["l2_cksum_bad"] == before["l2_cksum_bad"], after
+    _, reads, _, rbytes, _ = cache_row(oxzfs, pool, cache)
+    assert rbytes >= 4 << 20, rbytes
+
+    # Corrupt the blocks on the cache device (not its log blocks): read from the pool, counted.
+    assert oxzfs.export(pool).returncode == 0
+    with open(cache, "r+b") as f:
+        for a in addresses:
+            f.seek(a + 100)
+            f.write(b"\xde\xad\xbe\xef" * 4)
+    before, after = reimport_and_read(oxzfs, vdir, alt, pool, want)
+    assert after["l2_cksum_bad"] - before["l2_cksum_bad"] >= 32, (before, after)
+
+    # zpool remove: at once; reads stay right, status and iostat no longer show it.
+    r = oxzfs.zpool("remove", pool, cache)
+    assert r.returncode == 0, repr(r)
+    st = oxzfs.zpool("status", pool).stdout
+    assert "cache" not in st and cache not in st, st
+    assert cache not in oxzfs.zpool("iostat", "-v", pool).stdout
+    assert oxzfs.export(pool).returncode == 0
+    before = arcstats(oxzfs)
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(root, "f")) == want
+    after = arcstats(oxzfs)
+    assert after["l2_hits"] == before["l2_hits"] and after["l2_rebuild_success"] == before["l2_rebuild_success"], after
+    assert cache not in oxzfs.zpool("status", pool).stdout
+
+    # zpool add of a cache device on the live pool: used at once.
+    with open(cache, "r+b") as f:
+        f.truncate(0)
+        f.truncate(96 << 20)
+    r = oxzfs.zpool("add", pool, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    assert cache in oxzfs.zpool("status", pool).stdout
+    assert sha(os.path.join(root, "f")) == want
+    wait_for(oxzfs, "a feed of the added device", lambda s: s["l2_size"] >= 1 << 20)
+    assert cache_row(oxzfs, pool, cache)[0] > 0
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_daemon_killed_and_restarted_finds_the_cache_again(oxzfs_bin, work_dir):
+    base = os.path.join(work_dir, "run", "test_l2arc_restart")
+    unmount_below(base)
+    subprocess.run(["rm", "-rf", base])
+    runners = []
+
+    def runner(name):
+        ox = Oxzfs(oxzfs_bin, os.path.join(base, name))
+        ox.start_daemon()
+        runners.append(ox)
+        tune(ox)
+        return ox
+
+    try:
+        ox = runner("first")
+        pool = "l2r"
+        vdir, alt, cache = make_pool(ox, "l2r", pool)
+        data = os.urandom(16 << 20)
+        want = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(alt, pool, "f"), "wb") as f:
+            f.write(data)
+        assert ox.zpool("sync", pool).returncode == 0
+        assert sha(os.path.join(alt, pool, "f")) == want
+        wait_for(ox, "an L2ARC feed of 8 MiB", lambda s: s["l2_size"] >= 8 << 20 and s["l2_log_blk_count"] > 0)
+        # No export: the daemon dies with the pool imported.
+        ox.kill9()
+        ox.imported.remove(pool)
+        unmount_below(alt)
+        ox2 = runner("second")
+        r = ox2.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        ox2.imported.append(pool)
+        wait_for(ox2, "the L2ARC rebuild after a restart", lambda s: s["l2_rebuild_success"] >= 1)
+        assert sha(os.path.join(alt, pool, "f")) == want
+        s = arcstats(ox2)
+        assert s["l2_hits"] >= 32 and s["l2_cksum_bad"] == 0, s
+        assert ox2.export(pool).returncode == 0
+        # A read-only import reads the cache device too (rebuilt, never written).
+        r = ox2.import_ro(vdir, pool, alt)
+        assert r.returncode == 0, repr(r)
+        wait_for(ox2, "the rebuild of a read-only import", lambda t: t["l2_rebuild_success"] > s["l2_rebuild_success"])
+        assert sha(os.path.join(alt, pool, "f")) == want
+        t = arcstats(ox2)
+        assert t["l2_hits"] - s["l2_hits"] >= 32, t
+        assert ox2.export(pool).returncode == 0
+        # The cache device fails under the pool (cut short: its reads fail): the readers get
+        # the pool's bytes, the device is dropped and shown FAULTED.
+        before, after = reimport_and_read(ox2, vdir, alt, pool, want)
+        assert ox2.export(pool).returncode == 0
+        import_pool(ox2, vdir, alt, pool)
+        wait_for(ox2, "the rebuild", lambda t: t["l2_rebuild_success"] > after["l2_rebuild_success"])
+        with open(cache, "r+b") as f:
+            f.truncate(5 << 20)
+        assert sha(os.path.join(alt, pool, "f")) == want
+        t = arcstats(ox2)
+        assert t["l2_io_error"] - after["l2_io_error"] >= 8, t
+        st = ox2.zpool("status", pool).stdout
+        assert re.search(r"cache0\s+FAULTED", st), st
+        assert ox2.export(pool).returncode == 0
+    finally:
+        for ox in runners:
+            ox.teardown()
+
+
+def test_secondarycache_none_feeds_no_data(oxzfs):
+    tune(oxzfs)
+    pool = "l2b"
+    vdir, alt, cache = make_pool(oxzfs, "l2b", pool)
+    assert oxzfs.zfs("set", "secondarycache=none", pool).returncode == 0
+    root = os.path.join(alt, pool)
+    data = os.urandom(16 << 20)
+    with open(os.path.join(root, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
+    feeds = arcstats(oxzfs)["l2_feeds"]
+    s = wait_for(oxzfs, "three L2ARC feeds", lambda s: s["l2_feeds"] >= feeds + 3)
+    # Only the pool's own metadata (the MOS, always cacheable) may have gone there, not the
+    # 16 MiB of the file.
+    assert s["l2_size"] < 4 << 20, s
+    assert cache_row(oxzfs, pool, cache)[0] < 4 << 20
+    # secondarycache=all: the same file is fed once it is read again.
+    assert oxzfs.zfs("set", "secondarycache=all", pool).returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
+    wait_for(oxzfs, "a feed of the file", lambda s: s["l2_size"] >= 12 << 20)
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_arcstats_usage_and_json(oxzfs):
+    r = oxzfs.run("arcstats", "-x")
+    assert r.returncode == 2 and "usage: oxzfs arcstats [-j]" in r.stderr, repr(r)
+    r = oxzfs.run("arcstats", "-j")
+    assert r.returncode == 0, repr(r)
+    j = json.loads(r.stdout)
+    for k in ("hits", "misses", "size", "c", "c_min", "c_max", "mru_size", "mfu_size", "l2_hits", "l2_misses",
+              "l2_size", "l2_asize", "l2_feeds", "l2_rw_clash", "l2_cksum_bad", "l2_io_error", "l2_rebuild_success",
+              "l2_rebuild_log_blks", "l2_log_blk_count"):
+        assert k in j, k
+
+
+def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
+    tune(oxzfs)
+    pool = "l2c"
+    base = os.path.join(oxzfs.base, "l2c")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-R", alt, pool, *make_devs(vdir, 1, 64))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    with open(os.path.join(alt, pool, "f"), "wb") as f:
+        f.write(os.urandom(12 << 20))
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    s = arcstats(oxzfs)
+    assert s["size"] > 8 << 20 and s["c_max"] == 16 << 20, s
+    assert oxzfs.run("tunable", "zfs_arc_max=8M").returncode == 0
+    s = arcstats(oxzfs)
+    assert s["size"] <= 8 << 20 and s["c_max"] == 8 << 20, s
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_v23_pool_with_our_cache_device_imports_in_zfs_fuse(oxzfs, work_dir):
+    """zfs-fuse (pool version 23, no persistent L2ARC) imports a pool whose cache device we fed
+    and reads the file back; its own L2ARC takes the device over."""
+    tune(oxzfs)
+    pool = "l2v23"
+    base = os.path.join(oxzfs.base, "l2v23")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    data = make_devs(vdir, 1, 128)[0]
+    # zfs-fuse takes cache devices only as block devices: a loop device over a file, named by
+    # a link in the pool's directory (both scans follow it).
+    img = os.path.join(base, "cache0.img")
+    with open(img, "wb") as f:
+        f.truncate(96 << 20)
+    r = subprocess.run(["losetup", "-f", "--show", img], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"losetup cannot attach a loop device: {r.stderr}", pytrace=False)
+    loop = r.stdout.strip()
+    try:
+        os.symlink(loop, os.path.join(vdir, "cache0"))
+        v23_cross(oxzfs, work_dir, base, vdir, alt, pool, data, loop)
+    finally:
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+
+
+def v23_cross(oxzfs, work_dir, base, vdir, alt, pool, data, cache):
+    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, pool, data, "cache", cache)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    blob = os.urandom(12 << 20)
+    with open(os.path.join(alt, pool, "f"), "wb") as f:
+        f.write(blob)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert sha(os.path.join(alt, pool, "f")) == hashlib.sha256(blob).hexdigest()
+    wait_for(oxzfs, "an L2ARC feed", lambda s: s["l2_size"] >= 4 << 20)
+    assert oxzfs.export(pool).returncode == 0
+    try:
+        with oracle_pools.ZfsFuse(work_dir):
+            zfs_fuse_reads(os.path.join(base, "zfs-fuse-alt"), vdir, pool, cache, hashlib.sha256(blob).hexdigest())
+    except oracle_pools.MissingTool as e:
+        pytest.fail(str(e), pytrace=False)
+    # And back: our import finds no header of ours (zfs-fuse's L2ARC wrote over the device or
+    # left it) and reads right either way.
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(alt, pool, "f")) == hashlib.sha256(blob).hexdigest()
+    assert oxzfs.export(pool).returncode == 0
+
+
+def zfs_fuse_reads(zalt, vdir, pool, cache, want):
+    """zfs-fuse (its lock held) imports POOL, lists the cache device, reads f as WANT, exports."""
+    try:
+        r = subprocess.run(["zpool", "import", "-d", vdir, "-R", zalt, pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse cannot import our pool:\n{r.stdout}{r.stderr}"
+        st = subprocess.run(["zpool", "status", pool], capture_output=True, text=True).stdout
+        assert "cache" in st and os.path.basename(cache) in st, st
+        assert sha(os.path.join(zalt, pool, "f")) == want
+        r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse export failed:\n{r.stdout}{r.stderr}"
+    finally:
+        subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
