@@ -19,7 +19,7 @@
 //! a leaf lock; a reader waiting for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
-use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState};
+use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState, READ_HEAL, READ_PLAIN};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -488,7 +488,9 @@ impl Spa {
     }
 
     fn read_bp_uncached(&self, bp: &BlockPointer) -> Result<Vec<u8>> {
-        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt };
+        // A pool imported read-write heals the bad copies its reads find.
+        let mode = if self.readonly { &READ_PLAIN } else { &READ_HEAL };
+        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode };
         zio::read_bp(&ctx, bp)
     }
 

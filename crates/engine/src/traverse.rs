@@ -186,7 +186,7 @@ impl<'a> Walker<'a> {
     }
 
     fn ctx(&self) -> ZioCtx<'_> {
-        ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt }
+        ZioCtx::new(&self.spa.root_vdev, &self.spa.checksum_salt)
     }
 
     /// Visit one bp (pre-order): count, verify if asked, descend.

@@ -221,7 +221,7 @@ impl PoolW {
             // zil_sync: log blocks whose records this txg holds.
             for zbp in std::mem::take(&mut job.zil_free) {
                 let mut dvas = Vec::new();
-                crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &root, salt: &spa.checksum_salt }, &zbp, &mut dvas)?;
+                crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&root, &spa.checksum_salt), &zbp, &mut dvas)?;
                 let mut ms = self.ms.lock();
                 for d in dvas {
                     ms.free_held(d.vdev, d.offset, d.asize);
@@ -438,7 +438,7 @@ pub(crate) fn free_bp_in(spa: &Spa, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, bp
         return Ok(());
     }
     let mut dvas = Vec::new();
-    crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas)?;
+    crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&spa.root_vdev, &spa.checksum_salt), bp, &mut dvas)?;
     for d in dvas {
         ms.lock().free(d.vdev, d.offset, d.asize, txg, bp.birth);
     }
