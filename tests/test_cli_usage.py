@@ -50,6 +50,10 @@ ZPOOL = {
         '\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n'
         '\t    [interval [count]]\n'
     ),
+    "scrub": (
+        'usage:\n'
+        '\tscrub [-s | -p] [-w] <pool> ...\n'
+    ),
     "import": (
         'usage:\n'
         '\timport [-d dir] [-D]\n'
@@ -74,6 +78,10 @@ ZPOOL = {
     "set": (
         'usage:\n'
         '\tset <property=value> <pool> \n'
+    ),
+    "wait": (
+        'usage:\n'
+        '\twait [-t <activity>[,...]] <pool>\n'
     ),
 }
 

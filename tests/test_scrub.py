@@ -11,17 +11,14 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import zlib
 
-import pytest
 
 import manifest as manifest_mod
-import oracle_pools
 import populate as populate_mod
-from conftest import count, diff_manifests, status_rows
+from conftest import count, diff_manifests, status_rows, zfs_fuse_imported
 from test_damage import LABELS_BACK, LABELS_FRONT, SECTOR, rot_sectors
-from test_write import make_devs, zdb_check
+from test_write import _strip_xattrs, make_devs, zdb_check
 
 
 def fill(root, seed):
@@ -127,5 +124,153 @@ def test_read_only_import_never_writes(oxzfs):
     got = manifest_mod.manifest(os.path.join(alt, pool))
     assert not diff_manifests(got, want)
     assert cksum_of(oxzfs, pool, "d0")[0] > 0
+    r = oxzfs.zpool("scrub", pool)
+    assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: pool is read-only\n"), repr(r)
     assert oxzfs.export(pool).returncode == 0
     assert (manifest_mod.file_sha256(d0), manifest_mod.file_sha256(d1)) == sums, "a read-only import wrote to its devices"
+
+
+def scan_line(oxzfs, pool):
+    """The `scan:` part of `zpool status POOL` (up to the config)."""
+    out = oxzfs.zpool("status", pool, check=True).stdout
+    m = re.search(r"^  scan: (.*?)^config:", out, re.S | re.M)
+    assert m, f"no scan: line in\n{out}"
+    return m.group(1)
+
+
+DONE = re.compile(r"^scrub repaired (\S+) in \d\d:\d\d:\d\d with (\d+) errors on \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\n$")
+
+
+def scrub_done(oxzfs, pool):
+    """`zpool scrub -w POOL`, then (repaired, errors) from its finished scan: line."""
+    r = oxzfs.zpool("scrub", "-w", pool)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", repr(r)
+    line = scan_line(oxzfs, pool)
+    m = DONE.match(line)
+    assert m, f"a finished scrub's line, as OpenZFS prints it, expected; got {line!r}"
+    return m.group(1), int(m.group(2))
+
+
+def scrub_repairs(oxzfs, pool, vdir, alt, victim):
+    """Scrub a pool whose VICTIM device was damaged: something repaired, no errors, the victim
+    charged with CKSUM errors; a second scrub repairs nothing; zdb is clean afterwards."""
+    import_rw(oxzfs, vdir, pool, alt)
+    repaired, errors = scrub_done(oxzfs, pool)
+    assert repaired != "0B" and errors == 0, f"repaired {repaired} with {errors} errors"
+    bad, text = cksum_of(oxzfs, pool, victim)
+    assert bad > 0, f"the scrub repaired {repaired} yet {victim} shows no CKSUM errors:\n{text}"
+    assert scrub_done(oxzfs, pool) == ("0B", 0), "a second scrub must find nothing to repair"
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
+def test_scrub_repairs_a_rotten_mirror_side(oxzfs):
+    pool = "scrubmirror"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 7)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert rot_sectors(d0, seed=zlib.crc32(pool.encode())) > 0
+    scrub_repairs(oxzfs, pool, vdir, alt, "d0")
+    # The damaged side alone holds the whole pool again: zdb reads and verifies every block of
+    # it, and every file reads back from it.
+    only = alone(oxzfs, vdir, "d0", pool)
+    zdb_check(only, pool)
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_scrub_repairs_a_rotten_raidz_column(oxzfs):
+    pool = "scrubraidz"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 8, "-o", "ashift=12")
+    assert rot_sectors(os.path.join(vdir, "d1"), seed=zlib.crc32(pool.encode())) > 0
+    scrub_repairs(oxzfs, pool, vdir, alt, "d1")
+    # Without d0 every block is rebuilt from d1 and d2: they must both be right now.
+    rest = os.path.join(oxzfs.base, "alone", pool)
+    shutil.rmtree(rest, ignore_errors=True)
+    os.makedirs(rest)
+    for d in ("d1", "d2"):
+        shutil.copyfile(os.path.join(vdir, d), os.path.join(rest, d))
+    zdb_check(rest, pool)
+    check_reads(oxzfs, rest, pool, alt, want)
+
+
+def tunable(oxzfs, setting):
+    oxzfs.run("tunable", setting, check=True)
+
+
+def test_scrub_pause_resume_cancel_and_wait(oxzfs, work_dir):
+    """A version-23 pool: the scrub held in progress (zfs_scan_suspend_progress, as OpenZFS's
+    tests hold it), paused, resumed, refused what OpenZFS refuses with its words, carried across
+    export and import, left paused for zdb and zfs-fuse, then finished and canceled."""
+    pool = "scrubflow"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 9, "-o", "version=23")
+    import_rw(oxzfs, vdir, pool, alt)
+    assert scan_line(oxzfs, pool) == "none requested\n"
+    tunable(oxzfs, "zfs_scan_suspend_progress=1")
+    try:
+        r = oxzfs.zpool("scrub", pool)
+        assert (r.returncode, r.stderr) == (0, ""), repr(r)
+        running = re.compile(r"^scrub in progress since .*\n\t\S+ scanned at \S+/s, \S+ issued at \S+/s, \S+ total\n"
+                             r"\t0B repaired, \d+\.\d\d% done, no estimated completion time\n$")
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        r = oxzfs.zpool("scrub", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: currently scrubbing; use 'zpool scrub -s' "
+                                               "to cancel current scrub\n"), repr(r)
+        assert oxzfs.zpool("scrub", "-p", pool).returncode == 0
+        paused = re.compile(r"^scrub paused since .*\n\tscrub started on .*\n\t\S+ scanned, \S+ issued, \S+ total\n"
+                            r"\t0B repaired, \d+\.\d\d% done\n$")
+        assert paused.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        r = oxzfs.zpool("scrub", "-p", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot pause scrubbing {pool}: scrub is paused; "
+                                               "use 'zpool scrub' to resume\n"), repr(r)
+        # A paused scrub is no activity to wait for.
+        assert oxzfs.zpool("wait", "-t", "scrub", pool).returncode == 0
+        assert oxzfs.zpool("scrub", pool).returncode == 0
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        # Export while scrubbing, import: still scrubbing (from the MOS); then left paused.
+        assert oxzfs.export(pool).returncode == 0
+        import_rw(oxzfs, vdir, pool, alt)
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        assert oxzfs.zpool("scrub", "-p", pool).returncode == 0
+        assert oxzfs.export(pool).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_scan_suspend_progress=0")
+    # The paused scrub's pool: OpenZFS's zdb is clean, zfs-fuse imports it and reads it all.
+    zdb_check(vdir, pool)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads a pool with our paused scrub differently:\n{d}"
+    # Back in oxzfs: still paused; resumed, it finishes; a new one is canceled.
+    import_rw(oxzfs, vdir, pool, alt)
+    assert scan_line(oxzfs, pool).startswith("scrub paused since ")
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    tunable(oxzfs, "zfs_scan_suspend_progress=1")
+    try:
+        assert oxzfs.zpool("scrub", pool).returncode == 0
+        assert oxzfs.zpool("scrub", "-s", pool).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_scan_suspend_progress=0")
+    assert re.match(r"^scrub canceled on \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\n$", scan_line(oxzfs, pool)), \
+        scan_line(oxzfs, pool)
+    for flag, what in (("-s", "cancel scrubbing"), ("-p", "pause scrubbing")):
+        r = oxzfs.zpool("scrub", flag, pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot {what} {pool}: there is no active scrub\n"), repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    assert scan_line(oxzfs, pool).startswith("scrub canceled on ")
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_scrub_bad_input(oxzfs):
+    usage = "usage:\n\tscrub [-s | -p] [-w] <pool> ...\n"
+    for args, err in ((["-x", "p"], "invalid option 'x'\n"), ([], "missing pool name argument\n"),
+                      (["-s", "-p", "p"], "invalid option combination: -s and -p are mutually exclusive\n"),
+                      (["-w", "-s", "p"], "invalid option combination: -w cannot be used with -p or -s\n")):
+        r = oxzfs.zpool("scrub", *args)
+        assert (r.returncode, r.stderr) == (2, err + usage), repr(r)
+    r = oxzfs.zpool("scrub", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("wait", "-t", "scrub,nonsense", "nosuchpool")
+    assert r.returncode == 2 and r.stderr.startswith("invalid activity 'nonsense'\n"), repr(r)
+    r = oxzfs.zpool("wait", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)

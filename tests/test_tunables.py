@@ -7,7 +7,7 @@ import os
 from conftest import Oxzfs
 from test_write import new_pool, zdb_check
 
-NAMES = ["metaslab_force_ganging", "zfs_arc_max", "zfs_dirty_data_max", "zfs_immediate_write_sz", "zfs_max_recordsize", "zfs_txg_timeout"]
+NAMES = ["metaslab_force_ganging", "zfs_arc_max", "zfs_dirty_data_max", "zfs_immediate_write_sz", "zfs_max_recordsize", "zfs_scan_suspend_progress", "zfs_scrub_min_time_ms", "zfs_txg_timeout"]
 
 
 def tunables(ox):

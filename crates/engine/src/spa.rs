@@ -19,6 +19,7 @@
 //! a leaf lock; a reader waiting for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
+use crate::dsl_scan::ScanState;
 use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState, READ_HEAL, READ_PLAIN};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
@@ -364,6 +365,8 @@ pub struct Spa {
     inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
+    /// The scrub's state (see `dsl_scan`).
+    pub scan: ScanState,
 }
 
 impl Spa {
@@ -387,6 +390,7 @@ impl Spa {
             readers: Mutex::new(BTreeMap::new()),
             inflight: Default::default(),
             devices,
+            scan: ScanState::default(),
         }
     }
 

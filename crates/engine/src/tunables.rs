@@ -11,6 +11,9 @@
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
 //!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
 //!                           big syncs the txg instead of copying the bytes into the log
+//!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
+//!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
+//!                           syncs off meanwhile; read at each turn)
 //! ```
 //!
 //! A value is a number with an optional K/M/G/T suffix (powers of 1024). The environment
@@ -37,12 +40,14 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 6] = [
+static TUNABLES: [Tunable; 8] = [
     tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
     tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Under logbias=throughput, an fsync after a write this big syncs the txg rather than logging its bytes", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
+    tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
+    tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
 ];
 
@@ -123,11 +128,21 @@ const ARC_MAX: usize = 1;
 const DIRTY_DATA_MAX: usize = 2;
 const IMMEDIATE_WRITE_SZ: usize = 3;
 const MAX_RECORDSIZE: usize = 4;
-const TXG_TIMEOUT: usize = 5;
+const SCAN_SUSPEND_PROGRESS: usize = 5;
+const SCRUB_MIN_TIME_MS: usize = 6;
+const TXG_TIMEOUT: usize = 7;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(TUNABLES[TXG_TIMEOUT].get())
+}
+
+pub fn scan_suspend_progress() -> bool {
+    TUNABLES[SCAN_SUSPEND_PROGRESS].get() != 0
+}
+
+pub fn scrub_min_time() -> std::time::Duration {
+    std::time::Duration::from_millis(TUNABLES[SCRUB_MIN_TIME_MS].get())
 }
 
 pub fn dirty_data_max() -> Option<u64> {
@@ -158,8 +173,8 @@ mod tests {
     fn the_readers_read_the_tunables_they_name() {
         let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
         assert_eq!(
-            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_immediate_write_sz"), at("zfs_max_recordsize"), at("zfs_txg_timeout")],
-            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, IMMEDIATE_WRITE_SZ, MAX_RECORDSIZE, TXG_TIMEOUT]
+            [at("metaslab_force_ganging"), at("zfs_arc_max"), at("zfs_dirty_data_max"), at("zfs_immediate_write_sz"), at("zfs_max_recordsize"), at("zfs_scan_suspend_progress"), at("zfs_scrub_min_time_ms"), at("zfs_txg_timeout")],
+            [FORCE_GANGING, ARC_MAX, DIRTY_DATA_MAX, IMMEDIATE_WRITE_SZ, MAX_RECORDSIZE, SCAN_SUSPEND_PROGRESS, SCRUB_MIN_TIME_MS, TXG_TIMEOUT]
         );
     }
 

@@ -48,7 +48,7 @@ use crate::spa::Spa;
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::dnode::DnodePhys;
-use oxzfs_format::dsl::DslDatasetPhys;
+use oxzfs_format::dsl::{DslDatasetPhys, DMU_POOL_SCAN};
 use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_UBERBLOCK_RING_OFFSET};
 use oxzfs_format::objset::DMU_OST_META;
 use oxzfs_format::types;
@@ -254,6 +254,10 @@ impl PoolW {
         // The dedup tables (ddt_sync): entries into their ZAPs, copies nobody references freed.
         for bp in self.ddt.sync(&mut self.mos, &root)? {
             self.free_bp(&bp, txg)?;
+        }
+        // The scan's progress (dsl_scan_sync_state), when it changed.
+        if let Some(phys) = spa.scan.take_dirty() {
+            self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
         }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
@@ -601,17 +605,36 @@ impl PoolHandle {
                 if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                let due = {
-                    let w = h.lock_open();
-                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= crate::tunables::txg_timeout())
-                };
-                if due {
+                if h.sync_due(kicked) {
                     let s = unpoison(h.sync.lock());
                     let _ = h.sync_txg(&s);
                 }
             })
             .expect("spawn the txg sync thread");
         h
+    }
+
+    /// Whether the sync thread would sync now: dirty data past the threshold, the timeout
+    /// passed, or `kicked`.
+    fn sync_due(&self, kicked: bool) -> bool {
+        let w = self.lock_open();
+        w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= self.limits.sync_bytes() || w.last_sync.elapsed() >= crate::tunables::txg_timeout())
+    }
+
+    /// Hold txg syncs off (commands too) while a scan walks the synced tree: no block of it
+    /// is freed or reused meanwhile (OpenZFS scans in syncing context for the same reason).
+    pub fn hold_syncs(&self) -> std::sync::MutexGuard<'_, ()> {
+        unpoison(self.sync.lock())
+    }
+
+    /// Sync the open txg if the sync thread would have (a scan that held syncs off lets the
+    /// one it delayed happen).
+    pub fn sync_if_due(&self) -> Result<()> {
+        if !self.sync_due(false) {
+            return Ok(());
+        }
+        let s = unpoison(self.sync.lock());
+        self.sync_txg(&s)
     }
 
     /// The write state for a command (waits for a txg being synced; see `PoolHandle`).
