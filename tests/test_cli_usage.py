@@ -50,6 +50,10 @@ ZPOOL = {
         '\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n'
         '\t    [interval [count]]\n'
     ),
+    "clear": (
+        'usage:\n'
+        '\tclear <pool> [device]\n'
+    ),
     "scrub": (
         'usage:\n'
         '\tscrub [-s | -p] [-w] <pool> ...\n'

@@ -126,6 +126,9 @@ def test_read_only_import_never_writes(oxzfs):
     assert cksum_of(oxzfs, pool, "d0")[0] > 0
     r = oxzfs.zpool("scrub", pool)
     assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: pool is read-only\n"), repr(r)
+    r = oxzfs.zpool("clear", pool, "nodev")
+    assert (r.returncode, r.stderr) == (1, "cannot clear errors for nodev: no such device in pool\n"), repr(r)
+    assert oxzfs.zpool("clear", pool).returncode == 0 and cksum_of(oxzfs, pool, "d0")[0] == 0
     assert oxzfs.export(pool).returncode == 0
     assert (manifest_mod.file_sha256(d0), manifest_mod.file_sha256(d1)) == sums, "a read-only import wrote to its devices"
 
@@ -159,7 +162,12 @@ def scrub_repairs(oxzfs, pool, vdir, alt, victim):
     assert repaired != "0B" and errors == 0, f"repaired {repaired} with {errors} errors"
     bad, text = cksum_of(oxzfs, pool, victim)
     assert bad > 0, f"the scrub repaired {repaired} yet {victim} shows no CKSUM errors:\n{text}"
+    r = oxzfs.zpool("clear", pool, victim)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    assert cksum_of(oxzfs, pool, victim)[0] == 0, "zpool clear must reset the counts"
     assert scrub_done(oxzfs, pool) == ("0B", 0), "a second scrub must find nothing to repair"
+    rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
+    assert all(count(v[3]) == 0 for v in rows.values() if v[3] is not None), f"the second scrub met bad copies: {rows}"
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
 
@@ -274,3 +282,7 @@ def test_scrub_bad_input(oxzfs):
     assert r.returncode == 2 and r.stderr.startswith("invalid activity 'nonsense'\n"), repr(r)
     r = oxzfs.zpool("wait", "nosuchpool")
     assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("clear", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("clear")
+    assert (r.returncode, r.stderr) == (2, "missing pool name\nusage:\n\tclear <pool> [device]\n"), repr(r)

@@ -1,4 +1,4 @@
-//! The `zpool` verbs: create, destroy, add, import, export, status, scrub, wait, list, iostat,
+//! The `zpool` verbs: create, destroy, add, import, export, status, clear, scrub, wait, list, iostat,
 //! history, get, set, with OpenZFS's usage text and messages. `zpool import` without a pool named only lists
 //! (run locally, no daemon); the others run in the daemon against the pools it holds.
 
@@ -30,6 +30,7 @@ pub enum Verb {
     List,
     Iostat,
     Status,
+    Clear,
     Scrub,
     Import,
     Export,
@@ -51,6 +52,7 @@ impl Verb {
             Verb::List => ZPOOL_LIST_USAGE,
             Verb::Iostat => IOSTAT_USAGE,
             Verb::Status => STATUS_USAGE,
+            Verb::Clear => CLEAR_USAGE,
             Verb::Scrub => SCRUB_USAGE,
             Verb::Wait => WAIT_USAGE,
             Verb::Import => IMPORT_USAGE,
@@ -72,6 +74,7 @@ impl Verb {
             Verb::List => list(st, args),
             Verb::Iostat => iostat(st, args),
             Verb::Status => status(st, args),
+            Verb::Clear => clear(st, args),
             Verb::Scrub => scrub(st, args),
             Verb::Wait => wait(st, args),
             Verb::Import => import(st, args, cwd),
@@ -379,6 +382,35 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
         });
     }
     ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+}
+
+const CLEAR_USAGE: &str = "usage:\n\tclear <pool> [device]";
+
+/// `zpool clear POOL [DEVICE]` (zpool_do_clear): the error counts of the pool's vdevs, or of
+/// DEVICE and what is below it, back to zero.
+pub fn clear(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{CLEAR_USAGE}")),
+    };
+    match o.operands.len() {
+        0 => return usage(format!("missing pool name\n{CLEAR_USAGE}")),
+        1 | 2 => {}
+        _ => return usage(format!("too many arguments\n{CLEAR_USAGE}")),
+    }
+    let name = &o.operands[0];
+    let Some(imp) = st.pools.get(name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let root = &imp.pool.spa.root_vdev;
+    match o.operands.get(1) {
+        None => root.clear_errors(),
+        Some(dev) => match root.find(dev) {
+            Some(v) => v.clear_errors(),
+            None => return fail(format!("cannot clear errors for {dev}: no such device in pool")),
+        },
+    }
+    ok(String::new())
 }
 
 const SCRUB_USAGE: &str = "usage:\n\tscrub [-s | -p] [-w] <pool> ...";

@@ -553,6 +553,29 @@ impl Vdev {
         }
     }
 
+    /// `zpool clear` (vdev_clear): the READ, WRITE and CKSUM counts of this vdev and every
+    /// vdev below it back to zero.
+    pub fn clear_errors(&self) {
+        for c in &self.children {
+            c.clear_errors();
+        }
+        for n in [&self.stats.read_errors, &self.stats.write_errors, &self.stats.cksum_errors] {
+            n.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The vdev `name` names, as zpool_find_vdev finds it: a path, a leaf's file name, a guid,
+    /// or an interior vdev's name (mirror-0, raidz1-1).
+    pub fn find(&self, name: &str) -> Option<&Vdev> {
+        let base = |p: &str| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy() == name);
+        let hit = self.kind != VdevKind::Root
+            && (self.display_name() == name || self.guid.to_string() == name || self.path.as_deref().is_some_and(|p| p == name || base(p)));
+        if hit {
+            return Some(self);
+        }
+        self.children.iter().find_map(|c| c.find(name))
+    }
+
     /// Every leaf below this vdev, depth first.
     pub fn leaves(&self) -> Vec<&Vdev> {
         let mut out = Vec::new();
