@@ -286,3 +286,20 @@ def test_scrub_bad_input(oxzfs):
     assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
     r = oxzfs.zpool("clear")
     assert (r.returncode, r.stderr) == (2, "missing pool name\nusage:\n\tclear <pool> [device]\n"), repr(r)
+
+
+def test_scrub_counts_damage_beyond_redundancy(oxzfs):
+    """One disk, data blocks overwritten: nothing can repair them. The scrub says how many
+    blocks it could not read, `zpool status -v` names the damaged files, the pool stays up."""
+    pool = "scrubsingle"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d, 1, 10)
+    assert rot_sectors(os.path.join(vdir, "d0"), seed=zlib.crc32(pool.encode()), fraction=0.05) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("scrub", "-w", pool)
+    assert r.returncode == 0, repr(r)
+    m = DONE.match(scan_line(oxzfs, pool))
+    assert m and int(m.group(2)) > 0, f"damage on a one-disk pool must count as scrub errors: {scan_line(oxzfs, pool)!r}"
+    r = oxzfs.zpool("status", "-v", pool, check=True)
+    assert "Permanent errors have been detected in the following files:" in r.stdout, r.stdout
+    assert oxzfs.daemon_alive()
+    assert oxzfs.export(pool).returncode == 0

@@ -1,6 +1,7 @@
-//! The `zpool` verbs: create, destroy, add, import, export, status, clear, scrub, wait, list, iostat,
-//! history, get, set, with OpenZFS's usage text and messages. `zpool import` without a pool named only lists
-//! (run locally, no daemon); the others run in the daemon against the pools it holds.
+//! The `zpool` verbs: create, destroy, add, import, export, status, clear, scrub, wait, list,
+//! iostat, history, get, set, with OpenZFS's usage text and messages. `zpool import` without a
+//! pool named only lists (run locally, no daemon); the others run in the daemon against the
+//! pools it holds.
 
 use crate::mounts::{derived_mountpoints, mount_all, remove_mountpoints};
 use crate::props;
