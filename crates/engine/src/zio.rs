@@ -890,6 +890,42 @@ pub(crate) mod write_tests {
         }
     }
 
+    /// A healing read rewrites what it found bad: a mirror side, then a whole ditto copy
+    /// (both sides) from the other DVA; a plain read writes nothing.
+    #[test]
+    fn healing_reads_repair_mirror_sides_and_ditto_copies() {
+        use std::sync::atomic::Ordering;
+        let salt = [5u8; 32];
+        let (_d, root, _) = pool("mirror", 2, 0, 9);
+        let mut alloc = Bump { next: 0, top: root.children[0].clone() };
+        let data: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies: 2, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
+        let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
+        let sides = &root.children[0].children;
+        let at = |side: usize, dva: usize| sides[side].read_leaf(bp.dva[dva].offset, bp.psize).unwrap();
+        let rot = |side: usize, dva: usize| sides[side].write_leaf(bp.dva[dva].offset, &vec![0xa5; bp.psize as usize]).unwrap();
+        // A plain read finds the good copy and leaves the bad one.
+        rot(0, 0);
+        assert_eq!(read_bp(&ZioCtx::new(&root, &salt), &bp).unwrap(), data);
+        assert_ne!(at(0, 0), data);
+        // One side bad: the mirror rewrites it.
+        let heal = ReadMode::new(true, false);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &heal }, &bp).unwrap(), data);
+        assert_eq!((at(0, 0), heal.repaired.load(Ordering::Relaxed)), (data.clone(), bp.psize));
+        // The whole first copy bad: the second rewrites it on both sides.
+        rot(0, 0);
+        rot(1, 0);
+        let heal = ReadMode::new(true, false);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &heal }, &bp).unwrap(), data);
+        assert_eq!((at(0, 0), at(1, 0), heal.repaired.load(Ordering::Relaxed)), (data.clone(), data.clone(), 2 * bp.psize));
+        // A scrub reads every copy: a bad side of the second copy is found and rewritten too.
+        rot(1, 1);
+        let scrub = ReadMode::new(true, true);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &scrub }, &bp).unwrap(), data);
+        assert_eq!((at(1, 1), scrub.repaired.load(Ordering::Relaxed)), (data.clone(), bp.psize));
+        assert_eq!(sides[1].stats.cksum_errors.load(Ordering::Relaxed), 2);
+    }
+
     /// zstd blocks in OpenZFS's framing: bp compress = ZIO_COMPRESS_ZSTD, the physical block
     /// begins with the BE32 frame length and the BE32 level/version word (the zio_zstd_levels
     /// value, 3 for the default), and blocks that would not save 1/8 are written uncompressed.
