@@ -167,6 +167,8 @@ def scrub_repairs(oxzfs, pool, vdir, alt, victim):
     assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
     assert cksum_of(oxzfs, pool, victim)[0] == 0, "zpool clear must reset the counts"
     assert scrub_done(oxzfs, pool) == ("0B", 0), "a second scrub must find nothing to repair"
+    hist = oxzfs.zpool("history", pool, check=True).stdout
+    assert f"zpool scrub -w {pool}" in hist and f"zpool clear {pool} {victim}" in hist, hist
     rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
     assert all(count(v[3]) == 0 for v in rows.values() if v[3] is not None), f"the second scrub met bad copies: {rows}"
     assert oxzfs.export(pool).returncode == 0
