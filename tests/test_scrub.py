@@ -343,3 +343,41 @@ def test_scrub_goes_on_after_kill9(oxzfs_bin, work_dir):
     finally:
         ox2.teardown()
     zdb_check(vdir, pool)
+
+
+def test_scrub_in_short_turns_while_files_change(oxzfs):
+    """zfs_scrub_min_time_ms=1: the scan stops after about a millisecond's walk and goes on in
+    the next synced tree, over and over, while files are written, rewritten and removed. It
+    ends with no errors, and the pool is as the writes left it (zdb clean, content equal)."""
+    import threading
+    pool = "scrubturns"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 12)
+    import_rw(oxzfs, vdir, pool, alt)
+    root = os.path.join(alt, pool)
+    stop = threading.Event()
+
+    def churn():
+        rng = random.Random(12)
+        i = 0
+        while not stop.is_set():
+            with open(os.path.join(root, f"churn{i % 13}"), "wb") as f:
+                f.write(rng.randbytes(rng.choice([3000, 70000, 400000])))
+            gone = os.path.join(root, f"churn{(i * 7) % 13}")
+            if i % 5 == 4 and os.path.exists(gone):
+                os.unlink(gone)
+            i += 1
+
+    tunable(oxzfs, "zfs_scrub_min_time_ms=1")
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        assert scrub_done(oxzfs, pool)[1] == 0
+        assert scrub_done(oxzfs, pool)[1] == 0
+    finally:
+        stop.set()
+        t.join()
+        tunable(oxzfs, "zfs_scrub_min_time_ms=1000")
+    want = manifest_mod.manifest(root)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    check_reads(oxzfs, vdir, pool, alt, want)
