@@ -14,7 +14,8 @@
 //!          (space map objects are MOS objects: they dirty the MOS again)
 //!     3. flush; the config (when changed) to the even labels; the uberblock into slot
 //!        txg % slots of every label; flush; the odd labels — OpenZFS's safe order (spa_label)
-//!     4. metaslab sync_done (deferred frees of txg-2 become allocatable)
+//!     4. metaslab sync_done (deferred frees of txg-2 become allocatable, unless a lock-free
+//!        reader still walks a tree older than them)
 //! ```
 //!
 //! Txg states (see `PoolHandle`): one txg is *open* — writers dirty dataset objsets in it
@@ -32,8 +33,9 @@
 //! `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
 //! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
 //! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
-//! also keeps blocks a lock-free reader may still walk after a sync replaced them (the ENOSPC
-//! retry's early release spares the frees newer than the oldest tree a reader has pinned).
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them: neither the
+//! end of the deferral nor the ENOSPC retry's early release gives back frees newer than the
+//! oldest tree a reader has pinned (a healing read must never meet a reused block).
 
 use crate::dsl_pool::now;
 use crate::spa::SPA_VERSION_FEATURES;
@@ -340,7 +342,8 @@ impl PoolW {
         if ub.config_dirty {
             self.config_dirty = false;
         }
-        self.ms.lock().sync_done(txg);
+        let oldest_reader = self.spa.oldest_reader();
+        self.ms.lock().sync_done(txg, oldest_reader);
         for ds in self.datasets.values_mut() {
             ds.os.zil.synced(txg);
         }
