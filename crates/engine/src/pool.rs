@@ -791,16 +791,16 @@ fn arc_max_from_env() -> Option<u64> {
     crate::tunables::arc_max()
 }
 
-/// The `scan:` line of `zpool status` (print_scan_scrub_resilver_status of OpenZFS 2.1).
+/// The `scan:` line of `zpool status` (print_scan_status and print_scan_scrub_resilver_status
+/// of OpenZFS 2.1): nothing for a pool never scrubbed, as 2.1 prints it.
 pub fn scan_status(st: &crate::dsl_scan::ScanInner, now: u64) -> String {
     use crate::nicenum::nicebytes;
     use oxzfs_format::dsl::{DSS_CANCELED, DSS_FINISHED, POOL_SCAN_SCRUB};
     let p = &st.phys;
-    let mut s = String::from("  scan: ");
     if p.func != POOL_SCAN_SCRUB {
-        s.push_str("none requested\n");
-        return s;
+        return String::new();
     }
+    let mut s = String::from("  scan: ");
     let processed = nicebytes(p.processed);
     if p.state == DSS_FINISHED {
         let took = secs_to_dhms(p.end_time.saturating_sub(p.start_time));
@@ -877,7 +877,7 @@ mod scan_status_tests {
 
     #[test]
     fn scan_lines_as_openzfs_prints_them() {
-        assert_eq!(line(None, 0, 0), "  scan: none requested\n");
+        assert_eq!(line(None, 0, 0), "");
         let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
         let done = DslScanPhys { func: POOL_SCAN_SCRUB, state: DSS_FINISHED, start_time: t0 - 61, end_time: t0, processed: 1536, errors: 0, ..Default::default() };
         assert_eq!(line(Some(done.clone()), t0, t0), "  scan: scrub repaired 1.50K in 00:01:01 with 0 errors on Wed Nov 25 12:00:00 2026\n");
