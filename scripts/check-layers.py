@@ -24,13 +24,13 @@ ENGINE_LAYERS = [
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),
     ("arc", ["arc", "l2arc"]),
-    ("spa handle", ["spa"]),
+    ("spa handle", ["dsl_scan", "spa"]),
     ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),
     ("dsl", ["dsl", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename"]),
     ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal"]),
     ("zpl", ["zfs_znode", "zpl", "zplw", "zfs_log", "zfs_replay"]),
-    ("pool", ["traverse", "pool", "pool_tests"]),
+    ("pool", ["traverse", "dsl_scrub", "pool", "pool_tests"]),
 ]
 
 PATH_RE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")

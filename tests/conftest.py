@@ -385,6 +385,26 @@ def oxzfs(request, oxzfs_bin, work_dir):
 
 # ------------------------------------------------------------------------------------------- checks
 
+@contextlib.contextmanager
+def zfs_fuse_imported(work_dir, vdir, altroot, pool):
+    """POOL imported by zfs-fuse from VDIR under ALTROOT while holding zfs-fuse's lock: yields its
+    root mountpoint, and exports it when the body is done (forcibly if the body failed)."""
+    try:
+        zf = oracle_pools.ZfsFuse(work_dir)
+        zf.__enter__()
+    except oracle_pools.MissingTool as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        r = subprocess.run(["zpool", "import", "-d", vdir, "-R", altroot, pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse cannot import {pool}:\n{r.stdout}{r.stderr}"
+        yield os.path.join(altroot, pool)
+        r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse export failed:\n{r.stdout}{r.stderr}"
+    finally:
+        subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
+        zf.__exit__(None, None, None)
+
+
 def diff_manifests(got, want, limit=8):
     """A short human-readable difference of two manifests (lists of dicts), or '' if equal."""
     g = {e["path"]: e for e in got}

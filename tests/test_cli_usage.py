@@ -50,6 +50,14 @@ ZPOOL = {
         '\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n'
         '\t    [interval [count]]\n'
     ),
+    "clear": (
+        'usage:\n'
+        '\tclear <pool> [device]\n'
+    ),
+    "scrub": (
+        'usage:\n'
+        '\tscrub [-s | -p] [-w] <pool> ...\n'
+    ),
     "import": (
         'usage:\n'
         '\timport [-d dir] [-D]\n'
@@ -74,6 +82,10 @@ ZPOOL = {
     "set": (
         'usage:\n'
         '\tset <property=value> <pool> \n'
+    ),
+    "wait": (
+        'usage:\n'
+        '\twait [-t <activity>[,...]] <pool>\n'
     ),
 }
 

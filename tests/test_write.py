@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import diff_manifests, unmount_below
+from conftest import diff_manifests, unmount_below, zfs_fuse_imported
 import manifest as manifest_mod
 import oracle_pools
 import populate as populate_mod
@@ -150,16 +150,7 @@ def test_v23_pool_crosses_with_zfs_fuse(oxzfs, work_dir):
     ours = _strip_xattrs(manifest_mod.manifest(root))
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
-    zalt = os.path.join(base, "zfs-fuse-alt")
-    try:
-        zf = oracle_pools.ZfsFuse(work_dir)
-        zf.__enter__()
-    except oracle_pools.MissingTool as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
-        r = subprocess.run(["zpool", "import", "-d", vdir, "-R", zalt, pool], capture_output=True, text=True)
-        assert r.returncode == 0, f"zfs-fuse cannot import our pool:\n{r.stdout}{r.stderr}"
-        zroot = os.path.join(zalt, pool)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(base, "zfs-fuse-alt"), pool) as zroot:
         theirs = _strip_xattrs(manifest_mod.manifest(zroot))
         d = diff_manifests(theirs, ours)
         assert not d, f"zfs-fuse sees different content:\n{d}"
@@ -167,11 +158,6 @@ def test_v23_pool_crosses_with_zfs_fuse(oxzfs, work_dir):
         with open(os.path.join(zroot, "file-by-zfs-fuse"), "wb") as f:
             f.write(os.urandom(300000))
         after = _strip_xattrs(manifest_mod.manifest(zroot))
-        r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
-        assert r.returncode == 0, f"zfs-fuse export failed:\n{r.stdout}{r.stderr}"
-    finally:
-        subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
-        zf.__exit__(None, None, None)
     zdb_check(vdir, pool)
     r = oxzfs.import_ro(vdir, pool, alt)
     assert r.returncode == 0, repr(r)

@@ -262,9 +262,16 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
-                commands::execute(&mut st, &argv, &cwd)
+                let (out, waits) = {
+                    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
+                    let out = commands::execute(&mut st, &argv, &cwd);
+                    (out, std::mem::take(&mut st.waits))
+                };
+                for spa in waits {
+                    oxzfs::dsl_scrub::wait(&spa);
+                }
+                out
             }));
             let (out, err, code) = match res {
                 Ok(r) => r,

@@ -25,6 +25,9 @@ pub struct Imported {
 #[derive(Default)]
 pub struct State {
     pub pools: BTreeMap<String, Imported>,
+    /// Pools whose scrub the request waits for once it has let the state go (`zpool scrub
+    /// -w`, `zpool wait`): waiting under the lock would stall every other request.
+    pub waits: Vec<Arc<oxzfs::spa::Spa>>,
 }
 
 pub type Out = (String, String, i32);

@@ -1,6 +1,7 @@
-//! The `zpool` verbs: create, destroy, add, import, export, status, list, iostat, history, get,
-//! set, with OpenZFS's usage text and messages. `zpool import` without a pool named only lists
-//! (run locally, no daemon); the others run in the daemon against the pools it holds.
+//! The `zpool` verbs: create, destroy, add, import, export, status, clear, scrub, wait, list,
+//! iostat, history, get, set, with OpenZFS's usage text and messages. `zpool import` without a
+//! pool named only lists (run locally, no daemon); the others run in the daemon against the
+//! pools it holds.
 
 use crate::mounts::{derived_mountpoints, mount_all, remove_mountpoints};
 use crate::props;
@@ -30,11 +31,14 @@ pub enum Verb {
     List,
     Iostat,
     Status,
+    Clear,
+    Scrub,
     Import,
     Export,
     History,
     Get,
     Set,
+    Wait,
 }
 
 impl Verb {
@@ -49,6 +53,9 @@ impl Verb {
             Verb::List => ZPOOL_LIST_USAGE,
             Verb::Iostat => IOSTAT_USAGE,
             Verb::Status => STATUS_USAGE,
+            Verb::Clear => CLEAR_USAGE,
+            Verb::Scrub => SCRUB_USAGE,
+            Verb::Wait => WAIT_USAGE,
             Verb::Import => IMPORT_USAGE,
             Verb::Export => EXPORT_USAGE,
             Verb::History => HISTORY_USAGE,
@@ -68,6 +75,9 @@ impl Verb {
             Verb::List => list(st, args),
             Verb::Iostat => iostat(st, args),
             Verb::Status => status(st, args),
+            Verb::Clear => clear(st, args),
+            Verb::Scrub => scrub(st, args),
+            Verb::Wait => wait(st, args),
             Verb::Import => import(st, args, cwd),
             Verb::Export => export(st, args),
             Verb::History => history(st, args),
@@ -233,6 +243,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         if !readonly {
             match import_rw(&dirs, &which, &opts) {
                 Ok((pool, h)) => {
+                    oxzfs::dsl_scrub::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
                     if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
@@ -320,6 +331,7 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
         }
         remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
+            oxzfs::dsl_scrub::stop(&h);
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");
                 code = 1;
@@ -369,6 +381,116 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
         });
     }
     ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+}
+
+const CLEAR_USAGE: &str = "usage:\n\tclear <pool> [device]";
+
+/// `zpool clear POOL [DEVICE]` (zpool_do_clear): the error counts of the pool's vdevs, or of
+/// DEVICE and what is below it, back to zero.
+pub fn clear(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{CLEAR_USAGE}")),
+    };
+    match o.operands.len() {
+        0 => return usage(format!("missing pool name\n{CLEAR_USAGE}")),
+        1 | 2 => {}
+        _ => return usage(format!("too many arguments\n{CLEAR_USAGE}")),
+    }
+    let name = &o.operands[0];
+    let Some(imp) = st.pools.get(name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let root = &imp.pool.spa.root_vdev;
+    match o.operands.get(1) {
+        None => root.clear_errors(),
+        Some(dev) => match root.find(dev) {
+            Some(v) => v.clear_errors(),
+            None => return fail(format!("cannot clear errors for {dev}: no such device in pool")),
+        },
+    }
+    ok(String::new())
+}
+
+const SCRUB_USAGE: &str = "usage:\n\tscrub [-s | -p] [-w] <pool> ...";
+const WAIT_USAGE: &str = "usage:\n\twait [-t <activity>[,...]] <pool>";
+
+/// `zpool scrub [-s | -p] [-w] POOL...` (zpool_do_scrub): start, resume, pause or cancel the
+/// scrub of pools imported read-write; -w waits for it after the daemon's lock is let go.
+pub fn scrub(st: &mut State, args: &[String]) -> Out {
+    use oxzfs::dsl_scrub::{self, ScrubCmd};
+    let o = match getopt(args, "", "spw") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{SCRUB_USAGE}")),
+    };
+    let (cancel, pause, wait) = (o.has('s'), o.has('p'), o.has('w'));
+    if cancel && pause {
+        return usage(format!("invalid option combination: -s and -p are mutually exclusive\n{SCRUB_USAGE}"));
+    }
+    if wait && (cancel || pause) {
+        return usage(format!("invalid option combination: -w cannot be used with -p or -s\n{SCRUB_USAGE}"));
+    }
+    if o.operands.is_empty() {
+        return usage(format!("missing pool name argument\n{SCRUB_USAGE}"));
+    }
+    let (cmd, what) = match (cancel, pause) {
+        (true, _) => (ScrubCmd::Cancel, "cannot cancel scrubbing"),
+        (_, true) => (ScrubCmd::Pause, "cannot pause scrubbing"),
+        _ => (ScrubCmd::Start, "cannot scrub"),
+    };
+    let mut err = String::new();
+    for name in &o.operands {
+        let Some(imp) = st.pools.get(name) else {
+            let _ = writeln!(err, "cannot open '{name}': no such pool");
+            continue;
+        };
+        let Some(h) = &imp.rw else {
+            let _ = writeln!(err, "{what} {name}: pool is read-only");
+            continue;
+        };
+        match dsl_scrub::scrub(h, cmd) {
+            Ok(()) if wait => st.waits.push(imp.pool.spa.clone()),
+            Ok(()) => {}
+            Err(e) => {
+                let _ = writeln!(err, "{what} {name}: {e}");
+            }
+        }
+    }
+    let code = i32::from(!err.is_empty());
+    (String::new(), err, code)
+}
+
+/// `zpool wait [-t ACTIVITY[,...]] POOL` (zpool_do_wait): returns once no activity named is
+/// under way. Of OpenZFS's activities only a scrub can run here; the others are never in
+/// progress.
+pub fn wait(st: &mut State, args: &[String]) -> Out {
+    const ACTIVITIES: [&str; 8] = ["discard", "free", "initialize", "replace", "remove", "resilver", "scrub", "trim"];
+    let o = match getopt(args, "t", "") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{WAIT_USAGE}")),
+    };
+    let mut scrub = o.values('t').is_empty();
+    for list in o.values('t') {
+        for a in list.split(',') {
+            if !ACTIVITIES.contains(&a) {
+                return usage(format!("invalid activity '{a}'\n{WAIT_USAGE}"));
+            }
+            scrub |= a == "scrub";
+        }
+    }
+    match o.operands.len() {
+        0 => return usage(format!("missing 'pool' argument\n{WAIT_USAGE}")),
+        1 => {}
+        _ => return usage(format!("too many arguments\n{WAIT_USAGE}")),
+    }
+    let name = &o.operands[0];
+    let Some(imp) = st.pools.get(name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    if scrub {
+        st.waits.push(imp.pool.spa.clone());
+    }
+    ok(String::new())
 }
 
 /// `zpool iostat [-v] [-H] [-p] [pool]...`: capacity, operations and bandwidth per pool (and
@@ -1141,8 +1263,12 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
 
 /// Open the pool again from its devices in `dirs` after its vdev tree changed (zpool add,
 /// remove), keeping its mounts and cache file.
-fn reopen(imp: &mut Imported, h: &PoolHandle, dirs: &[PathBuf]) -> Result<(), ZfsError> {
-    let spa = h.reopen(dirs)?;
+fn reopen(imp: &mut Imported, h: &Arc<PoolHandle>, dirs: &[PathBuf]) -> Result<(), ZfsError> {
+    // A scrub goes on over the reopened pool, from the state the reopen's sync wrote.
+    oxzfs::dsl_scrub::stop(h);
+    let spa = h.reopen(dirs);
+    oxzfs::dsl_scrub::resume_after_import(h);
+    let spa = spa?;
     let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
     let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), dirs);
     *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;

@@ -684,7 +684,8 @@ impl ObjsetW {
     /// A read of `len` bytes at `offset` of `obj` to be done without the pool lock: when no
     /// data of the object is dirty in any txg, the synced tree (an `Arc`, immutable) and the dnode are all
     /// it needs; otherwise the bytes are read now. Blocks the reader may still walk after a
-    /// later sync replaced them stay allocated for two txgs (deferred frees).
+    /// later sync replaced them stay allocated until it is done (deferred frees wait for the
+    /// pin, see `Metaslabs::sync_done`).
     pub fn read_later(&self, obj: u64, offset: u64, len: usize) -> Result<ReadLater> {
         // Dirty only in its bonus (an atime, a chmod) counts as clean: its dnode copy keeps the
         // synced block-pointer tree, and no block of it changes at sync.
@@ -692,7 +693,12 @@ impl ObjsetW {
         if ![self.dirty.get(&obj), self.frozen_obj(obj)].into_iter().flatten().any(data_dirty) {
             if let Some(ro) = self.ro() {
                 let dn = self.dnode(obj)?;
-                let _pin = self.spa.pin_reader(self.bp.birth);
+                // The tree is the dataset's as of the last synced txg (or of the txg syncing
+                // now, once installed): it holds no block freed up to then, so the pin names
+                // that txg, not the older one the objset was last written in (which would hold
+                // every later free of the pool for as long as such reads go on).
+                let synced = self.spa.mos_root().map_or(0, |(bp, _)| bp.birth);
+                let _pin = self.spa.pin_reader(self.bp.birth.max(synced));
                 return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len, _pin });
             }
         }

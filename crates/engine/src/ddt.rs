@@ -351,7 +351,7 @@ fn collides(root: &Vdev, salt: &[u8; 32], key: &DdtKey, c: u8, e: &Entry, data: 
         if key.lsize() != data.len() as u64 {
             return Ok(true);
         }
-        match zio::read_bp(&ZioCtx { root, salt }, &key.bp(c, ph)) {
+        match zio::read_bp(&ZioCtx::new(root, salt), &key.bp(c, ph)) {
             Ok(got) if got == data => {}
             _ => return Ok(true),
         }
@@ -475,7 +475,7 @@ mod tests {
             } else {
                 assert!(!bp_b.dedup && bp_b.checksum == c, "{bp_b}");
             }
-            assert_eq!(zio::read_bp(&ZioCtx { root: &root, salt: &salt }, &bp_b).unwrap(), b);
+            assert_eq!(zio::read_bp(&ZioCtx::new(&root, &salt), &bp_b).unwrap(), b);
         }
     }
 }

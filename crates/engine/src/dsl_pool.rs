@@ -116,7 +116,7 @@ impl PoolW {
             return Ok(());
         }
         let hdr = os.phys.zil_header.clone();
-        let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt };
+        let ctx = crate::zio::ZioCtx::new(&spa.root_vdev, &spa.checksum_salt);
         let chain = crate::zil::parse_chain(&ctx, &hdr.log, 1 << 20);
         let blocks = chain.blocks.into_iter().map(|(bp, _)| bp).filter(|bp| hdr.claim_txg != 0 || bp.birth <= synced).collect();
         os.phys.zil_header = oxzfs_format::objset::ZilHeaderPhys::empty();

@@ -2,14 +2,15 @@
 //! scripts/check-layers.py holds the order and fails on an import up it or a circle):
 //!
 //! ```text
-//!   pool      pool (read-only import handle: lists, status, properties), traverse (zdb)
+//!   pool      pool (read-only import handle: lists, status, properties), traverse (zdb's
+//!             walk, and the scan's), dsl_scrub (the scrub: its thread, start, pause, cancel)
 //!   zpl       zpl (read-only file system), zplw (vnode operations), zfs_znode (shared rules)
 //!   spa       txg (states, sync, throttle, PoolHandle), spa_load (import), spa_create,
 //!             spa_props, spa_label, spa_feature, spa_config (cache file)
 //!   dsl       dsl_pool (the write state PoolW), dsl, dsl_dataset, dsl_prop, dsl_space,
 //!             deadlist, dsl_snapshot, dsl_rename
 //!   dmu       dmu (Objset), zap, dbuf (ObjsetW and its sync), ddt
-//!   spa       spa (the Spa handle: vdev tree, ARC, block reads)
+//!   spa       spa (the Spa handle: vdev tree, ARC, block reads), dsl_scan (scan state)
 //!   arc       arc
 //!   metaslab  metaslab (allocation, space maps)
 //!   zio       zio (compress, checksum, gang, embedded, ditto; verify and retry)
@@ -29,6 +30,7 @@ pub mod metaslab;
 pub mod arc;
 pub mod l2arc;
 pub mod spa;
+pub mod dsl_scan;
 pub mod zil;
 pub mod dmu;
 pub mod zap;
@@ -56,6 +58,7 @@ pub mod zplw;
 pub mod zfs_log;
 pub mod zfs_replay;
 pub mod traverse;
+pub mod dsl_scrub;
 pub mod pool;
 #[cfg(test)]
 mod pool_tests;

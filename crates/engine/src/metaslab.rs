@@ -268,15 +268,27 @@ impl Metaslabs {
         m.phys.object = obj;
     }
 
-    pub fn sync_done(&mut self, txg: u64) {
+    /// After txg `txg` synced: the frees of txg - 2 become allocatable and this txg's are
+    /// deferred. Not while a lock-free reader walks a tree older than txg - 2 (`oldest_reader`,
+    /// see `release_deferred`): such a tree may still point at them, and a read that found one
+    /// reused could take the new bytes for a bad copy and "repair" them. They stay deferred,
+    /// with the next frees (and from then on counted as frees of the newest of them), until no
+    /// reader walks a tree that old.
+    pub fn sync_done(&mut self, txg: u64, oldest_reader: Option<u64>) {
+        let slot = (txg % 2) as usize;
+        let hold = oldest_reader.is_some_and(|r| r < txg.saturating_sub(2));
         for g in &mut self.groups {
             for m in &mut g.ms {
-                let slot = (txg % 2) as usize;
                 let old = std::mem::take(&mut m.defer[slot]);
-                for (s, l) in old {
-                    add(&mut m.free, s, l);
+                let mut next = std::mem::take(&mut m.freeing);
+                if hold {
+                    next.extend(old);
+                } else {
+                    for (s, l) in old {
+                        add(&mut m.free, s, l);
+                    }
                 }
-                m.defer[slot] = std::mem::take(&mut m.freeing);
+                m.defer[slot] = next;
             }
         }
     }
@@ -448,11 +460,11 @@ mod tests {
         let a = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
         let b = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
         ms.sync(10, 1);
-        ms.sync_done(10);
+        ms.sync_done(10, None);
         for (txg, off) in [(11, a), (12, b)] {
             ms.free(0, off, 4096, txg, 10);
             ms.sync(txg, 1);
-            ms.sync_done(txg);
+            ms.sync_done(txg, None);
         }
         assert!(!is_free(&ms, a) && !is_free(&ms, b), "both frees are deferred");
         // A reader walks the tree of txg 11: b (freed in 12) may be in it, a (freed in 11) not.
@@ -461,5 +473,29 @@ mod tests {
         assert!(!is_free(&ms, b), "the free of txg 12 waits for the reader");
         ms.release_deferred(12, None);
         assert!(is_free(&ms, b), "released once no reader walks an older tree");
+    }
+
+    /// The two-txg deferral waits for a reader walking a tree from before the free.
+    #[test]
+    fn deferred_frees_wait_for_a_reader_of_an_older_tree() {
+        let mut ms = one_metaslab();
+        let sz = |_| 4096u64;
+        let a = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
+        ms.sync(10, 1);
+        ms.sync_done(10, None);
+        ms.free(0, a, 4096, 11, 10);
+        ms.sync(11, 1);
+        ms.sync_done(11, Some(10));
+        ms.sync(12, 1);
+        ms.sync_done(12, Some(10));
+        // txg 13 would release the free of txg 11, but a reader walks the tree of txg 10.
+        ms.sync(13, 1);
+        ms.sync_done(13, Some(10));
+        assert!(!is_free(&ms, a), "held for the reader of txg 10");
+        ms.sync(14, 1);
+        ms.sync_done(14, Some(12));
+        ms.sync(15, 1);
+        ms.sync_done(15, Some(13));
+        assert!(is_free(&ms, a), "no reader walks a tree from before the free any more");
     }
 }

@@ -1,4 +1,5 @@
-//! zfs_nicenum: a number with a unit suffix (K, M, G, …), as OpenZFS prints sizes in listings.
+//! zfs_nicenum and zfs_nicebytes: a number with a unit suffix (K, M, G, …), as OpenZFS prints
+//! sizes in listings.
 
 /// OpenZFS's nicenum (zfs_nicenum_format, 1024-based, no "B"): "512", "1.50K", "7.27M".
 pub fn nicenum(num: u64) -> String {
@@ -24,9 +25,23 @@ pub fn nicenum(num: u64) -> String {
     unreachable!()
 }
 
+/// OpenZFS's zfs_nicebytes: as `nicenum`, with "B" on counts under 1K ("0B", "512B").
+pub fn nicebytes(num: u64) -> String {
+    if num < 1024 {
+        format!("{num}B")
+    } else {
+        nicenum(num)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::nicenum;
+    use super::{nicebytes, nicenum};
+
+    #[test]
+    fn nicebytes_has_a_unit_below_1k() {
+        assert_eq!((nicebytes(0), nicebytes(512), nicebytes(1536)), ("0B".to_string(), "512B".to_string(), "1.50K".to_string()));
+    }
 
     #[test]
     fn nicenum_matches_zdb() {

@@ -436,7 +436,7 @@ impl Pool {
         let _ = writeln!(s, " state: {}", health.as_str());
         let reason = self.status_reason(health, !errors.is_empty());
         s.push_str(reason.status_lines());
-        let _ = writeln!(s, "  scan: none requested");
+        s.push_str(&scan_status(&self.spa.scan.stat(), crate::dsl_scan::now()));
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -829,4 +829,118 @@ fn import_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
 /// imports.
 fn arc_max_from_env() -> Option<u64> {
     crate::tunables::arc_max()
+}
+
+/// The `scan:` line of `zpool status` (print_scan_status and print_scan_scrub_resilver_status
+/// of OpenZFS 2.1): nothing for a pool never scrubbed, as 2.1 prints it.
+pub fn scan_status(st: &crate::dsl_scan::ScanInner, now: u64) -> String {
+    use crate::nicenum::nicebytes;
+    use oxzfs_format::dsl::{DSS_CANCELED, DSS_FINISHED, POOL_SCAN_SCRUB};
+    let p = &st.phys;
+    if p.func != POOL_SCAN_SCRUB {
+        return String::new();
+    }
+    let mut s = String::from("  scan: ");
+    let processed = nicebytes(p.processed);
+    if p.state == DSS_FINISHED {
+        let took = secs_to_dhms(p.end_time.saturating_sub(p.start_time));
+        let _ = write!(s, "scrub repaired {processed} in {took} with {} errors on {}", p.errors, ctime(p.end_time));
+        return s;
+    }
+    if p.state == DSS_CANCELED {
+        let _ = write!(s, "scrub canceled on {}", ctime(p.end_time));
+        return s;
+    }
+    let paused = st.pass_scrub_pause != 0;
+    if paused {
+        let _ = write!(s, "scrub paused since {}\tscrub started on {}", ctime(st.pass_scrub_pause), ctime(p.start_time));
+    } else {
+        let _ = write!(s, "scrub in progress since {}", ctime(p.start_time));
+    }
+    let (scanned, issued, total) = (p.examined, st.issued(), p.to_examine);
+    let fraction_done = issued as f64 / total as f64;
+    let elapsed = now.saturating_sub(st.pass_start).saturating_sub(st.pass_scrub_spent_paused).max(1);
+    let (scan_rate, issue_rate) = (st.pass_exam / elapsed, st.pass_issued / elapsed);
+    let secs_left = if issue_rate != 0 && total >= issued { Some((total - issued) / issue_rate) } else { None };
+    if paused {
+        let _ = writeln!(s, "\t{} scanned, {} issued, {} total", nicebytes(scanned), nicebytes(issued), nicebytes(total));
+    } else {
+        let _ = writeln!(s, "\t{} scanned at {}/s, {} issued at {}/s, {} total", nicebytes(scanned), nicebytes(scan_rate), nicebytes(issued), nicebytes(issue_rate), nicebytes(total));
+    }
+    let _ = write!(s, "\t{processed} repaired, {:.2}% done", 100.0 * fraction_done);
+    if paused {
+        s.push('\n');
+    } else {
+        match secs_left {
+            Some(left) if issue_rate >= 10 << 20 && issued > 0 => {
+                let _ = writeln!(s, ", {} to go", secs_to_dhms(left));
+            }
+            _ => s.push_str(", no estimated completion time\n"),
+        }
+    }
+    s
+}
+
+/// secs_to_dhms: "01:02:03", or "2 days 01:02:03".
+fn secs_to_dhms(total: u64) -> String {
+    let (days, hours, mins, secs) = (total / 86400, (total / 3600) % 24, (total / 60) % 60, total % 60);
+    if days > 0 {
+        format!("{days} days {hours:02}:{mins:02}:{secs:02}")
+    } else {
+        format!("{hours:02}:{mins:02}:{secs:02}")
+    }
+}
+
+/// ctime(3): "Wed Nov 25 12:00:00 2026\n" in the local time zone.
+fn ctime(t: u64) -> String {
+    let mut buf = [0 as libc::c_char; 64];
+    let tt = t as libc::time_t;
+    // SAFETY: ctime_r writes at most 26 bytes into the 64-byte buffer and NUL-terminates it.
+    let p = unsafe { libc::ctime_r(&tt, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return format!("{t}\n");
+    }
+    // SAFETY: a non-null return is the NUL-terminated string in `buf`.
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod scan_status_tests {
+    use super::*;
+    use crate::dsl_scan::ScanState;
+    use oxzfs_format::dsl::{DslScanPhys, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_SCRUB};
+
+    fn line(phys: Option<DslScanPhys>, at: u64, now: u64) -> String {
+        std::env::set_var("TZ", "UTC");
+        scan_status(&ScanState::new(phys, at).stat(), now)
+    }
+
+    #[test]
+    fn scan_lines_as_openzfs_prints_them() {
+        assert_eq!(line(None, 0, 0), "");
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        let done = DslScanPhys { func: POOL_SCAN_SCRUB, state: DSS_FINISHED, start_time: t0 - 61, end_time: t0, processed: 1536, errors: 0, ..Default::default() };
+        assert_eq!(line(Some(done.clone()), t0, t0), "  scan: scrub repaired 1.50K in 00:01:01 with 0 errors on Wed Nov 25 12:00:00 2026\n");
+        let gone = DslScanPhys { state: DSS_CANCELED, ..done.clone() };
+        assert_eq!(line(Some(gone), t0, t0), "  scan: scrub canceled on Wed Nov 25 12:00:00 2026\n");
+        let running = DslScanPhys { state: DSS_SCANNING, end_time: 0, to_examine: 100 << 20, examined: 1 << 20, ..done.clone() };
+        let st = ScanState::new(Some(running.clone()), t0);
+        let text = |exam: u64| {
+            {
+                let mut s = st.lock();
+                s.pass_exam = exam;
+                s.pass_issued = exam;
+            }
+            scan_status(&st.stat(), t0 + 1)
+        };
+        let head = "  scan: scrub in progress since Wed Nov 25 11:58:59 2026\n";
+        assert_eq!(text(20 << 20), format!("{head}\t1M scanned at 20M/s, 21M issued at 20M/s, 100M total\n\t1.50K repaired, 21.00% done, 00:00:03 to go\n"));
+        // Under 10M/s OpenZFS makes no guess.
+        assert_eq!(text(2 << 20), format!("{head}\t1M scanned at 2M/s, 3M issued at 2M/s, 100M total\n\t1.50K repaired, 3.00% done, no estimated completion time\n"));
+        let paused = DslScanPhys { flags: DSF_SCRUB_PAUSED, ..running };
+        assert_eq!(
+            line(Some(paused), t0, t0 + 5),
+            "  scan: scrub paused since Wed Nov 25 12:00:00 2026\n\tscrub started on Wed Nov 25 11:58:59 2026\n\t1M scanned, 1M issued, 100M total\n\t1.50K repaired, 1.00% done\n"
+        );
+    }
 }

@@ -83,7 +83,9 @@ mod space_tests {
         let os = pw.objset(ds).unwrap();
         let r = os.read_later(1, 0, 512).unwrap();
         assert!(matches!(r, crate::dbuf::ReadLater::Clean { .. }), "a clean object is read without the lock");
-        assert_eq!(spa.oldest_reader(), Some(os.bp.birth));
+        // Pinned at the last synced txg: the tree the reader walks holds no block freed by then.
+        assert_eq!(spa.oldest_reader(), Some(spa.mos_root().unwrap().0.birth));
+        assert!(os.bp.birth <= spa.mos_root().unwrap().0.birth);
         r.finish().unwrap();
         assert_eq!(spa.oldest_reader(), None);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -240,6 +242,79 @@ mod vdev_removal_tests {
         let out = std::process::Command::new(zdb).args(["-e", "-p"]).arg(&dir).args(["-bcc", "rmlog"]).output().unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("No leaks"), "zdb -bcc:\n{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+mod scan_walk_tests {
+    //! traverse's scan walk (pool layer): stopped anywhere and resumed from its key, it reads
+    //! every block exactly once, as one walk does.
+    use super::test_pool;
+    use crate::traverse::{scan_walk, ScanCursor, ScanKey};
+    use crate::vdev::ReadMode;
+
+    /// Walk from `resume` until `budget` blocks were read: (blocks, bytes, where it stopped).
+    fn turn(spa: &std::sync::Arc<crate::spa::Spa>, resume: ScanKey, budget: u64) -> (u64, u64, Option<ScanKey>) {
+        let mode = ReadMode::new(false, true);
+        let n = std::cell::Cell::new(0u64);
+        let stop = || n.get() >= budget;
+        let (mut blocks, mut bytes) = (0, 0);
+        let mut progress = |asize: u64, ok: bool| {
+            assert!(ok);
+            n.set(n.get() + 1);
+            blocks += 1;
+            bytes += asize;
+        };
+        let cur = ScanCursor { mode: &mode, max_txg: u64::MAX, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
+        let at = scan_walk(spa, cur);
+        (blocks, bytes, at)
+    }
+
+    #[test]
+    fn a_walk_stopped_anywhere_resumes_without_loss_or_repeat() {
+        let (dir, mut pw) = test_pool("scanwalk");
+        let ds = pw.find_dataset("scanwalk").unwrap().expect("the root dataset");
+        // Files of many sizes (indirect blocks too), a directory, then a sync.
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..40u64 {
+                let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let data: Vec<u8> = (0..(i as usize * 7919) % 300_000 + 1)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
+            }
+        }
+        pw.sync().unwrap();
+        let spa = pw.spa.clone();
+        let whole = turn(&spa, [0; 5], u64::MAX);
+        assert!(whole.0 > 100 && whole.2.is_none(), "one walk: {whole:?}");
+        for budget in [1, 7, 64] {
+            let (mut blocks, mut bytes, mut at) = (0, 0, [0u64; 5]);
+            let mut turns = 0;
+            loop {
+                let (b, n, stopped) = turn(&spa, at, budget);
+                assert!(b > 0 && b <= budget, "a turn reads at least one and at most {budget} blocks, read {b}");
+                blocks += b;
+                bytes += n;
+                turns += 1;
+                match stopped {
+                    Some(k) => {
+                        assert!(k > at, "the walk moves on: {k:?} after {at:?}");
+                        at = k;
+                    }
+                    None => break,
+                }
+            }
+            assert_eq!((blocks, bytes), (whole.0, whole.1), "in turns of {budget} blocks ({turns} turns)");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -25,8 +25,9 @@
 //! a leaf lock; a reader waiting for another's read of the same block holds none).
 
 use crate::arc::{AdaptiveCache, ArcKey};
+use crate::dsl_scan::ScanState;
 use crate::l2arc::L2Arc;
-use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState};
+use crate::vdev::{open_device, BlockDevice, DeviceMap, Vdev, VdevKind, VdevState, READ_HEAL, READ_PLAIN};
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -379,6 +380,8 @@ pub struct Spa {
     inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
+    /// The scrub's state (see `dsl_scan`).
+    pub scan: ScanState,
 }
 
 impl Spa {
@@ -404,6 +407,7 @@ impl Spa {
             readers: Mutex::new(BTreeMap::new()),
             inflight: Default::default(),
             devices,
+            scan: ScanState::default(),
         }
     }
 
@@ -589,7 +593,9 @@ impl Spa {
     }
 
     fn read_bp_uncached(&self, bp: &BlockPointer) -> Result<Vec<u8>> {
-        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt };
+        // A pool imported read-write heals the bad copies its reads find.
+        let mode = if self.readonly { &READ_PLAIN } else { &READ_HEAL };
+        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode };
         zio::read_bp(&ctx, bp)
     }
 

@@ -7,6 +7,7 @@ use crate::spa_feature::supported_feature;
 use crate::dmu::Objset;
 use crate::spa::{root_state, PoolCandidate, Spa, SPA_VERSION_FEATURES};
 use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
+use oxzfs_format::dsl::{DslScanPhys, DMU_POOL_SCAN};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::nvlist::NvList;
@@ -102,6 +103,9 @@ impl Spa {
         let mos = Objset::open(&spa, &spa.rootbp)
             .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa.name)))?;
         *spa.mos.lock().unwrap() = Some((mos.bp.clone(), mos.phys.clone()));
+        // The scan's state (dsl_scan_init): a paused or finished scrub shows in status.
+        let scan = crate::zap::zap_lookup(&mos, 1, DMU_POOL_SCAN.as_bytes()).ok().flatten().and_then(|e| DslScanPhys::from_words(&e.value_u64s()).ok());
+        spa.scan.load(scan, crate::dsl_scan::now());
         drop(mos);
         if let Err(e) = spa.check_features() {
             spa.close();

@@ -20,6 +20,9 @@
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
 //!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
 //!                           big syncs the txg instead of copying the bytes into the log
+//!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
+//!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
+//!                           syncs off meanwhile; read at each turn)
 //! ```
 //!
 //! A value is a number with an optional K/M/G/T suffix (powers of 1024). The environment
@@ -46,7 +49,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 15] = [
+static TUNABLES: [Tunable; 17] = [
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
     tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
     tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
@@ -59,8 +62,10 @@ static TUNABLES: [Tunable; 15] = [
     tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
-    tunable("zfs_immediate_write_sz", "Under logbias=throughput, an fsync after a write this big syncs the txg rather than logging its bytes", 32 << 10, 512, 16 << 20, None),
+    tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
+    tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
+    tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
 ];
 
@@ -150,11 +155,21 @@ const ARC_MIN: usize = 10;
 const DIRTY_DATA_MAX: usize = 11;
 const IMMEDIATE_WRITE_SZ: usize = 12;
 const MAX_RECORDSIZE: usize = 13;
-const TXG_TIMEOUT: usize = 14;
+const SCAN_SUSPEND_PROGRESS: usize = 14;
+const SCRUB_MIN_TIME_MS: usize = 15;
+const TXG_TIMEOUT: usize = 16;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(TUNABLES[TXG_TIMEOUT].get())
+}
+
+pub fn scan_suspend_progress() -> bool {
+    TUNABLES[SCAN_SUSPEND_PROGRESS].get() != 0
+}
+
+pub fn scrub_min_time() -> std::time::Duration {
+    std::time::Duration::from_millis(TUNABLES[SCRUB_MIN_TIME_MS].get())
 }
 
 pub fn dirty_data_max() -> Option<u64> {
@@ -236,6 +251,8 @@ mod tests {
             ("zfs_dirty_data_max", DIRTY_DATA_MAX),
             ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
             ("zfs_max_recordsize", MAX_RECORDSIZE),
+            ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
+            ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),
         ];
         for (name, i) in names {

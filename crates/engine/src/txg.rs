@@ -14,7 +14,8 @@
 //!          (space map objects are MOS objects: they dirty the MOS again)
 //!     3. flush; the config (when changed) to the even labels; the uberblock into slot
 //!        txg % slots of every label; flush; the odd labels — OpenZFS's safe order (spa_label)
-//!     4. metaslab sync_done (deferred frees of txg-2 become allocatable)
+//!     4. metaslab sync_done (deferred frees of txg-2 become allocatable, unless a lock-free
+//!        reader still walks a tree older than them)
 //! ```
 //!
 //! Txg states (see `PoolHandle`): one txg is *open* — writers dirty dataset objsets in it
@@ -32,8 +33,9 @@
 //! `wakeup`). The write throttle (dsl_pool dirty data, dmu_tx_delay) runs before a
 //! change takes `w`. Frees of blocks born in the syncing txg in an earlier pass are recorded
 //! as FREE entries, as OpenZFS does; every free is deferred two txgs by the metaslabs, which
-//! also keeps blocks a lock-free reader may still walk after a sync replaced them (the ENOSPC
-//! retry's early release spares the frees newer than the oldest tree a reader has pinned).
+//! also keeps blocks a lock-free reader may still walk after a sync replaced them: neither the
+//! end of the deferral nor the ENOSPC retry's early release gives back frees newer than the
+//! oldest tree a reader has pinned (a healing read must never meet a reused block).
 
 use crate::dsl_pool::now;
 use crate::spa::SPA_VERSION_FEATURES;
@@ -48,7 +50,7 @@ use crate::spa::Spa;
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::dnode::DnodePhys;
-use oxzfs_format::dsl::DslDatasetPhys;
+use oxzfs_format::dsl::{DslDatasetPhys, DMU_POOL_SCAN};
 use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_UBERBLOCK_RING_OFFSET};
 use oxzfs_format::objset::DMU_OST_META;
 use oxzfs_format::types;
@@ -239,7 +241,7 @@ impl PoolW {
             // zil_sync: log blocks whose records this txg holds.
             for zbp in std::mem::take(&mut job.zil_free) {
                 let mut dvas = Vec::new();
-                crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &root, salt: &spa.checksum_salt }, &zbp, &mut dvas)?;
+                crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&root, &spa.checksum_salt), &zbp, &mut dvas)?;
                 let mut ms = self.ms.lock();
                 for d in dvas {
                     ms.free_held(d.vdev, d.offset, d.asize);
@@ -272,6 +274,10 @@ impl PoolW {
         // The dedup tables (ddt_sync): entries into their ZAPs, copies nobody references freed.
         for bp in self.ddt.sync(&mut self.mos, &root)? {
             self.free_bp(&bp, txg)?;
+        }
+        // The scan's progress (dsl_scan_sync_state), when it changed.
+        if let Some(phys) = spa.scan.take_dirty() {
+            self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
         }
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
@@ -354,7 +360,8 @@ impl PoolW {
         if ub.config_dirty {
             self.config_dirty = false;
         }
-        self.ms.lock().sync_done(txg);
+        let oldest_reader = self.spa.oldest_reader();
+        self.ms.lock().sync_done(txg, oldest_reader);
         for ds in self.datasets.values_mut() {
             ds.os.zil.synced(txg);
         }
@@ -456,7 +463,7 @@ pub(crate) fn free_bp_in(spa: &Spa, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, bp
         return Ok(());
     }
     let mut dvas = Vec::new();
-    crate::zio::bp_allocations(&crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas)?;
+    crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&spa.root_vdev, &spa.checksum_salt), bp, &mut dvas)?;
     for d in dvas {
         ms.lock().free(d.vdev, d.offset, d.asize, txg, bp.birth);
     }
@@ -619,17 +626,36 @@ impl PoolHandle {
                 if h.stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                let due = {
-                    let w = h.lock_open();
-                    w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= h.limits.sync_bytes() || w.last_sync.elapsed() >= crate::tunables::txg_timeout())
-                };
-                if due {
+                if h.sync_due(kicked) {
                     let s = unpoison(h.sync.lock());
                     let _ = h.sync_txg(&s);
                 }
             })
             .expect("spawn the txg sync thread");
         h
+    }
+
+    /// Whether the sync thread would sync now: dirty data past the threshold, the timeout
+    /// passed, or `kicked`.
+    fn sync_due(&self, kicked: bool) -> bool {
+        let w = self.lock_open();
+        w.suspended.is_none() && w.dirty() && (kicked || w.dirty_bytes() >= self.limits.sync_bytes() || w.last_sync.elapsed() >= crate::tunables::txg_timeout())
+    }
+
+    /// Hold txg syncs off (commands too) while a scan walks the synced tree: no block of it
+    /// is freed or reused meanwhile (OpenZFS scans in syncing context for the same reason).
+    pub fn hold_syncs(&self) -> std::sync::MutexGuard<'_, ()> {
+        unpoison(self.sync.lock())
+    }
+
+    /// Sync the open txg if the sync thread would have (a scan that held syncs off lets the
+    /// one it delayed happen).
+    pub fn sync_if_due(&self) -> Result<()> {
+        if !self.sync_due(false) {
+            return Ok(());
+        }
+        let s = unpoison(self.sync.lock());
+        self.sync_txg(&s)
     }
 
     /// The write state for a command (waits for a txg being synced; see `PoolHandle`).

@@ -14,6 +14,12 @@
 //! counted on the leaf that gave bad bytes (READ for I/O errors, CKSUM for wrong bytes), which
 //! `zpool status` reports.
 //!
+//! Self-healing ([`ReadMode`]): a read that finds a bad copy and returns a good one may write the
+//! good bytes back over the bad one — the mirror side that failed, the raidz columns that
+//! reconstruction replaced — as OpenZFS's vdev_mirror_io_done and vdev_raidz_io_done issue
+//! repair writes (only on a pool imported read-write). A scrub's read checks every copy: every
+//! mirror side, and the raidz parity against the data, repairing what differs.
+//!
 //! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file:
 //! pools open their leaves by path through [`open_device`], which hands out a device registered
 //! for that path ([`register_device`], used by crash tests with `vdev::sim`) before a file.
@@ -131,6 +137,27 @@ pub fn speculative<T>(f: impl FnOnce() -> T) -> T {
     SPECULATIVE.with(|s| s.set(was));
     out
 }
+
+/// How a verified read treats the copies it finds: `repair` writes the good bytes back over
+/// each copy that failed (OpenZFS's self-healing; never on a read-only import), `scrub` reads
+/// and checks every copy rather than stopping at the first that verifies (ZIO_FLAG_SCRUB).
+/// `repaired` adds up the bytes the repair writes put on leaves (the scan's "repaired").
+pub struct ReadMode {
+    pub repair: bool,
+    pub scrub: bool,
+    pub repaired: AtomicU64,
+}
+
+impl ReadMode {
+    pub const fn new(repair: bool, scrub: bool) -> ReadMode {
+        ReadMode { repair, scrub, repaired: AtomicU64::new(0) }
+    }
+}
+
+/// Reads that only look (read-only imports, zdb).
+pub static READ_PLAIN: ReadMode = ReadMode::new(false, false);
+/// Reads of a pool imported read-write: a bad copy is rewritten from a good one.
+pub static READ_HEAL: ReadMode = ReadMode::new(true, false);
 
 /// Per-vdev error counters, as `zpool status` shows them.
 #[derive(Default, Debug)]
@@ -355,6 +382,11 @@ impl Vdev {
     /// reconstruction for which `verify` returns true. When no candidate verifies, returns the
     /// checksum error; when devices fail, the I/O error.
     pub fn read(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+        self.read_mode(offset, size, verify, &READ_PLAIN)
+    }
+
+    /// `read`, repairing bad copies and checking every copy as `mode` says.
+    pub fn read_mode(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
         match &self.kind {
             VdevKind::Leaf { .. } => {
                 let data = self.read_leaf(offset, size)?;
@@ -365,8 +397,8 @@ impl Vdev {
                     Err(ZfsError::Checksum { context: format!("vdev {} offset {offset:#x} size {size:#x}", self.display_name()) })
                 }
             }
-            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify),
-            VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify),
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify, mode),
+            VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify, mode),
             VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
         }
     }
@@ -504,22 +536,79 @@ impl Vdev {
         }
     }
 
-    fn read_mirror(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+    /// A mirror's read (vdev_mirror_io_start/done): children in order until one verifies (a
+    /// scrub reads them all); the children that failed get the good bytes when `mode` repairs.
+    fn read_mirror(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
         let mut last_err = None;
+        let mut good: Option<Vec<u8>> = None;
+        let mut bad = Vec::new();
         for child in &self.children {
             if child.state() == VdevState::Unavail {
                 continue;
             }
-            match child.read(offset, size, verify) {
-                Ok(d) => return Ok(d),
-                Err(e) => last_err = Some(e),
+            if good.is_some() && !mode.scrub {
+                break;
             }
+            match child.read_mode(offset, size, verify, mode) {
+                Ok(d) => {
+                    good.get_or_insert(d);
+                }
+                Err(e) => {
+                    bad.push(child);
+                    last_err = Some(e);
+                }
+            }
+        }
+        if let Some(d) = good {
+            if mode.repair {
+                for c in bad {
+                    c.repair_write(offset, &d, mode);
+                }
+            }
+            return Ok(d);
         }
         Err(last_err.unwrap_or_else(|| ZfsError::Io {
             device: self.display_name(),
             offset,
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no child of the mirror is available"),
         }))
+    }
+
+    /// A repair write (ZIO_FLAG_IO_REPAIR): the good bytes of a block over a copy that failed
+    /// its read. Its bytes on the leaves count in `mode.repaired`; a failure counts as a WRITE
+    /// error on the leaf and leaves the copy as it was.
+    pub fn repair_write(&self, offset: u64, data: &[u8], mode: &ReadMode) {
+        if self.write(offset, data).is_ok() {
+            let on_leaves = match self.kind {
+                VdevKind::Leaf { .. } => data.len() as u64,
+                VdevKind::Raidz { .. } => self.psize_to_asize(data.len() as u64),
+                _ => data.len() as u64 * self.leaves().iter().filter(|l| l.dev.is_some()).count() as u64,
+            };
+            mode.repaired.fetch_add(on_leaves, Ordering::Relaxed);
+        }
+    }
+
+    /// `zpool clear` (vdev_clear): the READ, WRITE and CKSUM counts of this vdev and every
+    /// vdev below it back to zero.
+    pub fn clear_errors(&self) {
+        for c in &self.children {
+            c.clear_errors();
+        }
+        for n in [&self.stats.read_errors, &self.stats.write_errors, &self.stats.cksum_errors] {
+            n.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The vdev `name` names, as zpool_find_vdev finds it: a path, a leaf's file name, a guid,
+    /// or an interior vdev's name (mirror-0, raidz1-1).
+    pub fn find(&self, name: &str) -> Option<&Vdev> {
+        let base = |p: &str| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy() == name);
+        let hit = self.kind != VdevKind::Root
+            && (self.display_name() == name || self.guid.to_string() == name || self.path.as_deref().is_some_and(|p| p == name || base(p)));
+        if hit {
+            return Some(self);
+        }
+        self.children.iter().find_map(|c| c.find(name))
     }
 
     /// Every leaf below this vdev, depth first.

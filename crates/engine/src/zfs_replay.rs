@@ -60,7 +60,7 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
         if hdr.log.is_hole() {
             continue;
         }
-        let ctx = ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt };
+        let ctx = ZioCtx::new(&spa.root_vdev, &spa.checksum_salt);
         let chain = crate::zil::parse_chain(&ctx, &hdr.log, MAX_CHAIN_BLOCKS);
         let claimed_before = hdr.claim_txg != 0;
         let claim_txg = if claimed_before { hdr.claim_txg } else { first_txg };
@@ -166,7 +166,7 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
 fn claim(pw: &mut PoolW, bp: &BlockPointer) -> Result<bool> {
     let spa = pw.spa.clone();
     let mut dvas = Vec::new();
-    if crate::zio::bp_allocations(&ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt }, bp, &mut dvas).is_err() {
+    if crate::zio::bp_allocations(&ZioCtx::new(&spa.root_vdev, &spa.checksum_salt), bp, &mut dvas).is_err() {
         return Ok(false);
     }
     let txg = pw.txg;

@@ -11,6 +11,9 @@
 //! Copies are tried in DVA order; the vdev layer itself tries mirror children and raidz
 //! reconstructions under the same checksum (the `verify` callback), and counts errors on the
 //! leaves. When every copy fails, the error says which block (its bp) and why.
+//! The context's `ReadMode` says whether a copy that failed is rewritten from the one that
+//! verified (self-healing: ditto DVAs here, mirror sides and raidz columns in the vdev layer)
+//! and whether every copy is read (a scrub).
 //! A checksum is verified on the physical (compressed) bytes, as OpenZFS computes it at write.
 //!
 //! Write: compress → (embed) → checksum over the physical bytes → allocate `copies` DVAs →
@@ -30,7 +33,7 @@
 //! free their own copies. A later sync pass rewriting a gang block of the same size rewrites
 //! the tree in place.
 
-use crate::vdev::Vdev;
+use crate::vdev::{ReadMode, Vdev, READ_PLAIN};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{decode_gang_header, BlockPointer, Dva, SPA_GBH_NBLKPTRS};
 use oxzfs_format::checksum;
@@ -46,10 +49,19 @@ const SPA_MINBLOCKSIZE: u64 = 512;
 /// 512 bytes after ten cuts.
 const MAX_GANG_DEPTH: usize = 12;
 
-/// What the pipeline needs from the pool: the vdev tree and the checksum salt.
+/// What the pipeline needs from the pool: the vdev tree, the checksum salt, and how reads
+/// treat bad copies.
 pub struct ZioCtx<'a> {
     pub root: &'a Vdev,
     pub salt: &'a [u8; 32],
+    pub mode: &'a ReadMode,
+}
+
+impl<'a> ZioCtx<'a> {
+    /// A context whose reads only look (no repair, first good copy).
+    pub fn new(root: &'a Vdev, salt: &'a [u8; 32]) -> ZioCtx<'a> {
+        ZioCtx { root, salt, mode: &READ_PLAIN }
+    }
 }
 
 /// Verify `data` against the checksum in `bp` (none for checksum=off).
@@ -138,13 +150,23 @@ pub fn read_physical(ctx: &ZioCtx, bp: &BlockPointer) -> Result<Vec<u8>> {
     read_physical_at(ctx, bp, 0)
 }
 
-/// `read_physical` of a bp `depth` gang levels down.
+/// `read_physical` of a bp `depth` gang levels down. Copies are read in DVA order until one
+/// verifies (a scrub reads every one); with a repairing mode the whole (non-gang) copies that
+/// failed are rewritten from the good one, as OpenZFS's mirror over DVAs heals them.
 fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec<u8>> {
     let mut last: Option<ZfsError> = None;
     let verify = |d: &[u8]| verify_bp(bp, d, ctx.salt);
+    let mut good: Option<Vec<u8>> = None;
+    let mut bad: Vec<&Dva> = Vec::new();
     for dva in bp.dvas() {
         if dva.is_empty() {
             continue;
+        }
+        if good.is_some() && !ctx.mode.scrub {
+            break;
+        }
+        if good.is_some() && dva.gang {
+            continue; // another header of the same gang tree: its children were read
         }
         let res = if dva.gang {
             read_gang(ctx, bp, dva, depth)
@@ -157,10 +179,25 @@ fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec
                     last = Some(ZfsError::Checksum { context: format!("gang block {bp}") });
                     continue;
                 }
-                return Ok(d);
+                good.get_or_insert(d);
             }
-            Err(e) => last = Some(e),
+            Err(e) => {
+                if !dva.gang {
+                    bad.push(dva);
+                }
+                last = Some(e);
+            }
         }
+    }
+    if let Some(d) = good {
+        if ctx.mode.repair {
+            for dva in bad {
+                if let Some(top) = ctx.root.children.get(dva.vdev as usize) {
+                    top.repair_write(dva.offset, &d, ctx.mode);
+                }
+            }
+        }
+        return Ok(d);
     }
     Err(match last {
         Some(ZfsError::Checksum { .. }) | None => ZfsError::Checksum { context: format!("block {bp}: no copy verified") },
@@ -175,7 +212,7 @@ pub fn read_dva(ctx: &ZioCtx, dva: &Dva, size: u64, verify: &dyn Fn(&[u8]) -> bo
         .children
         .get(dva.vdev as usize)
         .ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", dva.vdev)))?;
-    top.read(dva.offset, size, verify)
+    top.read_mode(dva.offset, size, verify, ctx.mode)
 }
 
 /// The verifier a gang header's embedded checksum starts from (zio_checksum_gang_verifier):
@@ -347,7 +384,7 @@ pub fn write_block_over(
             bp.dva = pb.dva;
             if pb.is_gang() {
                 // The same psize cuts into the same children: rewrite the tree where it is.
-                let ctx = ZioCtx { root, salt };
+                let ctx = ZioCtx::new(root, salt);
                 rewrite_gang(&ctx, &mut bp, &phys, 0)?;
             } else {
                 write_dvas(root, &bp, &phys)?;
@@ -739,7 +776,7 @@ pub(crate) mod write_tests {
                 let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
                 assert!(bp.is_gang(), "{kind} limit {limit}: {bp}");
                 assert_eq!(bp.ndvas(), (copies + 1).min(3), "one more header copy than data copies");
-                let ctx = ZioCtx { root: &root, salt: &salt };
+                let ctx = ZioCtx::new(&root, &salt);
                 assert_eq!(read_bp(&ctx, &bp).unwrap(), data, "{kind} limit {limit}");
                 let mut all = Vec::new();
                 bp_allocations(&ctx, &bp, &mut all).unwrap();
@@ -858,10 +895,10 @@ pub(crate) mod write_tests {
                 let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
                 assert_eq!((bp.lsize, bp.birth, bp.ndvas()), (lsize, 9, copies), "{kind} block {i}");
                 assert!(bp.psize <= lsize && (bp.compress == compress::ZIO_COMPRESS_OFF || bp.psize % (1 << ashift) == 0));
-                let ctx = ZioCtx { root: &root, salt: &salt };
+                let ctx = ZioCtx::new(&root, &salt);
                 assert_eq!(read_bp(&ctx, &bp).unwrap(), data, "{kind} block {i}");
                 // Lose the first child: the block is still readable (parity or the mirror).
-                let dctx = ZioCtx { root: &degraded, salt: &salt };
+                let dctx = ZioCtx::new(&degraded, &salt);
                 assert_eq!(read_bp(&dctx, &bp).unwrap(), data, "{kind} block {i} degraded");
             }
             // All zeros with compression: a hole; tiny compressible: embedded in the bp.
@@ -872,8 +909,44 @@ pub(crate) mod write_tests {
             blk.resize(1024, 0);
             let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &blk, &props, 9).unwrap() else { panic!() };
             assert!(bp.embedded && bp.psize <= 112);
-            assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt }, &bp).unwrap(), blk);
+            assert_eq!(read_bp(&ZioCtx::new(&root, &salt), &bp).unwrap(), blk);
         }
+    }
+
+    /// A healing read rewrites what it found bad: a mirror side, then a whole ditto copy
+    /// (both sides) from the other DVA; a plain read writes nothing.
+    #[test]
+    fn healing_reads_repair_mirror_sides_and_ditto_copies() {
+        use std::sync::atomic::Ordering;
+        let salt = [5u8; 32];
+        let (_d, root, _) = pool("mirror", 2, 0, 9);
+        let mut alloc = Bump { next: 0, top: root.children[0].clone() };
+        let data: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let props = WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress: compress::ZIO_COMPRESS_OFF, complevel: 0, copies: 2, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false };
+        let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &data, &props, 9).unwrap() else { panic!("hole") };
+        let sides = &root.children[0].children;
+        let at = |side: usize, dva: usize| sides[side].read_leaf(bp.dva[dva].offset, bp.psize).unwrap();
+        let rot = |side: usize, dva: usize| sides[side].write_leaf(bp.dva[dva].offset, &vec![0xa5; bp.psize as usize]).unwrap();
+        // A plain read finds the good copy and leaves the bad one.
+        rot(0, 0);
+        assert_eq!(read_bp(&ZioCtx::new(&root, &salt), &bp).unwrap(), data);
+        assert_ne!(at(0, 0), data);
+        // One side bad: the mirror rewrites it.
+        let heal = ReadMode::new(true, false);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &heal }, &bp).unwrap(), data);
+        assert_eq!((at(0, 0), heal.repaired.load(Ordering::Relaxed)), (data.clone(), bp.psize));
+        // The whole first copy bad: the second rewrites it on both sides.
+        rot(0, 0);
+        rot(1, 0);
+        let heal = ReadMode::new(true, false);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &heal }, &bp).unwrap(), data);
+        assert_eq!((at(0, 0), at(1, 0), heal.repaired.load(Ordering::Relaxed)), (data.clone(), data.clone(), 2 * bp.psize));
+        // A scrub reads every copy: a bad side of the second copy is found and rewritten too.
+        rot(1, 1);
+        let scrub = ReadMode::new(true, true);
+        assert_eq!(read_bp(&ZioCtx { root: &root, salt: &salt, mode: &scrub }, &bp).unwrap(), data);
+        assert_eq!((at(1, 1), scrub.repaired.load(Ordering::Relaxed)), (data.clone(), bp.psize));
+        assert_eq!(sides[1].stats.cksum_errors.load(Ordering::Relaxed), 2);
     }
 
     /// zstd blocks in OpenZFS's framing: bp compress = ZIO_COMPRESS_ZSTD, the physical block
@@ -885,7 +958,7 @@ pub(crate) mod write_tests {
         let (_d, root, _) = pool("mirror", 2, 0, 9);
         let top = root.children[0].clone();
         let mut alloc = Bump { next: 0, top };
-        let ctx = ZioCtx { root: &root, salt: &salt };
+        let ctx = ZioCtx::new(&root, &salt);
         let text: Vec<u8> = (0..4000).flat_map(|i| format!("record {i} of a compressible text\n").into_bytes()).collect();
         let mut data = text[..131072].to_vec();
         data.resize(131072, 0);
@@ -922,6 +995,6 @@ pub(crate) mod write_tests {
         let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &half, &props, 7).unwrap() else { panic!("hole") };
         assert_eq!(bp.compress, compress::ZIO_COMPRESS_OFF, "saving under 1/8 is not taken");
         // The skein checksum is keyed with the pool's salt: another salt fails to verify.
-        assert!(read_bp(&ZioCtx { root: &root, salt: &[6u8; 32] }, &bp).is_err());
+        assert!(read_bp(&ZioCtx::new(&root, &[6u8; 32]), &bp).is_err());
     }
 }

@@ -289,3 +289,126 @@ mod tests {
         assert_eq!(DslDatasetPhys::decode(&bonus(16).1, true).unwrap().encode(), bonus(16).1);
     }
 }
+
+/// The scan functions (pool_scan_func_t).
+pub const POOL_SCAN_NONE: u64 = 0;
+pub const POOL_SCAN_SCRUB: u64 = 1;
+pub const POOL_SCAN_RESILVER: u64 = 2;
+/// The scan states (dsl_scan_state_t).
+pub const DSS_NONE: u64 = 0;
+pub const DSS_SCANNING: u64 = 1;
+pub const DSS_FINISHED: u64 = 2;
+pub const DSS_CANCELED: u64 = 3;
+/// dsl_scan_flags_t: a scrub paused by `zpool scrub -p`.
+pub const DSF_SCRUB_PAUSED: u64 = 1 << 1;
+/// The DDT classes a scrub walks before the datasets (zfs_scrub_ddt_class_max's default,
+/// DDT_CLASS_DUPLICATE).
+pub const DDT_CLASS_DUPLICATE: u64 = 1;
+/// Words of a `dsl_scan_phys_t` (SCAN_PHYS_NUMINTS).
+pub const SCAN_PHYS_NUMINTS: usize = 24;
+
+/// `dsl_scan_phys_t`: a scrub's or resilver's state, the value (24 uint64s) of the `scan` entry
+/// of the pool directory. Bookmarks are zbookmark_phys_t (objset, object, level, blkid) and
+/// ddt_bookmark_t (class, type, checksum, cursor).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DslScanPhys {
+    pub func: u64,
+    pub state: u64,
+    pub queue_obj: u64,
+    pub min_txg: u64,
+    pub max_txg: u64,
+    pub cur_min_txg: u64,
+    pub cur_max_txg: u64,
+    pub start_time: u64,
+    pub end_time: u64,
+    pub to_examine: u64,
+    pub examined: u64,
+    pub skipped: u64,
+    pub processed: u64,
+    pub errors: u64,
+    pub ddt_class_max: u64,
+    pub ddt_bookmark: [u64; 4],
+    pub bookmark: [u64; 4],
+    pub flags: u64,
+}
+
+impl DslScanPhys {
+    /// From the entry's words; anything but 24 of them is refused (OpenZFS's zap_lookup says
+    /// EOVERFLOW or EINVAL).
+    pub fn from_words(w: &[u64]) -> Result<DslScanPhys> {
+        if w.len() != SCAN_PHYS_NUMINTS {
+            return Err(crate::FormatError::Invalid { what: "dsl_scan_phys", detail: format!("scan entry of {} words, want {SCAN_PHYS_NUMINTS}", w.len()) });
+        }
+        let four = |i: usize| [w[i], w[i + 1], w[i + 2], w[i + 3]];
+        Ok(DslScanPhys {
+            func: w[0],
+            state: w[1],
+            queue_obj: w[2],
+            min_txg: w[3],
+            max_txg: w[4],
+            cur_min_txg: w[5],
+            cur_max_txg: w[6],
+            start_time: w[7],
+            end_time: w[8],
+            to_examine: w[9],
+            examined: w[10],
+            skipped: w[11],
+            processed: w[12],
+            errors: w[13],
+            ddt_class_max: w[14],
+            ddt_bookmark: four(15),
+            bookmark: four(19),
+            flags: w[23],
+        })
+    }
+
+    pub fn words(&self) -> Vec<u64> {
+        let mut w = vec![
+            self.func,
+            self.state,
+            self.queue_obj,
+            self.min_txg,
+            self.max_txg,
+            self.cur_min_txg,
+            self.cur_max_txg,
+            self.start_time,
+            self.end_time,
+            self.to_examine,
+            self.examined,
+            self.skipped,
+            self.processed,
+            self.errors,
+            self.ddt_class_max,
+        ];
+        w.extend_from_slice(&self.ddt_bookmark);
+        w.extend_from_slice(&self.bookmark);
+        w.push(self.flags);
+        assert_eq!(w.len(), SCAN_PHYS_NUMINTS);
+        w
+    }
+
+    pub fn is_scanning(&self) -> bool {
+        self.state == DSS_SCANNING
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.is_scanning() && self.flags & DSF_SCRUB_PAUSED != 0
+    }
+}
+
+#[cfg(test)]
+mod scan_tests {
+    use super::*;
+
+    #[test]
+    fn scan_phys_words_round_trip_in_openzfs_order() {
+        let w: Vec<u64> = (100..124).collect();
+        let p = DslScanPhys::from_words(&w).unwrap();
+        assert_eq!((p.func, p.state, p.queue_obj, p.to_examine, p.errors, p.flags), (100, 101, 102, 109, 113, 123));
+        assert_eq!(p.ddt_bookmark, [115, 116, 117, 118]);
+        assert_eq!(p.bookmark, [119, 120, 121, 122]);
+        assert_eq!(p.words(), w);
+        assert!(DslScanPhys::from_words(&w[..23]).is_err());
+        assert!(DslScanPhys::from_words(&[w.clone(), vec![0]].concat()).is_err());
+    }
+}

@@ -29,7 +29,7 @@
 //! match the regenerated parity). When nothing verifies, every child that answered is charged,
 //! as OpenZFS does for an unrecoverable block. I/O errors are charged (READ) by the leaf.
 
-use super::{Vdev, VdevState};
+use super::{ReadMode, Vdev, VdevState};
 use crate::{Result, ZfsError};
 
 /// The largest block a raidz read accepts (SPA_MAXBLOCKSIZE).
@@ -405,8 +405,10 @@ fn charge(vd: &Vdev, col: &RaidzCol) {
 }
 
 /// Read `size` bytes at `offset` of the raidz vdev `vd`, reconstructing from parity when
-/// children are missing, fail, or give bytes that `verify` rejects.
-pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
+/// children are missing, fail, or give bytes that `verify` rejects. With `mode.scrub` the
+/// parity is always read and checked against the data; with `mode.repair` every column found
+/// wrong (or unreadable on a present child) is rewritten from the good data.
+pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
     let np = nparity as usize;
     let map = RaidzMap::new(offset, size, vd.ashift, vd.children.len(), np)?;
     let ncols = map.cols.len();
@@ -423,6 +425,16 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
     if !data_failed {
         let d = assemble(&map, &cols, size);
         if verify(&d) {
+            if mode.scrub {
+                // raidz_parity_verify: the parity read back must be the data's parity.
+                for c in 0..np {
+                    match read_col(vd, &map.cols[c]) {
+                        Some(p) => cols[c] = p,
+                        None => failed[c] = true,
+                    }
+                }
+                settle(vd, &map, &cols, &failed, cols.clone(), mode);
+            }
             return Ok(d);
         }
     }
@@ -480,17 +492,33 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
             context: format!("vdev {} offset {offset:#x} size {size:#x}: no reconstruction verified", vd.display_name()),
         });
     };
-    // Charge the children whose bytes were wrong: data columns that differ from the
-    // reconstruction, parity columns that differ from the parity of the good data.
-    let mut parity = good.clone();
-    generate_parity(&map, &mut parity);
-    for c in suspects {
-        let right = if c < np { &parity[c] } else { &good[c] };
-        if cols[c] != *right {
-            charge(vd, &map.cols[c]);
+    settle(vd, &map, &cols, &failed, good, mode);
+    Ok(data)
+}
+
+/// After a read found the good data columns (`good`): charge a CKSUM error to the children
+/// whose bytes were wrong — data columns that differ from the good data, parity columns that
+/// were read and differ from its parity — and, when `mode` repairs, write the right bytes
+/// there and over the columns that could not be read from a present child.
+fn settle(vd: &Vdev, map: &RaidzMap, cols: &[Vec<u8>], failed: &[bool], mut good: Vec<Vec<u8>>, mode: &ReadMode) {
+    generate_parity(map, &mut good);
+    for (c, col) in map.cols.iter().enumerate() {
+        let wrong = if failed[c] {
+            vd.children.get(col.devidx).is_some_and(|ch| ch.state() != VdevState::Unavail)
+        } else if cols[c].is_empty() {
+            false // parity not read (a read whose data verified at once)
+        } else if cols[c] != good[c] {
+            charge(vd, col);
+            true
+        } else {
+            false
+        };
+        if wrong && mode.repair {
+            if let Some(ch) = vd.children.get(col.devidx) {
+                ch.repair_write(col.offset, &good[c], mode);
+            }
         }
     }
-    Ok(data)
 }
 
 #[cfg(test)]
@@ -689,8 +717,8 @@ mod tests {
         assert!(map(u64::MAX, 16 << 20, 16, 255, 3).is_ok());
         let devs = mem_devs(3);
         let vd = build(&devs, &[true; 3], 1);
-        assert!(read(&vd, 1, 0, 32 << 20, &|_| true).is_err());
-        assert!(read(&vd, 3, 0, 512, &|_| true).is_err());
+        assert!(read(&vd, 1, 0, 32 << 20, &|_| true, &crate::vdev::READ_PLAIN).is_err());
+        assert!(read(&vd, 3, 0, 512, &|_| true, &crate::vdev::READ_PLAIN).is_err());
         let m = map(0, 1024, 9, 3, 1).unwrap();
         assert!(m.columns(&[0u8; 1025]).is_err());
         let mut cols = m.columns(&[1u8; 1024]).unwrap();
@@ -732,6 +760,55 @@ mod tests {
     }
 
     #[test]
+    fn repairing_reads_rewrite_the_columns_they_replace() {
+        use crate::vdev::ReadMode;
+        for np in 1..=3usize {
+            let ndev = np + 3;
+            let (offset, len) = (512 * 5, 8192usize);
+            let devs = mem_devs(ndev);
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+            let map = write_block(&devs, np, offset, &data);
+            let good: Vec<Vec<u8>> = map.cols.iter().map(|c| get(&devs, c)).collect();
+            let want = data.clone();
+            let verify = |d: &[u8]| d == &want[..];
+            let all = vec![true; ndev];
+            // Every data and parity column rotten in turn, and np of them at once.
+            let mut cases: Vec<Vec<usize>> = (0..map.cols.len()).map(|c| vec![c]).collect();
+            cases.push((0..np).map(|k| np + k % (map.cols.len() - np)).collect::<std::collections::BTreeSet<_>>().into_iter().collect());
+            for victims in cases {
+                for &c in &victims {
+                    put(&devs, &map.cols[c], &vec![0x5a; map.cols[c].size as usize]);
+                }
+                let parity_only = victims.iter().all(|&c| c < np);
+                // A plain read repairs nothing; a healing read repairs what it reconstructs
+                // (a rotten parity column is not read when the data verifies); a scrub checks
+                // the parity too.
+                let vd = build(&devs, &all, np as u8);
+                assert_eq!(read(&vd, np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN).unwrap(), data);
+                assert!(victims.iter().all(|&c| get(&devs, &map.cols[c]) != good[c]));
+                let heal = ReadMode::new(true, false);
+                assert_eq!(read(&vd, np as u8, offset, len as u64, &verify, &heal).unwrap(), data);
+                let healed = victims.iter().all(|&c| get(&devs, &map.cols[c]) == good[c]);
+                assert_eq!(healed, !parity_only, "np {np} victims {victims:?}");
+                let scrub = ReadMode::new(true, true);
+                let vd = build(&devs, &all, np as u8);
+                assert_eq!(read(&vd, np as u8, offset, len as u64, &verify, &scrub).unwrap(), data);
+                for (c, col) in map.cols.iter().enumerate() {
+                    assert_eq!(get(&devs, col), good[c], "np {np} victims {victims:?} column {c}");
+                }
+                let charged: u64 = cksums(&vd).iter().sum();
+                assert_eq!(charged, if parity_only { victims.len() as u64 } else { 0 });
+                let sizes: u64 = victims.iter().map(|&c| map.cols[c].size).sum();
+                assert_eq!(heal.repaired.load(Ordering::Relaxed) + scrub.repaired.load(Ordering::Relaxed), sizes);
+                // Nothing left to repair.
+                let again = ReadMode::new(true, true);
+                assert_eq!(read(&build(&devs, &all, np as u8), np as u8, offset, len as u64, &verify, &again).unwrap(), data);
+                assert_eq!(again.repaired.load(Ordering::Relaxed), 0);
+            }
+        }
+    }
+
+    #[test]
     fn reconstructs_missing_and_wrong_columns() {
         for np in 1..=3usize {
             for ndev in [np + 1, np + 2, np + 4] {
@@ -743,7 +820,7 @@ mod tests {
                     let verify = |d: &[u8]| d == &want[..];
                     let all = vec![true; ndev];
                     let vd = build(&devs, &all, np as u8);
-                    assert_eq!(read(&vd, np as u8, offset, len as u64, &verify).unwrap(), data);
+                    assert_eq!(read(&vd, np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN).unwrap(), data);
                     assert_eq!(cksums(&vd), vec![0; ndev]);
                     // Up to np devices missing.
                     for k in 1..=np {
@@ -753,7 +830,7 @@ mod tests {
                                 present[*g] = false;
                             }
                             let vd = build(&devs, &present, np as u8);
-                            let got = read(&vd, np as u8, offset, len as u64, &verify);
+                            let got = read(&vd, np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN);
                             assert_eq!(got.unwrap(), data, "np {np} ndev {ndev} missing {gone:?}");
                             assert_eq!(cksums(&vd), vec![0; ndev]);
                         }
@@ -770,7 +847,7 @@ mod tests {
                                 put(&devs, &map.cols[c], &vec![0xee; map.cols[c].size as usize]);
                             }
                             let vd = build(&devs, &all, np as u8);
-                            let got = read(&vd, np as u8, offset, len as u64, &verify);
+                            let got = read(&vd, np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN);
                             assert_eq!(got.unwrap(), data, "np {np} ndev {ndev} corrupt {victims:?}");
                             let mut expect = vec![0u64; ndev];
                             for &c in &victims {
@@ -790,7 +867,7 @@ mod tests {
                         let mut present = all.clone();
                         present[gone] = false;
                         let vd = build(&devs, &present, np as u8);
-                        assert_eq!(read(&vd, np as u8, offset, len as u64, &verify).unwrap(), data);
+                        assert_eq!(read(&vd, np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN).unwrap(), data);
                         assert_eq!(vd.children[map.cols[rot].devidx].stats.cksum_errors.load(Ordering::Relaxed), 1);
                         put(&devs, &map.cols[rot], &saved);
                     }
@@ -800,7 +877,7 @@ mod tests {
                         for c in map.cols.iter().take(np + 1) {
                             present[c.devidx] = false;
                         }
-                        assert!(read(&build(&devs, &present, np as u8), np as u8, offset, len as u64, &verify).is_err());
+                        assert!(read(&build(&devs, &present, np as u8), np as u8, offset, len as u64, &verify, &crate::vdev::READ_PLAIN).is_err());
                     }
                 }
             }
@@ -818,7 +895,7 @@ mod tests {
         let victim = map.cols[2].devidx;
         devs[victim].fail.store(true, Ordering::Relaxed);
         let vd = build(&devs, &[true; 4], 1);
-        assert_eq!(read(&vd, 1, 4096, 6144, &verify).unwrap(), data);
+        assert_eq!(read(&vd, 1, 4096, 6144, &verify, &crate::vdev::READ_PLAIN).unwrap(), data);
         assert_eq!(vd.children[victim].stats.read_errors.load(Ordering::Relaxed), 1);
         assert_eq!(cksums(&vd), vec![0; 4]);
         // And a second column wrong: beyond raidz1, a checksum error naming the vdev and the
@@ -826,7 +903,7 @@ mod tests {
         let other = map.cols[3];
         put(&devs, &other, &vec![0; other.size as usize]);
         let vd = build(&devs, &[true; 4], 1);
-        match read(&vd, 1, 4096, 6144, &verify) {
+        match read(&vd, 1, 4096, 6144, &verify, &crate::vdev::READ_PLAIN) {
             Err(ZfsError::Checksum { context }) => assert!(context.contains("raidz1-0") && context.contains("0x1000"), "{context}"),
             other => panic!("{other:?}"),
         }
@@ -838,7 +915,7 @@ mod tests {
         let mut present = vec![true; 4];
         present[map.cols[1].devidx] = false;
         present[map.cols[2].devidx] = false;
-        assert!(matches!(read(&build(&devs, &present, 1), 1, 4096, 6144, &verify), Err(ZfsError::Io { .. })));
+        assert!(matches!(read(&build(&devs, &present, 1), 1, 4096, 6144, &verify, &crate::vdev::READ_PLAIN), Err(ZfsError::Io { .. })));
     }
 
     #[test]
@@ -859,7 +936,7 @@ mod tests {
             }
         }
         let vd = node(0, VdevKind::Raidz { nparity: 1 }, 9, None, children);
-        assert_eq!(read(&vd, 1, 0, 2048, &|d| d == &want[..]).unwrap(), data);
+        assert_eq!(read(&vd, 1, 0, 2048, &|d| d == &want[..], &crate::vdev::READ_PLAIN).unwrap(), data);
     }
 
     /// Real blocks of the zfs-fuse fixture pools (ashift 9): every column as it is on the
@@ -894,12 +971,12 @@ mod tests {
             generate_parity(&m, &mut ours);
             assert_eq!(ours, cols, "{name}: parity differs from the pool's");
             let verify = |d: &[u8]| checksum::fletcher4(d, true) == ck;
-            let want = read(&build(&devs, &vec![true; dcols], np as u8), np as u8, offset, psize, &verify).unwrap();
+            let want = read(&build(&devs, &vec![true; dcols], np as u8), np as u8, offset, psize, &verify, &crate::vdev::READ_PLAIN).unwrap();
             assert_eq!(want.len() as u64, psize);
             for k in 1..=np {
                 for gone in subsets(dcols, k) {
                     let present: Vec<bool> = (0..dcols).map(|i| !gone.contains(&i)).collect();
-                    let got = read(&build(&devs, &present, np as u8), np as u8, offset, psize, &verify).unwrap();
+                    let got = read(&build(&devs, &present, np as u8), np as u8, offset, psize, &verify, &crate::vdev::READ_PLAIN).unwrap();
                     assert!(got == want, "{name}: missing {gone:?}");
                 }
                 for rot in subsets(m.cols.len(), k) {
@@ -910,7 +987,7 @@ mod tests {
                         put(&devs, &m.cols[c], &vec![0xa5; m.cols[c].size as usize]);
                     }
                     let vd = build(&devs, &vec![true; dcols], np as u8);
-                    assert!(read(&vd, np as u8, offset, psize, &verify).unwrap() == want, "{name}: rotten {rot:?}");
+                    assert!(read(&vd, np as u8, offset, psize, &verify, &crate::vdev::READ_PLAIN).unwrap() == want, "{name}: rotten {rot:?}");
                     let mut expect = vec![0u64; dcols];
                     for &c in &rot {
                         expect[m.cols[c].devidx] += 1;
@@ -973,12 +1050,12 @@ mod tests {
             for &(offset, psize, alg, ck) in blocks {
                 let verify = |d: &[u8]| checksum::compute(alg, d, true, &[0; 32]).map_or(false, |c| c == ck);
                 let vd = build(&devs, &vec![true; dcols], np as u8);
-                let want = read(&vd, np as u8, offset, psize, &verify).unwrap();
+                let want = read(&vd, np as u8, offset, psize, &verify, &crate::vdev::READ_PLAIN).unwrap();
                 for k in 1..=np {
                     for gone in subsets(dcols, k) {
                         let present: Vec<bool> = (0..dcols).map(|i| !gone.contains(&i)).collect();
                         let vd = build(&devs, &present, np as u8);
-                        let got = read(&vd, np as u8, offset, psize, &verify);
+                        let got = read(&vd, np as u8, offset, psize, &verify, &crate::vdev::READ_PLAIN);
                         assert!(got.unwrap() == want, "{pool} {offset:#x} missing {gone:?}");
                     }
                 }

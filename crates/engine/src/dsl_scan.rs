@@ -1,0 +1,169 @@
+//! dsl_scan: the in-core state of a pool's scan (scrub) — OpenZFS's dsl_scan_t with the
+//! `spa_scan_pass_*` fields of spa_t. The scan itself (the walk, the reads, the thread) is
+//! `dsl_scrub`'s; the txg sync writes the on-disk half into the MOS.
+//!
+//! ```text
+//!   MOS object directory (object 1): "scan" → dsl_scan_phys_t (24 uint64s, a fat ZAP entry):
+//!     func (scrub), state (scanning / finished / canceled), queue_obj (an empty
+//!     DMU_OT_SCAN_QUEUE ZAP while scanning: OpenZFS frees and remakes it every txg it scans),
+//!     min/max txg, start/end time, to_examine, examined, processed (bytes repaired),
+//!     errors, flags (DSF_SCRUB_PAUSED)
+//! ```
+//!
+//! The phys is what `zpool status` reads after an import; the pass figures (bytes examined
+//! and issued since this import or resume, time spent paused) exist only in memory, as in
+//! OpenZFS. The bookmark written to disk is always zero: a scrub left paused by us (or cut
+//! short by export, a crash) starts its walk again from the beginning wherever it is resumed —
+//! by us or by OpenZFS, whose bookmark order is its own — with its counters kept. Within one
+//! import a pause resumes where it stopped (`resume`).
+//!
+//! Locking: one mutex (a leaf) over everything; the condvar wakes `zpool wait` and `scrub -w`.
+
+use oxzfs_format::dsl::{DslScanPhys, DSF_SCRUB_PAUSED, DSS_SCANNING};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// What a command asked the running scan to do (checked by its thread between blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    None,
+    Pause,
+    Cancel,
+}
+
+/// The scan's in-core state.
+#[derive(Clone, Debug)]
+pub struct ScanInner {
+    pub phys: DslScanPhys,
+    /// `phys` changed since a sync last wrote it.
+    pub dirty: bool,
+    /// This pass (import or resume): when it started, what it examined and issued.
+    pub pass_start: u64,
+    pub pass_exam: u64,
+    pub pass_issued: u64,
+    /// Bytes issued before this pass (scn_issued_before_pass).
+    pub issued_before_pass: u64,
+    /// When the scrub was paused (0: not paused), and the seconds this pass spent paused.
+    pub pass_scrub_pause: u64,
+    pub pass_scrub_spent_paused: u64,
+    pub request: Request,
+    /// A thread is scanning.
+    pub running: bool,
+    /// Where a paused walk goes on within this import (none: from the beginning).
+    pub resume: Option<Vec<u64>>,
+    /// The thread's last error, for the daemon's log.
+    pub last_error: Option<String>,
+}
+
+/// A pool's scan state, shared by the pool handle, the scan thread and `zpool status`.
+#[derive(Debug)]
+pub struct ScanState {
+    inner: Mutex<ScanInner>,
+    cv: Condvar,
+}
+
+impl Default for ScanState {
+    fn default() -> Self {
+        ScanState::new(None, crate::dsl_scan::now())
+    }
+}
+
+/// Seconds since the epoch (gethrestime_sec).
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl ScanState {
+    /// The state of a pool just opened, from its `scan` entry if it has one
+    /// (dsl_scan_init and spa_scan_stat_init): a paused scrub counts as paused since now.
+    pub fn new(phys: Option<DslScanPhys>, now: u64) -> ScanState {
+        ScanState { inner: Mutex::new(fresh(phys, now)), cv: Condvar::new() }
+    }
+
+    /// Replace the state by the one read from the pool's MOS at open.
+    pub fn load(&self, phys: Option<DslScanPhys>, now: u64) {
+        *self.lock() = fresh(phys, now);
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, ScanInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wake everyone waiting for a change (`wait_while`).
+    pub fn notify(&self) {
+        self.cv.notify_all();
+    }
+
+    /// Wait while `f` holds, re-checking at every change.
+    pub fn wait_while(&self, mut f: impl FnMut(&ScanInner) -> bool) {
+        let g = self.lock();
+        let _g = self.cv.wait_while(g, |s| f(s)).unwrap_or_else(|p| p.into_inner());
+    }
+
+    /// A copy of the state, for `zpool status`.
+    pub fn stat(&self) -> ScanInner {
+        self.lock().clone()
+    }
+
+    /// The phys to write in this sync, if it changed.
+    pub fn take_dirty(&self) -> Option<DslScanPhys> {
+        let mut s = self.lock();
+        std::mem::take(&mut s.dirty).then(|| s.phys.clone())
+    }
+}
+
+/// The in-core state for `phys` (none: no scan ever), at time `now`.
+fn fresh(phys: Option<DslScanPhys>, now: u64) -> ScanInner {
+    let phys = phys.unwrap_or_default();
+    let paused = phys.is_paused();
+    ScanInner {
+        issued_before_pass: phys.examined.saturating_sub(phys.skipped),
+        phys,
+        dirty: false,
+        pass_start: now,
+        pass_exam: 0,
+        pass_issued: 0,
+        pass_scrub_pause: if paused { now } else { 0 },
+        pass_scrub_spent_paused: 0,
+        request: Request::None,
+        running: false,
+        resume: None,
+        last_error: None,
+    }
+}
+
+impl ScanInner {
+    /// A scan is under way (running or paused): dsl_scan_is_running.
+    pub fn scanning(&self) -> bool {
+        self.phys.state == DSS_SCANNING
+    }
+
+    pub fn paused(&self) -> bool {
+        self.phys.flags & DSF_SCRUB_PAUSED != 0 && self.scanning()
+    }
+
+    /// Bytes issued in all (pss_issued).
+    pub fn issued(&self) -> u64 {
+        self.issued_before_pass + self.pass_issued
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxzfs_format::dsl::POOL_SCAN_SCRUB;
+
+    #[test]
+    fn a_paused_scrub_imports_paused_with_its_figures() {
+        let phys = DslScanPhys { func: POOL_SCAN_SCRUB, state: DSS_SCANNING, examined: 5000, skipped: 1000, flags: DSF_SCRUB_PAUSED, ..Default::default() };
+        let st = ScanState::new(Some(phys), 77);
+        let s = st.stat();
+        assert!(s.scanning() && s.paused());
+        assert_eq!((s.pass_scrub_pause, s.issued()), (77, 4000));
+        assert!(st.take_dirty().is_none());
+        st.lock().dirty = true;
+        assert_eq!(st.take_dirty().map(|p| p.examined), Some(5000));
+        assert!(st.take_dirty().is_none());
+        let none = ScanState::new(None, 1).stat();
+        assert!(!none.scanning() && !none.paused());
+    }
+}

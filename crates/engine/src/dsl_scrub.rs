@@ -1,0 +1,296 @@
+//! dsl_scrub: `zpool scrub` — the scan of every block of a pool imported read-write, as
+//! OpenZFS's dsl_scan.c runs it (its state is `dsl_scan`'s, its walk `traverse::scan_walk`).
+//!
+//! ```text
+//!   zpool scrub ─► setup (under the pool lock): dsl_scan_phys = {scrub, scanning, max_txg =
+//!                  the open txg, to_examine = allocated bytes, an empty scan-queue ZAP}, the
+//!                  `scan` entry written, txg synced ─► the scan thread
+//!   scan thread:  repeat: hold txg syncs off (PoolHandle::hold_syncs) for at most
+//!                 zfs_scrub_min_time_ms, walk the last synced tree from the bookmark reading
+//!                 every copy of every block born by max_txg (ReadMode scrub + repair: mirror
+//!                 sides, raidz parity against data, ditto DVAs; bad copies rewritten from
+//!                 good ones), let syncs go (and one run if it is due: the scan's figures ride
+//!                 along into the MOS) ─► at the end: finished, end time, queue freed, synced
+//!   zpool scrub -p: the thread stops at a block boundary; DSF_SCRUB_PAUSED, synced
+//!   zpool scrub (paused): flag cleared, the thread goes on from the bookmark
+//!   zpool scrub -s: the thread stops; canceled, end time, queue freed, synced
+//!   export: the thread stops; the pool keeps "scanning" on disk and the next read-write
+//!           import starts the walk again from the beginning (see `dsl_scan`)
+//! ```
+//!
+//! Holding syncs off keeps the tree being walked whole: no block of it is freed or reused
+//! until the walk lets go, and each turn starts again in the newest tree. Blocks born after
+//! `max_txg` (written since the scrub began) are not read, but the walk descends through
+//! them to the older blocks they point to.
+//!
+//! Lock order: the scan thread takes the pool's sync lock, then the scan state (a leaf); a
+//! command stops the thread before it takes the pool lock, never while holding it.
+
+use crate::dsl_pool::PoolW;
+use crate::dsl_scan::{now, Request};
+use crate::spa::Spa;
+use crate::traverse::{scan_walk, ScanCursor, ScanKey};
+use crate::txg::PoolHandle;
+use crate::vdev::ReadMode;
+use crate::{Result, ZfsError};
+use oxzfs_format::dsl::{DslScanPhys, DDT_CLASS_DUPLICATE, DMU_POOL_DIRECTORY_OBJECT, DMU_POOL_SCAN, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_SCRUB};
+use oxzfs_format::types::{DMU_OT_SCAN_QUEUE, DMU_OT_ZAP_OTHER};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What `zpool scrub` asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrubCmd {
+    /// Start a scrub, or resume a paused one.
+    Start,
+    /// `-p`
+    Pause,
+    /// `-s`
+    Cancel,
+}
+
+/// The first pool version whose scan queue has its own object type (SPA_VERSION_DSL_SCRUB).
+const SPA_VERSION_DSL_SCRUB: u64 = 11;
+/// The directory entries of a pre-dsl_scan scrub, removed when a scan ends (dsl_scan_done).
+const OLD_SCRUB_NAMES: [&str; 8] = ["scrub_bookmark", "scrub_ddt_bookmark", "scrub_ddt_class_max", "scrub_queue", "scrub_min_txg", "scrub_max_txg", "scrub_func", "scrub_errors"];
+
+fn no_scrub() -> ZfsError {
+    ZfsError::Posix(libc::ENOENT, "there is no active scrub".into())
+}
+
+/// `zpool scrub [-p | -s]` on a pool imported read-write (the errors carry libzfs's words).
+pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
+    let spa = h.lock_open().spa.clone();
+    {
+        let s = spa.scan.lock();
+        match cmd {
+            ScrubCmd::Start if s.scanning() && !s.paused() => {
+                return Err(ZfsError::Posix(libc::EBUSY, "currently scrubbing; use 'zpool scrub -s' to cancel current scrub".into()))
+            }
+            ScrubCmd::Pause | ScrubCmd::Cancel if !s.scanning() => return Err(no_scrub()),
+            ScrubCmd::Pause if s.paused() => return Err(ZfsError::Posix(libc::EBUSY, "scrub is paused; use 'zpool scrub' to resume".into())),
+            _ => {}
+        }
+    }
+    if cmd != ScrubCmd::Start {
+        stop_thread(&spa, if cmd == ScrubCmd::Pause { Request::Pause } else { Request::Cancel });
+    }
+    let mut g = h.lock();
+    let mut s = spa.scan.lock();
+    let t = now();
+    match cmd {
+        ScrubCmd::Start if s.paused() => {
+            // dsl_scrub_pause_resume_sync: the time paused leaves the rate alone.
+            s.phys.flags &= !DSF_SCRUB_PAUSED;
+            s.pass_scrub_spent_paused += t.saturating_sub(s.pass_scrub_pause);
+            s.pass_scrub_pause = 0;
+        }
+        ScrubCmd::Start => {
+            // dsl_scan_setup_sync, after a sync that puts what was written so far on disk
+            // (in to_examine and below max_txg).
+            drop(s);
+            g.sync()?;
+            s = spa.scan.lock();
+            let queue_type = if g.version >= SPA_VERSION_DSL_SCRUB { DMU_OT_SCAN_QUEUE } else { DMU_OT_ZAP_OTHER };
+            let queue_obj = g.mos.create_zap(queue_type, 0, 0, 0)?;
+            if s.phys.queue_obj != 0 && g.mos.exists(s.phys.queue_obj) {
+                g.mos.free_object(s.phys.queue_obj)?;
+            }
+            let (_, allocated) = g.ms.lock().space_totals();
+            s.phys = DslScanPhys {
+                func: POOL_SCAN_SCRUB,
+                state: DSS_SCANNING,
+                queue_obj,
+                max_txg: g.txg,
+                start_time: t,
+                to_examine: allocated,
+                ddt_class_max: DDT_CLASS_DUPLICATE,
+                ..Default::default()
+            };
+            s.pass_start = t;
+            s.pass_exam = 0;
+            s.pass_issued = 0;
+            s.issued_before_pass = 0;
+            s.pass_scrub_pause = 0;
+            s.pass_scrub_spent_paused = 0;
+            s.resume = None;
+        }
+        _ if !s.scanning() => return Err(no_scrub()), // it finished meanwhile
+        ScrubCmd::Pause => {
+            s.phys.flags |= DSF_SCRUB_PAUSED;
+            s.pass_scrub_pause = t;
+        }
+        ScrubCmd::Cancel => end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?,
+    }
+    write_phys(&mut g, &s.phys)?;
+    s.dirty = false;
+    let start = cmd == ScrubCmd::Start;
+    if start {
+        s.running = true;
+        s.request = Request::None;
+    }
+    drop(s);
+    g.sync()?;
+    drop(g);
+    spa.scan.notify();
+    if start {
+        spawn(h.clone(), spa);
+    }
+    Ok(())
+}
+
+/// After a read-write import: a scrub the pool was running (not paused) goes on, from the
+/// beginning of its walk (dsl_scan_init leaves it scanning; the next sync resumes it).
+pub fn resume_after_import(h: &Arc<PoolHandle>) {
+    let spa = h.lock_open().spa.clone();
+    let go = {
+        let mut s = spa.scan.lock();
+        let go = s.scanning() && !s.paused() && !s.running;
+        if go {
+            s.running = true;
+            s.request = Request::None;
+        }
+        go
+    };
+    if go {
+        spawn(h.clone(), spa);
+    }
+}
+
+/// Stop the scan thread, if one runs, leaving the scan's state as it is (export).
+pub fn stop(h: &PoolHandle) {
+    let spa = h.lock_open().spa.clone();
+    stop_thread(&spa, Request::Pause);
+}
+
+/// Wait while the pool scrubs (`zpool wait -t scrub`, `zpool scrub -w`).
+pub fn wait(spa: &Spa) {
+    spa.scan.wait_while(|s| s.scanning() && !s.paused() && s.running);
+}
+
+fn stop_thread(spa: &Spa, why: Request) {
+    {
+        let mut s = spa.scan.lock();
+        if !s.running {
+            return;
+        }
+        s.request = why;
+    }
+    spa.scan.wait_while(|s| s.running);
+}
+
+/// The `scan` entry of the pool directory (dsl_scan_sync_state).
+fn write_phys(g: &mut PoolW, phys: &DslScanPhys) -> Result<()> {
+    g.mos.zap_mut(DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
+    Ok(())
+}
+
+/// dsl_scan_done: the scan ends as `state`; its queue object and an old-style scrub's entries go.
+fn end_scan(g: &mut PoolW, phys: &mut DslScanPhys, state: u64, t: u64) -> Result<()> {
+    let dir = g.mos.zap_mut(DMU_POOL_DIRECTORY_OBJECT)?;
+    for name in OLD_SCRUB_NAMES {
+        dir.entries.remove(name.as_bytes());
+    }
+    if phys.queue_obj != 0 && g.mos.exists(phys.queue_obj) {
+        g.mos.free_object(phys.queue_obj)?;
+    }
+    phys.queue_obj = 0;
+    phys.flags &= !DSF_SCRUB_PAUSED;
+    phys.state = state;
+    phys.end_time = t;
+    Ok(())
+}
+
+fn spawn(h: Arc<PoolHandle>, spa: Arc<Spa>) {
+    let name = format!("scrub {}", spa.name);
+    let s2 = spa.clone();
+    let r = std::thread::Builder::new().name(name).spawn(move || {
+        let r = run(&h, &spa);
+        let mut s = spa.scan.lock();
+        if let Err(e) = r {
+            // The daemon's log shows it with the scan's status (`ScanInner::last_error`).
+            s.last_error = Some(e.to_string());
+        }
+        s.running = false;
+        s.request = Request::None;
+        drop(s);
+        spa.scan.notify();
+    });
+    if r.is_err() {
+        s2.scan.lock().running = false;
+        s2.scan.notify();
+    }
+}
+
+/// The scan thread: turns of the walk until the end or a request.
+fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
+    let mode = ReadMode::new(true, true);
+    {
+        // A walk from the beginning (a new scrub, or one found scanning or paused at import)
+        // examines everything again: the figures of the walk start over, the repairs and
+        // errors found so far stay.
+        let mut s = spa.scan.lock();
+        if s.resume.is_none() {
+            s.phys.examined = 0;
+            s.phys.skipped = 0;
+            s.issued_before_pass = 0;
+            s.pass_exam = 0;
+            s.pass_issued = 0;
+        }
+    }
+    loop {
+        let (max_txg, resume) = {
+            let s = spa.scan.lock();
+            if s.request != Request::None || !s.scanning() {
+                return Ok(());
+            }
+            let resume: ScanKey = s.resume.as_deref().and_then(|r| r.try_into().ok()).unwrap_or([0; 5]);
+            (s.phys.max_txg, resume)
+        };
+        if crate::tunables::scan_suspend_progress() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            continue;
+        }
+        let stopped = {
+            let _hold = h.hold_syncs();
+            let deadline = std::time::Instant::now() + crate::tunables::scrub_min_time();
+            let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None;
+            let mut progress = |asize: u64, ok: bool| {
+                let repaired = mode.repaired.swap(0, Ordering::Relaxed);
+                let mut s = spa.scan.lock();
+                s.phys.examined += asize;
+                s.phys.processed += repaired;
+                s.pass_exam += asize;
+                s.pass_issued += asize;
+                if !ok {
+                    s.phys.errors += 1;
+                }
+                s.dirty = true;
+            };
+            let cur = ScanCursor { mode: &mode, max_txg, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
+            scan_walk(spa, cur)
+        };
+        match stopped {
+            Some(key) => {
+                spa.scan.lock().resume = Some(key.to_vec());
+                h.sync_if_due()?;
+                // Let a command or the sync thread waiting for the pool have it.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            None => {
+                let mut g = h.lock();
+                let mut s = spa.scan.lock();
+                if s.request != Request::None {
+                    return Ok(()); // paused or canceled as the walk ended: the command decides
+                }
+                s.phys.processed += mode.repaired.swap(0, Ordering::Relaxed);
+                end_scan(&mut g, &mut s.phys, DSS_FINISHED, now())?;
+                write_phys(&mut g, &s.phys)?;
+                s.dirty = false;
+                s.resume = None;
+                drop(s);
+                return g.sync();
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+"""Self-healing and scrub, judged by the device bytes and the oracles.
+
+A mirror side or a raidz column overwritten with random bytes in many places is within
+redundancy: a pool imported read-write rewrites the bad copies its reads find (self-healing), and
+`zpool scrub` reads every copy of every block and repairs all of them, so that the damaged device
+alone (the other sides taken away) holds the whole pool again, OpenZFS's `zdb -bcc` is clean and
+every file reads back. A read-only import never writes. The scan's state lives in the MOS as
+OpenZFS keeps it (`zdb` and zfs-fuse accept it), and `zpool status` prints the `scan:` line as
+OpenZFS 2.1 does."""
+import os
+import random
+import re
+import shutil
+import zlib
+
+
+import manifest as manifest_mod
+import populate as populate_mod
+from conftest import Oxzfs, count, diff_manifests, status_rows, unmount_below, zfs_fuse_imported
+from test_damage import LABELS_BACK, LABELS_FRONT, SECTOR, rot_sectors
+from test_write import _strip_xattrs, make_devs, zdb_check
+
+
+def fill(root, seed):
+    populate_mod.populate(root, seed, "small")
+    rng = random.Random(seed)
+    with open(os.path.join(root, "random.bin"), "wb") as f:
+        f.write(rng.randbytes(6 << 20))
+    return manifest_mod.manifest(root)
+
+
+def new_pool(oxzfs, pool, layout, ndevs, seed, *opts):
+    """A pool of NDEVS 64 MiB files laid out as LAYOUT (a function of the device paths), filled
+    and exported: (vdev dir, altroot, the manifest of its root file system)."""
+    base = os.path.join(oxzfs.base, pool)
+    shutil.rmtree(base, ignore_errors=True)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, ndevs, 64)
+    r = oxzfs.zpool("create", *opts, "-R", alt, pool, *layout(devs))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    want = fill(os.path.join(alt, pool), seed)
+    assert oxzfs.export(pool).returncode == 0
+    return vdir, alt, want
+
+
+def import_rw(oxzfs, vdir, pool, alt):
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+
+
+def differing_sectors(a, b):
+    """Offsets of the 4K sectors of the data area (labels left out) where files A and B differ."""
+    out = []
+    size = os.path.getsize(a)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        off = LABELS_FRONT
+        fa.seek(off)
+        fb.seek(off)
+        while off < size - LABELS_BACK:
+            if fa.read(SECTOR) != fb.read(SECTOR):
+                out.append(off)
+            off += SECTOR
+    return out
+
+
+def alone(oxzfs, vdir, keep, tag):
+    """A directory holding a copy of device KEEP only (the pool's other devices left out)."""
+    d = os.path.join(oxzfs.base, "alone", tag)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copyfile(os.path.join(vdir, keep), os.path.join(d, keep))
+    return d
+
+
+def check_reads(oxzfs, vdir, pool, alt, want):
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    try:
+        got = manifest_mod.manifest(os.path.join(alt, pool))
+        d = diff_manifests(got, want)
+        assert not d, f"{pool} from {vdir} reads differently:\n{d}"
+    finally:
+        assert oxzfs.export(pool).returncode == 0
+
+
+def cksum_of(oxzfs, pool, dev):
+    r = oxzfs.zpool("status", pool, check=True)
+    rows = status_rows(r.stdout)
+    mine = [v for k, v in rows.items() if k == dev or k.endswith("/" + dev)]
+    assert mine, f"{dev} not in status:\n{r!r}"
+    return count(mine[0][3]), r.stdout
+
+
+def test_reads_of_a_read_write_import_heal_the_bad_side(oxzfs):
+    pool = "healmirror"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 5)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert differing_sectors(d0, d1) == [], "mirror sides differ before any damage"
+    assert rot_sectors(d0, seed=zlib.crc32(b"heal")) > 0
+    before = len(differing_sectors(d0, d1))
+    assert before > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    got = manifest_mod.manifest(os.path.join(alt, pool))
+    assert not diff_manifests(got, want)
+    bad, text = cksum_of(oxzfs, pool, "d0")
+    assert bad > 0, f"reads met {before} rotten sectors of d0 yet status counts no CKSUM there:\n{text}"
+    assert oxzfs.export(pool).returncode == 0
+    after = len(differing_sectors(d0, d1))
+    # Every block the reads met was rewritten on d0: what still differs is what no read touched
+    # (free space, blocks of metadata the import did not need).
+    assert after < before / 2, f"{before} rotten sectors on d0, {after} still differ after reading everything"
+
+
+def test_read_only_import_never_writes(oxzfs):
+    pool = "romirror"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 6)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert rot_sectors(d0, seed=zlib.crc32(b"ro")) > 0
+    sums = (manifest_mod.file_sha256(d0), manifest_mod.file_sha256(d1))
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    got = manifest_mod.manifest(os.path.join(alt, pool))
+    assert not diff_manifests(got, want)
+    assert cksum_of(oxzfs, pool, "d0")[0] > 0
+    r = oxzfs.zpool("scrub", pool)
+    assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: pool is read-only\n"), repr(r)
+    r = oxzfs.zpool("clear", pool, "nodev")
+    assert (r.returncode, r.stderr) == (1, "cannot clear errors for nodev: no such device in pool\n"), repr(r)
+    assert oxzfs.zpool("clear", pool).returncode == 0 and cksum_of(oxzfs, pool, "d0")[0] == 0
+    assert oxzfs.export(pool).returncode == 0
+    assert (manifest_mod.file_sha256(d0), manifest_mod.file_sha256(d1)) == sums, "a read-only import wrote to its devices"
+
+
+def scan_line(oxzfs, pool):
+    """The `scan:` part of `zpool status POOL` (up to the config)."""
+    out = oxzfs.zpool("status", pool, check=True).stdout
+    m = re.search(r"^  scan: (.*?)^config:", out, re.S | re.M)
+    assert m, f"no scan: line in\n{out}"
+    return m.group(1)
+
+
+DONE = re.compile(r"^scrub repaired (\S+) in \d\d:\d\d:\d\d with (\d+) errors on \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\n$")
+
+
+def scrub_done(oxzfs, pool):
+    """`zpool scrub -w POOL`, then (repaired, errors) from its finished scan: line."""
+    r = oxzfs.zpool("scrub", "-w", pool)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", repr(r)
+    line = scan_line(oxzfs, pool)
+    m = DONE.match(line)
+    assert m, f"a finished scrub's line, as OpenZFS prints it, expected; got {line!r}"
+    return m.group(1), int(m.group(2))
+
+
+def scrub_repairs(oxzfs, pool, vdir, alt, victim):
+    """Scrub a pool whose VICTIM device was damaged: something repaired, no errors, the victim
+    charged with CKSUM errors; a second scrub repairs nothing and charges no device. (The callers
+    then run zdb on the pool with a device left out, which reads every block from the rest.)"""
+    import_rw(oxzfs, vdir, pool, alt)
+    repaired, errors = scrub_done(oxzfs, pool)
+    assert repaired != "0B" and errors == 0, f"repaired {repaired} with {errors} errors"
+    bad, text = cksum_of(oxzfs, pool, victim)
+    assert bad > 0, f"the scrub repaired {repaired} yet {victim} shows no CKSUM errors:\n{text}"
+    r = oxzfs.zpool("clear", pool, victim)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    assert cksum_of(oxzfs, pool, victim)[0] == 0, "zpool clear must reset the counts"
+    assert scrub_done(oxzfs, pool) == ("0B", 0), "a second scrub must find nothing to repair"
+    hist = oxzfs.zpool("history", pool, check=True).stdout
+    assert f"zpool scrub -w {pool}" in hist and f"zpool clear {pool} {victim}" in hist, hist
+    rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
+    assert all(count(v[3]) == 0 for v in rows.values() if v[3] is not None), f"the second scrub met bad copies: {rows}"
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_scrub_repairs_a_rotten_mirror_side(oxzfs):
+    pool = "scrubmirror"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 7)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert rot_sectors(d0, seed=zlib.crc32(pool.encode())) > 0
+    scrub_repairs(oxzfs, pool, vdir, alt, "d0")
+    # The damaged side alone holds the whole pool again: zdb reads and verifies every block of
+    # it, and every file reads back from it.
+    only = alone(oxzfs, vdir, "d0", pool)
+    zdb_check(only, pool)
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_scrub_repairs_a_rotten_raidz_column(oxzfs):
+    pool = "scrubraidz"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 8, "-o", "ashift=12")
+    assert rot_sectors(os.path.join(vdir, "d1"), seed=zlib.crc32(pool.encode())) > 0
+    scrub_repairs(oxzfs, pool, vdir, alt, "d1")
+    # Without d0 every block is rebuilt from d1 and d2: they must both be right now.
+    rest = os.path.join(oxzfs.base, "alone", pool)
+    shutil.rmtree(rest, ignore_errors=True)
+    os.makedirs(rest)
+    for d in ("d1", "d2"):
+        shutil.copyfile(os.path.join(vdir, d), os.path.join(rest, d))
+    zdb_check(rest, pool)
+    check_reads(oxzfs, rest, pool, alt, want)
+
+
+def tunable(oxzfs, setting):
+    oxzfs.run("tunable", setting, check=True)
+
+
+def test_scrub_pause_resume_cancel_and_wait(oxzfs, work_dir):
+    """A version-23 pool: the scrub held in progress (zfs_scan_suspend_progress, as OpenZFS's
+    tests hold it), paused, resumed, refused what OpenZFS refuses with its words, carried across
+    export and import, left paused for zdb and zfs-fuse, then finished and canceled."""
+    pool = "scrubflow"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 9, "-o", "version=23")
+    import_rw(oxzfs, vdir, pool, alt)
+    # OpenZFS 2.1 prints no scan: line for a pool never scrubbed.
+    assert "scan:" not in oxzfs.zpool("status", pool, check=True).stdout
+    tunable(oxzfs, "zfs_scan_suspend_progress=1")
+    try:
+        r = oxzfs.zpool("scrub", pool)
+        assert (r.returncode, r.stderr) == (0, ""), repr(r)
+        running = re.compile(r"^scrub in progress since .*\n\t\S+ scanned at \S+/s, \S+ issued at \S+/s, \S+ total\n"
+                             r"\t0B repaired, \d+\.\d\d% done, no estimated completion time\n$")
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        r = oxzfs.zpool("scrub", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: currently scrubbing; use 'zpool scrub -s' "
+                                               "to cancel current scrub\n"), repr(r)
+        assert oxzfs.zpool("scrub", "-p", pool).returncode == 0
+        paused = re.compile(r"^scrub paused since .*\n\tscrub started on .*\n\t\S+ scanned, \S+ issued, \S+ total\n"
+                            r"\t0B repaired, \d+\.\d\d% done\n$")
+        assert paused.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        r = oxzfs.zpool("scrub", "-p", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot pause scrubbing {pool}: scrub is paused; "
+                                               "use 'zpool scrub' to resume\n"), repr(r)
+        # A paused scrub is no activity to wait for.
+        assert oxzfs.zpool("wait", "-t", "scrub", pool).returncode == 0
+        assert oxzfs.zpool("scrub", pool).returncode == 0
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        # Export while scrubbing, import: still scrubbing (from the MOS); then left paused.
+        assert oxzfs.export(pool).returncode == 0
+        import_rw(oxzfs, vdir, pool, alt)
+        assert running.match(scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+        assert oxzfs.zpool("scrub", "-p", pool).returncode == 0
+        assert oxzfs.export(pool).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_scan_suspend_progress=0")
+    # The paused scrub's pool: OpenZFS's zdb is clean, zfs-fuse imports it and reads it all.
+    zdb_check(vdir, pool)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads a pool with our paused scrub differently:\n{d}"
+    # Back in oxzfs: still paused; resumed, it finishes; a new one is canceled.
+    import_rw(oxzfs, vdir, pool, alt)
+    assert scan_line(oxzfs, pool).startswith("scrub paused since ")
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    tunable(oxzfs, "zfs_scan_suspend_progress=1")
+    try:
+        assert oxzfs.zpool("scrub", pool).returncode == 0
+        assert oxzfs.zpool("scrub", "-s", pool).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_scan_suspend_progress=0")
+    assert re.match(r"^scrub canceled on \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\n$", scan_line(oxzfs, pool)), \
+        scan_line(oxzfs, pool)
+    for flag, what in (("-s", "cancel scrubbing"), ("-p", "pause scrubbing")):
+        r = oxzfs.zpool("scrub", flag, pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot {what} {pool}: there is no active scrub\n"), repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    assert scan_line(oxzfs, pool).startswith("scrub canceled on ")
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_scrub_bad_input(oxzfs):
+    usage = "usage:\n\tscrub [-s | -p] [-w] <pool> ...\n"
+    for args, err in ((["-x", "p"], "invalid option 'x'\n"), ([], "missing pool name argument\n"),
+                      (["-s", "-p", "p"], "invalid option combination: -s and -p are mutually exclusive\n"),
+                      (["-w", "-s", "p"], "invalid option combination: -w cannot be used with -p or -s\n")):
+        r = oxzfs.zpool("scrub", *args)
+        assert (r.returncode, r.stderr) == (2, err + usage), repr(r)
+    r = oxzfs.zpool("scrub", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("wait", "-t", "scrub,nonsense", "nosuchpool")
+    assert r.returncode == 2 and r.stderr.startswith("invalid activity 'nonsense'\n"), repr(r)
+    r = oxzfs.zpool("wait", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("clear", "nosuchpool")
+    assert (r.returncode, r.stderr) == (1, "cannot open 'nosuchpool': no such pool\n"), repr(r)
+    r = oxzfs.zpool("clear")
+    assert (r.returncode, r.stderr) == (2, "missing pool name\nusage:\n\tclear <pool> [device]\n"), repr(r)
+
+
+def test_scrub_counts_damage_beyond_redundancy(oxzfs):
+    """One disk, data blocks overwritten: nothing can repair them. The scrub says how many
+    blocks it could not read, `zpool status -v` names the damaged files, the pool stays up."""
+    pool = "scrubsingle"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d, 1, 10)
+    assert rot_sectors(os.path.join(vdir, "d0"), seed=zlib.crc32(pool.encode()), fraction=0.05) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("scrub", "-w", pool)
+    assert r.returncode == 0, repr(r)
+    m = DONE.match(scan_line(oxzfs, pool))
+    assert m and int(m.group(2)) > 0, f"damage on a one-disk pool must count as scrub errors: {scan_line(oxzfs, pool)!r}"
+    r = oxzfs.zpool("status", "-v", pool, check=True)
+    assert "Permanent errors have been detected in the following files:" in r.stdout, r.stdout
+    assert oxzfs.daemon_alive()
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_scrub_goes_on_after_kill9(oxzfs_bin, work_dir):
+    """A scrub under way when the daemon is killed: the pool's MOS says it is scanning, so the
+    next read-write import starts it again and it runs to the end; zdb is clean."""
+    base = os.path.join(work_dir, "run", "scrub-kill9")
+    unmount_below(base)
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    ox = Oxzfs(oxzfs_bin, base)
+    ox.start_daemon()
+    pool = "scrubkill"
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 2, 64)
+    try:
+        r = ox.zpool("create", "-R", alt, pool, "mirror", *devs)
+        assert r.returncode == 0, repr(r)
+        want = fill(os.path.join(alt, pool), 11)
+        tunable(ox, "zfs_scan_suspend_progress=1")
+        assert ox.zpool("scrub", pool).returncode == 0
+        assert scan_line(ox, pool).startswith("scrub in progress since ")
+        ox.kill9()
+    finally:
+        ox.teardown()
+    ox2 = Oxzfs(oxzfs_bin, os.path.join(base, "after"))
+    ox2.start_daemon()
+    try:
+        r = ox2.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        ox2.imported.append(pool)
+        assert ox2.zpool("wait", "-t", "scrub", pool).returncode == 0
+        m = DONE.match(scan_line(ox2, pool))
+        assert m and m.groups() == ("0B", "0"), scan_line(ox2, pool)
+        assert not diff_manifests(manifest_mod.manifest(os.path.join(alt, pool)), want)
+        assert ox2.export(pool).returncode == 0
+    finally:
+        ox2.teardown()
+    zdb_check(vdir, pool)
+
+
+def test_scrub_in_short_turns_while_files_change(oxzfs):
+    """zfs_scrub_min_time_ms=1: the scan stops after about a millisecond's walk and goes on in
+    the next synced tree, over and over, while files are written, rewritten and removed. It
+    ends with no errors, and the pool is as the writes left it (zdb clean, content equal)."""
+    import threading
+    pool = "scrubturns"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 12)
+    import_rw(oxzfs, vdir, pool, alt)
+    root = os.path.join(alt, pool)
+    stop = threading.Event()
+
+    def churn():
+        rng = random.Random(12)
+        i = 0
+        while not stop.is_set():
+            with open(os.path.join(root, f"churn{i % 13}"), "wb") as f:
+                f.write(rng.randbytes(rng.choice([3000, 70000, 400000])))
+            gone = os.path.join(root, f"churn{(i * 7) % 13}")
+            if i % 5 == 4 and os.path.exists(gone):
+                os.unlink(gone)
+            i += 1
+
+    tunable(oxzfs, "zfs_scrub_min_time_ms=1")
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        assert scrub_done(oxzfs, pool)[1] == 0
+        assert scrub_done(oxzfs, pool)[1] == 0
+    finally:
+        stop.set()
+        t.join()
+        tunable(oxzfs, "zfs_scrub_min_time_ms=1000")
+    want = manifest_mod.manifest(root)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    check_reads(oxzfs, vdir, pool, alt, want)
