@@ -435,8 +435,8 @@ class NbdDisk:
 
 
 def test_failing_log_device_falls_back_to_the_pool(runner):
-    """A log device that starts failing under fsync: no fsync reports an error, the device's
-    write errors show in `zpool status`, later commits go to the pool, and after a kill -9
+    """A log device that starts failing under fsync: no fsync reports an error, the device
+    shows FAULTED with its write errors in `zpool status`, later commits go to the pool, and after a kill -9
     every file fsync'd before and after the failure comes back (`zpool import -m`, the dead
     device being unreadable too)."""
     ox, base = runner("failing")
@@ -458,8 +458,9 @@ def test_failing_log_device_falls_back_to_the_pool(runner):
                 os.fsync(f.fileno())
         want = tree(root)
         st = ox.zpool("status", pool).stdout
-        m = re.search(rf"{re.escape(disk.path)}\s+\S+\s+\d+\s+(\d+)\s+\d+", st)
-        assert m and int(m.group(1)) > 0, f"no write errors on the failing log device:\n{st}"
+        m = re.search(rf"{re.escape(disk.path)}\s+(\S+)\s+\d+\s+(\d+)\s+\d+\s+too many errors", st)
+        assert m and m.group(1) == "FAULTED" and int(m.group(2)) > 0, f"the failing log device is not FAULTED with write errors:\n{st}"
+        assert " state: DEGRADED" in st and "One or more devices are faulted in response to persistent errors." in st, st
         ox.kill9()
         unmount_below(alt)
         r = ox.run("zpool", "import", "-d", vdir, "-d", disk.mnt, "-R", alt, pool)

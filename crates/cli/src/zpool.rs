@@ -409,6 +409,9 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
             None => return fail(format!("cannot clear errors for {dev}: no such device in pool")),
         },
     }
+    if let Some(h) = &imp.rw {
+        h.lock().log_devices_cleared();
+    }
     ok(String::new())
 }
 

@@ -129,6 +129,13 @@ impl Metaslabs {
         }
     }
 
+    /// Top-level vdev `vdev` takes allocations again (a faulted log device cleared).
+    pub fn unretire_group(&mut self, vdev: u64) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = false;
+        }
+    }
+
     /// (bytes allocated or held, space map objects) of top-level vdev `vdev`.
     pub fn group_usage(&self, vdev: u64) -> (u64, Vec<u64>) {
         let Some(g) = self.groups.get(vdev as usize) else { return (0, Vec::new()) };

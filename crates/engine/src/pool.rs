@@ -501,6 +501,8 @@ impl Pool {
             Reason::MissingDevNr
         } else if data_errors {
             Reason::CorruptData
+        } else if self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Faulted) {
+            Reason::FaultedDevR
         } else if missing {
             Reason::MissingDevR
         } else if self.any_cksum() {
@@ -584,6 +586,7 @@ impl Pool {
 /// The zpool_status_t values this engine reports, with OpenZFS 2.1's texts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reason {
+    FaultedDevR,
     MissingDevR,
     MissingDevNr,
     CorruptData,
@@ -596,6 +599,8 @@ impl Reason {
     /// The status/action/see lines of `zpool status`.
     fn status_lines(self) -> &'static str {
         match self {
+            // (No message id: libzfs_status.c has none for faulted devices.)
+            Reason::FaultedDevR => "status: One or more devices are faulted in response to persistent errors.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Replace the faulted device, or use 'zpool clear' to mark the device\n\trepaired.\n",
             Reason::MissingDevR => "status: One or more devices could not be opened.  Sufficient replicas exist for\n\tthe pool to continue functioning in a degraded state.\naction: Attach the missing device and online it using 'zpool online'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-2Q\n",
             Reason::MissingDevNr => "status: One or more devices could not be opened.  There are insufficient\n\treplicas for the pool to continue functioning.\naction: Attach the missing device and online it using 'zpool online'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-3C\n",
             Reason::CorruptData => "status: One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected.\naction: Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-8A\n",
@@ -648,6 +653,8 @@ fn aux_text(v: &Vdev, imported: bool) -> String {
         } else {
             "  cannot open".into()
         }
+    } else if v.is_leaf() && v.state() == VdevState::Faulted {
+        "  too many errors".into()
     } else if !v.is_leaf() && matches!(v.state(), VdevState::Unavail | VdevState::Faulted) {
         "  insufficient replicas".into()
     } else {

@@ -207,9 +207,21 @@ impl PoolW {
             os.zil.write_failed();
             os.unoverride_all();
         }
-        if self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_log) {
-            tracing::warn!("pool '{}': log device {top} failed ({e}); intent log blocks go to the pool until it is re-imported", self.spa.name);
-            self.ms.lock().retire_group(top);
+        let Some(t) = self.spa.root_vdev.children.get(top as usize).filter(|t| t.is_log) else { return };
+        tracing::warn!("pool '{}': log device {} failed ({e}); intent log blocks go to the pool", self.spa.name, t.display_name());
+        for l in t.leaves() {
+            if l.stats.write_errors.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                l.stats.faulted.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.ms.lock().retire_group(top);
+    }
+
+    /// After `zpool clear`: a log device no longer faulted takes log blocks again.
+    pub fn log_devices_cleared(&mut self) {
+        let root = self.spa.root_vdev.clone();
+        for t in root.children.iter().filter(|t| t.is_log && t.state() == crate::vdev::VdevState::Online) {
+            self.ms.lock().unretire_group(t.id);
         }
     }
 

@@ -169,6 +169,9 @@ pub struct VdevStats {
     pub read_bytes: AtomicU64,
     pub write_ops: AtomicU64,
     pub write_bytes: AtomicU64,
+    /// Taken out of use after errors (a log device whose write failed): FAULTED until
+    /// `zpool clear` or the next import.
+    pub faulted: std::sync::atomic::AtomicBool,
 }
 
 impl VdevStats {
@@ -349,10 +352,12 @@ impl Vdev {
     pub fn state(&self) -> VdevState {
         match &self.kind {
             VdevKind::Leaf { .. } => {
-                if self.dev.is_some() {
-                    VdevState::Online
-                } else {
+                if self.dev.is_none() {
                     VdevState::Unavail
+                } else if self.stats.faulted.load(Ordering::Relaxed) {
+                    VdevState::Faulted
+                } else {
+                    VdevState::Online
                 }
             }
             VdevKind::Hole => VdevState::Online,
@@ -597,6 +602,7 @@ impl Vdev {
         for n in [&self.stats.read_errors, &self.stats.write_errors, &self.stats.cksum_errors] {
             n.store(0, Ordering::Relaxed);
         }
+        self.stats.faulted.store(false, Ordering::Relaxed);
     }
 
     /// The vdev `name` names, as zpool_find_vdev finds it: a path, a leaf's file name, a guid,
