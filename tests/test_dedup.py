@@ -253,6 +253,7 @@ def test_dedup_property_values_and_refusals(oxzfs):
     assert oxzfs.zfs("create", "-o", "compression=off", f"{pool}/b3").returncode == 0
     rec = random.Random(3).randbytes(128 << 10)
     write_file(os.path.join(root, "b3", "f"), [rec, rec, rec])
+    assert oxzfs.zpool("sync", pool).returncode == 0
     r = oxzfs.zpool("get", "-H", "-o", "value", "feature@blake3,dedupratio", pool)
     assert r.stdout.split() == ["active", "3.00x"], repr(r)
     assert oxzfs.export(pool).returncode == 0

@@ -95,6 +95,8 @@ def test_zstd_checksums_recordsizes_pass_zdb_and_read_back(oxzfs):
         d = os.path.join(root, ds)
         fill(d)
         objs[ds] = {n: os.stat(os.path.join(d, n)).st_ino for n in ("text", "random")}
+    # Features become active when the txg holding their first block syncs.
+    assert oxzfs.zpool("sync", pool).returncode == 0
     want = manifest_mod.manifest(root)
     r = oxzfs.zpool("get", "-H", "-o", "property,value", "all", pool)
     feats = dict(line.split("\t") for line in r.stdout.splitlines() if line.startswith("feature@"))
@@ -158,6 +160,7 @@ def test_feature_refusals_and_recordsize_limits(oxzfs):
     r = oxzfs.zfs("create", "-o", "compression=zstd", "-o", "checksum=sha512", "-o", "recordsize=1M", f"{pool}/gone")
     assert r.returncode == 0, repr(r)
     write_synced(os.path.join(root, "gone", "f"), text_bytes(3 << 20))
+    assert oxzfs.zpool("sync", pool).returncode == 0
     r = oxzfs.zpool("get", "-H", "-o", "value", "feature@zstd_compress,feature@sha512,feature@large_blocks", pool)
     assert r.stdout.split() == ["active"] * 3, repr(r)
     r = oxzfs.zfs("destroy", f"{pool}/gone")

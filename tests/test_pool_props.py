@@ -183,7 +183,9 @@ def test_statfs_reports_the_datasets_space(oxzfs):
         with open(os.path.join(root, name, "data"), "wb") as f:
             f.write(os.urandom(mib * M))
             f.flush()
-            os.fsync(f.fileno())  # a txg sync: the file and its blocks are on disk
+            os.fsync(f.fileno())
+    # The files and their blocks on disk (fsync alone may only write the intent log).
+    assert oxzfs.zpool("sync", pool).returncode == 0
     datasets = [pool] + [f"{pool}/{n}" for n in sets]
     used_objs = check_statfs(oxzfs, datasets, root)
     # Quotas shrink what df sees: the refquota'd dataset cannot show more than 24M.
