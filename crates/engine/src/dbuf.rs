@@ -424,7 +424,7 @@ impl ObjsetW {
     /// Blocks `range` of `obj` change again after a commit wrote them (dbuf_unoverride): the
     /// sync writes them anew, and the blocks the commit wrote are freed when this txg syncs
     /// (a log record names them until then).
-    fn unoverride(&mut self, obj: u64, range: std::ops::RangeInclusive<u64>) {
+    pub(crate) fn unoverride(&mut self, obj: u64, range: std::ops::RangeInclusive<u64>) {
         let Some(d) = self.dirty.get_mut(&obj) else { return };
         if d.overrides.is_empty() {
             return;

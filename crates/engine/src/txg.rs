@@ -137,6 +137,7 @@ impl PoolW {
         let ms = self.ms.clone();
         let pool_size = self.ms_out.unwrap_or_else(|| ms.lock().space_totals()).0;
         let root = self.spa.root_vdev.clone();
+        let env = self.policy_env();
         let os = self.objset(dsobj)?;
         if os.props.sync == 2 {
             return Ok(crate::zil::Prepared::Nothing);
@@ -145,17 +146,17 @@ impl PoolW {
         let mut zil = std::mem::take(&mut os.zil);
         let mut hdr = os.phys.zil_header.clone();
         let tp = os.props.logbias_throughput;
-        let env = crate::dbuf::PolicyEnv { embed: self.features.contains_key("com.delphix:embedded_data"), lz4: self.features.contains_key("org.illumos:lz4_compress"), is_mos: false, pass: 1 };
-        let os = self.datasets.get_mut(&dsobj).map(|d| &mut d.os).expect("opened above");
-        let mut src = FsSource { os, ms: &ms, root: &root, txg, env };
+        let mut src = FsSource { os, ms: &ms, root: &root, txg, env, written: Vec::new() };
         let r = zil.prepare(&ctx, &mut hdr, tp, &mut src);
-        let os = src.os;
+        let FsSource { os, written, .. } = src;
         os.zil = zil;
         os.phys.zil_header = hdr;
         if !matches!(r, Ok(crate::zil::Prepared::Write(_))) {
-            // Blocks written for indirect records whose commit is not going ahead: the sync
-            // writes them itself.
-            os.unoverride_all();
+            // Blocks this commit wrote for indirect records it is not going to write: the
+            // sync writes them itself.
+            for (obj, blkid) in written {
+                os.unoverride(obj, blkid..=blkid);
+            }
         }
         r
     }
@@ -225,11 +226,22 @@ impl PoolW {
         }
     }
 
-    fn sync_env(&self) -> SyncEnv {
-        SyncEnv {
-            spa: self.spa.clone(),
+    /// What the write policy needs of the pool for a data block of the open txg.
+    fn policy_env(&self) -> crate::dbuf::PolicyEnv {
+        crate::dbuf::PolicyEnv {
             embed: self.features.contains_key("com.delphix:embedded_data"),
             lz4: self.features.contains_key("org.illumos:lz4_compress"),
+            is_mos: false,
+            pass: 1,
+        }
+    }
+
+    fn sync_env(&self) -> SyncEnv {
+        let p = self.policy_env();
+        SyncEnv {
+            spa: self.spa.clone(),
+            embed: p.embed,
+            lz4: p.lz4,
             hole_birth: self.feature_active("com.delphix:hole_birth"),
         }
     }
@@ -989,6 +1001,8 @@ struct FsSource<'a> {
     root: &'a crate::vdev::Vdev,
     txg: u64,
     env: crate::dbuf::PolicyEnv,
+    /// (object, block) written by this commit for its indirect records.
+    written: Vec<(u64, u64)>,
 }
 
 impl crate::zil::CommitSource for FsSource<'_> {
@@ -1011,6 +1025,10 @@ impl crate::zil::CommitSource for FsSource<'_> {
     fn write_block(&mut self, foid: u64, blkid: u64) -> Result<Option<(oxzfs_format::blkptr::BlockPointer, Vec<u8>)>> {
         let min_alloc = crate::vdev::min_alloc(self.root);
         let mut alloc = crate::metaslab::PoolAlloc { ms: self.ms, root: self.root, min_alloc };
-        self.os.dmu_sync(foid, blkid, self.txg, self.env, &mut alloc)
+        let r = self.os.dmu_sync(foid, blkid, self.txg, self.env, &mut alloc)?;
+        if r.as_ref().is_some_and(|(_, phys)| !phys.is_empty()) {
+            self.written.push((foid, blkid));
+        }
+        Ok(r)
     }
 }
