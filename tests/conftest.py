@@ -171,12 +171,33 @@ def daemon_processes(prefix):
 
 
 def process_gone(pid):
-    """True once PID has exited (a zombie waiting for its parent counts as gone)."""
+    """True once every thread of PID has exited (a zombie waiting for its parent counts as gone).
+    The main thread alone is not enough: killed, it turns zombie at once while a thread still in
+    an uninterruptible write or flush goes on holding the process's files (its listening socket
+    among them) until that call returns."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return False
+        except (OSError, IndexError):
+            continue
+    return True
+
+
+def socket_answers(path):
+    """True if something accepts connections on the Unix socket PATH."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
 
 
 def kill_processes(pids, sig=signal.SIGKILL, wait=30):
@@ -204,9 +225,11 @@ class Result:
     def out(self):
         return self.stdout
 
+    note = ""
+
     def __repr__(self):
         return (f"$ oxzfs {' '.join(self.args)}\n[exit {self.returncode}]\n--- stdout\n{self.stdout}"
-                f"--- stderr\n{self.stderr}")
+                f"--- stderr\n{self.stderr}" + (f"--- daemon log (last lines)\n{self.note}" if self.note else ""))
 
 
 class Oxzfs:
@@ -230,6 +253,8 @@ class Oxzfs:
         except subprocess.TimeoutExpired:
             pytest.fail(f"oxzfs {' '.join(args)} did not finish in {timeout}s")
         r = Result(args, cp)
+        if "cannot reach the oxzfs daemon" in r.stderr:
+            r.note = self.daemon_log_tail()
         assert not any(m in r.stderr for m in ("panicked at",)), f"oxzfs panicked:\n{r!r}"
         assert r.returncode >= 0, f"oxzfs killed by signal {-r.returncode}:\n{r!r}"
         assert r.returncode != 101, f"oxzfs exited 101 (a Rust panic):\n{r!r}"
@@ -273,11 +298,25 @@ class Oxzfs:
         assert len(pids) == 1, f"want one oxzfs daemon serving {self.socket}, found pids {pids}"
         return pids[0]
 
+    def daemon_log_tail(self, lines=40):
+        """The last lines of the daemon logs of this runner (the launcher's and the daemon's own)."""
+        out = []
+        for name in ("daemon.log", "oxzfs.sock.log"):
+            with contextlib.suppress(OSError):
+                tail = open(os.path.join(self.base, name), errors="replace").read().splitlines()[-lines:]
+                out.append(f"[{name}]\n" + "\n".join(tail) + "\n")
+        return "".join(out)
+
     def kill9(self):
-        """kill -9 the process serving the pools; returns once it is gone (fails if it is not)."""
+        """kill -9 the process serving the pools; returns once it is gone and its socket refuses
+        connections (fails if it is not)."""
         pid = self.server_pid()
         left = kill_processes([pid], signal.SIGKILL, wait=30)
         assert not left, f"oxzfs daemon pid {pid} ({self.socket}) still alive 30 s after SIGKILL"
+        deadline = time.time() + 30
+        while socket_answers(self.socket):
+            assert time.time() < deadline, f"{self.socket} still accepts connections 30 s after its daemon (pid {pid}) was killed"
+            time.sleep(0.1)
         with contextlib.suppress(Exception):
             self.daemon_proc.wait(10)
         return pid

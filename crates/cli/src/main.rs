@@ -116,7 +116,22 @@ fn run(args: &[String]) -> i32 {
                     return show(commands::run_without_daemon(args, &cwd()));
                 }
             }
-            match client::request(args) {
+            let mut res = client::request(args);
+            // A daemon that was killed can hold its socket for a moment while its last threads
+            // finish their I/O, and then drops the connection unanswered: an import or create
+            // waits for it to be gone and starts a new one.
+            if autostart && matches!(&res, Err(e) if e.contains("Connection reset")) {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while client::is_running() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                if let Err(e) = daemon::start(&[]) {
+                    eprintln!("cannot start the oxzfs daemon: {e}");
+                    return 1;
+                }
+                res = client::request(args);
+            }
+            match res {
                 Ok(r) => show(r),
                 Err(e) => {
                     eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
