@@ -3,7 +3,9 @@ FUSE mount must pass OpenZFS 2.1's `zdb -bcc -d` with no leaks and no errors, re
 (by oxzfs after export/import, and by zfs-fuse for version-23 pools), and zfs-fuse's own writes
 to our pools must read back through oxzfs."""
 import os
+import re
 import subprocess
+import time
 
 import pytest
 
@@ -564,6 +566,104 @@ def test_zpool_iostat_and_list_v_classes_and_cache(oxzfs):
         assert lby[top][3].isdigit() and lby[top][4].isdigit() and lby[top][5] == "ONLINE", r.stdout
     assert int(lby["raidz1-0"][2]) == int(by["raidz1-0"][1]), (r.stdout, by)
     assert lby[d[0]][1:5] == ["-"] * 4, r.stdout
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_zpool_iostat_latency_queues_histograms_and_intervals(oxzfs):
+    """`zpool iostat -l/-q/-w/-r`, vdev filters and `interval count` as OpenZFS 2.1 prints them:
+    the histograms count every leaf I/O the operation counters count (the intent log's writes
+    as sync writes on the log device, the txg's as async writes on the data disks); a report
+    per interval shows what happened in that interval only; OpenZFS's refusals."""
+    pool = "wiolat"
+    vdir, alt = os.path.join(oxzfs.base, "iolat", "vdevs"), os.path.join(oxzfs.base, "iolat", "alt")
+    *data, log = make_devs(vdir, 3)
+    r = oxzfs.zpool("create", "-O", "compression=off", "-R", alt, pool, "mirror", *data, "log", log)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, pool)
+    fd = os.open(os.path.join(root, "small"), os.O_WRONLY | os.O_CREAT, 0o644)
+    for _ in range(20):
+        os.write(fd, b"s" * 4096)
+        os.fsync(fd)
+    os.close(fd)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+
+    def histos(flag):
+        """{vdev: [[column values] per bucket]} of `zpool iostat -Hp -v FLAG` (counts since import)."""
+        r = oxzfs.zpool("iostat", "-Hpv", flag, pool)
+        assert r.returncode == 0, repr(r)
+        out, name = {}, None
+        for ln in r.stdout.splitlines():
+            f = ln.split("\t")
+            if len(f) == 1 and f[0]:
+                name = f[0]
+                out[name] = []
+            elif len(f) > 1:
+                out[name].append([int(x) for x in f[1:]])
+        return out
+
+    # Without an interval the histograms are counts since import; the pool is idle, so the
+    # two tables count the same I/Os.
+    w = histos("-w")
+    rq = histos("-r")
+    for leaf in (*data, log):
+        rows = w[leaf]
+        assert len(rows) == 37, rows
+        # Columns: total_wait r/w, disk_wait r/w, syncq r/w, asyncq r/w, scrub, trim.
+        assert [x[:2] for x in rows] == [x[2:4] for x in rows]  # no queue: total wait is the disk wait
+        assert all(x[4:] == [0] * 6 for x in rows), "queue waits sampled with no queue"
+        # Columns: sync_read ind/agg, sync_write ind/agg, async_read, async_write, scrub, trim.
+        assert len(rq[leaf]) == 25 - 9  # buckets from 512 B
+        assert all(x[1::2] == [0] * 6 for x in rq[leaf]), "aggregated I/O reported"
+        assert sum(x[0] + x[1] for x in rows) == sum(sum(x[0::2]) for x in rq[leaf]), (leaf, rows, rq[leaf])
+    assert sum(x[2] for x in rq[log]) >= 20, rq[log]  # each fsync wrote at least one log block
+    assert sum(x[6] for x in rq[log]) == 0, "log device writes counted as async"
+    for d in data:
+        assert sum(x[6] for x in rq[d]) > 0 and sum(x[2] for x in rq[d]) == 0, rq[d]
+    # the file (80 KiB, one block) reached each mirror side in one async write of 64-128 KiB
+    assert all(rq[d][16 - 9][6] >= 1 for d in data), rq
+
+    r = oxzfs.zpool("iostat", "-l", pool)
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["capacity", "operations", "bandwidth", "total_wait", "disk_wait", "syncq_wait", "asyncq_wait", "scrub", "trim"], r.stdout
+    row = lines[3].split()
+    assert row[0] == pool and re.fullmatch(r"\d+(ns|us|ms|s)", row[8]) and row[8] == row[10], r.stdout
+    assert row[11:] == ["-"] * 6, r.stdout
+    r = oxzfs.zpool("iostat", "-q", "-H", pool)
+    assert r.returncode == 0 and r.stdout.split("\t")[7:] == ["0"] * 11 + ["0\n"], repr(r)
+
+    # Named vdevs only, each at depth 0 under the "vdev" title, closed by a separator.
+    r = oxzfs.zpool("iostat", "-v", pool, log)
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[1].startswith("vdev ") and lines[-1].startswith("-----"), r.stdout
+    # (the class heading of the log is an empty line when vdevs are named, as in OpenZFS)
+    assert [ln.split()[0] for ln in lines[3:-1] if ln.strip()] == [log], r.stdout
+
+    # One report per interval: the first since import, the next ones only what their second saw.
+    cp = subprocess.Popen([oxzfs.binary, "zpool", "iostat", "-Hp", pool, "1", "4"], env=oxzfs.env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    with open(os.path.join(root, "burst"), "wb") as f:
+        f.write(os.urandom(8 << 20))
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    out, err = cp.communicate(timeout=60)
+    assert cp.returncode == 0, err
+    rows = [ln.split("\t") for ln in out.splitlines()]
+    assert len(rows) == 4 and all(x[0] == pool for x in rows), out
+    written = sum(int(x[6]) for x in rows[1:])
+    # both mirror sides took the 8 MiB (each report is bytes per second over about a second)
+    assert written >= 0.8 * (16 << 20), out
+
+    for args, code, msg in [
+        (("-w", "-r"), 2, "Only one of [-r|-w] can be passed at a time\n"),
+        (("-w", "-l"), 2, "[-r|-w] isn't allowed with [-c|-l|-q]\n"),
+        ((pool, "0"), 2, "interval cannot be zero\n"),
+        ((pool, "nosuchvdev"), 2, f'Expected either a list of pools, or list of vdevs in "{pool}", but got:\n\tnosuchvdev (unknown)\n'),
+    ]:
+        r = oxzfs.zpool("iostat", *args)
+        assert r.returncode == code and r.stderr.startswith(msg), repr(r)
     assert oxzfs.export(pool).returncode == 0
 
 

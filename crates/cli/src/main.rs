@@ -10,6 +10,7 @@
 mod client;
 mod commands;
 mod daemon;
+mod iostat;
 mod props;
 mod table;
 mod vdevspec;
@@ -114,6 +115,14 @@ fn run(args: &[String]) -> i32 {
                 } else {
                     // Nothing is imported: answer as OpenZFS does with no pools.
                     return show(commands::run_without_daemon(args, &cwd()));
+                }
+            }
+            // `zpool iostat ... INTERVAL [COUNT]` stays here, asking the daemon each interval.
+            if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("iostat") {
+                if let Ok(a) = iostat::parse(&args[2..]) {
+                    if a.interval > 0.0 {
+                        return iostat::run_interval(&args[2..], &|argv| client::request(argv));
+                    }
                 }
             }
             let mut res = client::request(args);

@@ -51,7 +51,7 @@ impl Verb {
             Verb::Remove => REMOVE_USAGE,
             Verb::Sync => SYNC_USAGE,
             Verb::List => ZPOOL_LIST_USAGE,
-            Verb::Iostat => IOSTAT_USAGE,
+            Verb::Iostat => crate::iostat::USAGE,
             Verb::Status => STATUS_USAGE,
             Verb::Clear => CLEAR_USAGE,
             Verb::Scrub => SCRUB_USAGE,
@@ -73,7 +73,7 @@ impl Verb {
             Verb::Remove => remove(st, args),
             Verb::Sync => sync(st, args),
             Verb::List => list(st, args),
-            Verb::Iostat => iostat(st, args),
+            Verb::Iostat => crate::iostat::iostat(st, args),
             Verb::Status => status(st, args),
             Verb::Clear => clear(st, args),
             Verb::Scrub => scrub(st, args),
@@ -87,7 +87,6 @@ impl Verb {
     }
 }
 
-const IOSTAT_USAGE: &str = "usage:\n\tiostat [[[-c [script1,script2,...][-lq]]|[-rw]] [-T d | u] [-ghHLpPvy]\n\t    [[pool ...]|[pool vdev ...]|[vdev ...]] [[-n] interval [count]]";
 const HISTORY_USAGE: &str = "usage:\n\thistory [-il] [<pool>] ...";
 const DESTROY_USAGE: &str = "usage:\n\tdestroy [-f] <pool>\n";
 const SET_USAGE: &str = "usage:\n\tset <property=value> <pool> \n";
@@ -494,114 +493,6 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
         st.waits.push(imp.pool.spa.clone());
     }
     ok(String::new())
-}
-
-/// `zpool iostat [-v] [-H] [-p] [pool]...`: capacity, operations and bandwidth per pool (and
-/// per vdev with -v), averaged since import, in OpenZFS's layout.
-pub fn iostat(st: &mut State, args: &[String]) -> Out {
-    use oxzfs::vdev::Vdev;
-    use std::sync::atomic::Ordering::Relaxed;
-    let o = match getopt(args, "", "vHpgLPyh") {
-        Ok(o) if o.has('h') => return usage(IOSTAT_USAGE),
-        Ok(o) => o,
-        Err(e) => return usage(format!("{e}\n{IOSTAT_USAGE}")),
-    };
-    let pools = match find_pools(st, &o.operands) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    if pools.is_empty() {
-        return fail("no pools available");
-    }
-    let p = o.has('p');
-    let num = |n: u64| if p || n < 1024 { n.to_string() } else { oxzfs::dsl::nicebytes(n).trim_end_matches('B').to_string() };
-    fn sums(v: &Vdev) -> (u64, u64, u64, u64) {
-        if v.is_leaf() {
-            let s = &v.stats;
-            return (s.read_ops.load(Relaxed), s.write_ops.load(Relaxed), s.read_bytes.load(Relaxed), s.write_bytes.load(Relaxed));
-        }
-        v.children.iter().map(|c| sums(c)).fold((0, 0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3))
-    }
-    let mut rows: Vec<(String, String, String, [u64; 4])> = Vec::new();
-    for imp in &pools {
-        let secs = imp.since.elapsed().as_secs_f64().max(1.0);
-        let rate = |x: (u64, u64, u64, u64)| [(x.0 as f64 / secs) as u64, (x.1 as f64 / secs) as u64, (x.2 as f64 / secs) as u64, (x.3 as f64 / secs) as u64];
-        let pool = &imp.pool;
-        let lr = pool.list_row();
-        rows.push((pool.name().to_string(), nice(lr.alloc, p), nice(lr.free, p), rate(sums(&pool.spa.root_vdev))));
-        if o.has('v') {
-            let section = |label: Option<&str>, tops: Vec<&Arc<Vdev>>, rows: &mut Vec<(String, String, String, [u64; 4])>| {
-                if tops.is_empty() {
-                    return;
-                }
-                if let Some(l) = label {
-                    rows.push((l.to_string(), String::new(), String::new(), [u64::MAX; 4]));
-                }
-                for t in tops {
-                    let alloc = pool.vdev_alloc(t).unwrap_or(0);
-                    rows.push((format!("  {}", t.display_name()), nice(alloc, p), nice(t.asize.saturating_sub(alloc), p), rate(sums(t))));
-                    let mut stack: Vec<(&Arc<Vdev>, usize)> = t.children.iter().rev().map(|c| (c, 2)).collect();
-                    while let Some((c, d)) = stack.pop() {
-                        rows.push((format!("{}{}", "  ".repeat(d), c.display_name()), "-".into(), "-".into(), rate(sums(c))));
-                        stack.extend(c.children.iter().rev().map(|k| (k, d + 1)));
-                    }
-                }
-            };
-            let kids = &pool.spa.root_vdev.children;
-            section(None, kids.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty()).collect(), &mut rows);
-            section(Some("dedup"), kids.iter().filter(|t| t.alloc_bias == "dedup").collect(), &mut rows);
-            section(Some("special"), kids.iter().filter(|t| t.alloc_bias == "special").collect(), &mut rows);
-            section(Some("logs"), kids.iter().filter(|t| t.is_log).collect(), &mut rows);
-            // Cache devices hold no pool data (their space is the L2ARC's): OpenZFS shows their
-            // size as free while nothing is cached on them.
-            let cache = pool.aux_devices("l2cache");
-            if !cache.is_empty() {
-                rows.push(("cache".into(), String::new(), String::new(), [u64::MAX; 4]));
-                let l2 = pool.spa.l2arc.devices();
-                for (path, state) in cache {
-                    // The L2ARC's own numbers when it uses the device (allocated: buffers and
-                    // log blocks on it), else its whole space free.
-                    let used = l2.iter().find(|d| d.path.to_string_lossy() == path.as_str() && !d.faulted);
-                    let (alloc, free, io) = match used {
-                        Some(d) => (nice(d.alloc, p), nice(d.size.saturating_sub(d.alloc), p), rate((d.reads, d.writes, d.read_bytes, d.write_bytes))),
-                        None => match if state == "ONLINE" { oxzfs::pool::l2arc_space(std::path::Path::new(&path)) } else { None } {
-                            Some(n) => (nice(0, p), nice(n, p), [0; 4]),
-                            None => ("-".into(), "-".into(), [0; 4]),
-                        },
-                    };
-                    rows.push((format!("  {path}"), alloc, free, io));
-                }
-            }
-        }
-    }
-    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(10);
-    let mut out = String::new();
-    if !o.has('H') {
-        let _ = writeln!(out, "{:w$}    capacity     operations     bandwidth ", "");
-        let _ = writeln!(out, "{:<w$}  alloc   free   read  write   read  write", "pool");
-        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
-    }
-    for (name, a, f, r) in rows {
-        if r[0] == u64::MAX {
-            // A class heading (print_iostat_dashes with a name): a dash in every column.
-            if !o.has('H') {
-                let _ = writeln!(out, "{name:<w$}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}  {:>5}", "-", "-", "-", "-", "-", "-");
-            } else {
-                let _ = writeln!(out);
-            }
-            continue;
-        }
-        let bw = |x: u64| if p || x < 1024 { x.to_string() } else { oxzfs::dsl::nicebytes(x) };
-        if o.has('H') {
-            let _ = writeln!(out, "{}\t{a}\t{f}\t{}\t{}\t{}\t{}", name.trim(), num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
-        } else {
-            let _ = writeln!(out, "{name:<w$}  {a:>5}  {f:>5}  {:>5}  {:>5}  {:>5}  {:>5}", num(r[0]), num(r[1]), bw(r[2]), bw(r[3]));
-        }
-    }
-    if !o.has('H') {
-        let _ = writeln!(out, "{}  -----  -----  -----  -----  -----  -----", "-".repeat(w));
-    }
-    ok(out)
 }
 
 /// `zpool history [pool]...`

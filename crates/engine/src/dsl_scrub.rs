@@ -205,7 +205,8 @@ fn spawn(h: Arc<PoolHandle>, spa: Arc<Spa>) {
     let name = format!("scrub {}", spa.name);
     let s2 = spa.clone();
     let r = std::thread::Builder::new().name(name).spawn(move || {
-        let r = run(&h, &spa);
+        // The scan's reads and repair writes are counted as scrub I/O (ZIO_PRIORITY_SCRUB).
+        let r = crate::vdev::iostat::with_class(crate::vdev::iostat::IoClass::Scrub, || run(&h, &spa));
         let mut s = spa.scan.lock();
         if let Err(e) = r {
             // The daemon's log shows it with the scan's status (`ScanInner::last_error`).

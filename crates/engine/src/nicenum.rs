@@ -34,9 +34,34 @@ pub fn nicebytes(num: u64) -> String {
     }
 }
 
+/// OpenZFS's zfs_nicetime (ZFS_NICENUM_TIME, 1000-based, whole units): "-" for 0 (a latency
+/// without samples), "512ns", "12us", "1ms".
+pub fn nicetime(num: u64) -> String {
+    const UNITS: [&str; 5] = ["ns", "us", "ms", "s", "?"];
+    if num == 0 {
+        return "-".into();
+    }
+    let mut n = num;
+    let mut index = 0;
+    while n >= 1000 && index < 4 {
+        n /= 1000;
+        index += 1;
+    }
+    format!("{n}{}", UNITS[index])
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{nicebytes, nicenum};
+    use super::{nicebytes, nicenum, nicetime};
+
+    #[test]
+    fn nicetime_as_zfs_nicetime() {
+        assert_eq!(nicetime(0), "-");
+        assert_eq!(nicetime(999), "999ns");
+        assert_eq!(nicetime(1023), "1us");
+        assert_eq!(nicetime(2_499_999), "2ms");
+        assert_eq!(nicetime(1 << 35), "34s");
+    }
 
     #[test]
     fn nicebytes_has_a_unit_below_1k() {

@@ -26,6 +26,7 @@
 //! Locking: the tree is immutable after open; counters are atomics; the registry has its own
 //! mutex, a leaf lock held only to look a path up.
 
+pub mod iostat;
 pub mod raidz;
 pub mod sim;
 
@@ -172,6 +173,8 @@ pub struct VdevStats {
     /// Taken out of use after errors (a log device whose write failed): FAULTED until
     /// `zpool clear` or the next import.
     pub faulted: std::sync::atomic::AtomicBool,
+    /// Latency and request-size histograms, I/Os in flight (`zpool iostat -l/-q/-w/-r`).
+    pub ex: iostat::IoStatsEx,
 }
 
 impl VdevStats {
@@ -460,6 +463,7 @@ impl Vdev {
         }
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        let _io = self.stats.ex.begin(true, data.len() as u64);
         dev.write_at(data, phys).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
@@ -473,7 +477,14 @@ impl Vdev {
             return self.write(offset, data);
         }
         let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let hs: Vec<_> = self.children.iter().map(|c| s.spawn(move || c.write(offset, data))).collect();
+            // The sides' threads count their writes in this thread's class (an intent-log
+            // commit's are sync writes).
+            let class = iostat::current_class();
+            let write = move |c: &Arc<Vdev>| match class {
+                Some(k) => iostat::with_class(k, || c.write(offset, data)),
+                None => c.write(offset, data),
+            };
+            let hs: Vec<_> = self.children.iter().map(|c| s.spawn(move || write(c))).collect();
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ZfsError::Invalid("mirror side write panicked".into())))).collect()
         });
         let ok = results.iter().filter(|r| r.is_ok()).count();
@@ -532,7 +543,10 @@ impl Vdev {
         let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
-        match dev.read_at(&mut buf, phys) {
+        let io = self.stats.ex.begin(false, size);
+        let res = dev.read_at(&mut buf, phys);
+        drop(io);
+        match res {
             Ok(()) => Ok(buf),
             Err(e) => {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);

@@ -491,10 +491,13 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
 /// flushed (a log block on disk names only blocks already there). On a failure, the
 /// top-level vdev that failed and why.
 pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u64, ZfsError)> {
-    if !commit.data.is_empty() {
-        write_blocks(root, &commit.data)?;
-    }
-    write_blocks(root, &commit.log)
+    // A commit's writes are waited for by an fsync: sync writes (ZIO_PRIORITY_SYNC_WRITE).
+    crate::vdev::iostat::with_class(crate::vdev::iostat::IoClass::SyncWrite, || {
+        if !commit.data.is_empty() {
+            write_blocks(root, &commit.data)?;
+        }
+        write_blocks(root, &commit.log)
+    })
 }
 
 /// Write blocks to every DVA and flush the top-level vdevs holding them.
