@@ -291,6 +291,47 @@ def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
+def test_one_arc_for_all_pools_shrinks_under_memory_pressure(oxzfs):
+    """One ARC serves every imported pool, as in OpenZFS: its limit is zfs_arc_max for all of
+    them together, and an export drops that pool's blocks only. When the system's available
+    memory falls below zfs_arc_sys_free, the target `c` shrinks (never below zfs_arc_min),
+    memory_throttle_count counts it, and after arc_grow_retry the target grows back as blocks
+    come in."""
+    tune(oxzfs)
+    assert oxzfs.run("tunable", "zfs_arc_min=4M").returncode == 0
+    base = os.path.join(oxzfs.base, "shared")
+    roots = {}
+    for i, pool in enumerate(("arcp1", "arcp2")):
+        vdir, alt = os.path.join(base, f"v{i}"), os.path.join(base, f"alt{i}")
+        r = oxzfs.zpool("create", "-O", "compression=off", "-R", alt, pool, *make_devs(vdir, 1, 64))
+        assert r.returncode == 0, repr(r)
+        oxzfs.imported.append(pool)
+        roots[pool] = os.path.join(alt, pool)
+        with open(os.path.join(roots[pool], "f"), "wb") as f:
+            f.write(os.urandom(10 << 20))
+        assert oxzfs.zpool("sync", pool).returncode == 0
+    s = arcstats(oxzfs)
+    assert s["c_max"] == 16 << 20 and s["c_min"] == 4 << 20 and 10 << 20 < s["size"] <= 16 << 20, s
+    assert oxzfs.export("arcp1").returncode == 0
+    t = arcstats(oxzfs)
+    assert t["size"] < s["size"] - (1 << 20), (s, t)
+    # Memory "short": the ARC must leave the system all of it.
+    total = int(next(ln.split()[1] for ln in open("/proc/meminfo") if ln.startswith("MemTotal:"))) << 10
+    assert oxzfs.run("tunable", f"zfs_arc_sys_free={total}").returncode == 0
+    s = wait_for(oxzfs, "the ARC shrinking to zfs_arc_min", lambda s: s["c"] == 4 << 20, timeout=30)
+    assert s["size"] <= 4 << 20 and s["memory_throttle_count"] > 0 and s["arc_no_grow"] == 1, s
+    assert s["memory_available_bytes"] == 0 and s["arc_sys_free"] == total, s
+    assert oxzfs.run("tunable", "zfs_arc_sys_free=0").returncode == 0
+    time.sleep(6)  # arc_grow_retry (5 s) after the last shrink
+    with open(os.path.join(roots["arcp2"], "g"), "wb") as f:
+        f.write(os.urandom(8 << 20))
+    assert oxzfs.zpool("sync", "arcp2").returncode == 0
+    s = arcstats(oxzfs)
+    assert s["c"] > 8 << 20 and s["arc_no_grow"] == 0, s
+    assert oxzfs.run("tunable", "zfs_arc_min=0").returncode == 0
+    assert oxzfs.export("arcp2").returncode == 0
+
+
 def test_v23_pool_with_our_cache_device_imports_in_zfs_fuse(oxzfs, work_dir):
     """zfs-fuse (pool version 23, no persistent L2ARC) imports a pool whose cache device we fed
     and reads the file back; its own L2ARC takes the device over."""

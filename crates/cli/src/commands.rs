@@ -118,13 +118,11 @@ fn verb_list(cmd: &str) -> String {
     s.trim_end().to_string()
 }
 
-/// zfs_arc_max / zfs_arc_min changed: every imported pool's ARC takes the new limits at once
+/// zfs_arc_max / zfs_arc_min changed: the ARC the pools share takes the new limits at once
 /// (a smaller limit evicts now).
-fn resize_arcs(st: &State) {
+fn resize_arcs(_st: &State) {
     let (max, min) = arc_limits();
-    for imp in st.pools.values() {
-        imp.pool.spa.arc.set_limits(max, min);
-    }
+    oxzfs::arc::shared(max).set_limits(max, min);
 }
 
 /// (c_max, c_min) as the tunables set them.
@@ -160,30 +158,10 @@ fn arcstats(st: &State, args: &[String]) -> Out {
 }
 
 fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
-    let mut arc = std::collections::BTreeMap::<&'static str, u64>::new();
+    // One ARC serves every pool (made here with the tunables' limits if no pool made it yet).
+    let s = oxzfs::arc::shared(arc_limits().0).stats();
     let (mut l2size, mut l2asize, mut lbc, mut lba, mut hdr) = (0, 0, 0, 0, 0);
-    let mut c_max = 0;
-    let mut c_min = 0;
     for imp in st.pools.values() {
-        let s = imp.pool.spa.arc.stats();
-        for (k, v) in [
-            ("hits", s.hits),
-            ("misses", s.misses),
-            ("size", s.size),
-            ("p", s.p),
-            ("mru_size", s.mru_size),
-            ("mru_ghost_size", s.mru_ghost_size),
-            ("mfu_size", s.mfu_size),
-            ("mfu_ghost_size", s.mfu_ghost_size),
-            ("mru_hits", s.mru_hits),
-            ("mru_ghost_hits", s.mru_ghost_hits),
-            ("mfu_hits", s.mfu_hits),
-            ("mfu_ghost_hits", s.mfu_ghost_hits),
-        ] {
-            *arc.entry(k).or_default() += v;
-        }
-        c_max += s.c_max;
-        c_min += s.c_min;
         let (a, b, c, d, e) = imp.pool.spa.l2arc.sizes();
         l2size += a;
         l2asize += b;
@@ -191,14 +169,29 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
         lba += d;
         hdr += e;
     }
-    if st.pools.is_empty() {
-        (c_max, c_min) = arc_limits();
-    }
-    let mut rows: Vec<(&'static str, u64)> = ["hits", "misses"].iter().map(|k| (*k, arc.get(k).copied().unwrap_or(0))).collect();
-    rows.extend([("p", arc.get("p").copied().unwrap_or(0)), ("c", c_max), ("c_min", c_min), ("c_max", c_max), ("size", arc.get("size").copied().unwrap_or(0))]);
-    for k in ["mru_size", "mru_ghost_size", "mfu_size", "mfu_ghost_size", "mru_hits", "mru_ghost_hits", "mfu_hits", "mfu_ghost_hits"] {
-        rows.push((k, arc.get(k).copied().unwrap_or(0)));
-    }
+    let avail = oxzfs::arc::available_memory();
+    let mut rows: Vec<(&'static str, u64)> = vec![
+        ("hits", s.hits),
+        ("misses", s.misses),
+        ("p", s.p),
+        ("c", s.c),
+        ("c_min", s.c_min),
+        ("c_max", s.c_max),
+        ("size", s.size),
+        ("mru_size", s.mru_size),
+        ("mru_ghost_size", s.mru_ghost_size),
+        ("mfu_size", s.mfu_size),
+        ("mfu_ghost_size", s.mfu_ghost_size),
+        ("mru_hits", s.mru_hits),
+        ("mru_ghost_hits", s.mru_ghost_hits),
+        ("mfu_hits", s.mfu_hits),
+        ("mfu_ghost_hits", s.mfu_ghost_hits),
+        ("memory_throttle_count", s.throttles),
+        ("arc_no_grow", u64::from(s.no_grow)),
+        // (a signed kstat in OpenZFS: shown here as 0 when memory is short)
+        ("memory_available_bytes", avail.max(0) as u64),
+        ("arc_sys_free", oxzfs::arc::sys_free()),
+    ];
     // The L2ARC's counters are the process's (every pool's since the daemon started); its
     // sizes are those of the pools imported now.
     rows.extend(oxzfs::l2arc::L2_STATS.snapshot());

@@ -13,8 +13,15 @@
 //! in-place rewrites release the old header first; here the old entry simply ages out). Blocks
 //! read are inserted with `insert` (a repeat keeps the entry: the bytes are the same); blocks
 //! just written are inserted with `replace` (the writer's bytes are what is on disk now).
-//! One cache serves a whole pool; a mutex guards it (lock order: ARC is a leaf lock, nothing
-//! else is taken while it is held).
+//! One cache serves every imported pool, as in OpenZFS ([`shared`]): keys carry the pool's
+//! import id, and an export drops that pool's entries (`flush_spa`, arc_flush). A mutex
+//! guards it (lock order: ARC is a leaf lock, nothing else is taken while it is held).
+//!
+//! Its size follows the target `c` (arc_c), between `c_min` and `c_max`: a reaper thread
+//! (arc_reap_zthr) watches the memory the system has available and, when it falls below
+//! `zfs_arc_sys_free`, lowers `c` by what is missing plus 1/128 of what could go
+//! (arc_shrink_shift) and evicts down to it; `c` then stays put for `arc_grow_retry` seconds
+//! and grows back as blocks come in while the cache is full (arc_adapt).
 //!
 //! For the L2ARC (see `l2arc`) an entry remembers the block pointer it was read or written
 //! under and whether its dataset lets it go to a cache device (secondarycache); the feed asks
@@ -30,6 +37,8 @@ use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ArcKey {
+    /// The pool's import (`Spa::arc_id`, OpenZFS's spa_load_guid): one ARC serves every pool.
+    pub spa: u64,
     pub vdev: u64,
     pub offset: u64,
     pub birth: u64,
@@ -105,7 +114,13 @@ struct State {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ArcStats {
     pub size: u64,
+    /// The target (arc_c).
+    pub c: u64,
     pub c_max: u64,
+    /// memory_throttle_count: times memory pressure lowered the target.
+    pub throttles: u64,
+    /// arc_no_grow: the target may not grow now.
+    pub no_grow: bool,
     pub c_min: u64,
     pub p: u64,
     pub mru_size: u64,
@@ -123,7 +138,70 @@ pub struct ArcStats {
 pub struct Arc_ {
     c_max: AtomicU64,
     c_min: AtomicU64,
+    /// The target size (arc_c): `c_max` unless memory pressure lowered it.
+    c: AtomicU64,
+    /// No growing of `c` before this time (arc_no_grow; milliseconds since `born`).
+    no_grow_until_ms: AtomicU64,
+    /// Times the reaper lowered `c` (memory_throttle_count).
+    throttles: AtomicU64,
+    born: std::time::Instant,
     state: Mutex<State>,
+}
+
+/// Memory pressure: arc_shrink_shift (1/128 of what can go is freed beyond the deficit),
+/// arc_grow_retry (seconds without growth after a shrink), the growth margin (arc_adapt grows
+/// `c` only while the cache is within 2 × SPA_MAXBLOCKSIZE of it).
+const ARC_SHRINK_SHIFT: u32 = 7;
+const ARC_GROW_RETRY_MS: u64 = 5000;
+const ARC_GROW_MARGIN: u64 = 2 << 24;
+
+/// The one ARC of this process, made at its first use with `c_max` (zfs_arc_max, or the
+/// default), its reaper thread started; later pools share it (zfs_arc_max changes reach it
+/// through `set_limits`).
+pub fn shared(c_max: u64) -> Arc<Arc_> {
+    static SHARED: std::sync::OnceLock<Arc<Arc_>> = std::sync::OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let arc = Arc::new(Arc_::new(c_max));
+            let weak = Arc::downgrade(&arc);
+            let _ = std::thread::Builder::new().name("arc_reap".into()).spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let Some(arc) = weak.upgrade() else { return };
+                arc.reap(available_memory());
+            });
+            arc
+        })
+        .clone()
+}
+
+/// Bytes of memory the system has available (MemAvailable), and its total (MemTotal).
+fn meminfo() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb << 10)
+    };
+    Some((field("MemAvailable:")?, field("MemTotal:")?))
+}
+
+/// arc_sys_free: the memory the ARC leaves the system: zfs_arc_sys_free when set, else 1/32
+/// of memory plus three times the kernel's free-page watermark (min_free_kbytes), as
+/// OpenZFS's Linux default is.
+pub fn sys_free() -> u64 {
+    if let Some(v) = crate::tunables::arc_sys_free() {
+        return v;
+    }
+    let total = meminfo().map(|m| m.1).unwrap_or(0);
+    let wmark = std::fs::read_to_string("/proc/sys/vm/min_free_kbytes").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0) << 10;
+    wmark * 3 + total / 32
+}
+
+/// arc_available_memory: available memory less `sys_free` (negative: that much is missing).
+pub fn available_memory() -> i64 {
+    match meminfo() {
+        Some((avail, _)) => avail as i64 - sys_free() as i64,
+        None => i64::MAX,
+    }
 }
 
 /// The pool's cache. (Named `Arc_` internally to keep `std::sync::Arc` usable; use this alias.)
@@ -145,6 +223,10 @@ impl Arc_ {
         Arc_ {
             c_max: AtomicU64::new(c_max),
             c_min: AtomicU64::new(crate::tunables::arc_min().unwrap_or_else(|| Self::default_min(c_max)).min(c_max)),
+            c: AtomicU64::new(c_max),
+            no_grow_until_ms: AtomicU64::new(0),
+            throttles: AtomicU64::new(0),
+            born: std::time::Instant::now(),
             state: Mutex::new(State {
                 entries: HashMap::new(),
                 lists: Lists::default(),
@@ -171,12 +253,72 @@ impl Arc_ {
         self.c_max.load(Ordering::Relaxed)
     }
 
+    fn c(&self) -> u64 {
+        self.c.load(Ordering::Relaxed)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Whether `c` may grow now (not within arc_grow_retry of a shrink).
+    fn may_grow(&self) -> bool {
+        self.now_ms() >= self.no_grow_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// One look of the reaper (arc_reap_cb_check / arc_reap_cb): `avail` is the memory
+    /// available beyond arc_sys_free; when it is short, lower the target by the deficit plus
+    /// 1/128 of what could go, evict down to it, and grow no more for a while.
+    pub fn reap(&self, avail: i64) {
+        if avail >= 0 {
+            return;
+        }
+        self.no_grow_until_ms.store(self.now_ms() + ARC_GROW_RETRY_MS, Ordering::Relaxed);
+        let c_min = self.c_min.load(Ordering::Relaxed);
+        let can_free = self.c().saturating_sub(c_min) as i64;
+        let to_free = (can_free >> ARC_SHRINK_SHIFT) - avail;
+        if can_free > 0 && to_free > 0 {
+            self.reduce_target(to_free as u64);
+        }
+    }
+
+    /// arc_reduce_target_size: the target drops by `to_free` from the lower of itself and the
+    /// size (never below c_min), and the cache evicts down to it.
+    pub fn reduce_target(&self, to_free: u64) {
+        let mut st = self.state.lock().unwrap();
+        let size = st.sizes[0] + st.sizes[1];
+        let c_min = self.c_min.load(Ordering::Relaxed);
+        let c = self.c().min(size);
+        let new = if c > to_free && c - to_free > c_min { c - to_free } else { c_min };
+        self.c.store(new, Ordering::Relaxed);
+        st.p = st.p.saturating_sub(st.p >> ARC_SHRINK_SHIFT);
+        if st.p > new {
+            st.p = new / 2;
+        }
+        self.throttles.fetch_add(1, Ordering::Relaxed);
+        self.evict(&mut st);
+    }
+
+    /// Drop every entry of one pool (arc_flush at export): its blocks can be of no use to
+    /// anyone else.
+    pub fn flush_spa(&self, spa: u64) {
+        let mut st = self.state.lock().unwrap();
+        let st = &mut *st;
+        let gone: Vec<ArcKey> = st.entries.keys().filter(|k| k.spa == spa).copied().collect();
+        for k in gone {
+            if let Some(e) = st.entries.remove(&k) {
+                st.lists.list(e.list).remove(&e.seq);
+                st.sizes[idx(e.list)] -= e.size;
+            }
+        }
+    }
     /// Change the limits while the cache is in use (zfs_arc_max, zfs_arc_min): the limit is
     /// kept at or above `c_min`, and a smaller one evicts at once.
     pub fn set_limits(&self, c_max: u64, c_min: u64) {
         let c_max = c_max.max(c_min).max(1 << 20);
         self.c_min.store(c_min.min(c_max), Ordering::Relaxed);
         self.c_max.store(c_max, Ordering::Relaxed);
+        self.c.store(c_max, Ordering::Relaxed);
         let mut st = self.state.lock().unwrap();
         st.p = st.p.min(c_max);
         self.evict(&mut st);
@@ -191,13 +333,13 @@ impl Arc_ {
     /// The entries the L2ARC feed may write, from the tails of MFU then MRU (the heads while
     /// the cache is cold), looking at no more than `scan` bytes of each list (0: all).
     /// `skip` says which are already on a cache device.
-    pub fn l2_candidates(&self, scan: u64, skip: &dyn Fn(&ArcKey) -> bool) -> Vec<L2Candidate> {
+    pub fn l2_candidates(&self, spa: u64, scan: u64, skip: &dyn Fn(&ArcKey) -> bool) -> Vec<L2Candidate> {
         let st = self.state.lock().unwrap();
         let mut out = Vec::new();
         for (list, mfu) in [(&st.lists.mfu, true), (&st.lists.mru, false)] {
             let mut passed = 0u64;
             let keys: Box<dyn Iterator<Item = &ArcKey>> = if st.warm { Box::new(list.values()) } else { Box::new(list.values().rev()) };
-            for key in keys {
+            for key in keys.filter(|k| k.spa == spa) {
                 let Some(e) = st.entries.get(key) else { continue };
                 passed += e.size;
                 if scan != 0 && passed > scan {
@@ -333,6 +475,12 @@ impl Arc_ {
             }
             None => ListId::Mru,
         };
+        // arc_adapt: a cache near its target grows the target, up to c_max, unless memory
+        // was short lately.
+        let c = self.c();
+        if c < self.c_max() && st.sizes[0] + st.sizes[1] + ARC_GROW_MARGIN >= c && self.may_grow() {
+            self.c.store((c + size).min(self.c_max()), Ordering::Relaxed);
+        }
         st.entries.insert(key, Entry { list: target, seq, size, data: Some(data), l2bp });
         st.lists.list(target).insert(seq, key);
         st.sizes[idx(target)] += size;
@@ -341,7 +489,8 @@ impl Arc_ {
 
     fn evict(&self, st: &mut State) {
         let c_max = self.c_max();
-        while st.sizes[0] + st.sizes[1] > c_max {
+        let c = self.c().min(c_max);
+        while st.sizes[0] + st.sizes[1] > c {
             st.warm = true;
             // Evict from MRU when it is over its target, else from MFU.
             let from = if (st.sizes[0] > st.p && !st.lists.mru.is_empty()) || st.lists.mfu.is_empty() {
@@ -377,7 +526,10 @@ impl Arc_ {
         let st = self.state.lock().unwrap();
         ArcStats {
             size: st.sizes[0] + st.sizes[1],
+            c: self.c(),
             c_max: self.c_max(),
+            throttles: self.throttles.load(Ordering::Relaxed),
+            no_grow: !self.may_grow(),
             c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
             mru_size: st.sizes[0],
@@ -399,13 +551,13 @@ mod tests {
     use super::*;
 
     fn k(o: u64) -> ArcKey {
-        ArcKey { vdev: 0, offset: o, birth: 1, cksum: [0; 4] }
+        ArcKey { spa: 1, vdev: 0, offset: o, birth: 1, cksum: [0; 4] }
     }
 
     #[test]
     fn whole_checksum_names_a_block_rewritten_in_place() {
         let arc = Arc_::new(1 << 20);
-        let a = ArcKey { vdev: 0, offset: 4096, birth: 9, cksum: [7, 1, 2, 3] };
+        let a = ArcKey { spa: 1, vdev: 0, offset: 4096, birth: 9, cksum: [7, 1, 2, 3] };
         // Rewritten in place in a later pass: same DVA and birth, checksum differs past word 0.
         let b = ArcKey { cksum: [7, 1, 2, 4], ..a };
         arc.insert(a, Arc::new(vec![1u8; 512]));
@@ -456,7 +608,7 @@ mod tests {
         }
         assert!(!arc.warm());
         // Cold: from the head (newest first).
-        let c = arc.l2_candidates(0, &|_| false);
+        let c = arc.l2_candidates(1, 0, &|_| false);
         assert_eq!(c.len(), 32);
         assert_eq!(c[0].key, k(31));
         arc.set_limits(1 << 20, 0);
@@ -464,11 +616,11 @@ mod tests {
         assert!(s.size <= 1 << 20 && s.c_max == 1 << 20, "{s:?}");
         assert!(arc.warm());
         // Warm: from the tail (oldest first), bounded by the scan, skipping what L2 holds.
-        let c = arc.l2_candidates(128 << 10, &|key| key.offset == 16);
+        let c = arc.l2_candidates(1, 128 << 10, &|key| key.offset == 16);
         assert_eq!(c.iter().map(|c| c.key.offset).collect::<Vec<_>>(), vec![17]);
         // Blocks inserted without a bp (secondarycache=none) are never candidates.
         arc.insert(k(100), Arc::new(vec![0u8; 512]));
-        assert!(arc.l2_candidates(0, &|_| false).iter().all(|c| c.key.offset != 100));
+        assert!(arc.l2_candidates(1, 0, &|_| false).iter().all(|c| c.key.offset != 100));
     }
 
     #[test]
@@ -477,13 +629,54 @@ mod tests {
         let bp = BlockPointer { birth: 7, ..Default::default() };
         // Brought in without its bp (a prefetch under l2arc_noprefetch): not a candidate.
         arc.insert(k(1), Arc::new(vec![1u8; 4096]));
-        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        assert!(arc.l2_candidates(1, 0, &|_| false).is_empty());
         // A plain hit leaves it so; a demand hit that may feed the L2ARC gives it its bp.
         assert!(arc.get(&k(1)).is_some());
-        assert!(arc.l2_candidates(0, &|_| false).is_empty());
+        assert!(arc.l2_candidates(1, 0, &|_| false).is_empty());
         assert!(arc.get_l2(&k(1), &bp).is_some());
-        let c = arc.l2_candidates(0, &|_| false);
+        let c = arc.l2_candidates(1, 0, &|_| false);
         assert_eq!((c.len(), c[0].bp.birth, c[0].mfu), (1, 7, true));
+    }
+
+    #[test]
+    fn memory_pressure_lowers_the_target_and_growth_waits() {
+        let arc = Arc_::new(8 << 20);
+        arc.set_limits(8 << 20, 1 << 20);
+        for o in 0..200 {
+            arc.insert(k(o), Arc::new(vec![0u8; 64 << 10]));
+        }
+        assert_eq!(arc.stats().size, 8 << 20);
+        arc.reap(1 << 30); // plenty available: nothing happens
+        assert_eq!((arc.stats().c, arc.stats().throttles), (8 << 20, 0));
+        // 3 MiB missing: the target drops by that and 1/128 of what could go.
+        arc.reap(-(3 << 20));
+        let s = arc.stats();
+        assert_eq!(s.c, (8 << 20) - (3 << 20) - ((7 << 20) >> 7), "{s:?}");
+        assert!(s.size <= s.c && s.no_grow && s.throttles == 1, "{s:?}");
+        // No growth right after: new blocks evict old ones at the lowered target.
+        for o in 1000..1200 {
+            arc.insert(k(o), Arc::new(vec![0u8; 64 << 10]));
+        }
+        assert_eq!(arc.stats().c, s.c);
+        assert!(arc.stats().size <= s.c);
+        // Never below c_min.
+        arc.reap(-(1 << 40));
+        assert_eq!(arc.stats().c, 1 << 20);
+    }
+
+    #[test]
+    fn pools_share_the_cache_and_an_export_drops_only_its_own() {
+        let arc = Arc_::new(4 << 20);
+        let other = |o: u64| ArcKey { spa: 2, ..k(o) };
+        arc.insert(k(1), Arc::new(vec![1u8; 4096]));
+        arc.insert(other(1), Arc::new(vec![2u8; 4096]));
+        assert_eq!((arc.get(&k(1)).unwrap()[0], arc.get(&other(1)).unwrap()[0]), (1, 2));
+        let bp = BlockPointer::default();
+        arc.insert_l2(other(2), Arc::new(vec![0u8; 4096]), &bp);
+        assert!(arc.l2_candidates(1, 0, &|_| false).is_empty(), "another pool's buffer offered to this pool's cache device");
+        arc.flush_spa(2);
+        assert!(arc.get(&other(1)).is_none() && arc.get(&k(1)).is_some());
+        assert_eq!(arc.stats().size, 4096);
     }
 
     #[test]

@@ -553,8 +553,9 @@ impl L2Arc {
         }
     }
 
-    /// One feed (l2arc_feed_thread's body): returns the bytes written.
-    pub fn feed_once(&self, arc: &AdaptiveCache, salt: &[u8; 32]) -> u64 {
+    /// One feed (l2arc_feed_thread's body) from the buffers of the pool whose ARC keys carry
+    /// `spa`: returns the bytes written.
+    pub fn feed_once(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32]) -> u64 {
         if self.stop.load(Ordering::Relaxed) {
             return 0;
         }
@@ -578,7 +579,7 @@ impl L2Arc {
         let warm = arc.warm();
         let size = tunables::l2arc_write_max() + if warm { 0 } else { tunables::l2arc_write_boost() };
         let scan = size.saturating_mul(tunables::l2arc_headroom());
-        let cands = arc.l2_candidates(scan, &|_| false);
+        let cands = arc.l2_candidates(spa, scan, &|_| false);
         // Room ahead of the hand for the buffers and their log blocks (l2arc_write_size and
         // l2arc_log_blk_overhead, counting the candidates rather than 512-byte buffers), never
         // more than half the ring.
@@ -836,7 +837,7 @@ mod tests {
         let (arc, blocks) = setup(n, salt);
         let l2 = Arc::new(L2Arc::new(pool));
         l2.add_device(guid, "mem".into(), mem.clone(), 9, true).unwrap();
-        let wrote = l2.feed_once(&arc, salt);
+        let wrote = l2.feed_once(&arc, 1, salt);
         (mem, l2, blocks, wrote)
     }
 
@@ -850,7 +851,7 @@ mod tests {
         let arc = AdaptiveCache::new(64 << 20);
         let blocks: Vec<_> = (0..n).map(|i| block(i, salt)).collect();
         for (bp, d) in &blocks {
-            arc.insert_l2(ArcKey { vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), bp);
+            arc.insert_l2(ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), bp);
         }
         (arc, blocks)
     }
@@ -922,10 +923,10 @@ mod tests {
             for i in 0..400 {
                 let (mut bp, d) = block(round * 1000 + i, &salt);
                 bp.birth = 200 + round;
-                arc.insert_l2(ArcKey { vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), &bp);
+                arc.insert_l2(ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), &bp);
                 all.push((bp, d));
             }
-            l2.feed_once(&arc, &salt);
+            l2.feed_once(&arc, 1, &salt);
         }
         let devs = l2.devices();
         assert!(devs.iter().all(|d| d.writes == 12), "both devices fed in turn");
@@ -1010,9 +1011,9 @@ mod tests {
             for i in 0..200 {
                 let (mut bp, d) = block(round * 1000 + i, &salt);
                 bp.birth = 100 + round;
-                arc.insert_l2(ArcKey { vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d), &bp);
+                arc.insert_l2(ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d), &bp);
             }
-            total += l2.feed_once(&arc, &salt);
+            total += l2.feed_once(&arc, 1, &salt);
         }
         assert!(total > ring, "wrote {total} bytes into a ring of {ring}");
         let (_, asize, _, _, _) = l2.sizes();

@@ -363,7 +363,12 @@ pub struct Spa {
     pub rootbp: BlockPointer,
     pub version: u64,
     pub readonly: bool,
-    pub arc: AdaptiveCache,
+    /// The ARC every pool shares (`arc::shared`), and this import's id in its keys.
+    pub arc: Arc<AdaptiveCache>,
+    pub arc_id: u64,
+    /// This pool's share of the ARC's hits and misses.
+    pub arc_hits: std::sync::atomic::AtomicU64,
+    pub arc_misses: std::sync::atomic::AtomicU64,
     /// The cache devices (level-2 ARC).
     pub l2arc: Arc<L2Arc>,
     /// primarycache and secondarycache of datasets by object number (0 none, 1 metadata,
@@ -386,7 +391,8 @@ pub struct Spa {
 
 impl Spa {
     /// A pool handle: its config and vdev tree, the uberblock it was opened at (and the MOS
-    /// root bp in it), an ARC of `arc_max` bytes, nothing read yet.
+    /// root bp in it), nothing read yet. The pools share one ARC, made by the first with
+    /// `arc_max` bytes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, uberblock: UberblockPhys, rootbp: BlockPointer, version: u64, readonly: bool, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
         Spa {
@@ -398,7 +404,13 @@ impl Spa {
             rootbp,
             version,
             readonly,
-            arc: AdaptiveCache::new(arc_max),
+            arc: crate::arc::shared(arc_max),
+            arc_id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
+            arc_hits: Default::default(),
+            arc_misses: Default::default(),
             l2arc: Arc::new(L2Arc::new(guid)),
             cache_policy: Default::default(),
             checksum_salt: salt,
@@ -442,6 +454,9 @@ impl Spa {
     pub fn close(&self) {
         self.l2arc.shutdown();
         self.mos.lock().unwrap().take();
+        // The pool's blocks leave the shared ARC now (arc_flush at export), not when the last
+        // thread holding the handle lets it go.
+        self.arc.flush_spa(self.arc_id);
     }
 
     /// Dataset `ds`'s primarycache and secondarycache (0 none, 1 metadata, 2 all).
@@ -504,7 +519,7 @@ impl Spa {
                 }
             }
             let Some(spa) = weak.upgrade() else { return };
-            spa.l2arc.feed_once(&spa.arc, &spa.checksum_salt);
+            spa.l2arc.feed_once(&spa.arc, spa.arc_id, &spa.checksum_salt);
         });
     }
 
@@ -540,12 +555,14 @@ impl Spa {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
-        let key = arc_key(bp);
+        let key = arc_key(self.arc_id, bp);
         if let Some(k) = &key {
             let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
             if let Some(d) = hit {
+                self.arc_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(d);
             }
+            self.arc_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let Some(k) = key else { return self.read_bp_uncached(bp).map(Arc::new) };
         // One read per block at a time: join one under way, or announce ours.
@@ -607,7 +624,7 @@ impl Spa {
         if bp.is_hole() || data.len() as u64 != bp.lsize {
             return;
         }
-        if let Some(k) = arc_key(bp) {
+        if let Some(k) = arc_key(self.arc_id, bp) {
             // A block rewritten in place (a later sync pass) is not what the L2ARC holds.
             self.l2arc.forget(bp);
             match self.cacheable(bp, ds) {
@@ -643,6 +660,13 @@ impl Spa {
     }
 }
 
+impl Drop for Spa {
+    /// The pool is gone (exported, or its import given up): its blocks leave the shared ARC.
+    fn drop(&mut self) {
+        self.arc.flush_spa(self.arc_id);
+    }
+}
+
 /// A lock-free reader's hold on the tree it walks (`Spa::pin_reader`); dropped when it is done.
 pub struct ReaderPin {
     spa: Arc<Spa>,
@@ -661,9 +685,10 @@ impl Drop for ReaderPin {
     }
 }
 
-/// A block's ARC key: its first DVA, birth and whole checksum (none for embedded blocks).
-fn arc_key(bp: &BlockPointer) -> Option<ArcKey> {
-    (!bp.embedded).then(|| ArcKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum })
+/// A block's ARC key: the pool's import, its first DVA, birth and whole checksum (none for
+/// embedded blocks).
+pub fn arc_key(spa: u64, bp: &BlockPointer) -> Option<ArcKey> {
+    (!bp.embedded).then(|| ArcKey { spa, vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum })
 }
 
 /// A block read under way (see `Spa::inflight`): its outcome once done (None: it failed).

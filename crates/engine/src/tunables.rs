@@ -6,9 +6,11 @@
 //!   zfs_txg_timeout         seconds between txg syncs of a pool with dirty data (read each wait)
 //!   zfs_dirty_data_max      dirty bytes before writers are throttled (0: 10% of memory, ≤ 4G;
 //!                           read when a pool is imported for writing)
-//!   zfs_arc_max             bytes of ARC per imported pool (0: half of memory; a change
-//!                           shrinks or grows every imported pool's ARC at once)
+//!   zfs_arc_max             bytes of the ARC all imported pools share (0: half of
+//!                           memory; a change shrinks or grows it at once)
 //!   zfs_arc_min             bytes the ARC is not shrunk below (0: 1/32 of zfs_arc_max)
+//!   zfs_arc_sys_free        memory the ARC leaves the system: with less available, the
+//!                           ARC's target shrinks (0: 1/32 of memory + 3 × min_free_kbytes)
 //!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
 //!                           more while the ARC is cold); l2arc_headroom: how many times that
 //!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds;
@@ -49,7 +51,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 17] = [
+static TUNABLES: [Tunable; 18] = [
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
     tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
     tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
@@ -59,8 +61,9 @@ static TUNABLES: [Tunable; 17] = [
     tunable("l2arc_write_boost", "Extra bytes the L2ARC feed writes while the ARC is cold", 8 << 20, 0, 1 << 40, None),
     tunable("l2arc_write_max", "Bytes the L2ARC feed writes to a cache device per interval", 8 << 20, 512, 1 << 40, None),
     tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
-    tunable("zfs_arc_max", "Largest ARC size of an imported pool, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
+    tunable("zfs_arc_max", "Largest size of the ARC the imported pools share, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
+    tunable("zfs_arc_sys_free", "Memory the ARC leaves the system: below this much available it shrinks, bytes (0: 1/32 of memory plus three times min_free_kbytes)", 0, 1, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
@@ -152,12 +155,13 @@ const L2ARC_WRITE_MAX: usize = 7;
 const FORCE_GANGING: usize = 8;
 const ARC_MAX: usize = 9;
 const ARC_MIN: usize = 10;
-const DIRTY_DATA_MAX: usize = 11;
-const IMMEDIATE_WRITE_SZ: usize = 12;
-const MAX_RECORDSIZE: usize = 13;
-const SCAN_SUSPEND_PROGRESS: usize = 14;
-const SCRUB_MIN_TIME_MS: usize = 15;
-const TXG_TIMEOUT: usize = 16;
+const ARC_SYS_FREE: usize = 11;
+const DIRTY_DATA_MAX: usize = 12;
+const IMMEDIATE_WRITE_SZ: usize = 13;
+const MAX_RECORDSIZE: usize = 14;
+const SCAN_SUSPEND_PROGRESS: usize = 15;
+const SCRUB_MIN_TIME_MS: usize = 16;
+const TXG_TIMEOUT: usize = 17;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -182,6 +186,10 @@ pub fn arc_max() -> Option<u64> {
 
 pub fn arc_min() -> Option<u64> {
     Some(TUNABLES[ARC_MIN].get()).filter(|v| *v > 0)
+}
+
+pub fn arc_sys_free() -> Option<u64> {
+    Some(TUNABLES[ARC_SYS_FREE].get()).filter(|v| *v > 0)
 }
 
 /// The L2ARC feed's knobs, read at each feed.
@@ -248,6 +256,7 @@ mod tests {
             ("metaslab_force_ganging", FORCE_GANGING),
             ("zfs_arc_max", ARC_MAX),
             ("zfs_arc_min", ARC_MIN),
+            ("zfs_arc_sys_free", ARC_SYS_FREE),
             ("zfs_dirty_data_max", DIRTY_DATA_MAX),
             ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
             ("zfs_max_recordsize", MAX_RECORDSIZE),
