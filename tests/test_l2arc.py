@@ -268,8 +268,34 @@ def test_arcstats_usage_and_json(oxzfs):
     j = json.loads(r.stdout)
     for k in ("hits", "misses", "size", "c", "c_min", "c_max", "mru_size", "mfu_size", "l2_hits", "l2_misses",
               "l2_size", "l2_asize", "l2_feeds", "l2_rw_clash", "l2_cksum_bad", "l2_io_error", "l2_rebuild_success",
-              "l2_rebuild_log_blks", "l2_log_blk_count"):
+              "l2_rebuild_log_blks", "l2_log_blk_count", "demand_data_hits", "prefetch_metadata_misses",
+              "arc_meta_used", "arc_meta_limit", "dnode_size", "hash_elements", "memory_throttle_count",
+              "l2_mfu_asize", "l2_bufc_metadata_asize"):
         assert k in j, k
+    # The hits and misses by kind add up to the totals.
+    kinds = ("demand_data", "demand_metadata", "prefetch_data", "prefetch_metadata")
+    assert sum(j[f"{k}_hits"] for k in kinds) == j["hits"] and sum(j[f"{k}_misses"] for k in kinds) == j["misses"], j
+
+
+def test_arc_summary_reads_the_arcstats(oxzfs):
+    """`oxzfs arc_summary` in OpenZFS's layout (72 columns, its number formats), from the
+    same counters as arcstats; -r dumps every counter; an unknown section is refused."""
+    tune(oxzfs)
+    j = json.loads(oxzfs.run("arcstats", "-j").stdout)
+    r = oxzfs.run("arc_summary", "-s", "arc")
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[2].startswith("ZFS Subsystem Report") and len(lines[2]) == 72, r.stdout
+    want_max = f"{j['c_max'] / (1 << 20):.1f} MiB"
+    row = next(ln for ln in lines if "Max size (high water):" in ln)
+    assert row.split()[-3:] == [f"{j['c_max'] // j['c_min']}:1", *want_max.split()] and len(row) == 72, row
+    assert any(ln.startswith("ARC status:") and ln.endswith("HEALTHY") for ln in lines), r.stdout
+    r = oxzfs.run("arc_summary", "-r")
+    assert r.returncode == 0, repr(r)
+    raw = {ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("        ") and len(ln.split()) == 2}
+    assert set(j) <= raw and "zfs_arc_max" in raw, set(j) - raw
+    r = oxzfs.run("arc_summary", "-s", "bogus")
+    assert r.returncode == 1 and r.stderr == 'Error: Section "bogus" unknown\n', repr(r)
 
 
 def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):

@@ -24,6 +24,10 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     if cmd == "arcstats" {
         return arcstats(st, &argv[1..]);
     }
+    if cmd == "arc_summary" {
+        let tunables: Vec<(String, String, String)> = oxzfs::tunables::all().iter().map(|t| (t.name.to_string(), t.get().to_string(), t.desc.to_string())).collect();
+        return crate::arc_summary::run(&argv[1..], &arcstat_rows(st), &tunables);
+    }
     let Some(verb) = argv.get(1) else {
         return usage(format!("usage: {cmd} command args ..."));
     };
@@ -170,23 +174,51 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
         hdr += e;
     }
     let avail = oxzfs::arc::available_memory();
+    // arc_meta_limit and arc_dnode_limit as OpenZFS's defaults set them (zfs_arc_meta_limit_percent
+    // 75 of c_max, zfs_arc_dnode_limit_percent 10 of that): figures for arc_summary, not limits
+    // the cache enforces.
+    let meta_limit = s.c_max / 4 * 3;
+    let [ddh, ddm] = s.access[0];
+    let [dmh, dmm] = s.access[1];
+    let [pdh, pdm] = s.access[2];
+    let [pmh, pmm] = s.access[3];
+    // In the order of OpenZFS's arcstats kstat.
     let mut rows: Vec<(&'static str, u64)> = vec![
         ("hits", s.hits),
         ("misses", s.misses),
+        ("demand_data_hits", ddh),
+        ("demand_data_misses", ddm),
+        ("demand_metadata_hits", dmh),
+        ("demand_metadata_misses", dmm),
+        ("prefetch_data_hits", pdh),
+        ("prefetch_data_misses", pdm),
+        ("prefetch_metadata_hits", pmh),
+        ("prefetch_metadata_misses", pmm),
+        ("mru_hits", s.mru_hits),
+        ("mru_ghost_hits", s.mru_ghost_hits),
+        ("mfu_hits", s.mfu_hits),
+        ("mfu_ghost_hits", s.mfu_ghost_hits),
+        ("deleted", s.deleted),
+        ("evict_l2_eligible", s.evict_l2_eligible_mfu + s.evict_l2_eligible_mru),
+        ("evict_l2_eligible_mfu", s.evict_l2_eligible_mfu),
+        ("evict_l2_eligible_mru", s.evict_l2_eligible_mru),
+        ("evict_l2_ineligible", s.evict_l2_ineligible),
+        ("hash_elements", s.hash_elements),
+        ("hash_elements_max", s.hash_elements_max),
         ("p", s.p),
         ("c", s.c),
         ("c_min", s.c_min),
         ("c_max", s.c_max),
         ("size", s.size),
+        ("dnode_size", s.dnode_size),
         ("mru_size", s.mru_size),
         ("mru_ghost_size", s.mru_ghost_size),
         ("mfu_size", s.mfu_size),
         ("mfu_ghost_size", s.mfu_ghost_size),
-        ("mru_hits", s.mru_hits),
-        ("mru_ghost_hits", s.mru_ghost_hits),
-        ("mfu_hits", s.mfu_hits),
-        ("mfu_ghost_hits", s.mfu_ghost_hits),
         ("memory_throttle_count", s.throttles),
+        ("arc_meta_used", s.meta_used),
+        ("arc_meta_limit", meta_limit),
+        ("arc_dnode_limit", meta_limit / 10),
         ("arc_no_grow", u64::from(s.no_grow)),
         // (a signed kstat in OpenZFS: shown here as 0 when memory is short)
         ("memory_available_bytes", avail.max(0) as u64),
@@ -196,6 +228,14 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
     // sizes are those of the pools imported now.
     rows.extend(oxzfs::l2arc::L2_STATS.snapshot());
     rows.extend([("l2_size", l2size), ("l2_asize", l2asize), ("l2_hdr_size", hdr), ("l2_log_blk_count", lbc), ("l2_log_blk_asize", lba)]);
+    let names = ["l2_mfu_asize", "l2_mru_asize", "l2_prefetch_asize", "l2_bufc_data_asize", "l2_bufc_metadata_asize"];
+    let mut parts = [0u64; 5];
+    for imp in st.pools.values() {
+        for (p, v) in parts.iter_mut().zip(imp.pool.spa.l2arc.asize_breakdown()) {
+            *p += v;
+        }
+    }
+    rows.extend(names.into_iter().zip(parts));
     rows
 }
 

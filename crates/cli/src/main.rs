@@ -9,6 +9,7 @@
 
 mod client;
 mod commands;
+mod arc_summary;
 mod daemon;
 mod iostat;
 mod props;
@@ -49,9 +50,11 @@ enum Family {
     Daemon,
     Tunable,
     Arcstats,
+    #[value(name = "arc_summary")]
+    ArcSummary,
 }
 
-const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]";
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]\n\tarc_summary [-adgr] [-s SECTION]";
 
 fn usage() -> i32 {
     eprintln!("{USAGE}");
@@ -81,7 +84,7 @@ fn run(args: &[String]) -> i32 {
         Family::Zdb => oxzfs::traverse::zdb_main(rest),
         Family::Daemon => daemon::main(rest),
         // Tunables and the ARC live in the daemon's process, where the pools are.
-        Family::Tunable | Family::Arcstats => {
+        Family::Tunable | Family::Arcstats | Family::ArcSummary => {
             if !client::is_running() {
                 eprintln!("cannot reach the oxzfs daemon at {}: it is not running (tunables are the daemon's: `oxzfs daemon start -o NAME=VALUE`)", client::socket_path().display());
                 return 1;

@@ -56,6 +56,8 @@ enum ListId {
 }
 
 struct Entry {
+    /// What the block holds (arc_buf_contents_t and the dnode share), see `classify`.
+    kind: BufKind,
     list: ListId,
     seq: u64,
     size: u64,
@@ -63,6 +65,23 @@ struct Entry {
     /// The block pointer the data was read or written under, when the block may go to the
     /// L2ARC (secondarycache allows it); None otherwise.
     l2bp: Option<Box<BlockPointer>>,
+}
+
+/// What a cached block holds: file or volume data, metadata, or dnodes (metadata too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BufKind {
+    #[default]
+    Data,
+    Metadata,
+    Dnode,
+}
+
+/// How a read met the cache, for the demand/prefetch × data/metadata counters.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    pub prefetch: bool,
+    pub meta: bool,
+    pub hit: bool,
 }
 
 /// A buffer the L2ARC feed may write: its key, logical bytes and block pointer, and whether it
@@ -108,6 +127,35 @@ struct State {
     mfu_ghost_hits: u64,
     /// Something was evicted since the cache was made (arc_warm).
     warm: bool,
+    /// Bytes of metadata and of dnodes cached (arc_meta_used, dnode_size).
+    meta_used: u64,
+    dnode_size: u64,
+    /// The most entries (headers) the cache has had (hash_elements_max).
+    entries_max: u64,
+    /// Headers dropped from the ghost lists (deleted).
+    deleted: u64,
+    /// Bytes evicted that the L2ARC could have taken (from MFU, from MRU) and could not.
+    evict_l2_eligible_mfu: u64,
+    evict_l2_eligible_mru: u64,
+    evict_l2_ineligible: u64,
+    /// demand data, demand metadata, prefetch data, prefetch metadata: hits and misses.
+    access: [[u64; 2]; 4],
+}
+
+impl State {
+    /// Bytes of a resident entry counted as metadata or dnodes, given back (`sign` false) or
+    /// taken (true).
+    fn account(&mut self, kind: BufKind, size: u64, take: bool) {
+        let f = |v: &mut u64| if take { *v += size } else { *v = v.saturating_sub(size) };
+        match kind {
+            BufKind::Data => {}
+            BufKind::Metadata => f(&mut self.meta_used),
+            BufKind::Dnode => {
+                f(&mut self.meta_used);
+                f(&mut self.dnode_size);
+            }
+        }
+    }
 }
 
 /// Counters for `arcstats`-style reporting.
@@ -121,6 +169,17 @@ pub struct ArcStats {
     pub throttles: u64,
     /// arc_no_grow: the target may not grow now.
     pub no_grow: bool,
+    pub meta_used: u64,
+    pub dnode_size: u64,
+    /// Headers (entries, ghosts included) now and at most.
+    pub hash_elements: u64,
+    pub hash_elements_max: u64,
+    pub deleted: u64,
+    pub evict_l2_eligible_mfu: u64,
+    pub evict_l2_eligible_mru: u64,
+    pub evict_l2_ineligible: u64,
+    /// demand data, demand metadata, prefetch data, prefetch metadata: [hits, misses].
+    pub access: [[u64; 2]; 4],
     pub c_min: u64,
     pub p: u64,
     pub mru_size: u64,
@@ -240,6 +299,14 @@ impl Arc_ {
                 mru_ghost_hits: 0,
                 mfu_ghost_hits: 0,
                 warm: false,
+                meta_used: 0,
+                dnode_size: 0,
+                entries_max: 0,
+                deleted: 0,
+                evict_l2_eligible_mfu: 0,
+                evict_l2_eligible_mru: 0,
+                evict_l2_ineligible: 0,
+                access: [[0; 2]; 4],
             }),
         }
     }
@@ -309,6 +376,9 @@ impl Arc_ {
             if let Some(e) = st.entries.remove(&k) {
                 st.lists.list(e.list).remove(&e.seq);
                 st.sizes[idx(e.list)] -= e.size;
+                if e.data.is_some() {
+                    st.account(e.kind, e.size, false);
+                }
             }
         }
     }
@@ -364,6 +434,26 @@ impl Arc_ {
         } else {
             1 << 30
         }
+    }
+
+    /// Say what a cached block holds (after inserting it): metadata and dnodes are counted
+    /// in arc_meta_used and dnode_size while they stay.
+    pub fn classify(&self, key: &ArcKey, kind: BufKind) {
+        let mut st = self.state.lock().unwrap();
+        let Some(e) = st.entries.get_mut(key) else { return };
+        if e.kind == kind || e.data.is_none() {
+            return;
+        }
+        let (old, size) = (e.kind, e.size);
+        e.kind = kind;
+        st.account(old, size, false);
+        st.account(kind, size, true);
+    }
+
+    /// Count a read's meeting with the cache (demand_data_hits and the like).
+    pub fn count_access(&self, a: Access) {
+        let row = usize::from(a.meta) + 2 * usize::from(a.prefetch);
+        self.state.lock().unwrap().access[row][usize::from(!a.hit)] += 1;
     }
 
     pub fn get(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
@@ -466,6 +556,9 @@ impl Arc_ {
                 // Same place in the lists, new bytes.
                 st.sizes[idx(list)] -= osz;
                 st.sizes[idx(list)] += size;
+                let kind = st.entries[&key].kind;
+                st.account(kind, osz, false);
+                st.account(kind, size, true);
                 let e = st.entries.get_mut(&key).expect("present");
                 e.size = size;
                 e.data = Some(data);
@@ -481,7 +574,8 @@ impl Arc_ {
         if c < self.c_max() && st.sizes[0] + st.sizes[1] + ARC_GROW_MARGIN >= c && self.may_grow() {
             self.c.store((c + size).min(self.c_max()), Ordering::Relaxed);
         }
-        st.entries.insert(key, Entry { list: target, seq, size, data: Some(data), l2bp });
+        st.entries.insert(key, Entry { kind: BufKind::Data, list: target, seq, size, data: Some(data), l2bp });
+        st.entries_max = st.entries_max.max(st.entries.len() as u64);
         st.lists.list(target).insert(seq, key);
         st.sizes[idx(target)] += size;
         self.evict(st);
@@ -503,9 +597,15 @@ impl Arc_ {
             st.lists.list(from).remove(&seq);
             let e = st.entries.get_mut(&key).unwrap();
             e.data = None;
-            e.l2bp = None;
+            let eligible = e.l2bp.take().is_some();
             e.list = ghost;
-            let size = e.size;
+            let (size, kind) = (e.size, e.kind);
+            st.account(kind, size, false);
+            match (eligible, from) {
+                (false, _) => st.evict_l2_ineligible += size,
+                (true, ListId::Mfu) => st.evict_l2_eligible_mfu += size,
+                (true, _) => st.evict_l2_eligible_mru += size,
+            }
             st.sizes[idx(from)] -= size;
             st.sizes[idx(ghost)] += size;
             st.lists.list(ghost).insert(seq, key);
@@ -517,6 +617,7 @@ impl Arc_ {
                 st.lists.list(g).remove(&seq);
                 if let Some(e) = st.entries.remove(&key) {
                     st.sizes[idx(g)] -= e.size;
+                    st.deleted += 1;
                 }
             }
         }
@@ -530,6 +631,15 @@ impl Arc_ {
             c_max: self.c_max(),
             throttles: self.throttles.load(Ordering::Relaxed),
             no_grow: !self.may_grow(),
+            meta_used: st.meta_used,
+            dnode_size: st.dnode_size,
+            hash_elements: st.entries.len() as u64,
+            hash_elements_max: st.entries_max,
+            deleted: st.deleted,
+            evict_l2_eligible_mfu: st.evict_l2_eligible_mfu,
+            evict_l2_eligible_mru: st.evict_l2_eligible_mru,
+            evict_l2_ineligible: st.evict_l2_ineligible,
+            access: st.access,
             c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
             mru_size: st.sizes[0],
@@ -662,6 +772,30 @@ mod tests {
         // Never below c_min.
         arc.reap(-(1 << 40));
         assert_eq!(arc.stats().c, 1 << 20);
+    }
+
+    #[test]
+    fn metadata_and_evictions_are_counted() {
+        let arc = Arc_::new(1 << 20);
+        let bp = BlockPointer::default();
+        arc.insert(k(1), Arc::new(vec![0u8; 16384]));
+        arc.classify(&k(1), BufKind::Dnode);
+        arc.insert_l2(k(2), Arc::new(vec![0u8; 16384]), &bp);
+        arc.classify(&k(2), BufKind::Metadata);
+        let s = arc.stats();
+        assert_eq!((s.meta_used, s.dnode_size, s.hash_elements), (32768, 16384, 2));
+        // Push both out with data: what they held leaves the counts, the L2-eligible one is
+        // counted as such.
+        for o in 10..100 {
+            arc.insert(k(o), Arc::new(vec![0u8; 65536]));
+        }
+        let s = arc.stats();
+        assert_eq!((s.meta_used, s.dnode_size), (0, 0), "{s:?}");
+        assert_eq!(s.evict_l2_eligible_mru, 16384, "{s:?}");
+        assert!(s.evict_l2_ineligible >= 16384 && s.deleted > 0 && s.hash_elements_max >= s.hash_elements, "{s:?}");
+        arc.count_access(Access { prefetch: true, meta: true, hit: false });
+        arc.count_access(Access { prefetch: false, meta: false, hit: true });
+        assert_eq!(arc.stats().access, [[1, 0], [0, 0], [0, 0], [0, 1]]);
     }
 
     #[test]

@@ -91,6 +91,11 @@ struct L2Buf {
     psize: u64,
     asize: u64,
     compress: u8,
+    /// From MFU (else MRU), metadata (else data), prefetched: the arcstats breakdown of
+    /// what the devices hold (l2_mfu_asize and the like).
+    mfu: bool,
+    meta: bool,
+    prefetch: bool,
 }
 
 macro_rules! l2stats {
@@ -445,7 +450,17 @@ impl L2Arc {
                 self.count(|s| &s.rebuild_bufs_precached, 1);
                 continue;
             }
-            index.insert(key, L2Buf { dev: d.guid, daddr: le.daddr, lsize, psize, asize, compress: le.prop.compress() });
+            index.insert(key, L2Buf {
+                dev: d.guid,
+                daddr: le.daddr,
+                lsize,
+                psize,
+                asize,
+                compress: le.prop.compress(),
+                mfu: le.prop.state() == oxzfs_format::l2arc::ARC_STATE_MFU,
+                meta: le.prop.typ() == oxzfs_format::l2arc::ARC_BUFC_METADATA,
+                prefetch: le.prop.prefetch(),
+            });
             st.bufs.insert(le.daddr, (key, asize, lsize));
             st.alloc += asize;
             st.lsize += lsize;
@@ -615,7 +630,7 @@ impl L2Arc {
                 st.hand += asize;
                 write_psize += psize;
                 let key = L2Key::of_arc(&c.key);
-                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress }));
+                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: false }));
                 if d.log_entries > 0 {
                     self.log_insert(&d, &mut st, &c.bp, daddr, psize, c.mfu, &mut batch);
                 }
@@ -764,6 +779,21 @@ impl L2Arc {
             }
         }
         (lsize, asize, lbc, lba, self.headers() * L2_HDR_SIZE)
+    }
+
+    /// Allocated bytes of the buffers on the devices: from MFU, from MRU, prefetched, data,
+    /// metadata (l2_mfu_asize, l2_mru_asize, l2_prefetch_asize, l2_bufc_data_asize,
+    /// l2_bufc_metadata_asize).
+    pub fn asize_breakdown(&self) -> [u64; 5] {
+        let mut out = [0u64; 5];
+        for b in self.index.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            out[if b.mfu { 0 } else { 1 }] += b.asize;
+            if b.prefetch {
+                out[2] += b.asize;
+            }
+            out[if b.meta { 4 } else { 3 }] += b.asize;
+        }
+        out
     }
 }
 

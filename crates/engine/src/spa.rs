@@ -481,10 +481,23 @@ impl Spa {
     /// the L2ARC under l2arc_noprefetch (until a demand read hits it).
     fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>, prefetch: bool) {
         match self.cacheable(bp, ds) {
-            (false, _) => {}
+            (false, _) => return,
             (true, true) if !(prefetch && crate::tunables::l2arc_noprefetch()) => self.arc.insert_l2(k, data.clone(), bp),
             (true, _) => self.arc.insert(k, data.clone()),
         }
+        self.classify(&k, bp);
+    }
+
+    /// Tell the ARC what a block it now holds is (metadata, dnodes).
+    fn classify(&self, k: &ArcKey, bp: &BlockPointer) {
+        let kind = if bp.level == 0 && bp.typ == oxzfs_format::types::DMU_OT_DNODE {
+            crate::arc::BufKind::Dnode
+        } else if crate::l2arc::is_metadata(bp) {
+            crate::arc::BufKind::Metadata
+        } else {
+            return;
+        };
+        self.arc.classify(k, kind);
     }
 
     /// Add the pool's cache devices found at import (`guid`, path, ashift) to the L2ARC and,
@@ -558,6 +571,7 @@ impl Spa {
         let key = arc_key(self.arc_id, bp);
         if let Some(k) = &key {
             let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
+            self.arc.count_access(crate::arc::Access { prefetch, meta: crate::l2arc::is_metadata(bp), hit: hit.is_some() });
             if let Some(d) = hit {
                 self.arc_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(d);
@@ -629,7 +643,10 @@ impl Spa {
             self.l2arc.forget(bp);
             match self.cacheable(bp, ds) {
                 (false, _) => {}
-                (true, l2) => self.arc.replace(k, Arc::new(data.to_vec()), l2.then_some(bp)),
+                (true, l2) => {
+                    self.arc.replace(k, Arc::new(data.to_vec()), l2.then_some(bp));
+                    self.classify(&k, bp);
+                }
             }
         }
     }
