@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """The L2ARC experiment: is the first read after an import served by a persistent cache device?
 
-    sudo python3 bench/l2arc.py [--files 48] [--file-mib 1] [--delay-ms 8] [--arc-mib 16]
+    sudo python3 bench/l2arc.py [--files 48] [--file-kib 1024] [--delay-ms 8] [--arc-mib 16] [--cache-mib N]
+    sudo python3 bench/l2arc.py --target      # the issue's experiment: 4096 files of 64 KiB, ARC 64 MiB,
+                                              # a 1 GiB cache device, every L2ARC tunable at its default
+    sudo python3 bench/l2arc.py --feed-cost   # foreground reads with and without a cache device fed
 
 Pool: one emulated disk with --delay-ms of latency per request (8 ms: a hard disk; nbdkit's delay
 filter through nbdfuse, as bench/slog.py makes it) and a cache device on a plain file (an SSD).
-The ARC is capped at --arc-mib; l2arc_rebuild_blocks_min_l2size is 0 so that the small cache
-device keeps its log blocks (OpenZFS's default keeps none below 1 GiB).
+The ARC is capped at --arc-mib; a cache device under 1 GiB gets l2arc_rebuild_blocks_min_l2size=0
+so that it keeps its log blocks (OpenZFS's default keeps none below 1 GiB).
 
 Workload: --files files of --file-mib MiB written, synced, then read until the feed has put them
 on the cache device; the pool is exported and imported, and the figure is the wall-clock seconds
 of one read of every file (a) with the cache device, (b) after `zpool remove` of it and another
 export and import. arcstats' l2_hits of each read are printed too.
+
+--feed-cost: on undelayed files (no emulated disk), the ARC capped as above, the same files read
+three times in a row while the feed writes to a cache device, and three times on the same pool
+with no cache device: the seconds of each, and the ratio of the medians (the issue's target: the
+feed slows foreground reads by at most 10%).
 
 oxzfs is target/release/oxzfs (or $OXZFS_BIN), its daemon started with a private socket and
 stopped at the end; the emulated disk is unmounted and its nbdfuse/nbdkit processes ended; the
@@ -34,11 +42,18 @@ import slog  # noqa: E402  (EmuDisk, the nbdkit/nbdfuse setup)
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=48)
-    ap.add_argument("--file-mib", type=int, default=1)
+    ap.add_argument("--file-kib", type=int, default=1024)
     ap.add_argument("--delay-ms", type=float, default=8)
     ap.add_argument("--arc-mib", type=int, default=16)
+    ap.add_argument("--cache-mib", type=int, default=0, help="cache device size (default: twice the files, at least 256)")
+    ap.add_argument("--target", action="store_true", help="the issue's experiment (overrides the sizes)")
+    ap.add_argument("--feed-cost", action="store_true", help="measure the feed's cost to foreground reads instead")
     ap.add_argument("--work", default="/var/tmp")
     a = ap.parse_args()
+    if a.target:
+        a.files, a.file_kib, a.arc_mib, a.cache_mib = 4096, 64, 64, 1024
+    total_mib = max(1, a.files * a.file_kib >> 10)
+    cache_mib = a.cache_mib or max(256, 2 * total_mib)
     binary = os.environ.get("OXZFS_BIN", os.path.join(REPO, "target", "release", "oxzfs"))
     slog.ensure_tools()
     work = tempfile.mkdtemp(prefix="benchl2arc-", dir=a.work)
@@ -68,36 +83,79 @@ def main():
                     pass
         return time.time() - t
 
+    def drop_page_cache():
+        # The kernel's page cache in front of FUSE would answer rereads without us.
+        subprocess.run(["sync"])
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+
     def reimport(*dirs):
         ox("zpool", "export", "bl2")
         ox("zpool", "import", *[x for d in dirs for x in ("-d", d)], "-R", alt, "bl2")
 
     try:
-        disk = slog.EmuDisk(work, "d0", max(256, 4 * a.files * a.file_mib), a.delay_ms)
         with open(cache, "wb") as f:
-            f.truncate(max(256, 2 * a.files * a.file_mib) << 20)
-        ox("daemon", "start", "-o", f"zfs_arc_max={a.arc_mib}M", "-o", "l2arc_rebuild_blocks_min_l2size=0")
+            f.truncate(cache_mib << 20)
+        tunables = ["-o", f"zfs_arc_max={a.arc_mib}M"]
+        if cache_mib < 1024:
+            tunables += ["-o", "l2arc_rebuild_blocks_min_l2size=0"]
+        ox("daemon", "start", *tunables)
+        if a.feed_cost:
+            data = os.path.join(work, "data")
+            os.makedirs(data)
+            with open(os.path.join(data, "d0"), "wb") as f:
+                f.truncate(max(512, 4 * total_mib) << 20)
+            ox("zpool", "create", "-R", alt, "bl2", os.path.join(data, "d0"), "cache", cache)
+            for i in range(a.files):
+                with open(os.path.join(root, f"f{i}"), "wb") as f:
+                    f.write(os.urandom(a.file_kib << 10))
+            ox("zpool", "sync", "bl2")
+            times = {}
+            for label in ("with the feed", "without a cache device"):
+                times[label] = []
+                for _ in range(3):
+                    drop_page_cache()
+                    times[label].append(read_all())
+                if label == "with the feed":
+                    fed = json.loads(ox("arcstats", "-j"))["l2_write_bytes"]
+                    ox("zpool", "remove", "bl2", cache)
+            med = {k: sorted(v)[1] for k, v in times.items()}
+            print(f"{a.files} files of {a.file_kib} KiB on an undelayed file, ARC {a.arc_mib} MiB, three reads each")
+            for k, v in times.items():
+                print(f"{k:>24}: " + "  ".join(f"{x:6.2f} s" for x in v) + f"   (median {med[k]:.2f} s)")
+            print(f"bytes the feed wrote meanwhile: {fed}")
+            print(f"foreground reads with the feed take {med['with the feed'] / max(med['without a cache device'], 1e-6):.2f}x the time")
+            return
+        disk = slog.EmuDisk(work, "d0", max(256, 4 * total_mib), a.delay_ms)
         ox("zpool", "create", "-R", alt, "bl2", disk.path, "cache", cache)
         for i in range(a.files):
             with open(os.path.join(root, f"f{i}"), "wb") as f:
-                f.write(os.urandom(a.file_mib << 20))
+                f.write(os.urandom(a.file_kib << 10))
         ox("zpool", "sync", "bl2")
-        want = a.files * a.file_mib << 20
-        deadline = time.time() + 120
-        while json.loads(ox("arcstats", "-j"))["l2_size"] < want * 3 // 4 and time.time() < deadline:
+        want = a.files * a.file_kib << 10
+        deadline = time.time() + 600
+        passes = 0
+        # Read the working set (at least twice) until the feed has put most of it on the cache.
+        while passes < 2 or (json.loads(ox("arcstats", "-j"))["l2_size"] < want * 3 // 4 and time.time() < deadline):
+            drop_page_cache()
             read_all()
+            passes += 1
             time.sleep(1)
         disk_dir = os.path.dirname(disk.path)
+        l2_size = json.loads(ox("arcstats", "-j"))["l2_size"]
         reimport(disk_dir, cache_dir)
         time.sleep(2)  # the rebuild runs in the background
+        drop_page_cache()
         h = l2_hits()
         with_cache = read_all()
         hits = l2_hits() - h
         ox("zpool", "remove", "bl2", cache)
         reimport(disk_dir)
+        drop_page_cache()
         without = read_all()
         ox("zpool", "export", "bl2")
-        print(f"{a.files} files of {a.file_mib} MiB, data disk {a.delay_ms:g} ms, ARC {a.arc_mib} MiB")
+        print(f"{a.files} files of {a.file_kib} KiB, data disk {a.delay_ms:g} ms, ARC {a.arc_mib} MiB, cache device {cache_mib} MiB")
+        print(f"warm-up: {passes} reads of the working set, {l2_size >> 20} MiB on the cache device before the export")
         print(f"first read after import, with the cache device:    {with_cache:7.2f} s  (l2_hits {hits})")
         print(f"first read after import, without the cache device: {without:7.2f} s")
         print(f"ratio: {without / max(with_cache, 1e-6):.1f}x")
