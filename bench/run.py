@@ -18,7 +18,9 @@ Workloads:
   walk        os.walk + lstat of the tree of small files                  entries/s
 Needs root (loop devices, mounts). oxzfs is target/release/oxzfs (built if missing); fio is
 installed with apt-get if missing. Below the table, oxzfs's fsync-write as a fraction of the raw
-disk's (the fio row of the oxzfs column).
+disk's (the fio row of the oxzfs column). With --out FILE.md, the figures also go to FILE.json and
+a plot of oxzfs's ratios and the raw figures to FILE.png (matplotlib: installed with pip, or as
+Debian's python3-matplotlib, if missing), linked from the report.
 """
 import argparse
 import contextlib
@@ -166,12 +168,63 @@ TARGETS = {"oxzfs": Oxzfs, "zfs-fuse": ZfsFuse, "ext4": Ext4, "btrfs": Btrfs}
 RAW = "raw-disk fsync-write 4K ops/s (fio)"
 
 
+def apt_install(pkg):
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if subprocess.run(["apt-get", "install", "-y", "-qq", pkg], env=env, capture_output=True).returncode != 0:
+        sh("apt-get", "update", "-qq", env=env)
+        sh("apt-get", "install", "-y", "-qq", pkg, env=env)
+
+
 def ensure_fio():
     if shutil.which("fio") is None:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        if subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], env=env, capture_output=True).returncode != 0:
-            sh("apt-get", "update", "-qq", env=env)
-            sh("apt-get", "install", "-y", "-qq", "fio", env=env)
+        apt_install("fio")
+
+
+def plot(results, names, path, title):
+    """A PNG of the run: per workload, oxzfs's figure as a multiple of each other target's (log
+    scale, 1 marked), beside the raw figures. matplotlib (python3-matplotlib) is installed if
+    missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        # pip for this interpreter; else Debian's package, for the system's python3
+        if subprocess.run([sys.executable, "-m", "pip", "install", "-q", "matplotlib"], capture_output=True).returncode != 0:
+            apt_install("python3-matplotlib")
+            sys.path.append("/usr/lib/python3/dist-packages")
+        import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in next(iter(results.values())) if r != RAW]
+    refs = [n for n in names if n != "oxzfs" and n in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 0.45 * len(rows) + 2.5))
+    h = 0.8 / max(1, len(refs))
+    for i, ref in enumerate(refs):
+        vals = [results["oxzfs"][r] / results[ref][r] if results[ref][r] else 1 for r in rows]
+        ys = [y + i * h for y in range(len(rows))]
+        # bars from 1: to the right where oxzfs is ahead, to the left where it is behind
+        ax1.barh(ys, [v - 1 for v in vals], left=1, height=h, label=f"oxzfs / {ref}")
+        for y, v in zip(ys, vals):
+            ax1.text(v, y, f" {v:.2f}x ", va="center", ha="left" if v >= 1 else "right", fontsize="x-small")
+    ax1.axvline(1, color="black", linewidth=0.8)
+    ax1.set_xscale("log")
+    ax1.set_yticks([y + h * (len(refs) - 1) / 2 for y in range(len(rows))])
+    ax1.set_yticklabels(rows)
+    ax1.invert_yaxis()
+    ax1.set_xlabel("oxzfs as a multiple of the other (higher is better for oxzfs)")
+    ax1.legend(fontsize="small")
+    h2 = 0.8 / max(1, len(names))
+    for i, n in enumerate(x for x in names if x in results):
+        ax2.barh([y + i * h2 for y in range(len(rows))], [results[n][r] for r in rows], height=h2, label=n)
+    ax2.set_xscale("log")
+    ax2.set_yticks([y + h2 * (len(names) - 1) / 2 for y in range(len(rows))])
+    ax2.set_yticklabels(rows)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("figure (units in the workload's name; higher is better)")
+    ax2.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def fio_fsync_rate(directory, n):
@@ -304,10 +357,18 @@ def main(argv):
                    f"{ox['fsync-write 4K ops/s'] / ox[RAW]:.3f} of the raw disk's {ox[RAW]:.1f} (fio)."]
     for n, e in errors.items():
         report.append(f"\n{n}: failed: {e}")
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        base = os.path.splitext(a.out)[0]
+        # The figures, to plot again or compare later, and the plot beside the table.
+        with open(base + ".json", "w") as f:
+            json.dump({"argv": argv[1:], "results": results, "errors": errors}, f, indent=1)
+        if "oxzfs" in results and len(results) > 1:
+            plot(results, names, base + ".png", f"bench/run.py {' '.join(argv[1:])}, {datetime.date.today().isoformat()}")
+            report += ["", f"![oxzfs against the others]({os.path.basename(base)}.png)"]
     text = "\n".join(report) + "\n"
     print(text)
     if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
             f.write(text)
     return 0 if not errors else 1
