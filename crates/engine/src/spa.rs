@@ -517,22 +517,30 @@ impl Spa {
         }
     }
 
-    /// The feed thread (l2arc_feed_thread, one per pool): every l2arc_feed_secs, one feed of
-    /// the next cache device; it ends with the pool.
+    /// The feed thread (l2arc_feed_thread, one per pool): one feed of the next cache device
+    /// every l2arc_feed_secs, or every l2arc_feed_min_ms while the feeds write more than half
+    /// of what they want (l2arc_feed_again, OpenZFS's l2arc_write_interval); it ends with the
+    /// pool.
     fn start_l2arc(self: &Arc<Self>) {
+        use crate::tunables;
         let weak = Arc::downgrade(self);
-        let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || loop {
-            let wait = crate::tunables::l2arc_feed_secs();
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < wait {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                match weak.upgrade() {
-                    Some(s) if !s.l2arc.stopped() => {}
-                    _ => return,
+        let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || {
+            let mut busy = false;
+            loop {
+                let wait = if busy && tunables::l2arc_feed_again() { tunables::l2arc_feed_min() } else { tunables::l2arc_feed_secs() };
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < wait {
+                    std::thread::sleep(wait.saturating_sub(t0.elapsed()).min(std::time::Duration::from_millis(100)));
+                    match weak.upgrade() {
+                        Some(s) if !s.l2arc.stopped() => {}
+                        _ => return,
+                    }
                 }
+                let Some(spa) = weak.upgrade() else { return };
+                let wanted = tunables::l2arc_write_max() + if spa.arc.warm() { 0 } else { tunables::l2arc_write_boost() };
+                let wrote = spa.l2arc.feed_once(&spa.arc, spa.arc_id, &spa.checksum_salt);
+                busy = wrote > wanted / 2;
             }
-            let Some(spa) = weak.upgrade() else { return };
-            spa.l2arc.feed_once(&spa.arc, spa.arc_id, &spa.checksum_salt);
         });
     }
 

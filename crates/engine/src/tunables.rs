@@ -13,7 +13,8 @@
 //!                           ARC's target shrinks (0: 1/32 of memory + 3 × min_free_kbytes)
 //!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
 //!                           more while the ARC is cold); l2arc_headroom: how many times that
-//!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds;
+//!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds,
+//!                           l2arc_feed_min_ms while busy (l2arc_feed_again);
 //!   l2arc_noprefetch        prefetched buffers are not fed
 //!   l2arc_rebuild_enabled   rebuild the L2ARC from a cache device's log blocks at import;
 //!   l2arc_rebuild_blocks_min_l2size  smaller devices keep no log blocks
@@ -51,7 +52,9 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 18] = [
+static TUNABLES: [Tunable; 20] = [
+    tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
+    tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
     tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
     tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
@@ -144,24 +147,26 @@ pub fn set_assignment(a: &str) -> Result<u64> {
 
 // Where each tunable stands in TUNABLES (sorted by name), for the readers below: one atomic
 // load, no lookup by name (force_ganging is read for every block allocated).
-const L2ARC_FEED_SECS: usize = 0;
-const L2ARC_HEADROOM: usize = 1;
-const L2ARC_META_PERCENT: usize = 2;
-const L2ARC_NOPREFETCH: usize = 3;
-const L2ARC_REBUILD_MIN_L2SIZE: usize = 4;
-const L2ARC_REBUILD_ENABLED: usize = 5;
-const L2ARC_WRITE_BOOST: usize = 6;
-const L2ARC_WRITE_MAX: usize = 7;
-const FORCE_GANGING: usize = 8;
-const ARC_MAX: usize = 9;
-const ARC_MIN: usize = 10;
-const ARC_SYS_FREE: usize = 11;
-const DIRTY_DATA_MAX: usize = 12;
-const IMMEDIATE_WRITE_SZ: usize = 13;
-const MAX_RECORDSIZE: usize = 14;
-const SCAN_SUSPEND_PROGRESS: usize = 15;
-const SCRUB_MIN_TIME_MS: usize = 16;
-const TXG_TIMEOUT: usize = 17;
+const L2ARC_FEED_AGAIN: usize = 0;
+const L2ARC_FEED_MIN_MS: usize = 1;
+const L2ARC_FEED_SECS: usize = 2;
+const L2ARC_HEADROOM: usize = 3;
+const L2ARC_META_PERCENT: usize = 4;
+const L2ARC_NOPREFETCH: usize = 5;
+const L2ARC_REBUILD_MIN_L2SIZE: usize = 6;
+const L2ARC_REBUILD_ENABLED: usize = 7;
+const L2ARC_WRITE_BOOST: usize = 8;
+const L2ARC_WRITE_MAX: usize = 9;
+const FORCE_GANGING: usize = 10;
+const ARC_MAX: usize = 11;
+const ARC_MIN: usize = 12;
+const ARC_SYS_FREE: usize = 13;
+const DIRTY_DATA_MAX: usize = 14;
+const IMMEDIATE_WRITE_SZ: usize = 15;
+const MAX_RECORDSIZE: usize = 16;
+const SCAN_SUSPEND_PROGRESS: usize = 17;
+const SCRUB_MIN_TIME_MS: usize = 18;
+const TXG_TIMEOUT: usize = 19;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -193,6 +198,14 @@ pub fn arc_sys_free() -> Option<u64> {
 }
 
 /// The L2ARC feed's knobs, read at each feed.
+pub fn l2arc_feed_again() -> bool {
+    TUNABLES[L2ARC_FEED_AGAIN].get() != 0
+}
+
+pub fn l2arc_feed_min() -> std::time::Duration {
+    std::time::Duration::from_millis(TUNABLES[L2ARC_FEED_MIN_MS].get())
+}
+
 pub fn l2arc_feed_secs() -> std::time::Duration {
     std::time::Duration::from_secs(TUNABLES[L2ARC_FEED_SECS].get())
 }
@@ -245,6 +258,8 @@ mod tests {
     fn the_readers_read_the_tunables_they_name() {
         let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
         let names = [
+            ("l2arc_feed_again", L2ARC_FEED_AGAIN),
+            ("l2arc_feed_min_ms", L2ARC_FEED_MIN_MS),
             ("l2arc_feed_secs", L2ARC_FEED_SECS),
             ("l2arc_headroom", L2ARC_HEADROOM),
             ("l2arc_meta_percent", L2ARC_META_PERCENT),
