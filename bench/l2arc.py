@@ -149,8 +149,11 @@ def main():
         time.sleep(2)  # the rebuild runs in the background
         drop_page_cache()
         h = l2_hits()
+        before = json.loads(ox("arcstats", "-j"))
         with_cache = read_all()
         hits = l2_hits() - h
+        after = json.loads(ox("arcstats", "-j"))
+        went_to_disk = {k: after[k] - before[k] for k in ("l2_misses", "demand_data_misses", "demand_metadata_misses", "prefetch_data_misses", "prefetch_metadata_misses")}
         ox("zpool", "remove", "bl2", cache)
         reimport(disk_dir)
         drop_page_cache()
@@ -160,6 +163,7 @@ def main():
         print(f"warm-up: {passes} reads of the working set, {l2_size >> 20} MiB on the cache device before the export")
         print(f"first read after import, with the cache device:    {with_cache:7.2f} s  (l2_hits {hits})")
         print(f"first read after import, without the cache device: {without:7.2f} s")
+        print("  with the cache device, reads the ARC and the cache device missed: " + ", ".join(f"{k} {v}" for k, v in went_to_disk.items()))
         print(f"ratio: {without / max(with_cache, 1e-6):.1f}x")
     finally:
         ox("zpool", "export", "-f", "bl2", check=False)
