@@ -382,3 +382,65 @@ def test_scrub_in_short_turns_while_files_change(oxzfs):
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
     check_reads(oxzfs, vdir, pool, alt, want)
+
+
+def test_zinject_device_faults(oxzfs):
+    """`oxzfs zinject -d` breaks a leaf the way a failing disk would, with OpenZFS's zinject
+    syntax and output: read errors on one mirror side leave every file readable (the other side
+    answers) and are counted on that side alone; bit flips on reads are caught by the checksums
+    (CKSUM) and healed; write errors are counted on the side that failed while the pool goes on;
+    handlers are listed and cleared as zinject does."""
+    pool = "zinj"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 9)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    r = oxzfs.run("zinject")
+    assert r.stdout == "No handlers registered.\nRun 'zinject -h' for usage information.\n", repr(r)
+    r = oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", pool)
+    assert r.returncode == 1 and r.stderr == f"cannot open '{pool}': no such pool\n", repr(r)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.run("zinject", "-d", "nodev", "-e", "io", pool)
+    assert r.returncode == 1 and r.stderr == f"cannot find device 'nodev' in pool '{pool}'\n", repr(r)
+    r = oxzfs.run("zinject", "-d", d0, "-e", "corrupt", pool)
+    assert r.returncode == 1 and r.stderr == "device corrupt errors require io type read and a frequency value\n", repr(r)
+    r = oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", pool)
+    assert r.returncode == 0, repr(r)
+    m = re.fullmatch(rf"Added handler (\d+) with the following properties:\n  pool: {pool}\n  vdev: ([0-9a-f]+)\n", r.stdout)
+    assert m, repr(r)
+    listing = oxzfs.run("zinject").stdout.splitlines()
+    assert listing[:2] == [" ID  POOL             GUID", "---  ---------------  ----------------"], listing
+    assert listing[2].split() == [m.group(1), pool, m.group(2)], listing
+    # Reads: the cache is cold after the import; every file comes from d1.
+    got = manifest_mod.manifest(os.path.join(alt, pool))
+    assert not diff_manifests(got, want)
+    rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
+    assert count(rows[d0][1]) > 0 and count(rows[d1][1]) == 0 and rows[d0][0] == "ONLINE", rows
+    r = oxzfs.run("zinject", "-c", m.group(1))
+    assert r.stdout == f"removed handler {m.group(1)}\n", repr(r)
+    assert oxzfs.zpool("clear", pool).returncode == 0
+    # Writes failing on d0: the pool takes them on d1, the failures are d0's.
+    r = oxzfs.run("zinject", "-q", "-d", d0, "-e", "io", "-T", "write", pool)
+    assert r.returncode == 0 and r.stdout.strip().isdigit(), repr(r)
+    with open(os.path.join(alt, pool, "during"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
+    assert count(rows[d0][2]) > 0 and count(rows[d1][2]) == 0, rows
+    os.unlink(os.path.join(alt, pool, "during"))
+    r = oxzfs.run("zinject", "-c", "all")
+    assert r.stdout == "removed all registered handlers\n", repr(r)
+    assert oxzfs.run("zinject").stdout.startswith("No handlers registered."), "handlers left after -c all"
+    assert oxzfs.zpool("clear", pool).returncode == 0
+    # A scrub puts d0 right again (it missed the last txg's writes)...
+    scrub_done(oxzfs, pool)
+    # ... and bit flips on every read of d0 are caught by the checksums, never returned.
+    assert oxzfs.export(pool).returncode == 0
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.run("zinject", "-d", d0, "-e", "corrupt", "-T", "read", "-f", "100", pool)
+    assert r.returncode == 0, repr(r)
+    got = manifest_mod.manifest(os.path.join(alt, pool))
+    assert not diff_manifests(got, want)
+    rows = status_rows(oxzfs.zpool("status", pool, check=True).stdout)
+    assert count(rows[d0][3]) > 0 and count(rows[d1][3]) == 0, rows
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

@@ -24,6 +24,9 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     if cmd == "arcstats" {
         return arcstats(st, &argv[1..]);
     }
+    if cmd == "zinject" {
+        return crate::zinject::zinject(st, &argv[1..]);
+    }
     if cmd == "arc_summary" {
         let tunables: Vec<(String, String, String)> = oxzfs::tunables::all().iter().map(|t| (t.name.to_string(), t.get().to_string(), t.desc.to_string())).collect();
         return crate::arc_summary::run(&argv[1..], &arcstat_rows(st), &tunables);

@@ -26,6 +26,7 @@
 //! Locking: the tree is immutable after open; counters are atomics; the registry has its own
 //! mutex, a leaf lock held only to look a path up.
 
+pub mod inject;
 pub mod iostat;
 pub mod raidz;
 pub mod sim;
@@ -464,7 +465,12 @@ impl Vdev {
         self.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         let _io = self.stats.ex.begin(true, data.len() as u64);
-        dev.write_at(data, phys).map_err(|e| {
+        let injected = match inject::check(self.guid, true) {
+            Some(inject::DevError::Io) => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
+            _ => Ok(()),
+        };
+        injected.and_then(|_| dev.write_at(data, phys)).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
         })
@@ -544,7 +550,12 @@ impl Vdev {
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
         let io = self.stats.ex.begin(false, size);
-        let res = dev.read_at(&mut buf, phys);
+        let res = match inject::check(self.guid, false) {
+            Some(inject::DevError::Io) => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
+            Some(inject::DevError::Corrupt) => dev.read_at(&mut buf, phys).map(|_| inject::corrupt(&mut buf)),
+            None => dev.read_at(&mut buf, phys),
+        };
         drop(io);
         match res {
             Ok(()) => Ok(buf),

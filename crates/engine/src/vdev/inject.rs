@@ -1,0 +1,140 @@
+//! Fault injection into leaf devices, as OpenZFS's zio_inject.c does for `zinject -d`: a
+//! handler names a leaf (by guid) and makes its reads, writes or both fail with EIO or ENXIO,
+//! or (reads only, at a frequency) come back with one bit flipped, so that tests can break a
+//! pool the way failing disks do and watch it cope (READ/WRITE/CKSUM counts, self-healing,
+//! scrub and resilver).
+//!
+//! Handlers live in the process (the daemon) until cleared. The leaf I/O path asks [`check`]
+//! before each read and write; with no handler registered that is one atomic load.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What a handler does to the I/O it catches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DevError {
+    /// EIO: the I/O fails.
+    Io,
+    /// ENXIO: the device does not answer.
+    Nxio,
+    /// EILSEQ: a read returns with one bit flipped (its checksum then fails).
+    Corrupt,
+}
+
+/// Which I/O a handler catches (`-T`); free and claim have no device I/O here and catch none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoType {
+    Read,
+    Write,
+    Free,
+    Claim,
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct Handler {
+    pub id: u64,
+    pub pool: String,
+    pub guid: u64,
+    pub error: DevError,
+    pub iotype: IoType,
+    /// Share of the I/Os caught, in millionths (0: all), as zi_freq.
+    pub freq_ppm: u32,
+}
+
+static ANY: AtomicBool = AtomicBool::new(false);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static HANDLERS: Mutex<Vec<Handler>> = Mutex::new(Vec::new());
+static SEED: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+
+/// Register a handler; its id.
+pub fn add(mut h: Handler) -> u64 {
+    h.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let id = h.id;
+    let mut hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    hs.push(h);
+    ANY.store(true, Ordering::Release);
+    id
+}
+
+pub fn list() -> Vec<Handler> {
+    HANDLERS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Remove one handler; false if there is none with that id.
+pub fn clear(id: u64) -> bool {
+    let mut hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    let n = hs.len();
+    hs.retain(|h| h.id != id);
+    ANY.store(!hs.is_empty(), Ordering::Release);
+    hs.len() != n
+}
+
+pub fn clear_all() {
+    let mut hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    hs.clear();
+    ANY.store(false, Ordering::Release);
+}
+
+/// A pseudo-random draw in [0, 1e6) (xorshift; the frequency needs no better).
+fn draw() -> u32 {
+    let mut x = SEED.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    SEED.store(x, Ordering::Relaxed);
+    (x % 1_000_000) as u32
+}
+
+/// The fault, if any, a read (`write` false) or write of the leaf `guid` meets now.
+pub fn check(guid: u64, write: bool) -> Option<DevError> {
+    if !ANY.load(Ordering::Acquire) {
+        return None;
+    }
+    let hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    hs.iter()
+        .filter(|h| h.guid == guid)
+        .filter(|h| match h.iotype {
+            IoType::All => true,
+            IoType::Read => !write,
+            IoType::Write => write,
+            IoType::Free | IoType::Claim => false,
+        })
+        .find(|h| h.freq_ppm == 0 || draw() < h.freq_ppm)
+        .map(|h| h.error)
+}
+
+/// Flip one bit of a buffer read (a corrupt injection).
+pub fn corrupt(buf: &mut [u8]) {
+    if !buf.is_empty() {
+        let i = draw() as usize % buf.len();
+        buf[i] ^= 1 << (draw() % 8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handlers_catch_their_device_and_io_type_until_cleared() {
+        let g = 0xfeed_0001;
+        assert_eq!(check(g, false), None);
+        let id = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Io, iotype: IoType::Read, freq_ppm: 0 });
+        assert_eq!((check(g, false), check(g, true), check(g + 1, false)), (Some(DevError::Io), None, None));
+        let id2 = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Nxio, iotype: IoType::Write, freq_ppm: 0 });
+        assert_eq!(check(g, true), Some(DevError::Nxio));
+        assert!(clear(id) && !clear(id));
+        assert_eq!(check(g, false), None);
+        // At 50%, about half the reads are caught.
+        clear(id2);
+        add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Corrupt, iotype: IoType::Read, freq_ppm: 500_000 });
+        let caught = (0..10_000).filter(|_| check(g, false).is_some()).count();
+        assert!((4000..6000).contains(&caught), "{caught}");
+        let mut b = vec![0u8; 64];
+        corrupt(&mut b);
+        assert_eq!(b.iter().map(|x| x.count_ones()).sum::<u32>(), 1);
+        clear_all();
+        assert_eq!(check(g, false), None);
+    }
+}
