@@ -58,6 +58,8 @@ enum ListId {
 struct Entry {
     /// What the block holds (arc_buf_contents_t and the dnode share), see `classify`.
     kind: BufKind,
+    /// Brought in by a prefetch and not read on demand since (ARC_FLAG_PREFETCH).
+    prefetch: bool,
     list: ListId,
     seq: u64,
     size: u64,
@@ -91,6 +93,8 @@ pub struct L2Candidate {
     pub data: Arc<Vec<u8>>,
     pub bp: BlockPointer,
     pub mfu: bool,
+    /// Prefetched and not yet read on demand (only fed with l2arc_noprefetch off).
+    pub prefetch: bool,
 }
 
 #[derive(Default)]
@@ -417,7 +421,7 @@ impl Arc_ {
                 }
                 let (Some(bp), Some(data)) = (&e.l2bp, &e.data) else { continue };
                 if !skip(key) {
-                    out.push(L2Candidate { key: *key, data: data.clone(), bp: (**bp).clone(), mfu });
+                    out.push(L2Candidate { key: *key, data: data.clone(), bp: (**bp).clone(), mfu, prefetch: e.prefetch });
                 }
             }
         }
@@ -448,6 +452,13 @@ impl Arc_ {
         e.kind = kind;
         st.account(old, size, false);
         st.account(kind, size, true);
+    }
+
+    /// Mark a block just inserted by a prefetch (its L2ARC log entry says so).
+    pub fn mark_prefetch(&self, key: &ArcKey) {
+        if let Some(e) = self.state.lock().unwrap().entries.get_mut(key) {
+            e.prefetch = true;
+        }
     }
 
     /// Count a read's meeting with the cache (demand_data_hits and the like).
@@ -492,6 +503,9 @@ impl Arc_ {
                 let e = st.entries.get_mut(key).unwrap();
                 if let (None, Some(bp)) = (&e.l2bp, l2bp) {
                     e.l2bp = Some(Box::new(bp.clone()));
+                }
+                if l2bp.is_some() {
+                    e.prefetch = false;
                 }
                 let size = e.size;
                 e.list = ListId::Mfu;
@@ -574,7 +588,7 @@ impl Arc_ {
         if c < self.c_max() && st.sizes[0] + st.sizes[1] + ARC_GROW_MARGIN >= c && self.may_grow() {
             self.c.store((c + size).min(self.c_max()), Ordering::Relaxed);
         }
-        st.entries.insert(key, Entry { kind: BufKind::Data, list: target, seq, size, data: Some(data), l2bp });
+        st.entries.insert(key, Entry { kind: BufKind::Data, prefetch: false, list: target, seq, size, data: Some(data), l2bp });
         st.entries_max = st.entries_max.max(st.entries.len() as u64);
         st.lists.list(target).insert(seq, key);
         st.sizes[idx(target)] += size;
@@ -772,6 +786,17 @@ mod tests {
         // Never below c_min.
         arc.reap(-(1 << 40));
         assert_eq!(arc.stats().c, 1 << 20);
+    }
+
+    #[test]
+    fn a_prefetched_buffer_is_fed_as_such_until_a_demand_read() {
+        let arc = Arc_::new(4 << 20);
+        let bp = BlockPointer::default();
+        arc.insert_l2(k(1), Arc::new(vec![0u8; 4096]), &bp);
+        arc.mark_prefetch(&k(1));
+        assert!(arc.l2_candidates(1, 0, &|_| false)[0].prefetch);
+        assert!(arc.get_l2(&k(1), &bp).is_some());
+        assert!(!arc.l2_candidates(1, 0, &|_| false)[0].prefetch);
     }
 
     #[test]

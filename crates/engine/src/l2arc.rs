@@ -630,9 +630,9 @@ impl L2Arc {
                 st.hand += asize;
                 write_psize += psize;
                 let key = L2Key::of_arc(&c.key);
-                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: false }));
+                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: c.prefetch }));
                 if d.log_entries > 0 {
-                    self.log_insert(&d, &mut st, &c.bp, daddr, psize, c.mfu, &mut batch);
+                    self.log_insert(&d, &mut st, &c.bp, daddr, psize, (c.mfu, c.prefetch), &mut batch);
                 }
             }
         }
@@ -674,13 +674,14 @@ impl L2Arc {
     /// l2arc_log_blk_insert (+ l2arc_log_blk_commit when the block is full: its bytes go
     /// into the batch right after the buffer).
     #[allow(clippy::too_many_arguments)]
-    fn log_insert(&self, d: &L2Dev, st: &mut DevState, bp: &BlockPointer, daddr: u64, psize: u64, mfu: bool, batch: &mut Vec<u8>) {
+    fn log_insert(&self, d: &L2Dev, st: &mut DevState, bp: &BlockPointer, daddr: u64, psize: u64, (mfu, prefetch): (bool, bool), batch: &mut Vec<u8>) {
         let mut prop = L2Prop::default();
         prop.set_lsize(bp.lsize);
         prop.set_psize(psize);
         prop.set_compress(bp.compress);
         prop.set_typ(if is_metadata(bp) { ARC_BUFC_METADATA } else { ARC_BUFC_DATA });
         prop.set_state(if mfu { ARC_STATE_MFU } else { ARC_STATE_MRU });
+        prop.set_prefetch(prefetch);
         let (w0, w1) = bp.dva[0].encode();
         if st.open.is_empty() {
             st.payload_start = daddr;

@@ -485,6 +485,9 @@ impl Spa {
             (true, true) if !(prefetch && crate::tunables::l2arc_noprefetch()) => self.arc.insert_l2(k, data.clone(), bp),
             (true, _) => self.arc.insert(k, data.clone()),
         }
+        if prefetch {
+            self.arc.mark_prefetch(&k);
+        }
         self.classify(&k, bp);
     }
 
