@@ -622,6 +622,20 @@ def test_zpool_iostat_latency_queues_histograms_and_intervals(oxzfs):
         assert sum(x[6] for x in rq[d]) > 0 and sum(x[2] for x in rq[d]) == 0, rq[d]
     # the file (80 KiB, one block) reached each mirror side in one async write of 64-128 KiB
     assert all(rq[d][16 - 9][6] >= 1 for d in data), rq
+    # zil_slog_bulk: a commit with more log bytes than this writes them to the log device at
+    # async priority (0: every commit).
+    assert oxzfs.run("tunable", "zil_slog_bulk=0").returncode == 0
+    try:
+        fd = os.open(os.path.join(root, "bulk"), os.O_WRONLY | os.O_CREAT, 0o644)
+        for _ in range(5):
+            os.write(fd, b"b" * 4096)
+            os.fsync(fd)
+        os.close(fd)
+    finally:
+        assert oxzfs.run("tunable", "zil_slog_bulk=768K").returncode == 0
+    rq2 = histos("-r")
+    assert sum(x[6] for x in rq2[log]) >= 5 and sum(x[2] for x in rq2[log]) == sum(x[2] for x in rq[log]), (rq[log], rq2[log])
+    rq = rq2
 
     r = oxzfs.zpool("iostat", "-l", pool)
     assert r.returncode == 0, repr(r)

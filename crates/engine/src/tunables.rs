@@ -4,6 +4,8 @@
 //!
 //! ```text
 //!   zfs_txg_timeout         seconds between txg syncs of a pool with dirty data (read each wait)
+//!   zil_slog_bulk           a commit with more log bytes than this on a log device writes them
+//!                           at async priority (zpool iostat's classes)
 //!   zfs_dirty_data_max      dirty bytes before writers are throttled (0: 10% of memory, ≤ 4G;
 //!                           read when a pool is imported for writing)
 //!   zfs_arc_max             bytes of the ARC all imported pools share (0: half of
@@ -52,7 +54,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 20] = [
+static TUNABLES: [Tunable; 21] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -73,6 +75,7 @@ static TUNABLES: [Tunable; 20] = [
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
+    tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
 ];
 
 /// A number with an optional K, M, G or T suffix (powers of 1024), as zfs_nicestrtonum reads it.
@@ -167,6 +170,7 @@ const MAX_RECORDSIZE: usize = 16;
 const SCAN_SUSPEND_PROGRESS: usize = 17;
 const SCRUB_MIN_TIME_MS: usize = 18;
 const TXG_TIMEOUT: usize = 19;
+const ZIL_SLOG_BULK: usize = 20;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -246,6 +250,10 @@ pub fn immediate_write_sz() -> u64 {
     TUNABLES[IMMEDIATE_WRITE_SZ].get()
 }
 
+pub fn zil_slog_bulk() -> u64 {
+    TUNABLES[ZIL_SLOG_BULK].get()
+}
+
 pub fn force_ganging() -> u64 {
     TUNABLES[FORCE_GANGING].get()
 }
@@ -278,6 +286,7 @@ mod tests {
             ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
             ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),
+            ("zil_slog_bulk", ZIL_SLOG_BULK),
         ];
         for (name, i) in names {
             assert_eq!(at(name), i, "{name}");

@@ -491,8 +491,15 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
 /// flushed (a log block on disk names only blocks already there). On a failure, the
 /// top-level vdev that failed and why.
 pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u64, ZfsError)> {
-    // A commit's writes are waited for by an fsync: sync writes (ZIO_PRIORITY_SYNC_WRITE).
-    crate::vdev::iostat::with_class(crate::vdev::iostat::IoClass::SyncWrite, || {
+    use crate::vdev::iostat::{with_class, IoClass};
+    // A commit's writes are waited for by an fsync: sync writes (ZIO_PRIORITY_SYNC_WRITE),
+    // but a commit of more than zil_slog_bulk bytes of log blocks on a log device goes at async
+    // priority, as OpenZFS's zil_lwb_write_issue does, so that one bulk writer does not crowd
+    // the log device.
+    let log_bytes: u64 = commit.log.iter().map(|(_, b)| b.len() as u64).sum();
+    let on_slog = commit.log.iter().any(|(bp, _)| root.children.get(bp.dva[0].vdev as usize).is_some_and(|t| t.is_log));
+    let class = if on_slog && log_bytes > crate::tunables::zil_slog_bulk() { IoClass::AsyncWrite } else { IoClass::SyncWrite };
+    with_class(class, || {
         if !commit.data.is_empty() {
             write_blocks(root, &commit.data)?;
         }
