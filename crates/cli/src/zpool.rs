@@ -39,6 +39,8 @@ pub enum Verb {
     Get,
     Set,
     Wait,
+    Offline,
+    Online,
 }
 
 impl Verb {
@@ -61,6 +63,8 @@ impl Verb {
             Verb::History => HISTORY_USAGE,
             Verb::Get => ZPOOL_GET_USAGE,
             Verb::Set => SET_USAGE,
+            Verb::Offline => OFFLINE_USAGE,
+            Verb::Online => ONLINE_USAGE,
         }
     }
 
@@ -83,6 +87,8 @@ impl Verb {
             Verb::History => history(st, args),
             Verb::Get => get(st, args),
             Verb::Set => set(st, args),
+            Verb::Offline => offline(st, args),
+            Verb::Online => online(st, args),
         }
     }
 }
@@ -473,12 +479,14 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
         Err(e) => return usage(format!("{e}\n{WAIT_USAGE}")),
     };
     let mut scrub = o.values('t').is_empty();
+    let mut resilver = false;
     for list in o.values('t') {
         for a in list.split(',') {
             if !ACTIVITIES.contains(&a) {
                 return usage(format!("invalid activity '{a}'\n{WAIT_USAGE}"));
             }
             scrub |= a == "scrub";
+            resilver |= a == "resilver" || a == "replace";
         }
     }
     match o.operands.len() {
@@ -492,6 +500,8 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     };
     if scrub {
         st.waits.push(imp.pool.spa.clone());
+    } else if resilver {
+        st.resilver_waits.push(imp.pool.spa.clone());
     }
     ok(String::new())
 }
@@ -1463,3 +1473,80 @@ mod ashift_tests {
     }
 }
 
+
+const OFFLINE_USAGE: &str = "usage:\n\toffline [-f] [-t] <pool> <device> ...\n";
+const ONLINE_USAGE: &str = "usage:\n\tonline [-e] <pool> <device> ...\n";
+
+/// The pool a vdev verb names, imported read-write, and the guid of each leaf named after it
+/// (zpool_find_vdev: a path, a file name or a guid). Errors as libzfs words them, `what`
+/// ("cannot offline") in front.
+fn leaf_operands<'a>(st: &'a State, o: &Opts, usage_text: &str, what: &str) -> Result<(&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>), Out> {
+    let Some(name) = o.operands.first() else {
+        return Err(usage(format!("missing pool name\n{usage_text}")));
+    };
+    if o.operands.len() < 2 {
+        return Err(usage(format!("missing device name\n{usage_text}")));
+    }
+    let Some(imp) = st.pools.get(name) else {
+        return Err(fail(format!("cannot open '{name}': no such pool")));
+    };
+    let Some(h) = imp.rw.clone() else {
+        return Err(fail(format!("{what} {}: pool is read-only", o.operands[1])));
+    };
+    let mut out = Vec::new();
+    for dev in &o.operands[1..] {
+        match imp.pool.spa.root_vdev.find(dev).filter(|v| v.is_leaf()) {
+            Some(v) => out.push((dev.clone(), v.guid)),
+            None => return Err(fail(format!("{what} {dev}: no such device in pool"))),
+        }
+    }
+    Ok((imp, h, out))
+}
+
+/// `zpool offline [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
+/// recording what it misses; -t leaves the config alone, so that it is back after an import.
+pub fn offline(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "ft") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{OFFLINE_USAGE}")),
+    };
+    if o.has('f') {
+        return fail("cannot offline: forcing a device into the faulted state (-f) is not supported");
+    }
+    let (_, h, leaves) = match leaf_operands(st, &o, OFFLINE_USAGE, "cannot offline") {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    for (dev, guid) in leaves {
+        if let Err(e) = h.lock().vdev_offline(guid, o.has('t'), &dev) {
+            return fail(e.to_string());
+        }
+    }
+    ok(String::new())
+}
+
+/// `zpool online POOL DEVICE...` (zpool_do_online): each leaf back in use, and a resilver of
+/// the txgs it missed when its DTL names any.
+pub fn online(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "e") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{ONLINE_USAGE}")),
+    };
+    let (imp, h, leaves) = match leaf_operands(st, &o, ONLINE_USAGE, "cannot online") {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let mut resilver = false;
+    for (dev, guid) in leaves {
+        match h.lock().vdev_online(guid, &dev) {
+            Ok(stale) => resilver |= stale,
+            Err(e) => return fail(e.to_string()),
+        }
+    }
+    if resilver {
+        if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
+            return err_out(e, &format!("cannot resilver '{}'", imp.pool.spa.name));
+        }
+    }
+    ok(String::new())
+}

@@ -351,7 +351,8 @@ pub fn reconstruct(map: &RaidzMap, cols: &mut [Vec<u8>], bad: &[usize]) -> Resul
 /// I/O errors).
 fn read_col(vd: &Vdev, col: &RaidzCol) -> Option<Vec<u8>> {
     let child = vd.children.get(col.devidx)?;
-    if child.state() == VdevState::Unavail {
+    // Offline children, and those lacking txgs (a DTL not empty), are rebuilt from parity.
+    if matches!(child.state(), VdevState::Unavail | VdevState::Offline) || child.is_stale() {
         return None;
     }
     let r = if child.is_leaf() { child.read_leaf(col.offset, col.size) } else { child.read(col.offset, col.size, &|_| true) };
@@ -504,7 +505,7 @@ fn settle(vd: &Vdev, map: &RaidzMap, cols: &[Vec<u8>], failed: &[bool], mut good
     generate_parity(map, &mut good);
     for (c, col) in map.cols.iter().enumerate() {
         let wrong = if failed[c] {
-            vd.children.get(col.devidx).is_some_and(|ch| ch.state() != VdevState::Unavail)
+            vd.children.get(col.devidx).is_some_and(|ch| !matches!(ch.state(), VdevState::Unavail | VdevState::Offline))
         } else if cols[c].is_empty() {
             false // parity not read (a read whose data verified at once)
         } else if cols[c] != good[c] {

@@ -1,0 +1,138 @@
+"""Offline/online and resilver, judged by the device bytes and the oracles.
+
+A mirror side taken offline is left untouched while the pool goes on writing; each txg it
+misses goes into its DTL (a space map in the MOS, as OpenZFS keeps it). `zpool online` brings it
+back and resilvers only those txgs, after which the side alone (the other one taken away) holds
+every file, and OpenZFS's `zdb -bcc` is clean at every step. `zpool status` shows what OpenZFS 2.1
+shows: OFFLINE, DEGRADED with the administrator text, then `resilvered … with 0 errors`."""
+import os
+import random
+import re
+
+import manifest as manifest_mod
+from conftest import status_rows
+from test_gang import digest as file_hash
+from test_scrub import alone, check_reads, import_rw, new_pool
+from test_write import zdb_check
+
+
+def status(oxzfs, pool):
+    return oxzfs.zpool("status", pool, check=True).stdout
+
+
+def state_of(text, dev):
+    rows = status_rows(text)
+    mine = [v for k, v in rows.items() if k == dev or k.endswith("/" + dev)]
+    assert mine, f"{dev} not in status:\n{text}"
+    return mine[0][0]
+
+
+def write_more(alt, pool, name, seed, mib):
+    rng = random.Random(seed)
+    with open(os.path.join(alt, pool, name), "wb") as f:
+        f.write(rng.randbytes(mib << 20))
+
+
+def nice_to_bytes(v):
+    mult = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return float(v[:-1]) * mult[v[-1]] if v[-1] in mult else float(v)
+
+
+def resilvered(text):
+    m = re.search(r"scan: resilvered (\S+) in (\d+:\d\d:\d\d) with (\d+) errors on ", text)
+    assert m, f"no finished resilver in status:\n{text}"
+    return nice_to_bytes(m.group(1)), int(m.group(3))
+
+
+def test_offline_online_resilvers_only_what_was_missed(oxzfs):
+    pool = "rsoff"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 11)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+
+    r = oxzfs.zpool("offline", pool, "d1")
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert state_of(text, "d1") == "OFFLINE" and state_of(text, "mirror-0") == "DEGRADED", text
+    assert " state: DEGRADED" in text, text
+    assert ("status: One or more devices has been taken offline by the administrator.\n"
+            "\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\n"
+            "action: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n") in text, text
+    # The other side cannot go too; nor can a device that is not there.
+    r = oxzfs.zpool("offline", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
+    r = oxzfs.zpool("offline", pool, "nosuch")
+    assert r.returncode == 1 and r.stderr == "cannot offline nosuch: no such device in pool\n", repr(r)
+
+    # Writes go on without d1: not a byte of it changes, labels included.
+    before = file_hash(d1)
+    write_more(alt, pool, "while-offline.bin", 1, 3)
+    oxzfs.zpool("sync", pool, check=True)
+    assert file_hash(d1) == before, "an offline device was written"
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+
+    # Offline (not -t) is in the config: it stays so across export and import, and the DTL
+    # space map passes zdb.
+    assert oxzfs.export(pool).returncode == 0
+    assert file_hash(d1) == before, "export wrote to an offline device"
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert state_of(status(oxzfs, pool), "d1") == "OFFLINE"
+
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0, repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d1") == "ONLINE" and " state: ONLINE" in text, text
+    # Only the txgs d1 missed: about the 3 MiB written meanwhile, not the whole pool.
+    assert 3 << 20 <= done < 8 << 20, f"resilvered {done} bytes for 3 MiB missed:\n{text}"
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # d1 alone holds every file.
+    only = alone(oxzfs, vdir, "d1", "rsoff")
+    zdb_check(only, pool)
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_temporary_offline_ends_at_import_with_a_resilver(oxzfs):
+    pool = "rstemp"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 12)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("offline", "-t", pool, "d2")
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("offline", pool, "d1")
+    assert r.returncode == 1 and r.stderr == "cannot offline d1: no valid replicas\n", repr(r)
+    write_more(alt, pool, "while-offline.bin", 2, 2)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # -t is not in the config: back ONLINE at import, which resilvers what d2 missed.
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d2") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # With d0 gone, d2's columns are needed: every file still reads.
+    os.rename(os.path.join(vdir, "d0"), os.path.join(vdir, "d0.away"))
+    try:
+        check_reads(oxzfs, vdir, pool, alt, want)
+    finally:
+        os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
+
+
+def test_offline_refusals(oxzfs):
+    pool = "rssingle"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 13)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("offline", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
+    r = oxzfs.zpool("offline", pool)
+    assert r.returncode == 2 and r.stderr.startswith("missing device name\nusage:\n\toffline [-f] [-t] <pool> <device> ..."), repr(r)
+    r = oxzfs.zpool("online", "nopool", "d0")
+    assert r.returncode == 1 and r.stderr == "cannot open 'nopool': no such pool\n", repr(r)
+    assert " state: ONLINE" in status(oxzfs, pool)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
