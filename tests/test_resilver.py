@@ -136,3 +136,95 @@ def test_offline_refusals(oxzfs):
     assert " state: ONLINE" in status(oxzfs, pool)
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def blank(path, mib):
+    with open(path, "wb") as f:
+        f.truncate(mib << 20)
+
+
+def test_attach_makes_a_mirror_and_detach_undoes_it(oxzfs):
+    pool = "rsattach"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d, 1, 14)
+    d0, d1, small = (os.path.join(vdir, n) for n in ("d0", "d1", "small"))
+    blank(d1, 64)
+    blank(small, 32)
+    import_rw(oxzfs, vdir, pool, alt)
+
+    # Refusals, nothing written.
+    r = oxzfs.zpool("attach", pool, "d0", small)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {small} to d0: device is too small\n", repr(r)
+    assert file_hash(small) == file_hash(os.path.join(vdir, "..", "vdevs", "small")) and not open(small, "rb").read(1 << 20).strip(b"\0")
+    r = oxzfs.zpool("attach", pool, "d0", d0)
+    assert r.returncode == 1 and r.stderr.endswith(f"{d0} is part of active pool '{pool}'\n"), repr(r)
+    r = oxzfs.zpool("attach", pool, "nosuch", d1)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {d1} to nosuch: no such device in pool\n", repr(r)
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot detach d0: only applicable to mirror and replacing vdevs\n", repr(r)
+
+    r = oxzfs.zpool("attach", "-w", pool, "d0", d1)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "mirror-0") == "ONLINE" and state_of(text, "d1") == "ONLINE", text
+    assert done >= 6 << 20, f"a new mirror side got {done} bytes of a pool holding more than 6 MiB:\n{text}"
+    write_more(alt, pool, "after-attach.bin", 3, 1)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    only = alone(oxzfs, vdir, "d1", "rsattach")
+    zdb_check(only, pool)
+    check_reads(oxzfs, only, pool, alt, want)
+
+    # Detach shrinks the mirror of two back to the plain disk d1; d0 forgets the pool.
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    rows = status_rows(text)
+    assert "mirror-0" not in rows and not any(k.endswith("/d0") for k in rows) and state_of(text, "d1") == "ONLINE", text
+    r = oxzfs.zpool("detach", pool, "d1")
+    assert r.returncode == 1 and r.stderr == "cannot detach d1: only applicable to mirror and replacing vdevs\n", repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    check_reads(oxzfs, vdir, pool, alt, want)
+
+
+def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):
+    pool = "rsrepl"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 15)
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    try:
+        r = oxzfs.zpool("replace", pool, "d0", d2)
+        assert r.returncode == 0, repr(r)
+        text = status(oxzfs, pool)
+        assert "scan: resilver in progress since " in text, text
+        assert ("status: One or more devices is currently being resilvered.  The pool will\n"
+                "\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n") in text, text
+        assert state_of(text, "replacing-0") == "ONLINE" and state_of(text, "d2") == "ONLINE", text
+        r = oxzfs.zpool("replace", pool, "d0", d2)
+        assert r.returncode == 1 and "is part of active pool" in r.stderr, repr(r)
+        # Export in the middle: the import takes the resilver up again.
+        assert oxzfs.export(pool).returncode == 0
+        zdb_check(vdir, pool)
+        import_rw(oxzfs, vdir, pool, alt)
+        text = status(oxzfs, pool)
+        assert "scan: resilver in progress since " in text and state_of(text, "replacing-0") == "ONLINE", text
+    finally:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    rows = status_rows(text)
+    assert errors == 0 and "replacing-0" not in rows and not any(k.endswith("/d0") for k in rows), text
+    assert state_of(text, "d2") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # The replaced d0 is out of the pool: wiped, and with d1 away, d2 alone holds everything.
+    blank(os.path.join(vdir, "d0"), 64)
+    only = alone(oxzfs, vdir, "d2", "rsrepl")
+    zdb_check(only, pool)
+    check_reads(oxzfs, only, pool, alt, want)

@@ -41,6 +41,9 @@ pub enum Verb {
     Wait,
     Offline,
     Online,
+    Attach,
+    Detach,
+    Replace,
 }
 
 impl Verb {
@@ -65,6 +68,9 @@ impl Verb {
             Verb::Set => SET_USAGE,
             Verb::Offline => OFFLINE_USAGE,
             Verb::Online => ONLINE_USAGE,
+            Verb::Attach => ATTACH_USAGE,
+            Verb::Detach => DETACH_USAGE,
+            Verb::Replace => REPLACE_USAGE,
         }
     }
 
@@ -89,6 +95,9 @@ impl Verb {
             Verb::Set => set(st, args),
             Verb::Offline => offline(st, args),
             Verb::Online => online(st, args),
+            Verb::Attach => attach_or_replace(st, args, cwd, false),
+            Verb::Replace => attach_or_replace(st, args, cwd, true),
+            Verb::Detach => detach(st, args),
         }
     }
 }
@@ -1549,4 +1558,153 @@ pub fn online(st: &mut State, args: &[String]) -> Out {
         }
     }
     ok(String::new())
+}
+
+const ATTACH_USAGE: &str = "usage:\n\tattach [-fsw] [-o property=value] <pool> <device> <new-device>\n";
+const REPLACE_USAGE: &str = "usage:\n\treplace [-fsw] [-o property=value] <pool> <device> [new-device]\n";
+const DETACH_USAGE: &str = "usage:\n\tdetach <pool> <device>\n";
+
+/// The directories of the pool's devices and of `extra` (where a reopen looks).
+fn device_dirs(imp: &Imported, extra: &[&Path]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+    dirs.extend(extra.iter().filter_map(|p| p.parent().map(|d| d.to_path_buf())));
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// `zpool attach [-fw] POOL DEVICE NEW` / `zpool replace [-fw] POOL OLD [NEW]`
+/// (zpool_do_attach_or_replace): NEW joins DEVICE's mirror (a disk becomes a mirror) or takes
+/// OLD's place, and a resilver writes every block to it; -w waits for the resilver.
+pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing: bool) -> Out {
+    let usage_text = if replacing { REPLACE_USAGE } else { ATTACH_USAGE };
+    let o = match getopt(args, "o", "fsw") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{usage_text}")),
+    };
+    if o.has('s') {
+        return fail("sequential reconstruction (-s) is not supported");
+    }
+    let (name, old) = match (o.operands.first(), o.operands.get(1)) {
+        (None, _) => return usage(format!("missing pool name argument\n{usage_text}")),
+        (Some(_), None) => return usage(format!("missing <device> specification\n{usage_text}")),
+        (Some(n), Some(d)) => (n.clone(), d.clone()),
+    };
+    let new = match o.operands.get(2) {
+        Some(n) => n.clone(),
+        None if replacing => old.clone(),
+        None => return usage(format!("missing <new_device> specification\n{usage_text}")),
+    };
+    if o.operands.len() > 3 {
+        return usage(format!("too many arguments\n{usage_text}"));
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let what = if replacing { format!("cannot replace {old} with {new}") } else { format!("cannot attach {new} to {old}") };
+    let Some(h) = imp.rw.clone() else {
+        return fail(format!("{what}: pool is read-only"));
+    };
+    let Some(leaf) = imp.pool.spa.root_vdev.find(&old).filter(|v| v.is_leaf()) else {
+        return fail(format!("{what}: no such device in pool"));
+    };
+    let old_guid = leaf.guid;
+    // `zpool replace POOL OLD`: a new device at OLD's path.
+    let new_path = match (o.operands.get(2), &leaf.path) {
+        (None, Some(p)) => PathBuf::from(p),
+        _ => abs(cwd, &new),
+    };
+    if !new_path.exists() {
+        return fail(format!("cannot open '{}': No such file or directory", new_path.display()));
+    }
+    // make_root_vdev's check_in_use: a device some pool claims is refused before anything is
+    // written (the pool's own devices among them).
+    if let Ok(p) = spa::probe(&new_path) {
+        let pname = p.config.get_str("name").unwrap_or("").to_string();
+        // A device of this very pool is in use whatever its labels' state says.
+        let ours = p.pool_guid == imp.pool.spa.guid;
+        if ours || p.state == 0 || (p.state == 1 && !o.has('f')) {
+            let how = if ours || p.state == 0 { "active" } else { "exported" };
+            return fail(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of {how} pool '{pname}'", new_path.display()));
+        }
+    }
+    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, &old, &new);
+    if let Err(e) = r {
+        return err_out(e, &what);
+    }
+    let dirs = device_dirs(imp, &[&new_path]);
+    if let Err(e) = reopen(imp, &h, &dirs) {
+        return err_out(e, &format!("{what}: reopening the pool"));
+    }
+    if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
+        return err_out(e, &format!("cannot resilver '{name}'"));
+    }
+    if o.has('w') {
+        st.resilver_waits.push(imp.pool.spa.clone());
+    }
+    ok(String::new())
+}
+
+/// `zpool detach POOL DEVICE` (zpool_do_detach): DEVICE leaves its mirror or replacing vdev.
+pub fn detach(st: &mut State, args: &[String]) -> Out {
+    let o = match getopt(args, "", "") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{DETACH_USAGE}")),
+    };
+    let (name, dev) = match (o.operands.first(), o.operands.get(1)) {
+        (None, _) => return usage(format!("missing pool name\n{DETACH_USAGE}")),
+        (Some(_), None) => return usage(format!("missing <device> specification\n{DETACH_USAGE}")),
+        (Some(n), Some(d)) => (n.clone(), d.clone()),
+    };
+    if o.operands.len() > 2 {
+        return usage(format!("too many arguments\n{DETACH_USAGE}"));
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let Some(h) = imp.rw.clone() else {
+        return fail(format!("cannot detach {dev}: pool is read-only"));
+    };
+    let Some(leaf) = imp.pool.spa.root_vdev.find(&dev).filter(|v| v.is_leaf()) else {
+        return fail(format!("cannot detach {dev}: no such device in pool"));
+    };
+    let guid = leaf.guid;
+    oxzfs::dsl_scrub::stop(&h);
+    let r = h.lock().vdev_detach(guid, &dev);
+    if let Err(e) = r {
+        oxzfs::dsl_scrub::resume_after_import(&h);
+        return err_out(e, &format!("cannot detach {dev}"));
+    }
+    let dirs = device_dirs(imp, &[]);
+    match reopen(imp, &h, &dirs) {
+        Ok(()) => ok(String::new()),
+        Err(e) => err_out(e, &format!("cannot detach {dev}: reopening the pool")),
+    }
+}
+
+/// spa_vdev_resilver_done for every pool: a `replacing` vdev whose resilver has ended loses
+/// its old child, and the pool is reopened over the tree without it. Runs before each command,
+/// so that what a command sees is the tree as OpenZFS has it once a replace is done.
+pub fn finish_replacements(st: &mut State) {
+    for imp in st.pools.values_mut() {
+        let Some(h) = imp.rw.clone() else { continue };
+        let scan = imp.pool.spa.scan.stat();
+        if scan.scanning() || scan.running {
+            continue;
+        }
+        let done = h.lock().replacement_done();
+        if done.is_empty() {
+            continue;
+        }
+        for guid in done {
+            if let Err(e) = h.lock().vdev_detach(guid, &guid.to_string()) {
+                tracing::warn!("pool '{}': detaching replaced device {guid}: {e}", imp.pool.spa.name);
+                return;
+            }
+        }
+        let dirs = device_dirs(imp, &[]);
+        if let Err(e) = reopen(imp, &h, &dirs) {
+            tracing::warn!("pool '{}': reopening after a replace: {e}", imp.pool.spa.name);
+        }
+    }
 }

@@ -57,10 +57,23 @@ impl PoolW {
         Ok(())
     }
 
-    /// vdev_dtl_sync for one leaf.
+    /// vdev_dtl_sync for one leaf (none for a leaf the config no longer has: being detached).
     fn dtl_write(&mut self, leaf: &Vdev) -> Result<()> {
         let ranges: Vec<(u64, u64)> = leaf.stats.dtl.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(&a, &b)| (a, b)).collect();
-        let mut obj = leaf.stats.dtl_object.load(Ordering::Relaxed);
+        let obj = leaf.stats.dtl_object.load(Ordering::Relaxed);
+        if let Some(obj) = self.dtl_write_for(leaf.guid, obj, &ranges)? {
+            leaf.stats.dtl_object.store(obj, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Write DTL `ranges` of leaf `guid` to its space map `obj` (0: a new one, named in the
+    /// leaf's config): the object, None when the config has no such leaf.
+    pub(crate) fn dtl_write_for(&mut self, guid: u64, obj: u64, ranges: &[(u64, u64)]) -> Result<Option<u64>> {
+        let mut obj = obj;
+        if !edit_leaf(&mut self.config_nv, guid, &mut |_| {}) {
+            return Ok(None);
+        }
         let histogram = self.version >= crate::spa::SPA_VERSION_FEATURES && self.feature_enabled(HISTOGRAM);
         if obj == 0 || !self.mos.exists(obj) {
             let bonus = if histogram { 320 } else { 24 };
@@ -68,11 +81,7 @@ impl PoolW {
             if histogram {
                 self.feature_incr(HISTOGRAM, 1)?;
             }
-            leaf.stats.dtl_object.store(obj, Ordering::Relaxed);
-            let guid = leaf.guid;
-            if !edit_leaf(&mut self.config_nv, guid, &mut |nv| nv.add_u64("DTL", obj)) {
-                return Err(ZfsError::Invalid(format!("pool '{}': leaf {guid} is not in the config", self.spa.name)));
-            }
+            edit_leaf(&mut self.config_nv, guid, &mut |nv| nv.add_u64("DTL", obj));
             self.config_dirty = true;
         }
         let entries: Vec<SmEntry> = ranges.iter().map(|&(a, b)| SmEntry::Range { free: false, offset: a, run: b - a, vdev: None }).collect();
@@ -86,7 +95,22 @@ impl PoolW {
         }
         let bonuslen = self.mos.dnode(obj)?.bonuslen as usize;
         let phys = SpaceMapPhys { object: obj, length: bytes.len() as u64, alloc: ranges.iter().map(|&(a, b)| (b - a) as i64).sum(), histogram: [0; 32] };
-        self.mos.set_bonus(obj, &phys.encode(bonuslen))
+        self.mos.set_bonus(obj, &phys.encode(bonuslen))?;
+        Ok(Some(obj))
+    }
+
+    /// Free a DTL space map (a leaf detached: vdev_dtl_sync of a detached vdev), leaving the
+    /// feature refcount as space_map_free does.
+    pub(crate) fn dtl_free(&mut self, obj: u64) -> Result<()> {
+        if obj == 0 || !self.mos.exists(obj) {
+            return Ok(());
+        }
+        let counted = self.mos.dnode(obj)?.bonuslen as usize == 320;
+        self.mos.free_object(obj)?;
+        if counted && self.version >= crate::spa::SPA_VERSION_FEATURES && self.feature_enabled(HISTOGRAM) {
+            self.feature_incr(HISTOGRAM, -1)?;
+        }
+        Ok(())
     }
 
     /// vdev_dtl_load of every leaf that has a DTL object (at open).
@@ -124,12 +148,17 @@ fn redundant(top: &Vdev) -> bool {
     matches!(top.kind, VdevKind::Mirror | VdevKind::Raidz { .. } | VdevKind::ReplacingOrSpare(_))
 }
 
-/// Apply `f` to the config nvlist of leaf `guid` in `config`'s vdev tree; false when the tree
-/// has no such leaf.
+/// Apply `f` to the config nvlist of vdev `guid` (a leaf, or an interior vdev below the root)
+/// in `config`'s vdev tree; false when the tree has no such vdev. `f` may replace the whole
+/// node.
 pub(crate) fn edit_leaf(config: &mut NvList, guid: u64, f: &mut dyn FnMut(&mut NvList)) -> bool {
     fn walk(nv: &mut NvList, guid: u64, f: &mut dyn FnMut(&mut NvList), depth: usize) -> bool {
         if depth > 8 {
             return false;
+        }
+        if depth > 0 && nv.get_u64("guid") == Some(guid) {
+            f(nv);
+            return true;
         }
         match nv.get_nvlist_array("children").map(|a| a.to_vec()) {
             Some(mut kids) => {
@@ -138,10 +167,6 @@ pub(crate) fn edit_leaf(config: &mut NvList, guid: u64, f: &mut dyn FnMut(&mut N
                     nv.insert("children", NvValue::NvListArray(kids));
                 }
                 hit
-            }
-            None if nv.get_u64("guid") == Some(guid) => {
-                f(nv);
-                true
             }
             None => false,
         }
