@@ -8,12 +8,22 @@ shows: OFFLINE, DEGRADED with the administrator text, then `resilvered … with 
 import os
 import random
 import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 import manifest as manifest_mod
-from conftest import status_rows
+from conftest import diff_manifests, status_rows, zfs_fuse_imported
 from test_gang import digest as file_hash
 from test_scrub import alone, check_reads, import_rw, new_pool
-from test_write import zdb_check
+from test_write import _strip_xattrs, zdb_check
+
+
+def zdb_checks(*pools):
+    """zdb_check of each (vdev dir, pool) at once: zdb's run time is mostly its own waiting."""
+    with ThreadPoolExecutor(len(pools)) as ex:
+        for f in [ex.submit(zdb_check, v, p) for v, p in pools]:
+            f.result()
 
 
 def status(oxzfs, pool):
@@ -88,10 +98,9 @@ def test_offline_online_resilvers_only_what_was_missed(oxzfs):
     # Only the txgs d1 missed: about the 3 MiB written meanwhile, not the whole pool.
     assert 3 << 20 <= done < 8 << 20, f"resilvered {done} bytes for 3 MiB missed:\n{text}"
     assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
     # d1 alone holds every file.
     only = alone(oxzfs, vdir, "d1", "rsoff")
-    zdb_check(only, pool)
+    zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
 
 
@@ -106,7 +115,6 @@ def test_temporary_offline_ends_at_import_with_a_resilver(oxzfs):
     write_more(alt, pool, "while-offline.bin", 2, 2)
     want = manifest_mod.manifest(os.path.join(alt, pool))
     assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
     # -t is not in the config: back ONLINE at import, which resilvers what d2 missed.
     import_rw(oxzfs, vdir, pool, alt)
     oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
@@ -121,21 +129,6 @@ def test_temporary_offline_ends_at_import_with_a_resilver(oxzfs):
         check_reads(oxzfs, vdir, pool, alt, want)
     finally:
         os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
-
-
-def test_offline_refusals(oxzfs):
-    pool = "rssingle"
-    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 13)
-    import_rw(oxzfs, vdir, pool, alt)
-    r = oxzfs.zpool("offline", pool, "d0")
-    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
-    r = oxzfs.zpool("offline", pool)
-    assert r.returncode == 2 and r.stderr.startswith("missing device name\nusage:\n\toffline [-f] [-t] <pool> <device> ..."), repr(r)
-    r = oxzfs.zpool("online", "nopool", "d0")
-    assert r.returncode == 1 and r.stderr == "cannot open 'nopool': no such pool\n", repr(r)
-    assert " state: ONLINE" in status(oxzfs, pool)
-    assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
 
 
 def blank(path, mib):
@@ -154,13 +147,21 @@ def test_attach_makes_a_mirror_and_detach_undoes_it(oxzfs):
     # Refusals, nothing written.
     r = oxzfs.zpool("attach", pool, "d0", small)
     assert r.returncode == 1 and r.stderr == f"cannot attach {small} to d0: device is too small\n", repr(r)
-    assert file_hash(small) == file_hash(os.path.join(vdir, "..", "vdevs", "small")) and not open(small, "rb").read(1 << 20).strip(b"\0")
+    with open(small, "rb") as f:
+        assert not f.read().strip(b"\0"), "a refused attach wrote to the device"
     r = oxzfs.zpool("attach", pool, "d0", d0)
     assert r.returncode == 1 and r.stderr.endswith(f"{d0} is part of active pool '{pool}'\n"), repr(r)
     r = oxzfs.zpool("attach", pool, "nosuch", d1)
     assert r.returncode == 1 and r.stderr == f"cannot attach {d1} to nosuch: no such device in pool\n", repr(r)
     r = oxzfs.zpool("detach", pool, "d0")
     assert r.returncode == 1 and r.stderr == "cannot detach d0: only applicable to mirror and replacing vdevs\n", repr(r)
+    r = oxzfs.zpool("offline", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
+    r = oxzfs.zpool("offline", pool)
+    assert r.returncode == 2 and r.stderr.startswith("missing device name\nusage:\n\toffline [-f] [-t] <pool> <device> ..."), repr(r)
+    r = oxzfs.zpool("online", "nopool", "d0")
+    assert r.returncode == 1 and r.stderr == "cannot open 'nopool': no such pool\n", repr(r)
+    assert " state: ONLINE" in status(oxzfs, pool)
 
     r = oxzfs.zpool("attach", "-w", pool, "d0", d1)
     assert r.returncode == 0, repr(r)
@@ -171,9 +172,8 @@ def test_attach_makes_a_mirror_and_detach_undoes_it(oxzfs):
     write_more(alt, pool, "after-attach.bin", 3, 1)
     want = manifest_mod.manifest(os.path.join(alt, pool))
     assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
     only = alone(oxzfs, vdir, "d1", "rsattach")
-    zdb_check(only, pool)
+    zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
 
     # Detach shrinks the mirror of two back to the plain disk d1; d0 forgets the pool.
@@ -218,13 +218,100 @@ def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):
     oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
     text = status(oxzfs, pool)
     done, errors = resilvered(text)
+    allocated = int(oxzfs.zpool("list", "-Hp", "-o", "allocated", pool, check=True).stdout)
+    # Every block once to the new side (not to the old side beside it too).
+    assert allocated * 0.8 <= done <= allocated * 1.2, f"resilvered {done} bytes of a pool with {allocated} allocated:\n{text}"
     rows = status_rows(text)
     assert errors == 0 and "replacing-0" not in rows and not any(k.endswith("/d0") for k in rows), text
     assert state_of(text, "d2") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
     assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
     # The replaced d0 is out of the pool: wiped, and with d1 away, d2 alone holds everything.
     blank(os.path.join(vdir, "d0"), 64)
     only = alone(oxzfs, vdir, "d2", "rsrepl")
-    zdb_check(only, pool)
+    zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_replace_in_raidz_with_a_side_offline(oxzfs):
+    """A raidz1 child replaced while another is offline: the new child's columns are rebuilt
+    from the others through the replacing vdev; then the offline one comes back."""
+    pool = "rsraidz"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 16)
+    d3 = os.path.join(vdir, "d3")
+    blank(d3, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", pool, "d1", d3)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {d3} to d1: can only attach to mirrors and top-level disks\n", repr(r)
+    assert oxzfs.zpool("offline", pool, "d2").returncode == 0
+    write_more(alt, pool, "while-offline.bin", 4, 1)
+    r = oxzfs.zpool("replace", "-w", pool, "d1", d3)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and "replacing-1" not in status_rows(text), text
+    assert state_of(text, "d3") == "ONLINE" and state_of(text, "d2") == "OFFLINE", text
+    assert oxzfs.zpool("online", pool, "d2").returncode == 0
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # d0 away: d3's columns and d2's resilvered ones are what rebuilds the data.
+    blank(os.path.join(vdir, "d1"), 64)
+    os.rename(os.path.join(vdir, "d0"), os.path.join(vdir, "d0.away"))
+    try:
+        check_reads(oxzfs, vdir, pool, alt, want)
+    finally:
+        os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
+
+
+@pytest.mark.nightly
+def test_special_vdev_grows_into_a_mirror_and_back(oxzfs):
+    pool = "rsspecial"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: [d[0], "special", d[1]], 2, 17)
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", "-w", pool, "d1", d2)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and "\tspecial\t\n\t  mirror-1 " in text, text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("detach", pool, "d1").returncode == 0
+    text = status(oxzfs, pool)
+    assert "mirror-1" not in status_rows(text) and state_of(text, "d2") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # The metadata lives on d2 now: d1 wiped, everything reads.
+    blank(os.path.join(vdir, "d1"), 64)
+    check_reads(oxzfs, vdir, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_version_23_offline_attach_detach_read_by_zfs_fuse(oxzfs, work_dir):
+    pool = "rsv23"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 18, "-o", "version=23")
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("offline", pool, "d1").returncode == 0
+    write_more(alt, pool, "while-offline.bin", 5, 1)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # zfs-fuse imports the pool with an offline side and a DTL, and reads it all.
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads the pool with an offline side differently:\n{d}"
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("online", pool, "d1").returncode == 0
+    assert oxzfs.zpool("attach", "-w", pool, "d1", d2).returncode == 0
+    assert oxzfs.zpool("detach", pool, "d0").returncode == 0
+    text = status(oxzfs, pool)
+    assert state_of(text, "d1") == "ONLINE" and state_of(text, "d2") == "ONLINE" and "d0" not in text, text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    blank(os.path.join(vdir, "d0"), 64)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads the pool after attach and detach differently:\n{d}"

@@ -93,11 +93,11 @@ impl Verb {
             Verb::History => history(st, args),
             Verb::Get => get(st, args),
             Verb::Set => set(st, args),
-            Verb::Offline => offline(st, args),
-            Verb::Online => online(st, args),
+            Verb::Offline => offline(st, args, cwd),
+            Verb::Online => online(st, args, cwd),
             Verb::Attach => attach_or_replace(st, args, cwd, false),
             Verb::Replace => attach_or_replace(st, args, cwd, true),
-            Verb::Detach => detach(st, args),
+            Verb::Detach => detach(st, args, cwd),
         }
     }
 }
@@ -1489,7 +1489,7 @@ const ONLINE_USAGE: &str = "usage:\n\tonline [-e] <pool> <device> ...\n";
 /// The pool a vdev verb names, imported read-write, and the guid of each leaf named after it
 /// (zpool_find_vdev: a path, a file name or a guid). Errors as libzfs words them, `what`
 /// ("cannot offline") in front.
-fn leaf_operands<'a>(st: &'a State, o: &Opts, usage_text: &str, what: &str) -> Result<(&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>), Out> {
+fn leaf_operands<'a>(st: &'a State, o: &Opts, cwd: &Path, usage_text: &str, what: &str) -> Result<(&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>), Out> {
     let Some(name) = o.operands.first() else {
         return Err(usage(format!("missing pool name\n{usage_text}")));
     };
@@ -1504,17 +1504,29 @@ fn leaf_operands<'a>(st: &'a State, o: &Opts, usage_text: &str, what: &str) -> R
     };
     let mut out = Vec::new();
     for dev in &o.operands[1..] {
-        match imp.pool.spa.root_vdev.find(dev).filter(|v| v.is_leaf()) {
-            Some(v) => out.push((dev.clone(), v.guid)),
+        match find_leaf(imp, dev, cwd) {
+            Some(guid) => out.push((dev.clone(), guid)),
             None => return Err(fail(format!("{what} {dev}: no such device in pool"))),
         }
     }
     Ok((imp, h, out))
 }
 
+/// The guid of the pool's leaf `dev` names (zpool_find_vdev: a path, relative ones from the
+/// caller's directory, a file name or a guid).
+fn find_leaf(imp: &Imported, dev: &str, cwd: &Path) -> Option<u64> {
+    let root = &imp.pool.spa.root_vdev;
+    if let Some(v) = root.find(dev).filter(|v| v.is_leaf()) {
+        return Some(v.guid);
+    }
+    let p = abs(cwd, dev);
+    let full = std::fs::canonicalize(&p).unwrap_or(p);
+    root.find(&full.display().to_string()).filter(|v| v.is_leaf()).map(|v| v.guid)
+}
+
 /// `zpool offline [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
 /// recording what it misses; -t leaves the config alone, so that it is back after an import.
-pub fn offline(st: &mut State, args: &[String]) -> Out {
+pub fn offline(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let o = match getopt(args, "", "ft") {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{OFFLINE_USAGE}")),
@@ -1522,7 +1534,7 @@ pub fn offline(st: &mut State, args: &[String]) -> Out {
     if o.has('f') {
         return fail("cannot offline: forcing a device into the faulted state (-f) is not supported");
     }
-    let (_, h, leaves) = match leaf_operands(st, &o, OFFLINE_USAGE, "cannot offline") {
+    let (_, h, leaves) = match leaf_operands(st, &o, cwd, OFFLINE_USAGE, "cannot offline") {
         Ok(x) => x,
         Err(e) => return e,
     };
@@ -1536,12 +1548,12 @@ pub fn offline(st: &mut State, args: &[String]) -> Out {
 
 /// `zpool online POOL DEVICE...` (zpool_do_online): each leaf back in use, and a resilver of
 /// the txgs it missed when its DTL names any.
-pub fn online(st: &mut State, args: &[String]) -> Out {
+pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let o = match getopt(args, "", "e") {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ONLINE_USAGE}")),
     };
-    let (imp, h, leaves) = match leaf_operands(st, &o, ONLINE_USAGE, "cannot online") {
+    let (imp, h, leaves) = match leaf_operands(st, &o, cwd, ONLINE_USAGE, "cannot online") {
         Ok(x) => x,
         Err(e) => return e,
     };
@@ -1605,10 +1617,12 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
     let Some(h) = imp.rw.clone() else {
         return fail(format!("{what}: pool is read-only"));
     };
-    let Some(leaf) = imp.pool.spa.root_vdev.find(&old).filter(|v| v.is_leaf()) else {
+    let Some(old_guid) = find_leaf(imp, &old, cwd) else {
         return fail(format!("{what}: no such device in pool"));
     };
-    let old_guid = leaf.guid;
+    let Some(leaf) = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == old_guid) else {
+        return fail(format!("{what}: no such device in pool"));
+    };
     // `zpool replace POOL OLD`: a new device at OLD's path.
     let new_path = match (o.operands.get(2), &leaf.path) {
         (None, Some(p)) => PathBuf::from(p),
@@ -1646,7 +1660,7 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
 }
 
 /// `zpool detach POOL DEVICE` (zpool_do_detach): DEVICE leaves its mirror or replacing vdev.
-pub fn detach(st: &mut State, args: &[String]) -> Out {
+pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let o = match getopt(args, "", "") {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{DETACH_USAGE}")),
@@ -1665,10 +1679,9 @@ pub fn detach(st: &mut State, args: &[String]) -> Out {
     let Some(h) = imp.rw.clone() else {
         return fail(format!("cannot detach {dev}: pool is read-only"));
     };
-    let Some(leaf) = imp.pool.spa.root_vdev.find(&dev).filter(|v| v.is_leaf()) else {
+    let Some(guid) = find_leaf(imp, &dev, cwd) else {
         return fail(format!("cannot detach {dev}: no such device in pool"));
     };
-    let guid = leaf.guid;
     oxzfs::dsl_scrub::stop(&h);
     let r = h.lock().vdev_detach(guid, &dev);
     if let Err(e) = r {

@@ -64,6 +64,9 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
     {
         let s = spa.scan.lock();
         match cmd {
+            ScrubCmd::Start if s.scanning() && s.phys.func == POOL_SCAN_RESILVER => {
+                return Err(ZfsError::Posix(libc::EBUSY, "currently resilvering".into()))
+            }
             ScrubCmd::Start if s.scanning() && !s.paused() => {
                 return Err(ZfsError::Posix(libc::EBUSY, "currently scrubbing; use 'zpool scrub -s' to cancel current scrub".into()))
             }

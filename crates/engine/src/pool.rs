@@ -972,4 +972,18 @@ mod scan_status_tests {
             "  scan: scrub paused since Wed Nov 25 12:00:00 2026\n\tscrub started on Wed Nov 25 11:58:59 2026\n\t1M scanned, 1M issued, 100M total\n\t1.50K repaired, 1.00% done\n"
         );
     }
+
+    #[test]
+    fn resilver_lines_as_openzfs_prints_them() {
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        let done = DslScanPhys { func: oxzfs_format::dsl::POOL_SCAN_RESILVER, state: DSS_FINISHED, start_time: t0 - 3, end_time: t0, processed: 3 << 20, ..Default::default() };
+        assert_eq!(line(Some(done.clone()), t0, t0), "  scan: resilvered 3M in 00:00:03 with 0 errors on Wed Nov 25 12:00:00 2026\n");
+        let gone = DslScanPhys { state: DSS_CANCELED, ..done.clone() };
+        assert_eq!(line(Some(gone), t0, t0), "  scan: resilver canceled on Wed Nov 25 12:00:00 2026\n");
+        let running = DslScanPhys { state: DSS_SCANNING, end_time: 0, to_examine: 100 << 20, examined: 1 << 20, ..done };
+        assert_eq!(
+            line(Some(running), t0, t0),
+            "  scan: resilver in progress since Wed Nov 25 11:59:57 2026\n\t1M scanned at 0B/s, 1M issued at 0B/s, 100M total\n\t3M resilvered, 1.00% done, no estimated completion time\n"
+        );
+    }
 }

@@ -624,12 +624,19 @@ impl Vdev {
         let usable = |c: &&Arc<Vdev>| !matches!(c.state(), VdevState::Unavail | VdevState::Offline);
         let fresh: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| !c.is_stale()).collect();
         let stale: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| c.is_stale()).collect();
-        for child in fresh.iter().chain(if mode.resilver { [].iter() } else { stale.iter() }) {
+        // A resilver reads a stale child only through it (a replacing vdev whose old side is
+        // whole), never a stale leaf, and that child then writes its own stale leaves.
+        let readable_stale = stale.iter().filter(|c| !(mode.resilver && c.is_leaf()));
+        let mut source = None;
+        for child in fresh.iter().chain(readable_stale) {
             if good.is_some() && (!mode.scrub || mode.resilver) {
                 break;
             }
             match child.read_mode(offset, size, verify, mode) {
                 Ok(d) => {
+                    if good.is_none() {
+                        source = Some(child.guid);
+                    }
                     good.get_or_insert(d);
                 }
                 Err(e) => {
@@ -645,8 +652,8 @@ impl Vdev {
                 }
             }
             if mode.resilver {
-                for c in stale {
-                    c.repair_write(offset, &d, mode);
+                for c in stale.into_iter().filter(|c| Some(c.guid) != source) {
+                    c.resilver_write(offset, &d, mode);
                 }
             }
             return Ok(d);
@@ -656,6 +663,19 @@ impl Vdev {
             offset,
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no child of the mirror is available"),
         }))
+    }
+
+    /// A resilver's write of a mirror's block: to the leaves below that lack txgs, not to the
+    /// up-to-date ones beside them (the old side of a replacing vdev).
+    fn resilver_write(&self, offset: u64, data: &[u8], mode: &ReadMode) {
+        match self.kind {
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => {
+                for c in self.children.iter().filter(|c| c.is_stale()) {
+                    c.resilver_write(offset, data, mode);
+                }
+            }
+            _ => self.repair_write(offset, data, mode),
+        }
     }
 
     /// Some leaf below lacks txgs its siblings have (its DTL is not empty).
