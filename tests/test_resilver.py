@@ -73,6 +73,9 @@ def test_offline_online_resilvers_only_what_was_missed(oxzfs):
     assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
     r = oxzfs.zpool("offline", pool, "nosuch")
     assert r.returncode == 1 and r.stderr == "cannot offline nosuch: no such device in pool\n", repr(r)
+    # Nor can the side that holds every txg leave the mirror.
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot detach d0: no valid replicas\n", repr(r)
 
     # Writes go on without d1: not a byte of it changes, labels included.
     before = file_hash(d1)
