@@ -318,3 +318,34 @@ def test_version_23_offline_attach_detach_read_by_zfs_fuse(oxzfs, work_dir):
     with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
         d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
         assert not d, f"zfs-fuse reads the pool after attach and detach differently:\n{d}"
+
+
+def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
+    pool = "rsspare"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 19)
+    s0, s1 = os.path.join(vdir, "s0"), os.path.join(vdir, "s1")
+    blank(s0, 64)
+    blank(s1, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("add", pool, "spare", s0, s1)
+    assert r.returncode == 0, repr(r)
+    assert re.search(r"\tspares\n\t  \S+/s0 +AVAIL +\n\t  \S+/s1 +AVAIL", status(oxzfs, pool)), status(oxzfs, pool)
+    # s1 stands in for d1 and is detached again: back to AVAIL.
+    assert oxzfs.zpool("replace", "-w", pool, "d1", s1).returncode == 0
+    text = status(oxzfs, pool)
+    assert state_of(text, "spare-1") == "ONLINE" and re.search(r"\t  \S+/s1 +INUSE     currently in use\n", text), text
+    assert oxzfs.zpool("detach", pool, "s1").returncode == 0
+    assert re.search(r"\t  \S+/s1 +AVAIL", status(oxzfs, pool)), status(oxzfs, pool)
+    # s0 stands in for d0, and d0 is detached: s0 is a member for good, no longer a spare.
+    assert oxzfs.zpool("replace", "-w", pool, "d0", s0).returncode == 0
+    assert resilvered(status(oxzfs, pool))[1] == 0
+    assert oxzfs.zpool("detach", pool, "d0").returncode == 0
+    text = status(oxzfs, pool)
+    rows = status_rows(text)
+    assert "spare-0" not in rows and state_of(text, "s0") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
+    assert re.search(r"\tspares\n\t  \S+/s1 +AVAIL +\n\n", text), text
+    assert oxzfs.export(pool).returncode == 0
+    blank(os.path.join(vdir, "d0"), 64)
+    only = alone(oxzfs, vdir, "s0", "rsspare")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)

@@ -1268,7 +1268,8 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
             ));
         }
     }
-    let r = h.lock().add_vdevs(&vdevs, &spec.cache, ashift);
+    let r = if spec.spare.is_empty() { Ok(()) } else { h.lock().add_spares(&spec.spare) };
+    let r = r.and_then(|_| h.lock().add_vdevs(&vdevs, &spec.cache, ashift));
     if let Err(e) = r {
         return err_out(e, &format!("cannot add to '{name}'"));
     }
@@ -1642,7 +1643,8 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
             return fail(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of {how} pool '{pname}'", new_path.display()));
         }
     }
-    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, &old, &new);
+    let spare = if replacing { h.lock().spare_guid(&new_path) } else { None };
+    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, spare, &old, &new);
     if let Err(e) = r {
         return err_out(e, &what);
     }

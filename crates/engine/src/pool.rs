@@ -472,7 +472,8 @@ impl Pool {
             let _ = writeln!(s, "\tspares");
             for (n, st) in &spares {
                 let st = if st == "ONLINE" { "AVAIL" } else { st.as_str() };
-                let _ = writeln!(s, "\t  {:<w$}  {:<8}", n, st, w = width - 2);
+                let aux = if st == "INUSE" { "  currently in use" } else { "" };
+                let _ = writeln!(s, "\t  {:<w$}  {:<8}{aux}", n, st, w = width - 2);
             }
         }
         let _ = writeln!(s);
@@ -560,6 +561,8 @@ impl Pool {
                 Some(p) if key == "l2cache" && self.spa.l2arc.devices().iter().any(|d| d.guid == guid && d.faulted) => {
                     out.push((p.display().to_string(), "FAULTED".into()))
                 }
+                // A hot spare that has taken a device's place (VDEV_AUX_SPARED).
+                Some(p) if key == "spares" && self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid) => out.push((p.display().to_string(), "INUSE".into())),
                 Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
                 None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }

@@ -92,8 +92,9 @@ impl PoolW {
 
 impl PoolW {
     /// spa_vdev_attach: NEW (`new_path`) beside leaf `old` — a mirror side (`replacing`
-    /// false) or its replacement. Returns the new leaf's guid. Nothing is written when refused.
-    pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, old_name: &str, new_name: &str) -> Result<u64> {
+    /// false) or its replacement; a hot spare (`spare`: its guid) replaces under a `spare`
+    /// vdev and keeps its guid. Returns the new leaf's guid. Nothing is written when refused.
+    pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, spare: Option<u64>, old_name: &str, new_name: &str) -> Result<u64> {
         let msg = if replacing { format!("cannot replace {old_name} with {new_name}") } else { format!("cannot attach {new_name} to {old_name}") };
         let root = self.spa.root_vdev.clone();
         let nodev = || ZfsError::Posix(libc::ENODEV, format!("{msg}: no such device in pool"));
@@ -122,13 +123,16 @@ impl PoolW {
         if leaf.dev.as_ref().is_some_and(|d| d.name() == dev.name()) {
             return Err(ZfsError::Posix(libc::EBUSY, format!("{msg}: {new_name} is busy, or device removal is in progress")));
         }
-        let new_guid = crate::zio::rand_u64();
+        let new_guid = spare.unwrap_or_else(crate::zio::rand_u64);
         let path = std::fs::canonicalize(new_path).unwrap_or(new_path.to_path_buf());
         let mut new = NvList::new();
         new.add_str("type", crate::spa_create::leaf_type(&path));
         new.add_u64("guid", new_guid);
         new.add_str("path", &path.display().to_string());
         new.add_u64("create_txg", self.txg);
+        if spare.is_some() {
+            new.add_u64("is_spare", 1);
+        }
         if let Some(z) = self.new_vdev_zap()? {
             new.add_u64("com.delphix:vdev_zap_leaf", z);
         }
@@ -146,7 +150,11 @@ impl PoolW {
         } else {
             // vdev_add_parent: a mirror (attach to a top-level disk) or a replacing vdev in the
             // leaf's place, with its id (and the top keys when it is a top-level vdev).
-            let typ = if replacing { "replacing" } else { "mirror" };
+            let typ = match (replacing, spare) {
+                (true, Some(_)) => "spare",
+                (true, None) => "replacing",
+                _ => "mirror",
+            };
             let is_top = std::ptr::eq(top, leaf);
             edit_leaf(&mut cfg, old, &mut |nv| {
                 let mut oldnv = nv.clone();
@@ -234,12 +242,52 @@ impl PoolW {
             self.mos.free_object(z)?;
         }
         leaf.stats.offline.store(true, Ordering::Relaxed);
-        if let Some(dev) = &leaf.dev {
-            crate::vdev_removal::clear_labels(dev.as_ref())?;
+        let spare_parent = parent.kind == VdevKind::ReplacingOrSpare("spare".into());
+        if spare_parent && gone.get_u64("is_spare").unwrap_or(0) != 0 {
+            // A hot spare detached goes back to the spares, AVAIL (its spare label again).
+            if let Some(dev) = &leaf.dev {
+                crate::vdev_removal::clear_labels(dev.as_ref())?;
+                let mut label = NvList::new();
+                label.add_u64("version", self.version);
+                label.add_u64("state", 3);
+                label.add_u64("guid", guid);
+                crate::spa_create::write_aux_labels(dev.as_ref(), &label)?;
+            }
+        } else {
+            if let Some(dev) = &leaf.dev {
+                crate::vdev_removal::clear_labels(dev.as_ref())?;
+            }
+            if spare_parent {
+                // The original detached: the spare that took its place is a member for good,
+                // no longer one of the spares (spa_vdev_detach's unspare).
+                let permanent: Vec<u64> = parent.children.iter().filter(|c| c.guid != guid).map(|c| c.guid).collect();
+                for g in &permanent {
+                    edit_leaf(&mut self.config_nv, *g, &mut |nv| nv.remove("is_spare"));
+                }
+                let list = self.take_aux_list("spares")?;
+                let kept: Vec<NvList> = list.into_iter().filter(|d| !d.get_u64("guid").is_some_and(|g| permanent.contains(&g))).collect();
+                if !kept.is_empty() {
+                    self.put_aux_list("spares", kept)?;
+                }
+            }
         }
         self.config_dirty = true;
         self.sync()?;
         Ok(gone.get_str("path").unwrap_or(name).to_string())
+    }
+
+    /// `zpool add POOL spare DEV...`: hot spares, labelled as such and listed in the MOS.
+    pub fn add_spares(&mut self, paths: &[std::path::PathBuf]) -> Result<()> {
+        self.add_aux(3, "spares", paths)?;
+        self.config_dirty = true;
+        self.sync()
+    }
+
+    /// The guid of the pool's hot spare at `path` (the MOS "spares" list, as last synced).
+    pub fn spare_guid(&self, path: &Path) -> Option<u64> {
+        let full = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
+        let nv = crate::spa_load::read_mos_packed(&self.spa.mos(), "spares")?;
+        nv.get_nvlist_array("spares")?.iter().find(|d| d.get_str("path").is_some_and(|p| Path::new(p) == full)).and_then(|d| d.get_u64("guid"))
     }
 
     /// A new vdev ZAP listed in the pool's vdev ZAP map (feature-flag pools that have one).
