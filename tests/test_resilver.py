@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import manifest as manifest_mod
-from conftest import diff_manifests, status_rows, zfs_fuse_imported
+from conftest import diff_manifests, status_rows, unmount_below, zfs_fuse_imported
 from test_gang import digest as file_hash
 from test_scrub import alone, check_reads, import_rw, new_pool
 from test_write import _strip_xattrs, zdb_check
@@ -347,5 +347,30 @@ def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
     assert oxzfs.export(pool).returncode == 0
     blank(os.path.join(vdir, "d0"), 64)
     only = alone(oxzfs, vdir, "s0", "rsspare")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_attach_resilver_goes_on_after_kill9(oxzfs):
+    """The daemon killed while a new mirror side is being resilvered: the MOS says a resilver
+    is under way and the new side's DTL says what it lacks, so the next import (by a new
+    daemon, which starts with the scan going again) resilvers it to the end; the new side
+    alone then holds every file."""
+    pool = "rskill"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, 20)
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    assert oxzfs.zpool("attach", pool, "d0", os.path.join(vdir, "d1")).returncode == 0
+    assert "scan: resilver in progress since " in status(oxzfs, pool)
+    oxzfs.kill9()
+    unmount_below(alt)  # the killed daemon's mount is dead
+    r = oxzfs.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zpool("wait", "-t", "resilver", pool).returncode == 0
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and state_of(text, "d1") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rskill")
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
