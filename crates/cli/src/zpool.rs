@@ -31,7 +31,12 @@ pub enum Verb {
     List,
     Iostat,
     Status,
+    Online,
+    Offline,
     Clear,
+    Attach,
+    Detach,
+    Replace,
     Scrub,
     Import,
     Export,
@@ -39,11 +44,6 @@ pub enum Verb {
     Get,
     Set,
     Wait,
-    Offline,
-    Online,
-    Attach,
-    Detach,
-    Replace,
 }
 
 impl Verb {

@@ -53,10 +53,10 @@ impl PoolW {
         if leaf.stats.offline.load(Ordering::Relaxed) {
             return Ok(());
         }
-        // vdev_offline_locked: the top-level vdev must stay usable without it (a plain disk
-        // never does), and a log device is not offlined here.
+        // vdev_offline_locked: the top-level vdev must stay usable without it (a plain disk,
+        // a lone log device included, never does).
         let top = top_of(&root, guid).ok_or_else(|| ZfsError::Posix(libc::ENODEV, format!("{msg}: no such device in pool")))?;
-        if std::ptr::eq(top, leaf) || top.is_log {
+        if std::ptr::eq(top, leaf) {
             return Err(ZfsError::Posix(libc::EBUSY, format!("{msg}: no valid replicas")));
         }
         leaf.stats.offline.store(true, Ordering::Relaxed);
