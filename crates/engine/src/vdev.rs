@@ -186,9 +186,11 @@ pub struct VdevStats {
     /// Leaves: the DTL (DTL_MISSING), txg ranges [start, end) whose blocks this leaf lacks,
     /// with the MOS space map object that keeps it (`DTL` in the leaf's config, 0: none yet)
     /// and whether it changed since that object was last written (see `vdev_dtl`).
-    pub dtl: std::sync::Mutex<std::collections::BTreeMap<u64, u64>>,
+    pub(crate) dtl: std::sync::Mutex<std::collections::BTreeMap<u64, u64>>,
     pub dtl_object: AtomicU64,
     pub dtl_dirty: std::sync::atomic::AtomicBool,
+    /// `dtl` is not empty (read on every read of a mirror or raidz child, without the lock).
+    dtl_any: std::sync::atomic::AtomicBool,
     /// Leaves: bytes the running scan wrote here (vs_scan_processed: the "(resilvering)" marker).
     pub scan_processed: AtomicU64,
 }
@@ -196,7 +198,14 @@ pub struct VdevStats {
 impl VdevStats {
     /// The leaf lacks the blocks of some txgs (its DTL is not empty): reads go elsewhere.
     pub fn stale(&self) -> bool {
-        !self.dtl.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        self.dtl_any.load(Ordering::Relaxed)
+    }
+
+    /// Replace the DTL by `ranges` (as loaded from its space map).
+    pub fn dtl_set(&self, ranges: std::collections::BTreeMap<u64, u64>) {
+        let mut d = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        self.dtl_any.store(!ranges.is_empty(), Ordering::Relaxed);
+        *d = ranges;
     }
 
     /// Add txgs [start, end) to the DTL, merged with the ranges they touch.
@@ -213,6 +222,7 @@ impl VdevStats {
             e = e.max(b);
         }
         d.insert(s, e);
+        self.dtl_any.store(true, Ordering::Relaxed);
         self.dtl_dirty.store(true, Ordering::Relaxed);
     }
 
@@ -225,6 +235,7 @@ impl VdevStats {
                 d.insert(a.max(end), b);
             }
         }
+        self.dtl_any.store(!d.is_empty(), Ordering::Relaxed);
         self.dtl_dirty.store(true, Ordering::Relaxed);
     }
 

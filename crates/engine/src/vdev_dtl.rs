@@ -137,7 +137,7 @@ impl PoolW {
                     }
                 }
             }
-            *leaf.stats.dtl.lock().unwrap_or_else(|p| p.into_inner()) = dtl;
+            leaf.stats.dtl_set(dtl);
         }
         Ok(())
     }
