@@ -374,3 +374,32 @@ def test_attach_resilver_goes_on_after_kill9(oxzfs):
     only = alone(oxzfs, vdir, "d1", "rskill")
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_a_missing_side_back_and_onlined_is_resilvered(oxzfs):
+    """A mirror side missing at import misses every txg synced meanwhile (its DTL); put back
+    and onlined, it is found again and resilvered; a side still missing stays so, with
+    OpenZFS's warning."""
+    pool = "rsback"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 21)
+    d1, away = os.path.join(vdir, "d1"), os.path.join(vdir, "..", "d1.away")
+    os.rename(d1, away)  # out of the directory the import scans
+    import_rw(oxzfs, vdir, pool, alt)
+    assert state_of(status(oxzfs, pool), "mirror-0") == "DEGRADED"
+    write_more(alt, pool, "while-missing.bin", 6, 2)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0 and r.stdout == ("warning: device 'd1' onlined, but remains in faulted state\n"
+                                              "use 'zpool replace' to replace devices that are no longer present\n"), repr(r)
+    os.rename(away, d1)
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0 and r.stdout == "", repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d1") == "ONLINE" and done >= 2 << 20, text
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rsback")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)

@@ -1554,12 +1554,28 @@ pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ONLINE_USAGE}")),
     };
-    let (imp, h, leaves) = match leaf_operands(st, &o, cwd, ONLINE_USAGE, "cannot online") {
-        Ok(x) => x,
+    let (name, h, leaves) = match leaf_operands(st, &o, cwd, ONLINE_USAGE, "cannot online") {
+        Ok((_, h, leaves)) => (o.operands[0].clone(), h, leaves),
         Err(e) => return e,
     };
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let mut out = String::new();
     let mut resilver = false;
     for (dev, guid) in leaves {
+        let missing_at = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == guid && l.dev.is_none()).and_then(|l| l.path.clone());
+        if let Some(path) = missing_at {
+            // vdev_reopen: a device that was missing may be back (the reopen resilvers it).
+            let dirs = device_dirs(imp, &[Path::new(&path)]);
+            if let Err(e) = reopen(imp, &h, &dirs) {
+                return err_out(e, &format!("cannot online {dev}: reopening the pool"));
+            }
+            if imp.pool.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.dev.is_none()) {
+                let _ = write!(out, "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n");
+                continue;
+            }
+        }
         match h.lock().vdev_online(guid, &dev) {
             Ok(stale) => resilver |= stale,
             Err(e) => return fail(e.to_string()),
@@ -1567,10 +1583,10 @@ pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
     }
     if resilver {
         if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
-            return err_out(e, &format!("cannot resilver '{}'", imp.pool.spa.name));
+            return err_out(e, &format!("cannot resilver '{name}'"));
         }
     }
-    ok(String::new())
+    ok(out)
 }
 
 const ATTACH_USAGE: &str = "usage:\n\tattach [-fsw] [-o property=value] <pool> <device> <new-device>\n";
