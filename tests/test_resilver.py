@@ -88,6 +88,9 @@ def test_offline_online_resilvers_only_what_was_missed(oxzfs):
     # space map passes zdb.
     assert oxzfs.export(pool).returncode == 0
     assert file_hash(d1) == before, "export wrote to an offline device"
+    listing = oxzfs.zpool("import", "-d", vdir, check=True).stdout
+    assert "  state: DEGRADED\nstatus: One or more devices are offlined.\n" in listing, listing
+    assert re.search(r"\n\t    \S+/d1 +OFFLINE\n", listing), listing
     zdb_check(vdir, pool)
     import_rw(oxzfs, vdir, pool, alt)
     assert state_of(status(oxzfs, pool), "d1") == "OFFLINE"

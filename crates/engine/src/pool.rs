@@ -788,6 +788,8 @@ pub fn import_listing(scan: &ScanResult) -> String {
                 } else {
                     "ZFS-8000-2Q"
                 });
+            } else if c.root.leaves().iter().any(|l| l.state() == VdevState::Offline) {
+                let _ = writeln!(s, "status: One or more devices are offlined.");
             } else if (1..spa::SPA_VERSION_FEATURES).contains(&version) {
                 let _ = writeln!(s, "status: The pool is formatted using a legacy on-disk version.");
             }
