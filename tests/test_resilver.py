@@ -213,6 +213,9 @@ def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):
         assert state_of(text, "replacing-0") == "ONLINE" and state_of(text, "d2") == "ONLINE", text
         r = oxzfs.zpool("replace", pool, "d0", d2)
         assert r.returncode == 1 and "is part of active pool" in r.stderr, repr(r)
+        for flags, what in (([], "scrub"), (["-s"], "cancel scrubbing"), (["-p"], "pause scrubbing")):
+            r = oxzfs.zpool("scrub", *flags, pool)
+            assert (r.returncode, r.stderr) == (1, f"cannot {what} {pool}: currently resilvering\n"), repr(r)
         # Export in the middle: the import takes the resilver up again.
         assert oxzfs.export(pool).returncode == 0
         zdb_check(vdir, pool)

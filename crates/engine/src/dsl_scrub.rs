@@ -64,7 +64,9 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
     {
         let s = spa.scan.lock();
         match cmd {
-            ScrubCmd::Start if s.scanning() && s.phys.func == POOL_SCAN_RESILVER => {
+            // spa_scan_stop and dsl_scan_setup_check: a resilver is neither paused, canceled
+            // nor replaced by a scrub.
+            _ if s.scanning() && s.phys.func == POOL_SCAN_RESILVER => {
                 return Err(ZfsError::Posix(libc::EBUSY, "currently resilvering".into()))
             }
             ScrubCmd::Start if s.scanning() && !s.paused() => {
