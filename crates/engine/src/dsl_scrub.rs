@@ -340,9 +340,10 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     return Ok(()); // paused or canceled as the walk ended: the command decides
                 }
                 s.phys.processed += mode.repaired.swap(0, Ordering::Relaxed);
-                if resilvering && s.phys.errors == 0 {
-                    // vdev_dtl_reassess after a resilver without errors: the txgs it covered
-                    // are on every leaf in use (the DTL space maps go out with this sync).
+                if (resilvering || s.phys.min_txg == 0) && s.phys.errors == 0 {
+                    // vdev_dtl_reassess after a resilver or scrub without errors: the txgs it
+                    // covered are on every leaf in use (the DTL space maps go out with this
+                    // sync).
                     for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()) {
                         l.stats.dtl_clear_below(s.phys.max_txg);
                     }

@@ -635,9 +635,11 @@ impl Vdev {
         let usable = |c: &&Arc<Vdev>| !matches!(c.state(), VdevState::Unavail | VdevState::Offline);
         let fresh: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| !c.is_stale()).collect();
         let stale: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| c.is_stale()).collect();
-        // A resilver reads a stale child only through it (a replacing vdev whose old side is
-        // whole), never a stale leaf, and that child then writes its own stale leaves.
-        let readable_stale = stale.iter().filter(|c| !(mode.resilver && c.is_leaf()));
+        // A resilver (and a repairing scrub, which covers every txg) reads a stale child only
+        // through it (a replacing vdev whose old side is whole), never a stale leaf, and
+        // writes the block to the stale leaves (vdev_mirror_child_missing: no CKSUM error).
+        let heal_stale = mode.resilver || (mode.scrub && mode.repair);
+        let readable_stale = stale.iter().filter(|c| !(heal_stale && c.is_leaf()));
         let mut source = None;
         for child in fresh.iter().chain(readable_stale) {
             if good.is_some() && (!mode.scrub || mode.resilver) {
@@ -662,7 +664,7 @@ impl Vdev {
                     c.repair_write(offset, &d, mode);
                 }
             }
-            if mode.resilver {
+            if heal_stale {
                 for c in stale.into_iter().filter(|c| Some(c.guid) != source) {
                     c.resilver_write(offset, &d, mode);
                 }

@@ -201,6 +201,53 @@ mod tests {
         assert!(!s.stale());
     }
 
+    /// A two-way mirror over two temporary files (leaf guids 1 and 2).
+    fn mirror(tag: &str) -> (std::sync::Arc<Vdev>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("oxzfs-dtl-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut devices = crate::vdev::DeviceMap::new();
+        let mut kids = Vec::new();
+        for g in [1u64, 2] {
+            let p = dir.join(format!("d{g}"));
+            std::fs::File::create(&p).unwrap().set_len(8 << 20).unwrap();
+            devices.insert(g, (p.clone(), crate::vdev::open_device(&p, true).unwrap()));
+            let mut n = NvList::new();
+            n.add_str("type", "file");
+            n.add_u64("guid", g);
+            n.add_str("path", &p.display().to_string());
+            kids.push(n);
+        }
+        let mut m = NvList::new();
+        m.add_str("type", "mirror");
+        m.add_u64("ashift", 9);
+        m.insert("children", NvValue::NvListArray(kids));
+        (Vdev::from_config(&m, &devices, 0).unwrap(), dir)
+    }
+
+    #[test]
+    fn stale_sides_are_read_last_and_written_by_resilvers_and_scrubs() {
+        use crate::vdev::ReadMode;
+        let want: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let verify = |d: &[u8]| d == want.as_slice();
+        for (tag, mode) in [("resilver", ReadMode::resilver()), ("scrub", ReadMode::new(true, true))] {
+            let (m, dir) = mirror(tag);
+            m.write(0, &want).unwrap();
+            let side = &m.children[1];
+            side.write_leaf(0, &[0u8; 4096]).unwrap(); // the txg it missed
+            side.stats.dtl_add(5, 6);
+            // An ordinary read goes to the whole side first: no error charged to the stale one.
+            assert_eq!(m.read_mode(0, 4096, &verify, &crate::vdev::READ_HEAL).unwrap(), want);
+            assert_eq!(side.stats.cksum_errors.load(Ordering::Relaxed), 0);
+            assert_ne!(side.read_leaf(0, 4096).unwrap(), want, "a plain read rewrote a stale side");
+            // A resilver or scrub writes the block there, still without a CKSUM error.
+            assert_eq!(m.read_mode(0, 4096, &verify, &mode).unwrap(), want);
+            assert_eq!(side.read_leaf(0, 4096).unwrap(), want, "{tag} left the stale side as it was");
+            assert_eq!((side.stats.cksum_errors.load(Ordering::Relaxed), mode.repaired.load(Ordering::Relaxed)), (0, 4096), "{tag}");
+            assert_eq!(side.stats.scan_processed.load(Ordering::Relaxed), 4096);
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
     #[test]
     fn edit_leaf_finds_a_leaf_under_a_mirror() {
         let leaf = |g: u64| {
