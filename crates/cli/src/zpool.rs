@@ -1487,10 +1487,13 @@ mod ashift_tests {
 const OFFLINE_USAGE: &str = "usage:\n\toffline [-f] [-t] <pool> <device> ...\n";
 const ONLINE_USAGE: &str = "usage:\n\tonline [-e] <pool> <device> ...\n";
 
+/// A vdev verb's pool, its write handle, and (operand, guid) of each leaf named.
+type LeafOperands<'a> = (&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>);
+
 /// The pool a vdev verb names, imported read-write, and the guid of each leaf named after it
 /// (zpool_find_vdev: a path, a file name or a guid). Errors as libzfs words them, `what`
 /// ("cannot offline") in front.
-fn leaf_operands<'a>(st: &'a State, o: &Opts, cwd: &Path, usage_text: &str, what: &str) -> Result<(&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>), Out> {
+fn leaf_operands<'a>(st: &'a State, o: &Opts, cwd: &Path, usage_text: &str, what: &str) -> Result<LeafOperands<'a>, Out> {
     let Some(name) = o.operands.first() else {
         return Err(usage(format!("missing pool name\n{usage_text}")));
     };
