@@ -28,7 +28,7 @@ ENGINE_LAYERS = [
     ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),
     ("dsl", ["dsl", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename"]),
-    ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal"]),
+    ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal", "vdev_dtl", "vdev_attach"]),
     ("zpl", ["zfs_znode", "zpl", "zplw", "zfs_log", "zfs_replay"]),
     ("pool", ["traverse", "dsl_scrub", "pool", "pool_tests"]),
 ]

@@ -50,9 +50,29 @@ ZPOOL = {
         '\tstatus [-c [script1,script2,...]] [-igLpPstvxD]  [-T d|u] [pool] ... \n'
         '\t    [interval [count]]\n'
     ),
+    "online": (
+        'usage:\n'
+        '\tonline [-e] <pool> <device> ...\n'
+    ),
+    "offline": (
+        'usage:\n'
+        '\toffline [-f] [-t] <pool> <device> ...\n'
+    ),
     "clear": (
         'usage:\n'
         '\tclear <pool> [device]\n'
+    ),
+    "attach": (
+        'usage:\n'
+        '\tattach [-fsw] [-o property=value] <pool> <device> <new-device>\n'
+    ),
+    "detach": (
+        'usage:\n'
+        '\tdetach <pool> <device>\n'
+    ),
+    "replace": (
+        'usage:\n'
+        '\treplace [-fsw] [-o property=value] <pool> <device> [new-device]\n'
     ),
     "scrub": (
         'usage:\n'

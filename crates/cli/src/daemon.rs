@@ -262,14 +262,17 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (out, waits) = {
+                let (out, waits, resilver_waits) = {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
                     let out = commands::execute(&mut st, &argv, &cwd);
-                    (out, std::mem::take(&mut st.waits))
+                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits))
                 };
                 for spa in waits {
                     oxzfs::dsl_scrub::wait(&spa);
+                }
+                for spa in resilver_waits {
+                    oxzfs::dsl_scrub::wait_func(&spa, oxzfs_format::dsl::POOL_SCAN_RESILVER);
                 }
                 out
             }));

@@ -28,6 +28,9 @@ pub struct State {
     /// Pools whose scrub the request waits for once it has let the state go (`zpool scrub
     /// -w`, `zpool wait`): waiting under the lock would stall every other request.
     pub waits: Vec<Arc<oxzfs::spa::Spa>>,
+    /// Pools whose resilver the request waits for, in the same way (`zpool wait -t resilver`,
+    /// `zpool attach -w`, `zpool replace -w`).
+    pub resilver_waits: Vec<Arc<oxzfs::spa::Spa>>,
 }
 
 pub type Out = (String, String, i32);

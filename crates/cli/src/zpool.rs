@@ -31,7 +31,12 @@ pub enum Verb {
     List,
     Iostat,
     Status,
+    Online,
+    Offline,
     Clear,
+    Attach,
+    Detach,
+    Replace,
     Scrub,
     Import,
     Export,
@@ -61,6 +66,11 @@ impl Verb {
             Verb::History => HISTORY_USAGE,
             Verb::Get => ZPOOL_GET_USAGE,
             Verb::Set => SET_USAGE,
+            Verb::Offline => OFFLINE_USAGE,
+            Verb::Online => ONLINE_USAGE,
+            Verb::Attach => ATTACH_USAGE,
+            Verb::Detach => DETACH_USAGE,
+            Verb::Replace => REPLACE_USAGE,
         }
     }
 
@@ -83,6 +93,11 @@ impl Verb {
             Verb::History => history(st, args),
             Verb::Get => get(st, args),
             Verb::Set => set(st, args),
+            Verb::Offline => offline(st, args, cwd),
+            Verb::Online => online(st, args, cwd),
+            Verb::Attach => attach_or_replace(st, args, cwd, false),
+            Verb::Replace => attach_or_replace(st, args, cwd, true),
+            Verb::Detach => detach(st, args, cwd),
         }
     }
 }
@@ -472,12 +487,14 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
         Err(e) => return usage(format!("{e}\n{WAIT_USAGE}")),
     };
     let mut scrub = o.values('t').is_empty();
+    let mut resilver = false;
     for list in o.values('t') {
         for a in list.split(',') {
             if !ACTIVITIES.contains(&a) {
                 return usage(format!("invalid activity '{a}'\n{WAIT_USAGE}"));
             }
             scrub |= a == "scrub";
+            resilver |= a == "resilver" || a == "replace";
         }
     }
     match o.operands.len() {
@@ -491,6 +508,8 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     };
     if scrub {
         st.waits.push(imp.pool.spa.clone());
+    } else if resilver {
+        st.resilver_waits.push(imp.pool.spa.clone());
     }
     ok(String::new())
 }
@@ -1140,7 +1159,8 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
             ));
         }
     }
-    let r = h.lock().add_vdevs(&vdevs, &spec.cache, ashift);
+    let r = if spec.spare.is_empty() { Ok(()) } else { h.lock().add_spares(&spec.spare) };
+    let r = r.and_then(|_| h.lock().add_vdevs(&vdevs, &spec.cache, ashift));
     if let Err(e) = r {
         return err_out(e, &format!("cannot add to '{name}'"));
     }
@@ -1354,3 +1374,262 @@ mod ashift_tests {
     }
 }
 
+
+const OFFLINE_USAGE: &str = "usage:\n\toffline [-f] [-t] <pool> <device> ...\n";
+const ONLINE_USAGE: &str = "usage:\n\tonline [-e] <pool> <device> ...\n";
+
+/// A vdev verb's pool, its write handle, and (operand, guid) of each leaf named.
+type LeafOperands<'a> = (&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>);
+
+/// The pool a vdev verb names, imported read-write, and the guid of each leaf named after it
+/// (zpool_find_vdev: a path, a file name or a guid). Errors as libzfs words them, `what`
+/// ("cannot offline") in front.
+fn leaf_operands<'a>(st: &'a State, o: &Opts, cwd: &Path, usage_text: &str, what: &str) -> Result<LeafOperands<'a>, Out> {
+    let Some(name) = o.operands.first() else {
+        return Err(usage(format!("missing pool name\n{usage_text}")));
+    };
+    if o.operands.len() < 2 {
+        return Err(usage(format!("missing device name\n{usage_text}")));
+    }
+    let Some(imp) = st.pools.get(name) else {
+        return Err(fail(format!("cannot open '{name}': no such pool")));
+    };
+    let Some(h) = imp.rw.clone() else {
+        return Err(fail(format!("{what} {}: pool is read-only", o.operands[1])));
+    };
+    let mut out = Vec::new();
+    for dev in &o.operands[1..] {
+        match find_leaf(imp, dev, cwd) {
+            Some(guid) => out.push((dev.clone(), guid)),
+            None => return Err(fail(format!("{what} {dev}: no such device in pool"))),
+        }
+    }
+    Ok((imp, h, out))
+}
+
+/// The guid of the pool's leaf `dev` names (zpool_find_vdev: a path, relative ones from the
+/// caller's directory, a file name or a guid).
+fn find_leaf(imp: &Imported, dev: &str, cwd: &Path) -> Option<u64> {
+    let root = &imp.pool.spa.root_vdev;
+    if let Some(v) = root.find(dev).filter(|v| v.is_leaf()) {
+        return Some(v.guid);
+    }
+    let p = abs(cwd, dev);
+    let full = std::fs::canonicalize(&p).unwrap_or(p);
+    root.find(&full.display().to_string()).filter(|v| v.is_leaf()).map(|v| v.guid)
+}
+
+/// `zpool offline [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
+/// recording what it misses; -t leaves the config alone, so that it is back after an import.
+pub fn offline(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "", "ft") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{OFFLINE_USAGE}")),
+    };
+    if o.has('f') {
+        return fail("cannot offline: forcing a device into the faulted state (-f) is not supported");
+    }
+    let (_, h, leaves) = match leaf_operands(st, &o, cwd, OFFLINE_USAGE, "cannot offline") {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    for (dev, guid) in leaves {
+        if let Err(e) = h.lock().vdev_offline(guid, o.has('t'), &dev) {
+            return fail(e.to_string());
+        }
+    }
+    ok(String::new())
+}
+
+/// `zpool online POOL DEVICE...` (zpool_do_online): each leaf back in use, and a resilver of
+/// the txgs it missed when its DTL names any.
+pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "", "e") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{ONLINE_USAGE}")),
+    };
+    let (name, h, leaves) = match leaf_operands(st, &o, cwd, ONLINE_USAGE, "cannot online") {
+        Ok((_, h, leaves)) => (o.operands[0].clone(), h, leaves),
+        Err(e) => return e,
+    };
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let mut out = String::new();
+    let mut resilver = false;
+    for (dev, guid) in leaves {
+        let missing_at = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == guid && l.dev.is_none()).and_then(|l| l.path.clone());
+        if let Some(path) = missing_at {
+            // vdev_reopen: a device that was missing may be back (the reopen resilvers it).
+            let dirs = device_dirs(imp, &[Path::new(&path)]);
+            if let Err(e) = reopen(imp, &h, &dirs) {
+                return err_out(e, &format!("cannot online {dev}: reopening the pool"));
+            }
+            if imp.pool.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.dev.is_none()) {
+                let _ = write!(out, "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n");
+                continue;
+            }
+        }
+        match h.lock().vdev_online(guid, &dev) {
+            Ok(stale) => resilver |= stale,
+            Err(e) => return fail(e.to_string()),
+        }
+    }
+    if resilver {
+        if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
+            return err_out(e, &format!("cannot resilver '{name}'"));
+        }
+    }
+    ok(out)
+}
+
+const ATTACH_USAGE: &str = "usage:\n\tattach [-fsw] [-o property=value] <pool> <device> <new-device>\n";
+const REPLACE_USAGE: &str = "usage:\n\treplace [-fsw] [-o property=value] <pool> <device> [new-device]\n";
+const DETACH_USAGE: &str = "usage:\n\tdetach <pool> <device>\n";
+
+/// The directories of the pool's devices and of `extra` (where a reopen looks).
+fn device_dirs(imp: &Imported, extra: &[&Path]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+    dirs.extend(extra.iter().filter_map(|p| p.parent().map(|d| d.to_path_buf())));
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// `zpool attach [-fw] POOL DEVICE NEW` / `zpool replace [-fw] POOL OLD [NEW]`
+/// (zpool_do_attach_or_replace): NEW joins DEVICE's mirror (a disk becomes a mirror) or takes
+/// OLD's place, and a resilver writes every block to it; -w waits for the resilver.
+pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing: bool) -> Out {
+    let usage_text = if replacing { REPLACE_USAGE } else { ATTACH_USAGE };
+    let o = match getopt(args, "o", "fsw") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{usage_text}")),
+    };
+    if o.has('s') {
+        return fail("sequential reconstruction (-s) is not supported");
+    }
+    let (name, old) = match (o.operands.first(), o.operands.get(1)) {
+        (None, _) => return usage(format!("missing pool name argument\n{usage_text}")),
+        (Some(_), None) => return usage(format!("missing <device> specification\n{usage_text}")),
+        (Some(n), Some(d)) => (n.clone(), d.clone()),
+    };
+    let new = match o.operands.get(2) {
+        Some(n) => n.clone(),
+        None if replacing => old.clone(),
+        None => return usage(format!("missing <new_device> specification\n{usage_text}")),
+    };
+    if o.operands.len() > 3 {
+        return usage(format!("too many arguments\n{usage_text}"));
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let what = if replacing { format!("cannot replace {old} with {new}") } else { format!("cannot attach {new} to {old}") };
+    let Some(h) = imp.rw.clone() else {
+        return fail(format!("{what}: pool is read-only"));
+    };
+    let Some(old_guid) = find_leaf(imp, &old, cwd) else {
+        return fail(format!("{what}: no such device in pool"));
+    };
+    let Some(leaf) = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == old_guid) else {
+        return fail(format!("{what}: no such device in pool"));
+    };
+    // `zpool replace POOL OLD`: a new device at OLD's path.
+    let new_path = match (o.operands.get(2), &leaf.path) {
+        (None, Some(p)) => PathBuf::from(p),
+        _ => abs(cwd, &new),
+    };
+    if !new_path.exists() {
+        return fail(format!("cannot open '{}': No such file or directory", new_path.display()));
+    }
+    // make_root_vdev's check_in_use: a device some pool claims is refused before anything is
+    // written (the pool's own devices among them).
+    if let Ok(p) = spa::probe(&new_path) {
+        let pname = p.config.get_str("name").unwrap_or("").to_string();
+        // A device of this very pool is in use whatever its labels' state says.
+        let ours = p.pool_guid == imp.pool.spa.guid;
+        if ours || p.state == 0 || (p.state == 1 && !o.has('f')) {
+            let how = if ours || p.state == 0 { "active" } else { "exported" };
+            return fail(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of {how} pool '{pname}'", new_path.display()));
+        }
+    }
+    let spare = if replacing { h.lock().spare_guid(&new_path) } else { None };
+    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, spare, &old, &new);
+    if let Err(e) = r {
+        return err_out(e, &what);
+    }
+    let dirs = device_dirs(imp, &[&new_path]);
+    if let Err(e) = reopen(imp, &h, &dirs) {
+        return err_out(e, &format!("{what}: reopening the pool"));
+    }
+    if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
+        return err_out(e, &format!("cannot resilver '{name}'"));
+    }
+    if o.has('w') {
+        st.resilver_waits.push(imp.pool.spa.clone());
+    }
+    ok(String::new())
+}
+
+/// `zpool detach POOL DEVICE` (zpool_do_detach): DEVICE leaves its mirror or replacing vdev.
+pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    let o = match getopt(args, "", "") {
+        Ok(o) => o,
+        Err(e) => return usage(format!("{e}\n{DETACH_USAGE}")),
+    };
+    let (name, dev) = match (o.operands.first(), o.operands.get(1)) {
+        (None, _) => return usage(format!("missing pool name\n{DETACH_USAGE}")),
+        (Some(_), None) => return usage(format!("missing <device> specification\n{DETACH_USAGE}")),
+        (Some(n), Some(d)) => (n.clone(), d.clone()),
+    };
+    if o.operands.len() > 2 {
+        return usage(format!("too many arguments\n{DETACH_USAGE}"));
+    }
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let Some(h) = imp.rw.clone() else {
+        return fail(format!("cannot detach {dev}: pool is read-only"));
+    };
+    let Some(guid) = find_leaf(imp, &dev, cwd) else {
+        return fail(format!("cannot detach {dev}: no such device in pool"));
+    };
+    oxzfs::dsl_scrub::stop(&h);
+    let r = h.lock().vdev_detach(guid, &dev);
+    if let Err(e) = r {
+        oxzfs::dsl_scrub::resume_after_import(&h);
+        return err_out(e, &format!("cannot detach {dev}"));
+    }
+    let dirs = device_dirs(imp, &[]);
+    match reopen(imp, &h, &dirs) {
+        Ok(()) => ok(String::new()),
+        Err(e) => err_out(e, &format!("cannot detach {dev}: reopening the pool")),
+    }
+}
+
+/// spa_vdev_resilver_done for every pool: a `replacing` vdev whose resilver has ended loses
+/// its old child, and the pool is reopened over the tree without it. Runs before each command,
+/// so that what a command sees is the tree as OpenZFS has it once a replace is done.
+pub fn finish_replacements(st: &mut State) {
+    for imp in st.pools.values_mut() {
+        let Some(h) = imp.rw.clone() else { continue };
+        let scan = imp.pool.spa.scan.stat();
+        if scan.scanning() || scan.running {
+            continue;
+        }
+        let done = h.lock().replacement_done();
+        if done.is_empty() {
+            continue;
+        }
+        for guid in done {
+            if let Err(e) = h.lock().vdev_detach(guid, &guid.to_string()) {
+                tracing::warn!("pool '{}': detaching replaced device {guid}: {e}", imp.pool.spa.name);
+                return;
+            }
+        }
+        let dirs = device_dirs(imp, &[]);
+        if let Err(e) = reopen(imp, &h, &dirs) {
+            tracing::warn!("pool '{}': reopening after a replace: {e}", imp.pool.spa.name);
+        }
+    }
+}

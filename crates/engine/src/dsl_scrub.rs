@@ -33,7 +33,7 @@ use crate::traverse::{scan_walk, ScanCursor, ScanKey};
 use crate::txg::PoolHandle;
 use crate::vdev::ReadMode;
 use crate::{Result, ZfsError};
-use oxzfs_format::dsl::{DslScanPhys, DDT_CLASS_DUPLICATE, DMU_POOL_DIRECTORY_OBJECT, DMU_POOL_SCAN, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_SCRUB};
+use oxzfs_format::dsl::{DslScanPhys, DDT_CLASS_DUPLICATE, DMU_POOL_DIRECTORY_OBJECT, DMU_POOL_SCAN, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
 use oxzfs_format::types::{DMU_OT_SCAN_QUEUE, DMU_OT_ZAP_OTHER};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -64,6 +64,11 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
     {
         let s = spa.scan.lock();
         match cmd {
+            // spa_scan_stop and dsl_scan_setup_check: a resilver is neither paused, canceled
+            // nor replaced by a scrub.
+            _ if s.scanning() && s.phys.func == POOL_SCAN_RESILVER => {
+                return Err(ZfsError::Posix(libc::EBUSY, "currently resilvering".into()))
+            }
             ScrubCmd::Start if s.scanning() && !s.paused() => {
                 return Err(ZfsError::Posix(libc::EBUSY, "currently scrubbing; use 'zpool scrub -s' to cancel current scrub".into()))
             }
@@ -91,29 +96,8 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
             drop(s);
             g.sync()?;
             s = spa.scan.lock();
-            let queue_type = if g.version >= SPA_VERSION_DSL_SCRUB { DMU_OT_SCAN_QUEUE } else { DMU_OT_ZAP_OTHER };
-            let queue_obj = g.mos.create_zap(queue_type, 0, 0, 0)?;
-            if s.phys.queue_obj != 0 && g.mos.exists(s.phys.queue_obj) {
-                g.mos.free_object(s.phys.queue_obj)?;
-            }
-            let (_, allocated) = g.ms.lock().space_totals();
-            s.phys = DslScanPhys {
-                func: POOL_SCAN_SCRUB,
-                state: DSS_SCANNING,
-                queue_obj,
-                max_txg: g.txg,
-                start_time: t,
-                to_examine: allocated,
-                ddt_class_max: DDT_CLASS_DUPLICATE,
-                ..Default::default()
-            };
-            s.pass_start = t;
-            s.pass_exam = 0;
-            s.pass_issued = 0;
-            s.issued_before_pass = 0;
-            s.pass_scrub_pause = 0;
-            s.pass_scrub_spent_paused = 0;
-            s.resume = None;
+            let max_txg = g.txg;
+            setup(&mut g, &mut s, POOL_SCAN_SCRUB, 0, max_txg, t)?;
         }
         _ if !s.scanning() => return Err(no_scrub()), // it finished meanwhile
         ScrubCmd::Pause => {
@@ -122,9 +106,13 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
         }
         ScrubCmd::Cancel => end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?,
     }
+    publish(h, g, s, &spa, cmd == ScrubCmd::Start)
+}
+
+/// The scan's new state into the MOS, synced; with `start`, the scan thread started on it.
+fn publish(h: &Arc<PoolHandle>, mut g: impl std::ops::DerefMut<Target = PoolW>, mut s: std::sync::MutexGuard<'_, crate::dsl_scan::ScanInner>, spa: &Arc<Spa>, start: bool) -> Result<()> {
     write_phys(&mut g, &s.phys)?;
     s.dirty = false;
-    let start = cmd == ScrubCmd::Start;
     if start {
         s.running = true;
         s.request = Request::None;
@@ -134,15 +122,77 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
     drop(g);
     spa.scan.notify();
     if start {
-        spawn(h.clone(), spa);
+        spawn(h.clone(), spa.clone());
     }
     Ok(())
 }
 
+/// dsl_scan_setup_sync: a new scan of blocks born in (`min_txg`, `max_txg`], with a fresh
+/// scan-queue object and its figures at zero.
+fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: u64, max_txg: u64, t: u64) -> Result<()> {
+    let queue_type = if g.version >= SPA_VERSION_DSL_SCRUB { DMU_OT_SCAN_QUEUE } else { DMU_OT_ZAP_OTHER };
+    let queue_obj = g.mos.create_zap(queue_type, 0, 0, 0)?;
+    if s.phys.queue_obj != 0 && g.mos.exists(s.phys.queue_obj) {
+        g.mos.free_object(s.phys.queue_obj)?;
+    }
+    let (_, allocated) = g.ms.lock().space_totals();
+    s.phys = DslScanPhys { func, state: DSS_SCANNING, queue_obj, min_txg, max_txg, start_time: t, to_examine: allocated, ddt_class_max: DDT_CLASS_DUPLICATE, ..Default::default() };
+    s.pass_start = t;
+    s.pass_exam = 0;
+    s.pass_issued = 0;
+    s.issued_before_pass = 0;
+    s.pass_scrub_pause = 0;
+    s.pass_scrub_spent_paused = 0;
+    s.resume = None;
+    for l in g.spa.root_vdev.leaves() {
+        l.stats.scan_processed.store(0, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The txgs a resilver must cover (vdev_resilver_needed): from just before the first txg any
+/// leaf in use misses to the end of the last (vdev_dtl_min, vdev_dtl_max); None when no leaf
+/// in use misses any.
+fn resilver_needed(spa: &Spa) -> Option<(u64, u64)> {
+    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
+    bounds.fold(None, |acc: Option<(u64, u64)>, (a, b)| Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))).map(|(a, b)| (a.saturating_sub(1), b))
+}
+
+/// Start a resilver (dsl_resilver_restart) when a leaf in use misses txgs: a scrub under way
+/// gives way to it, a resilver under way starts over with the new range. False when no leaf
+/// needs one.
+pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
+    let spa = h.lock_open().spa.clone();
+    stop_thread(&spa, Request::Pause);
+    let mut g = h.lock();
+    let Some((min_txg, max_txg)) = resilver_needed(&spa) else {
+        drop(g);
+        resume_after_import(h);
+        return Ok(false);
+    };
+    let mut s = spa.scan.lock();
+    let t = now();
+    setup(&mut g, &mut s, POOL_SCAN_RESILVER, min_txg, max_txg, t)?;
+    publish(h, g, s, &spa, true)?;
+    Ok(true)
+}
+
 /// After a read-write import: a scrub the pool was running (not paused) goes on, from the
-/// beginning of its walk (dsl_scan_init leaves it scanning; the next sync resumes it).
+/// beginning of its walk (dsl_scan_init leaves it scanning; the next sync resumes it); with
+/// no scan under way, a leaf in use that misses txgs gets its resilver (spa_load's
+/// vdev_resilver_needed check).
 pub fn resume_after_import(h: &Arc<PoolHandle>) {
     let spa = h.lock_open().spa.clone();
+    {
+        let s = spa.scan.lock();
+        if !s.scanning() && !s.running && resilver_needed(&spa).is_some() {
+            drop(s);
+            if let Err(e) = resilver(h) {
+                spa.scan.lock().last_error = Some(e.to_string());
+            }
+            return;
+        }
+    }
     let go = {
         let mut s = spa.scan.lock();
         let go = s.scanning() && !s.paused() && !s.running;
@@ -166,6 +216,11 @@ pub fn stop(h: &PoolHandle) {
 /// Wait while the pool scrubs (`zpool wait -t scrub`, `zpool scrub -w`).
 pub fn wait(spa: &Spa) {
     spa.scan.wait_while(|s| s.scanning() && !s.paused() && s.running);
+}
+
+/// Wait while the pool runs a scan of kind `func` (`zpool wait -t resilver`: POOL_SCAN_RESILVER).
+pub fn wait_func(spa: &Spa, func: u64) {
+    spa.scan.wait_while(|s| s.phys.func == func && s.scanning() && !s.paused() && s.running);
 }
 
 fn stop_thread(spa: &Spa, why: Request) {
@@ -225,7 +280,8 @@ fn spawn(h: Arc<PoolHandle>, spa: Arc<Spa>) {
 
 /// The scan thread: turns of the walk until the end or a request.
 fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
-    let mode = ReadMode::new(true, true);
+    let resilvering = spa.scan.lock().phys.func == POOL_SCAN_RESILVER;
+    let mode = if resilvering { ReadMode::resilver() } else { ReadMode::new(true, true) };
     {
         // A walk from the beginning (a new scrub, or one found scanning or paused at import)
         // examines everything again: the figures of the walk start over, the repairs and
@@ -240,13 +296,13 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
         }
     }
     loop {
-        let (max_txg, resume) = {
+        let (min_txg, max_txg, resume) = {
             let s = spa.scan.lock();
             if s.request != Request::None || !s.scanning() {
                 return Ok(());
             }
             let resume: ScanKey = s.resume.as_deref().and_then(|r| r.try_into().ok()).unwrap_or([0; 5]);
-            (s.phys.max_txg, resume)
+            (s.phys.min_txg, s.phys.max_txg, resume)
         };
         if crate::tunables::scan_suspend_progress() {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -268,7 +324,7 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                 }
                 s.dirty = true;
             };
-            let cur = ScanCursor { mode: &mode, max_txg, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
+            let cur = ScanCursor { mode: &mode, min_txg, max_txg, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
             scan_walk(spa, cur)
         };
         match stopped {
@@ -285,6 +341,14 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     return Ok(()); // paused or canceled as the walk ended: the command decides
                 }
                 s.phys.processed += mode.repaired.swap(0, Ordering::Relaxed);
+                if (resilvering || s.phys.min_txg == 0) && s.phys.errors == 0 {
+                    // vdev_dtl_reassess after a resilver or scrub without errors: the txgs it
+                    // covered are on every leaf in use (the DTL space maps go out with this
+                    // sync).
+                    for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()) {
+                        l.stats.dtl_clear_below(s.phys.max_txg);
+                    }
+                }
                 end_scan(&mut g, &mut s.phys, DSS_FINISHED, now())?;
                 write_phys(&mut g, &s.phys)?;
                 s.dirty = false;

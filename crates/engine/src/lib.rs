@@ -52,6 +52,8 @@ pub mod spa_load;
 pub mod txg;
 pub mod spa_config;
 pub mod vdev_removal;
+pub mod vdev_dtl;
+pub mod vdev_attach;
 pub mod zfs_znode;
 pub mod zpl;
 pub mod zplw;

@@ -436,7 +436,9 @@ impl Pool {
         let _ = writeln!(s, " state: {}", health.as_str());
         let reason = self.status_reason(health, !errors.is_empty());
         s.push_str(reason.status_lines());
-        s.push_str(&scan_status(&self.spa.scan.stat(), crate::dsl_scan::now()));
+        let scan = self.spa.scan.stat();
+        s.push_str(&scan_status(&scan, crate::dsl_scan::now()));
+        let scanning = scan.scanning().then_some(scan.phys.func);
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -448,14 +450,14 @@ impl Pool {
         let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM");
         status_row(&mut s, &self.spa.name, health.as_str(), root, 0, width, "");
         for top in root.children.iter().filter(|t| top_class(t) == "") {
-            status_tree(&mut s, top, 2, width);
+            status_tree(&mut s, top, 2, width, scanning);
         }
         for class in ["dedup", "special", "logs"] {
             let tops: Vec<_> = root.children.iter().filter(|t| top_class(t) == class).collect();
             if !tops.is_empty() {
                 let _ = writeln!(s, "\t{class}\t");
                 for t in tops {
-                    status_tree(&mut s, t, 2, width);
+                    status_tree(&mut s, t, 2, width, scanning);
                 }
             }
         }
@@ -470,7 +472,8 @@ impl Pool {
             let _ = writeln!(s, "\tspares");
             for (n, st) in &spares {
                 let st = if st == "ONLINE" { "AVAIL" } else { st.as_str() };
-                let _ = writeln!(s, "\t  {:<w$}  {:<8}", n, st, w = width - 2);
+                let aux = if st == "INUSE" { "  currently in use" } else { "" };
+                let _ = writeln!(s, "\t  {:<w$}  {:<8}{aux}", n, st, w = width - 2);
             }
         }
         let _ = writeln!(s);
@@ -496,8 +499,11 @@ impl Pool {
     /// check_status (libzfs_status.c) for an imported pool, among the reasons this engine
     /// can observe, most serious first.
     fn status_reason(&self, health: VdevState, data_errors: bool) -> Reason {
-        let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none());
-        if health == VdevState::Unavail && missing {
+        let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none() && l.state() != VdevState::Offline);
+        let scan = self.spa.scan.stat();
+        if scan.scanning() && scan.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
+            Reason::Resilvering
+        } else if health == VdevState::Unavail && missing {
             Reason::MissingDevNr
         } else if data_errors {
             Reason::CorruptData
@@ -507,6 +513,8 @@ impl Pool {
             Reason::MissingDevR
         } else if self.any_cksum() {
             Reason::FailingDev
+        } else if self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Offline) {
+            Reason::OfflineDev
         } else if self.spa.version < spa::SPA_VERSION_FEATURES {
             // Every legacy version is "older" to OpenZFS 2.1. (Feature-flag pools with
             // features left disabled would report FEAT_DISABLED: not told apart here.)
@@ -553,6 +561,8 @@ impl Pool {
                 Some(p) if key == "l2cache" && self.spa.l2arc.devices().iter().any(|d| d.guid == guid && d.faulted) => {
                     out.push((p.display().to_string(), "FAULTED".into()))
                 }
+                // A hot spare that has taken a device's place (VDEV_AUX_SPARED).
+                Some(p) if key == "spares" && self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid) => out.push((p.display().to_string(), "INUSE".into())),
                 Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
                 None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }
@@ -586,6 +596,8 @@ impl Pool {
 /// The zpool_status_t values this engine reports, with OpenZFS 2.1's texts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reason {
+    Resilvering,
+    OfflineDev,
     FaultedDevR,
     MissingDevR,
     MissingDevNr,
@@ -606,6 +618,8 @@ impl Reason {
             Reason::CorruptData => "status: One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected.\naction: Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-8A\n",
             Reason::FailingDev => "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-9P\n",
             Reason::VersionOlder => "status: The pool is formatted using a legacy on-disk format.  The pool can\n\tstill be used, but some features are unavailable.\naction: Upgrade the pool using 'zpool upgrade'.  Once this is done, the\n\tpool will no longer be accessible on software that does not support\n\tfeature flags.\n",
+            Reason::OfflineDev => "status: One or more devices has been taken offline by the administrator.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n",
+            Reason::Resilvering => "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n",
             Reason::Ok => "",
         }
     }
@@ -678,13 +692,19 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
     );
 }
 
-fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
+/// `scanning`: the func of the scan under way (print_status_config marks the leaves it wrote
+/// to "(resilvering)" or "(repairing)").
+fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, scanning: Option<u64>) {
     if v.kind == VdevKind::Hole {
         return;
     }
-    status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux_text(v, true));
+    let mut aux = aux_text(v, true);
+    if let Some(func) = scanning.filter(|_| v.is_leaf() && v.state() == VdevState::Online && v.stats.scan_processed.load(Ordering::Relaxed) != 0) {
+        aux.push_str(if func == oxzfs_format::dsl::POOL_SCAN_RESILVER { "  (resilvering)" } else { "  (repairing)" });
+    }
+    status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {
-        status_tree(s, c, depth + 2, width);
+        status_tree(s, c, depth + 2, width, scanning);
     }
 }
 
@@ -768,6 +788,8 @@ pub fn import_listing(scan: &ScanResult) -> String {
                 } else {
                     "ZFS-8000-2Q"
                 });
+            } else if c.root.leaves().iter().any(|l| l.state() == VdevState::Offline) {
+                let _ = writeln!(s, "status: One or more devices are offlined.");
             } else if (1..spa::SPA_VERSION_FEATURES).contains(&version) {
                 let _ = writeln!(s, "status: The pool is formatted using a legacy on-disk version.");
             }
@@ -842,24 +864,29 @@ fn arc_max_from_env() -> Option<u64> {
 /// of OpenZFS 2.1): nothing for a pool never scrubbed, as 2.1 prints it.
 pub fn scan_status(st: &crate::dsl_scan::ScanInner, now: u64) -> String {
     use crate::nicenum::nicebytes;
-    use oxzfs_format::dsl::{DSS_CANCELED, DSS_FINISHED, POOL_SCAN_SCRUB};
+    use oxzfs_format::dsl::{DSS_CANCELED, DSS_FINISHED, POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
     let p = &st.phys;
-    if p.func != POOL_SCAN_SCRUB {
+    if p.func != POOL_SCAN_SCRUB && p.func != POOL_SCAN_RESILVER {
         return String::new();
     }
+    let resilver = p.func == POOL_SCAN_RESILVER;
     let mut s = String::from("  scan: ");
     let processed = nicebytes(p.processed);
     if p.state == DSS_FINISHED {
         let took = secs_to_dhms(p.end_time.saturating_sub(p.start_time));
-        let _ = write!(s, "scrub repaired {processed} in {took} with {} errors on {}", p.errors, ctime(p.end_time));
+        let what = if resilver { "resilvered" } else { "scrub repaired" };
+        let _ = write!(s, "{what} {processed} in {took} with {} errors on {}", p.errors, ctime(p.end_time));
         return s;
     }
     if p.state == DSS_CANCELED {
-        let _ = write!(s, "scrub canceled on {}", ctime(p.end_time));
+        let _ = write!(s, "{} canceled on {}", if resilver { "resilver" } else { "scrub" }, ctime(p.end_time));
         return s;
     }
-    let paused = st.pass_scrub_pause != 0;
-    if paused {
+    // Resilvers are never paused.
+    let paused = st.pass_scrub_pause != 0 && !resilver;
+    if resilver {
+        let _ = write!(s, "resilver in progress since {}", ctime(p.start_time));
+    } else if paused {
         let _ = write!(s, "scrub paused since {}\tscrub started on {}", ctime(st.pass_scrub_pause), ctime(p.start_time));
     } else {
         let _ = write!(s, "scrub in progress since {}", ctime(p.start_time));
@@ -874,7 +901,7 @@ pub fn scan_status(st: &crate::dsl_scan::ScanInner, now: u64) -> String {
     } else {
         let _ = writeln!(s, "\t{} scanned at {}/s, {} issued at {}/s, {} total", nicebytes(scanned), nicebytes(scan_rate), nicebytes(issued), nicebytes(issue_rate), nicebytes(total));
     }
-    let _ = write!(s, "\t{processed} repaired, {:.2}% done", 100.0 * fraction_done);
+    let _ = write!(s, "\t{processed} {}, {:.2}% done", if resilver { "resilvered" } else { "repaired" }, 100.0 * fraction_done);
     if paused {
         s.push('\n');
     } else {
@@ -948,6 +975,20 @@ mod scan_status_tests {
         assert_eq!(
             line(Some(paused), t0, t0 + 5),
             "  scan: scrub paused since Wed Nov 25 12:00:00 2026\n\tscrub started on Wed Nov 25 11:58:59 2026\n\t1M scanned, 1M issued, 100M total\n\t1.50K repaired, 1.00% done\n"
+        );
+    }
+
+    #[test]
+    fn resilver_lines_as_openzfs_prints_them() {
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        let done = DslScanPhys { func: oxzfs_format::dsl::POOL_SCAN_RESILVER, state: DSS_FINISHED, start_time: t0 - 3, end_time: t0, processed: 3 << 20, ..Default::default() };
+        assert_eq!(line(Some(done.clone()), t0, t0), "  scan: resilvered 3M in 00:00:03 with 0 errors on Wed Nov 25 12:00:00 2026\n");
+        let gone = DslScanPhys { state: DSS_CANCELED, ..done.clone() };
+        assert_eq!(line(Some(gone), t0, t0), "  scan: resilver canceled on Wed Nov 25 12:00:00 2026\n");
+        let running = DslScanPhys { state: DSS_SCANNING, end_time: 0, to_examine: 100 << 20, examined: 1 << 20, ..done };
+        assert_eq!(
+            line(Some(running), t0, t0),
+            "  scan: resilver in progress since Wed Nov 25 11:59:57 2026\n\t1M scanned at 0B/s, 1M issued at 0B/s, 100M total\n\t3M resilvered, 1.00% done, no estimated completion time\n"
         );
     }
 }

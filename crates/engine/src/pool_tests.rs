@@ -268,7 +268,7 @@ mod scan_walk_tests {
             blocks += 1;
             bytes += asize;
         };
-        let cur = ScanCursor { mode: &mode, max_txg: u64::MAX, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
+        let cur = ScanCursor { mode: &mode, min_txg: 0, max_txg: u64::MAX, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
         let at = scan_walk(spa, cur);
         (blocks, bytes, at)
     }

@@ -338,7 +338,7 @@ pub fn root_state(root: &Vdev) -> VdevState {
             return VdevState::Unavail;
         }
         match top.state() {
-            VdevState::Unavail | VdevState::Faulted => {
+            VdevState::Unavail | VdevState::Faulted | VdevState::Offline => {
                 if top.is_log {
                     st = VdevState::Degraded;
                 } else {

@@ -128,6 +128,10 @@ impl PoolW {
             for leaf in leaves {
                 let guid = leaf.get_u64("guid").unwrap_or(0);
                 let Some(dev) = self.device(guid) else { continue };
+                // An offline leaf keeps the labels it had (vdev_writeable).
+                if leaf.get_u64("offline").unwrap_or(0) != 0 || self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.state() == crate::vdev::VdevState::Offline) {
+                    continue;
+                }
                 let mut c = NvList::new();
                 c.add_u64("version", self.version);
                 c.add_str("name", &self.spa.name);

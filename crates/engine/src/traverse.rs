@@ -134,6 +134,9 @@ pub type ScanKey = [u64; 5];
 /// says so; `progress` hears of each block read (its allocated bytes, whether a copy verified).
 pub struct ScanCursor<'a> {
     pub mode: &'a ReadMode,
+    /// Blocks born at or before it are passed over with all they point to (a resilver's
+    /// range starts after the txgs every leaf has).
+    pub min_txg: u64,
     pub max_txg: u64,
     pub resume: ScanKey,
     pub stop: &'a dyn Fn() -> bool,
@@ -266,7 +269,7 @@ impl<'a> Walker<'a> {
         if bp.is_hole() && !bp.embedded {
             return;
         }
-        if bp.birth <= min_txg || self.stopped() {
+        if bp.birth <= min_txg || self.stopped() || self.scan.as_ref().is_some_and(|sc| bp.birth <= sc.min_txg) {
             return;
         }
         let mut counted = true;
@@ -291,7 +294,7 @@ impl<'a> Walker<'a> {
             self.count(bp, typ);
             if let Some(sc) = self.scan.as_mut() {
                 sc.visited += 1;
-                if !bp.embedded && bp.physical_birth() <= sc.max_txg {
+                if !bp.embedded && bp.physical_birth() <= sc.max_txg && bp.physical_birth() > sc.min_txg {
                     let ctx = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: sc.mode };
                     let r = zio::read_physical(&ctx, bp);
                     (sc.progress)(bp.asize_total(), r.is_ok());

@@ -303,6 +303,8 @@ impl PoolW {
         if let Some(phys) = spa.scan.take_dirty() {
             self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
         }
+        // The leaves' DTLs (vdev_dtl_sync), which may name a new object in the config.
+        self.dtl_sync(txg)?;
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
             let cfg = self.mos.zap_lookup(1, "config")?.ok_or_else(|| ZfsError::Invalid("no config object".into()))?;
@@ -356,7 +358,8 @@ impl PoolW {
         let (even, odd) = if config_dirty { (self.label_writes(&[0, 2], txg, 0)?, self.label_writes(&[1, 3], txg, 0)?) } else { (Vec::new(), Vec::new()) };
         let mut ubs = Vec::new();
         for leaf in root.leaves() {
-            let Some(dev) = &leaf.dev else { continue };
+            // An offline leaf is left as it was (vdev_writeable).
+            let Some(dev) = leaf.dev.as_ref().filter(|_| leaf.state() != crate::vdev::VdevState::Offline) else { continue };
             let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
             let nslots = VDEV_UBERBLOCK_RING / slot;
             for l in 0..VDEV_LABELS {

@@ -144,15 +144,23 @@ pub fn speculative<T>(f: impl FnOnce() -> T) -> T {
 /// each copy that failed (OpenZFS's self-healing; never on a read-only import), `scrub` reads
 /// and checks every copy rather than stopping at the first that verifies (ZIO_FLAG_SCRUB).
 /// `repaired` adds up the bytes the repair writes put on leaves (the scan's "repaired").
+/// `resilver` (ZIO_FLAG_RESILVER): a mirror reads one up-to-date child and writes the block to
+/// every child whose DTL is not empty; a raidz rebuilds such children's columns.
 pub struct ReadMode {
     pub repair: bool,
     pub scrub: bool,
+    pub resilver: bool,
     pub repaired: AtomicU64,
 }
 
 impl ReadMode {
     pub const fn new(repair: bool, scrub: bool) -> ReadMode {
-        ReadMode { repair, scrub, repaired: AtomicU64::new(0) }
+        ReadMode { repair, scrub, resilver: false, repaired: AtomicU64::new(0) }
+    }
+
+    /// A resilver's reads: repair, raidz parity read and checked, stale children rewritten.
+    pub const fn resilver() -> ReadMode {
+        ReadMode { repair: true, scrub: true, resilver: true, repaired: AtomicU64::new(0) }
     }
 }
 
@@ -176,9 +184,71 @@ pub struct VdevStats {
     pub faulted: std::sync::atomic::AtomicBool,
     /// Latency and request-size histograms, I/Os in flight (`zpool iostat -l/-q/-w/-r`).
     pub ex: iostat::IoStatsEx,
+    /// Leaves: taken offline by `zpool offline` (the `offline` config nvpair when not -t):
+    /// OFFLINE, neither read nor written.
+    pub offline: std::sync::atomic::AtomicBool,
+    /// Leaves: the DTL (DTL_MISSING), txg ranges [start, end) whose blocks this leaf lacks,
+    /// with the MOS space map object that keeps it (`DTL` in the leaf's config, 0: none yet)
+    /// and whether it changed since that object was last written (see `vdev_dtl`).
+    pub(crate) dtl: std::sync::Mutex<std::collections::BTreeMap<u64, u64>>,
+    pub dtl_object: AtomicU64,
+    pub dtl_dirty: std::sync::atomic::AtomicBool,
+    /// `dtl` is not empty (read on every read of a mirror or raidz child, without the lock).
+    dtl_any: std::sync::atomic::AtomicBool,
+    /// Leaves: bytes the running scan wrote here (vs_scan_processed: the "(resilvering)" marker).
+    pub scan_processed: AtomicU64,
 }
 
 impl VdevStats {
+    /// The leaf lacks the blocks of some txgs (its DTL is not empty): reads go elsewhere.
+    pub fn stale(&self) -> bool {
+        self.dtl_any.load(Ordering::Relaxed)
+    }
+
+    /// Replace the DTL by `ranges` (as loaded from its space map).
+    pub fn dtl_set(&self, ranges: std::collections::BTreeMap<u64, u64>) {
+        let mut d = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        self.dtl_any.store(!ranges.is_empty(), Ordering::Relaxed);
+        *d = ranges;
+    }
+
+    /// Add txgs [start, end) to the DTL, merged with the ranges they touch.
+    pub fn dtl_add(&self, start: u64, end: u64) {
+        let mut d = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        if start >= end || d.range(..=start).next_back().is_some_and(|(_, &e)| e >= end) {
+            return; // nothing new
+        }
+        let (mut s, mut e) = (start, end);
+        let touching: Vec<(u64, u64)> = d.range(..=end).filter(|(_, &re)| re >= start).map(|(&a, &b)| (a, b)).collect();
+        for (a, b) in touching {
+            d.remove(&a);
+            s = s.min(a);
+            e = e.max(b);
+        }
+        d.insert(s, e);
+        self.dtl_any.store(true, Ordering::Relaxed);
+        self.dtl_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// Take every txg below `end` out of the DTL (vdev_dtl_reassess after a scan to `end - 1`).
+    pub fn dtl_clear_below(&self, end: u64) {
+        let mut d = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        let old = std::mem::take(&mut *d);
+        for (a, b) in old {
+            if b > end {
+                d.insert(a.max(end), b);
+            }
+        }
+        self.dtl_any.store(!d.is_empty(), Ordering::Relaxed);
+        self.dtl_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// The DTL's first txg and end (exclusive), if not empty.
+    pub fn dtl_bounds(&self) -> Option<(u64, u64)> {
+        let d = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        Some((*d.keys().next()?, *d.values().max()?))
+    }
+
     /// A copy read here failed its checksum (not counted under `speculative`).
     pub fn count_cksum_error(&self) {
         if !SPECULATIVE.with(|s| s.get()) {
@@ -193,6 +263,7 @@ pub enum VdevState {
     Degraded,
     Faulted,
     Unavail,
+    Offline,
 }
 
 impl VdevState {
@@ -202,6 +273,7 @@ impl VdevState {
             VdevState::Degraded => "DEGRADED",
             VdevState::Faulted => "FAULTED",
             VdevState::Unavail => "UNAVAIL",
+            VdevState::Offline => "OFFLINE",
         }
     }
 }
@@ -301,6 +373,11 @@ impl Vdev {
             VdevKind::Hole if typ == "hole" => (Some(HOLE.to_string()), None),
             _ => (None, None),
         };
+        let stats = VdevStats::default();
+        if matches!(kind, VdevKind::Leaf { .. }) {
+            stats.offline.store(nv.get_u64("offline").unwrap_or(0) != 0, Ordering::Relaxed);
+            stats.dtl_object.store(nv.get_u64("DTL").unwrap_or(0), Ordering::Relaxed);
+        }
         Ok(Arc::new(Vdev {
             id,
             guid,
@@ -310,7 +387,7 @@ impl Vdev {
             path,
             dev,
             children,
-            stats: VdevStats::default(),
+            stats,
             is_log: nv.get_u64("is_log").unwrap_or(0) != 0,
             alloc_bias: nv.get_str("alloc_bias").unwrap_or("").to_string(),
             metaslab_array: nv.get_u64("metaslab_array").unwrap_or(0),
@@ -356,7 +433,9 @@ impl Vdev {
     pub fn state(&self) -> VdevState {
         match &self.kind {
             VdevKind::Leaf { .. } => {
-                if self.dev.is_none() {
+                if self.stats.offline.load(Ordering::Relaxed) {
+                    VdevState::Offline
+                } else if self.dev.is_none() {
                     VdevState::Unavail
                 } else if self.stats.faulted.load(Ordering::Relaxed) {
                     VdevState::Faulted
@@ -366,7 +445,7 @@ impl Vdev {
             }
             VdevKind::Hole => VdevState::Online,
             _ => {
-                let bad = self.children.iter().filter(|c| c.state() == VdevState::Unavail || c.state() == VdevState::Faulted).count();
+                let bad = self.children.iter().filter(|c| matches!(c.state(), VdevState::Unavail | VdevState::Faulted | VdevState::Offline)).count();
                 let degraded = self.children.iter().any(|c| c.state() == VdevState::Degraded);
                 let tolerance = match self.kind {
                     VdevKind::Root => 0,
@@ -453,6 +532,10 @@ impl Vdev {
 
     /// Raw write to a leaf, after the front labels.
     pub fn write_leaf(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.stats.offline.load(Ordering::Relaxed) {
+            // Not an error of the device: its DTL records what it misses.
+            return Err(ZfsError::Unavailable(format!("{} is offline", self.display_name())));
+        }
         let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
             device: self.display_name(),
             offset,
@@ -572,19 +655,30 @@ impl Vdev {
         let mut last_err = None;
         let mut good: Option<Vec<u8>> = None;
         let mut bad = Vec::new();
-        for child in &self.children {
-            if child.state() == VdevState::Unavail {
-                continue;
-            }
-            if good.is_some() && !mode.scrub {
+        // Children that lack some txgs (a DTL not empty) are read last, only when no
+        // up-to-date child gave the block (vdev_mirror_dtl_check); a resilver writes them.
+        let usable = |c: &&Arc<Vdev>| !matches!(c.state(), VdevState::Unavail | VdevState::Offline);
+        let fresh: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| !c.is_stale()).collect();
+        let stale: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| c.is_stale()).collect();
+        // A resilver (and a repairing scrub, which covers every txg) reads a stale child only
+        // through it (a replacing vdev whose old side is whole), never a stale leaf, and
+        // writes the block to the stale leaves (vdev_mirror_child_missing: no CKSUM error).
+        let heal_stale = mode.resilver || (mode.scrub && mode.repair);
+        let readable_stale = stale.iter().filter(|c| !(heal_stale && c.is_leaf()));
+        let mut source = None;
+        for child in fresh.iter().chain(readable_stale) {
+            if good.is_some() && (!mode.scrub || mode.resilver) {
                 break;
             }
             match child.read_mode(offset, size, verify, mode) {
                 Ok(d) => {
+                    if good.is_none() {
+                        source = Some(child.guid);
+                    }
                     good.get_or_insert(d);
                 }
                 Err(e) => {
-                    bad.push(child);
+                    bad.push(*child);
                     last_err = Some(e);
                 }
             }
@@ -593,6 +687,11 @@ impl Vdev {
             if mode.repair {
                 for c in bad {
                     c.repair_write(offset, &d, mode);
+                }
+            }
+            if heal_stale {
+                for c in stale.into_iter().filter(|c| Some(c.guid) != source) {
+                    c.resilver_write(offset, &d, mode);
                 }
             }
             return Ok(d);
@@ -604,13 +703,38 @@ impl Vdev {
         }))
     }
 
+    /// A resilver's write of a mirror's block: to the leaves below that lack txgs, not to the
+    /// up-to-date ones beside them (the old side of a replacing vdev).
+    fn resilver_write(&self, offset: u64, data: &[u8], mode: &ReadMode) {
+        match self.kind {
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => {
+                for c in self.children.iter().filter(|c| c.is_stale()) {
+                    c.resilver_write(offset, data, mode);
+                }
+            }
+            _ => self.repair_write(offset, data, mode),
+        }
+    }
+
+    /// Some leaf below lacks txgs its siblings have (its DTL is not empty).
+    pub fn is_stale(&self) -> bool {
+        if self.is_leaf() {
+            self.stats.stale()
+        } else {
+            self.children.iter().any(|c| c.is_stale())
+        }
+    }
+
     /// A repair write (ZIO_FLAG_IO_REPAIR): the good bytes of a block over a copy that failed
     /// its read. Its bytes on the leaves count in `mode.repaired`; a failure counts as a WRITE
     /// error on the leaf and leaves the copy as it was.
     pub fn repair_write(&self, offset: u64, data: &[u8], mode: &ReadMode) {
         if self.write(offset, data).is_ok() {
             let on_leaves = match self.kind {
-                VdevKind::Leaf { .. } => data.len() as u64,
+                VdevKind::Leaf { .. } => {
+                    self.stats.scan_processed.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    data.len() as u64
+                }
                 VdevKind::Raidz { .. } => self.psize_to_asize(data.len() as u64),
                 _ => data.len() as u64 * self.leaves().iter().filter(|l| l.dev.is_some()).count() as u64,
             };

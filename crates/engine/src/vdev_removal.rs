@@ -138,7 +138,7 @@ fn collect_paths(nv: &NvList, out: &mut Vec<String>) {
 
 /// Zero the four labels of a device (vdev_label_init with VDEV_LABEL_REMOVE: the device no
 /// longer claims to belong to the pool).
-fn clear_labels(dev: &dyn crate::vdev::BlockDevice) -> Result<()> {
+pub(crate) fn clear_labels(dev: &dyn crate::vdev::BlockDevice) -> Result<()> {
     use oxzfs_format::label::{label_offset, VDEV_LABELS, VDEV_LABEL_SIZE};
     let zero = vec![0u8; VDEV_LABEL_SIZE as usize];
     for l in 0..VDEV_LABELS {

@@ -349,12 +349,15 @@ pub fn reconstruct(map: &RaidzMap, cols: &mut [Vec<u8>], bad: &[usize]) -> Resul
 
 /// Read one column; None when the child is missing or the read failed (a leaf counts its own
 /// I/O errors).
-fn read_col(vd: &Vdev, col: &RaidzCol) -> Option<Vec<u8>> {
+fn read_col(vd: &Vdev, col: &RaidzCol, mode: &ReadMode) -> Option<Vec<u8>> {
     let child = vd.children.get(col.devidx)?;
-    if child.state() == VdevState::Unavail {
+    // Offline leaves, and leaves lacking txgs (a DTL not empty), are rebuilt from parity; a
+    // replacing child is read through (its whole side), a resilver writing its new side.
+    if matches!(child.state(), VdevState::Unavail | VdevState::Offline) || (child.is_leaf() && child.is_stale()) {
         return None;
     }
-    let r = if child.is_leaf() { child.read_leaf(col.offset, col.size) } else { child.read(col.offset, col.size, &|_| true) };
+    let inner = if mode.resilver { mode } else { &crate::vdev::READ_PLAIN };
+    let r = if child.is_leaf() { child.read_leaf(col.offset, col.size) } else { child.read_mode(col.offset, col.size, &|_| true, inner) };
     r.ok().filter(|d| d.len() as u64 == col.size)
 }
 
@@ -416,7 +419,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
     let mut failed = vec![false; ncols];
     // 1. The data columns only.
     for c in np..ncols {
-        match read_col(vd, &map.cols[c]) {
+        match read_col(vd, &map.cols[c], mode) {
             Some(d) => cols[c] = d,
             None => failed[c] = true,
         }
@@ -428,7 +431,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
             if mode.scrub {
                 // raidz_parity_verify: the parity read back must be the data's parity.
                 for c in 0..np {
-                    match read_col(vd, &map.cols[c]) {
+                    match read_col(vd, &map.cols[c], mode) {
                         Some(p) => cols[c] = p,
                         None => failed[c] = true,
                     }
@@ -440,7 +443,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
     }
     // 2. The parity.
     for c in 0..np {
-        match read_col(vd, &map.cols[c]) {
+        match read_col(vd, &map.cols[c], mode) {
             Some(d) => cols[c] = d,
             None => failed[c] = true,
         }
@@ -504,7 +507,7 @@ fn settle(vd: &Vdev, map: &RaidzMap, cols: &[Vec<u8>], failed: &[bool], mut good
     generate_parity(map, &mut good);
     for (c, col) in map.cols.iter().enumerate() {
         let wrong = if failed[c] {
-            vd.children.get(col.devidx).is_some_and(|ch| ch.state() != VdevState::Unavail)
+            vd.children.get(col.devidx).is_some_and(|ch| !matches!(ch.state(), VdevState::Unavail | VdevState::Offline))
         } else if cols[c].is_empty() {
             false // parity not read (a read whose data verified at once)
         } else if cols[c] != good[c] {

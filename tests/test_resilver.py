@@ -1,0 +1,411 @@
+"""Offline/online and resilver, judged by the device bytes and the oracles.
+
+A mirror side taken offline is left untouched while the pool goes on writing; each txg it
+misses goes into its DTL (a space map in the MOS, as OpenZFS keeps it). `zpool online` brings it
+back and resilvers only those txgs, after which the side alone (the other one taken away) holds
+every file, and OpenZFS's `zdb -bcc` is clean at every step. `zpool status` shows what OpenZFS 2.1
+shows: OFFLINE, DEGRADED with the administrator text, then `resilvered … with 0 errors`."""
+import os
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import manifest as manifest_mod
+from conftest import diff_manifests, status_rows, unmount_below, zfs_fuse_imported
+from test_gang import digest as file_hash
+from test_scrub import alone, check_reads, import_rw, new_pool
+from test_write import _strip_xattrs, zdb_check
+
+
+def zdb_checks(*pools):
+    """zdb_check of each (vdev dir, pool) at once: zdb's run time is mostly its own waiting."""
+    with ThreadPoolExecutor(len(pools)) as ex:
+        for f in [ex.submit(zdb_check, v, p) for v, p in pools]:
+            f.result()
+
+
+def status(oxzfs, pool):
+    return oxzfs.zpool("status", pool, check=True).stdout
+
+
+def state_of(text, dev):
+    rows = status_rows(text)
+    mine = [v for k, v in rows.items() if k == dev or k.endswith("/" + dev)]
+    assert mine, f"{dev} not in status:\n{text}"
+    return mine[0][0]
+
+
+def write_more(alt, pool, name, seed, mib):
+    rng = random.Random(seed)
+    with open(os.path.join(alt, pool, name), "wb") as f:
+        f.write(rng.randbytes(mib << 20))
+
+
+def nice_to_bytes(v):
+    mult = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return float(v[:-1]) * mult[v[-1]] if v[-1] in mult else float(v)
+
+
+def resilvered(text):
+    m = re.search(r"scan: resilvered (\S+) in (\d+:\d\d:\d\d) with (\d+) errors on ", text)
+    assert m, f"no finished resilver in status:\n{text}"
+    return nice_to_bytes(m.group(1)), int(m.group(3))
+
+
+def test_offline_online_resilvers_only_what_was_missed(oxzfs):
+    pool = "rsoff"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 11)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+
+    r = oxzfs.zpool("offline", pool, "d1")
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert state_of(text, "d1") == "OFFLINE" and state_of(text, "mirror-0") == "DEGRADED", text
+    assert " state: DEGRADED" in text, text
+    assert ("status: One or more devices has been taken offline by the administrator.\n"
+            "\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\n"
+            "action: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n") in text, text
+    # The other side cannot go too; nor can a device that is not there.
+    r = oxzfs.zpool("offline", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
+    r = oxzfs.zpool("offline", pool, "nosuch")
+    assert r.returncode == 1 and r.stderr == "cannot offline nosuch: no such device in pool\n", repr(r)
+    # Nor can the side that holds every txg leave the mirror.
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot detach d0: no valid replicas\n", repr(r)
+
+    # Writes go on without d1: not a byte of it changes, labels included.
+    before = file_hash(d1)
+    write_more(alt, pool, "while-offline.bin", 1, 3)
+    oxzfs.zpool("sync", pool, check=True)
+    assert file_hash(d1) == before, "an offline device was written"
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+
+    # Offline (not -t) is in the config: it stays so across export and import, and the DTL
+    # space map passes zdb.
+    assert oxzfs.export(pool).returncode == 0
+    assert file_hash(d1) == before, "export wrote to an offline device"
+    listing = oxzfs.zpool("import", "-d", vdir, check=True).stdout
+    assert "  state: DEGRADED\nstatus: One or more devices are offlined.\n" in listing, listing
+    assert re.search(r"\n\t    \S+/d1 +OFFLINE\n", listing), listing
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert state_of(status(oxzfs, pool), "d1") == "OFFLINE"
+
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0, repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d1") == "ONLINE" and " state: ONLINE" in text, text
+    # Only the txgs d1 missed: about the 3 MiB written meanwhile, not the whole pool.
+    assert 3 << 20 <= done < 8 << 20, f"resilvered {done} bytes for 3 MiB missed:\n{text}"
+    assert oxzfs.export(pool).returncode == 0
+    # d1 alone holds every file.
+    only = alone(oxzfs, vdir, "d1", "rsoff")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_temporary_offline_ends_at_import_with_a_resilver(oxzfs):
+    pool = "rstemp"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 12)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("offline", "-t", pool, "d2")
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("offline", pool, "d1")
+    assert r.returncode == 1 and r.stderr == "cannot offline d1: no valid replicas\n", repr(r)
+    write_more(alt, pool, "while-offline.bin", 2, 2)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    # -t is not in the config: back ONLINE at import, which resilvers what d2 missed.
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d2") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # With d0 gone, d2's columns are needed: every file still reads.
+    os.rename(os.path.join(vdir, "d0"), os.path.join(vdir, "d0.away"))
+    try:
+        check_reads(oxzfs, vdir, pool, alt, want)
+    finally:
+        os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
+
+
+def blank(path, mib):
+    with open(path, "wb") as f:
+        f.truncate(mib << 20)
+
+
+def test_attach_makes_a_mirror_and_detach_undoes_it(oxzfs):
+    pool = "rsattach"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d, 1, 14)
+    d0, d1, small = (os.path.join(vdir, n) for n in ("d0", "d1", "small"))
+    blank(d1, 64)
+    blank(small, 32)
+    import_rw(oxzfs, vdir, pool, alt)
+
+    # Refusals, nothing written.
+    r = oxzfs.zpool("attach", pool, "d0", small)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {small} to d0: device is too small\n", repr(r)
+    with open(small, "rb") as f:
+        assert not f.read().strip(b"\0"), "a refused attach wrote to the device"
+    r = oxzfs.zpool("attach", pool, "d0", d0)
+    assert r.returncode == 1 and r.stderr.endswith(f"{d0} is part of active pool '{pool}'\n"), repr(r)
+    r = oxzfs.zpool("attach", pool, "nosuch", d1)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {d1} to nosuch: no such device in pool\n", repr(r)
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot detach d0: only applicable to mirror and replacing vdevs\n", repr(r)
+    r = oxzfs.zpool("offline", pool, "d0")
+    assert r.returncode == 1 and r.stderr == "cannot offline d0: no valid replicas\n", repr(r)
+    r = oxzfs.zpool("offline", pool)
+    assert r.returncode == 2 and r.stderr.startswith("missing device name\nusage:\n\toffline [-f] [-t] <pool> <device> ..."), repr(r)
+    r = oxzfs.zpool("online", "nopool", "d0")
+    assert r.returncode == 1 and r.stderr == "cannot open 'nopool': no such pool\n", repr(r)
+    assert " state: ONLINE" in status(oxzfs, pool)
+
+    r = oxzfs.zpool("attach", "-w", pool, "d0", d1)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "mirror-0") == "ONLINE" and state_of(text, "d1") == "ONLINE", text
+    assert done >= 6 << 20, f"a new mirror side got {done} bytes of a pool holding more than 6 MiB:\n{text}"
+    write_more(alt, pool, "after-attach.bin", 3, 1)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rsattach")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+    # Detach shrinks the mirror of two back to the plain disk d1; d0 forgets the pool.
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("detach", pool, "d0")
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    rows = status_rows(text)
+    assert "mirror-0" not in rows and not any(k.endswith("/d0") for k in rows) and state_of(text, "d1") == "ONLINE", text
+    r = oxzfs.zpool("detach", pool, "d1")
+    assert r.returncode == 1 and r.stderr == "cannot detach d1: only applicable to mirror and replacing vdevs\n", repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    check_reads(oxzfs, vdir, pool, alt, want)
+
+
+def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):
+    pool = "rsrepl"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 15)
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    try:
+        r = oxzfs.zpool("replace", pool, "d0", d2)
+        assert r.returncode == 0, repr(r)
+        text = status(oxzfs, pool)
+        assert "scan: resilver in progress since " in text, text
+        assert ("status: One or more devices is currently being resilvered.  The pool will\n"
+                "\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n") in text, text
+        assert state_of(text, "replacing-0") == "ONLINE" and state_of(text, "d2") == "ONLINE", text
+        r = oxzfs.zpool("replace", pool, "d0", d2)
+        assert r.returncode == 1 and "is part of active pool" in r.stderr, repr(r)
+        for flags, what in (([], "scrub"), (["-s"], "cancel scrubbing"), (["-p"], "pause scrubbing")):
+            r = oxzfs.zpool("scrub", *flags, pool)
+            assert (r.returncode, r.stderr) == (1, f"cannot {what} {pool}: currently resilvering\n"), repr(r)
+        # Export in the middle: the import takes the resilver up again.
+        assert oxzfs.export(pool).returncode == 0
+        zdb_check(vdir, pool)
+        import_rw(oxzfs, vdir, pool, alt)
+        text = status(oxzfs, pool)
+        assert "scan: resilver in progress since " in text and state_of(text, "replacing-0") == "ONLINE", text
+    finally:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    allocated = int(oxzfs.zpool("list", "-Hp", "-o", "allocated", pool, check=True).stdout)
+    # Every block once to the new side (not to the old side beside it too).
+    assert allocated * 0.8 <= done <= allocated * 1.2, f"resilvered {done} bytes of a pool with {allocated} allocated:\n{text}"
+    rows = status_rows(text)
+    assert errors == 0 and "replacing-0" not in rows and not any(k.endswith("/d0") for k in rows), text
+    assert state_of(text, "d2") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    # The replaced d0 is out of the pool: wiped, and with d1 away, d2 alone holds everything.
+    blank(os.path.join(vdir, "d0"), 64)
+    only = alone(oxzfs, vdir, "d2", "rsrepl")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_replace_in_raidz_with_a_side_offline(oxzfs):
+    """A raidz1 child replaced while another is offline: the new child's columns are rebuilt
+    from the others through the replacing vdev; then the offline one comes back."""
+    pool = "rsraidz"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 16)
+    d3 = os.path.join(vdir, "d3")
+    blank(d3, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", pool, "d1", d3)
+    assert r.returncode == 1 and r.stderr == f"cannot attach {d3} to d1: can only attach to mirrors and top-level disks\n", repr(r)
+    assert oxzfs.zpool("offline", pool, "d2").returncode == 0
+    write_more(alt, pool, "while-offline.bin", 4, 1)
+    r = oxzfs.zpool("replace", "-w", pool, "d1", d3)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and "replacing-1" not in status_rows(text), text
+    assert state_of(text, "d3") == "ONLINE" and state_of(text, "d2") == "OFFLINE", text
+    assert oxzfs.zpool("online", pool, "d2").returncode == 0
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # d0 away: d3's columns and d2's resilvered ones are what rebuilds the data.
+    blank(os.path.join(vdir, "d1"), 64)
+    os.rename(os.path.join(vdir, "d0"), os.path.join(vdir, "d0.away"))
+    try:
+        check_reads(oxzfs, vdir, pool, alt, want)
+    finally:
+        os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
+
+
+@pytest.mark.nightly
+def test_special_vdev_grows_into_a_mirror_and_back(oxzfs):
+    pool = "rsspecial"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: [d[0], "special", d[1]], 2, 17)
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", "-w", pool, "d1", d2)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and "\tspecial\t\n\t  mirror-1 " in text, text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("detach", pool, "d1").returncode == 0
+    text = status(oxzfs, pool)
+    assert "mirror-1" not in status_rows(text) and state_of(text, "d2") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # The metadata lives on d2 now: d1 wiped, everything reads.
+    blank(os.path.join(vdir, "d1"), 64)
+    check_reads(oxzfs, vdir, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_version_23_offline_attach_detach_read_by_zfs_fuse(oxzfs, work_dir):
+    pool = "rsv23"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 18, "-o", "version=23")
+    d2 = os.path.join(vdir, "d2")
+    blank(d2, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("offline", pool, "d1").returncode == 0
+    write_more(alt, pool, "while-offline.bin", 5, 1)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # zfs-fuse imports the pool with an offline side and a DTL, and reads it all.
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads the pool with an offline side differently:\n{d}"
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("online", pool, "d1").returncode == 0
+    assert oxzfs.zpool("attach", "-w", pool, "d1", d2).returncode == 0
+    assert oxzfs.zpool("detach", pool, "d0").returncode == 0
+    text = status(oxzfs, pool)
+    assert state_of(text, "d1") == "ONLINE" and state_of(text, "d2") == "ONLINE" and "d0" not in text, text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    blank(os.path.join(vdir, "d0"), 64)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads the pool after attach and detach differently:\n{d}"
+
+
+def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
+    pool = "rsspare"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 19)
+    s0, s1 = os.path.join(vdir, "s0"), os.path.join(vdir, "s1")
+    blank(s0, 64)
+    blank(s1, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("add", pool, "spare", s0, s1)
+    assert r.returncode == 0, repr(r)
+    assert re.search(r"\tspares\n\t  \S+/s0 +AVAIL +\n\t  \S+/s1 +AVAIL", status(oxzfs, pool)), status(oxzfs, pool)
+    # s1 stands in for d1 and is detached again: back to AVAIL.
+    assert oxzfs.zpool("replace", "-w", pool, "d1", s1).returncode == 0
+    text = status(oxzfs, pool)
+    assert state_of(text, "spare-1") == "ONLINE" and re.search(r"\t  \S+/s1 +INUSE     currently in use\n", text), text
+    assert oxzfs.zpool("detach", pool, "s1").returncode == 0
+    assert re.search(r"\t  \S+/s1 +AVAIL", status(oxzfs, pool)), status(oxzfs, pool)
+    # s0 stands in for d0, and d0 is detached: s0 is a member for good, no longer a spare.
+    assert oxzfs.zpool("replace", "-w", pool, "d0", s0).returncode == 0
+    assert resilvered(status(oxzfs, pool))[1] == 0
+    assert oxzfs.zpool("detach", pool, "d0").returncode == 0
+    text = status(oxzfs, pool)
+    rows = status_rows(text)
+    assert "spare-0" not in rows and state_of(text, "s0") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
+    assert re.search(r"\tspares\n\t  \S+/s1 +AVAIL +\n\n", text), text
+    assert oxzfs.export(pool).returncode == 0
+    blank(os.path.join(vdir, "d0"), 64)
+    only = alone(oxzfs, vdir, "s0", "rsspare")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_attach_resilver_goes_on_after_kill9(oxzfs):
+    """The daemon killed while a new mirror side is being resilvered: the MOS says a resilver
+    is under way and the new side's DTL says what it lacks, so the next import (by a new
+    daemon, which starts with the scan going again) resilvers it to the end; the new side
+    alone then holds every file."""
+    pool = "rskill"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, 20)
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    assert oxzfs.zpool("attach", pool, "d0", os.path.join(vdir, "d1")).returncode == 0
+    assert "scan: resilver in progress since " in status(oxzfs, pool)
+    oxzfs.kill9()
+    unmount_below(alt)  # the killed daemon's mount is dead
+    r = oxzfs.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zpool("wait", "-t", "resilver", pool).returncode == 0
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and state_of(text, "d1") == "ONLINE", text
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rskill")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+@pytest.mark.nightly
+def test_a_missing_side_back_and_onlined_is_resilvered(oxzfs):
+    """A mirror side missing at import misses every txg synced meanwhile (its DTL); put back
+    and onlined, it is found again and resilvered; a side still missing stays so, with
+    OpenZFS's warning."""
+    pool = "rsback"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 21)
+    d1, away = os.path.join(vdir, "d1"), os.path.join(vdir, "..", "d1.away")
+    os.rename(d1, away)  # out of the directory the import scans
+    import_rw(oxzfs, vdir, pool, alt)
+    assert state_of(status(oxzfs, pool), "mirror-0") == "DEGRADED"
+    write_more(alt, pool, "while-missing.bin", 6, 2)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0 and r.stdout == ("warning: device 'd1' onlined, but remains in faulted state\n"
+                                              "use 'zpool replace' to replace devices that are no longer present\n"), repr(r)
+    os.rename(away, d1)
+    r = oxzfs.zpool("online", pool, "d1")
+    assert r.returncode == 0 and r.stdout == "", repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d1") == "ONLINE" and done >= 2 << 20, text
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rsback")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
