@@ -94,7 +94,8 @@ impl Metaslabs {
             .iter()
             .map(|top| {
                 let shift = if top.metaslab_shift != 0 { top.metaslab_shift } else { metaslab_shift(top.asize) };
-                let count = top.asize >> shift;
+                // Holes and removed (indirect) vdevs take no allocations.
+                let count = if top.is_concrete() { top.asize >> shift } else { 0 };
                 let ms = (0..count)
                     .map(|i| {
                         let mut m = Ms { start: i << shift, size: 1 << shift, ..Default::default() };

@@ -251,7 +251,7 @@ impl Pool {
         let space = dsl::pool_space(&self.spa);
         let mut size = 0;
         for top in &self.spa.root_vdev.children {
-            if !top.is_log && top.kind != VdevKind::Hole {
+            if !top.is_log && top.is_concrete() {
                 size += top.asize;
             }
         }
@@ -355,7 +355,7 @@ impl Pool {
     /// Fragmentation of the pool (the normal class): the vdevs' weighted by their space.
     pub fn fragmentation(&self) -> Option<u64> {
         let (mut f, mut sp) = (0u128, 0u128);
-        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty() && t.kind != VdevKind::Hole) {
+        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty() && t.is_concrete()) {
             let space = ((top.asize >> top.metaslab_shift.max(1)) << top.metaslab_shift) as u128;
             f += self.vdev_frag(top)? as u128 * space;
             sp += space;
@@ -385,11 +385,11 @@ impl Pool {
         };
         let heading = |name: &str| ListVdevRow { name: name.into(), size: None, alloc: None, frag: None, health: String::new() };
         let tops = &self.spa.root_vdev.children;
-        for top in tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t).is_empty()) {
+        for top in tops.iter().filter(|t| t.is_concrete() && top_class(t).is_empty()) {
             push_tree(top, &mut out);
         }
         for class in ["dedup", "special", "logs"] {
-            let members: Vec<_> = tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t) == class).collect();
+            let members: Vec<_> = tops.iter().filter(|t| t.is_concrete() && top_class(t) == class).collect();
             if !members.is_empty() {
                 out.push(heading(class));
                 for t in members {
@@ -437,6 +437,9 @@ impl Pool {
         let reason = self.status_reason(health, !errors.is_empty());
         s.push_str(reason.status_lines());
         s.push_str(&scan_status(&self.spa.scan.stat(), crate::dsl_scan::now()));
+        if let Some(r) = self.removal_stat() {
+            s.push_str(&removal_status(&r, &self.spa.root_vdev, crate::dsl_scan::now()));
+        }
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -614,7 +617,7 @@ impl Reason {
 /// Which config section a top-level vdev is printed in: "" (the pool's own tree), or its
 /// allocation class ("dedup", "special", "logs").
 fn top_class(v: &Vdev) -> &str {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         "hole"
     } else if v.is_log {
         "logs"
@@ -642,7 +645,7 @@ fn vdev_name(v: &Vdev, imported: bool) -> String {
 /// max_width: the widest `depth + name` below (and including) `v`, children two deeper.
 fn tree_width(v: &Vdev, depth: usize, imported: bool) -> usize {
     let own = if depth == 0 { 0 } else { vdev_name(v, imported).len() + depth };
-    v.children.iter().filter(|c| c.kind != VdevKind::Hole).map(|c| tree_width(c, depth + 2, imported)).fold(own, usize::max)
+    v.children.iter().filter(|c| c.is_concrete()).map(|c| tree_width(c, depth + 2, imported)).fold(own, usize::max)
 }
 
 /// The auxiliary words after a row ("  was PATH", "  cannot open", ...).
@@ -679,7 +682,7 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
 }
 
 fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         return;
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux_text(v, true));
@@ -822,7 +825,7 @@ pub fn import_listing(scan: &ScanResult) -> String {
 
 /// print_import_config: name and state, no counters; holes and missing top-levels print nothing.
 fn import_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         return;
     }
     let st = if not_present(v) { "UNAVAIL" } else { v.state().as_str() };
@@ -896,6 +899,78 @@ fn secs_to_dhms(total: u64) -> String {
     } else {
         format!("{hours:02}:{mins:02}:{secs:02}")
     }
+}
+
+/// What `zpool status` shows of device removal (pool_removal_stat_t, spa_removal_get_stats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovalStat {
+    pub phys: oxzfs_format::removal::SpaRemovingPhys,
+    /// Bytes of memory the mappings of every removed vdev take.
+    pub mapping_memory: u64,
+}
+
+impl Pool {
+    /// The pool's removal state (spa_removing_phys in the MOS directory), None when no device
+    /// was ever removed with evacuation.
+    pub fn removal_stat(&self) -> Option<RemovalStat> {
+        let mos = self.spa.mos();
+        let e = crate::zap::zap_lookup(&mos, 1, oxzfs_format::removal::DMU_POOL_REMOVING.as_bytes()).ok().flatten()?;
+        let phys = oxzfs_format::removal::SpaRemovingPhys::from_words(&e.value_u64s()).ok()?;
+        if phys.state == 0 {
+            return None;
+        }
+        Some(RemovalStat { phys, mapping_memory: mapping_memory(&self.spa.root_vdev, phys.prev_indirect_vdev) })
+    }
+}
+
+/// The memory of the mappings along the chain of removed vdevs that starts at `id`.
+pub fn mapping_memory(root: &Vdev, mut id: u64) -> u64 {
+    let mut total = 0;
+    let mut hops = 0;
+    while id != u64::MAX && hops <= root.children.len() {
+        let Some(cfg) = root.children.get(id as usize).and_then(|t| t.indirect.as_ref()) else { break };
+        total += cfg.mapping.get().map_or(0, |m| m.size());
+        id = cfg.prev_indirect_vdev;
+        hops += 1;
+    }
+    total
+}
+
+/// The `remove:` lines of `zpool status` (print_removal_status of OpenZFS 2.1).
+pub fn removal_status(r: &RemovalStat, root: &Vdev, now: u64) -> String {
+    use crate::nicenum::nicenum;
+    let p = &r.phys;
+    let name = root.children.get(p.removing_vdev as usize).map(|v| vdev_name(v, true)).unwrap_or_else(|| p.removing_vdev.to_string());
+    let mut s = String::from("remove: ");
+    match p.state {
+        2 => {
+            let minutes = p.end_time.saturating_sub(p.start_time) / 60;
+            let _ = write!(s, "Removal of vdev {} copied {} in {}h{}m, completed on {}", p.removing_vdev, nicenum(p.copied), minutes / 60, minutes % 60, ctime(p.end_time));
+        }
+        3 => {
+            let _ = write!(s, "Removal of {name} canceled on {}", ctime(p.end_time));
+        }
+        _ => {
+            let _ = write!(s, "Evacuation of {name} in progress since {}", ctime(p.start_time));
+            let copied = p.copied.max(1);
+            let total = p.to_copy;
+            let elapsed = now.saturating_sub(p.start_time).max(1);
+            // OpenZFS keeps the rate in a uint_t.
+            let rate = ((copied / elapsed) as u32).max(1) as u64;
+            let mins_left = (total.saturating_sub(copied) / rate) / 60;
+            let hours_left = mins_left / 60;
+            let _ = write!(s, "\t{} copied out of {} at {}/s, {:.2}% done", nicenum(copied), nicenum(total), nicenum(rate), 100.0 * copied as f64 / total.max(1) as f64);
+            if hours_left < 30 * 24 {
+                let _ = writeln!(s, ", {}h{}m to go", hours_left, mins_left % 60);
+            } else {
+                let _ = writeln!(s, ", (copy is slow, no estimated time)");
+            }
+        }
+    }
+    if r.mapping_memory > 0 {
+        let _ = writeln!(s, "\t{} memory used for removed device mappings", nicenum(r.mapping_memory));
+    }
+    s
 }
 
 /// ctime(3): "Wed Nov 25 12:00:00 2026\n" in the local time zone.

@@ -147,3 +147,54 @@ fn clear_labels(dev: &dyn crate::vdev::BlockDevice) -> Result<()> {
     }
     dev.flush().map_err(|e| ZfsError::Io { device: dev.name(), offset: 0, source: e })
 }
+
+/// Read the mapping and births of every indirect vdev in `root` from the MOS (vdev_load of an
+/// indirect vdev: vdev_indirect_mapping_open, vdev_indirect_births_open). A mapping whose own
+/// blocks sit on another removed vdev is read once that vdev's mapping is in, hence the rounds.
+pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev, pool: &str) -> Result<()> {
+    use oxzfs_format::removal::{decode_birth_entries, decode_mapping_entries, IndirectMappingPhys, BIRTH_ENTRY_SIZE, MAPPING_ENTRY_SIZE};
+    let pending = || root.children.iter().filter_map(|t| t.indirect.as_ref().filter(|c| c.mapping.get().is_none()).map(|c| (t.id, c.clone()))).collect::<Vec<_>>();
+    let mut todo = pending();
+    while !todo.is_empty() {
+        let mut last_err = None;
+        for (id, cfg) in &todo {
+            let load = || -> Result<crate::vdev::indirect::IndirectMapping> {
+                let bad = |what: &str, e: String| ZfsError::Invalid(format!("pool '{pool}': indirect vdev {id}: {what}: {e}"));
+                let (dn, le) = mos.dnode_with_order(cfg.mapping_object)?;
+                let phys = IndirectMappingPhys::decode(&dn.bonus, le).map_err(|e| bad("mapping object", e.to_string()))?;
+                let object_bytes = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
+                let need = phys.num_entries.saturating_mul(MAPPING_ENTRY_SIZE as u64);
+                if need > object_bytes {
+                    return Err(bad("mapping object", format!("{} entries do not fit in its {object_bytes} bytes", phys.num_entries)));
+                }
+                let raw = mos.read_obj(&dn, cfg.mapping_object, 0, need)?;
+                let entries = decode_mapping_entries(&raw, phys.num_entries, le).map_err(|e| bad("mapping object", e.to_string()))?;
+                let mut births = Vec::new();
+                if cfg.births_object != 0 {
+                    let (bdn, ble) = mos.dnode_with_order(cfg.births_object)?;
+                    let count = oxzfs_format::bytes::u64_at(&bdn.bonus, 0, ble, "births phys").map_err(|e| bad("births object", e.to_string()))?;
+                    let bytes = (bdn.maxblkid + 1).saturating_mul(bdn.data_block_size());
+                    let need = count.saturating_mul(BIRTH_ENTRY_SIZE as u64);
+                    if need > bytes {
+                        return Err(bad("births object", format!("{count} entries do not fit in its {bytes} bytes")));
+                    }
+                    let raw = mos.read_obj(&bdn, cfg.births_object, 0, need)?;
+                    births = decode_birth_entries(&raw, count, ble).map_err(|e| bad("births object", e.to_string()))?;
+                }
+                Ok(crate::vdev::indirect::IndirectMapping { phys, entries, births })
+            };
+            match load() {
+                Ok(m) => {
+                    let _ = cfg.mapping.set(std::sync::Arc::new(m));
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let left = pending();
+        if left.len() == todo.len() {
+            return Err(last_err.unwrap_or_else(|| ZfsError::Invalid(format!("pool '{pool}': indirect mappings cannot be read"))));
+        }
+        todo = left;
+    }
+    Ok(())
+}

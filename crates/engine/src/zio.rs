@@ -212,7 +212,49 @@ pub fn read_dva(ctx: &ZioCtx, dva: &Dva, size: u64, verify: &dyn Fn(&[u8]) -> bo
         .children
         .get(dva.vdev as usize)
         .ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", dva.vdev)))?;
+    if top.kind == crate::vdev::VdevKind::Indirect {
+        return read_indirect(ctx, top, dva.offset, size, verify, 0);
+    }
     top.read_mode(dva.offset, size, verify, ctx.mode)
+}
+
+/// How many removed vdevs a read may pass through (a mapping's destination on a vdev removed
+/// later): more than there can be top-level vdevs means a loop in corrupt mappings.
+const MAX_INDIRECT_DEPTH: usize = 64;
+
+/// A read from a removed vdev (vdev_indirect_io_start): the range remapped, each piece read
+/// from its destination (itself remapped when that vdev was removed too), the whole checked.
+/// A block in one piece is read with the checksum, so a mirror moves on to a good side; a
+/// split block's pieces are read as they are and verified together.
+fn read_indirect(ctx: &ZioCtx, top: &Vdev, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, depth: usize) -> Result<Vec<u8>> {
+    if depth > MAX_INDIRECT_DEPTH {
+        return Err(ZfsError::Invalid(format!("indirect vdev {}: mappings nest deeper than {MAX_INDIRECT_DEPTH}", top.id)));
+    }
+    let cfg = top.indirect.as_ref().ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {} without its config", top.id)))?;
+    let pieces = cfg
+        .loaded(top.id)?
+        .remap(offset, size)
+        .map_err(|e| ZfsError::Invalid(format!("indirect vdev {}: read of {size:#x} bytes at {offset:#x}: {e}", top.id)))?;
+    let read_piece = |p: &crate::vdev::indirect::Piece, verify: &dyn Fn(&[u8]) -> bool| -> Result<Vec<u8>> {
+        let dst = ctx.root.children.get(p.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {}: mapping names vdev {} which the pool does not have", top.id, p.vdev)))?;
+        if dst.kind == crate::vdev::VdevKind::Indirect {
+            read_indirect(ctx, dst, p.offset, p.len, verify, depth + 1)
+        } else {
+            dst.read_mode(p.offset, p.len, verify, ctx.mode)
+        }
+    };
+    if let [p] = pieces.as_slice() {
+        return read_piece(p, verify);
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    for p in &pieces {
+        data.extend_from_slice(&read_piece(p, &|_| true)?);
+    }
+    if verify(&data) {
+        Ok(data)
+    } else {
+        Err(ZfsError::Checksum { context: format!("indirect vdev {} offset {offset:#x} size {size:#x} ({} pieces)", top.id, pieces.len()) })
+    }
 }
 
 /// The verifier a gang header's embedded checksum starts from (zio_checksum_gang_verifier):
