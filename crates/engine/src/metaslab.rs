@@ -76,6 +76,10 @@ struct Group {
     class: AllocClass,
     /// Being removed: allocates nothing.
     retired: bool,
+    /// Evacuated by device removal: its space maps are gone, the sync leaves it alone, and
+    /// frees of its ranges wait in `late_frees` for the mapping to send them on.
+    evacuated: bool,
+    late_frees: Vec<(u64, u64)>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -112,7 +116,7 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
@@ -135,6 +139,64 @@ impl Metaslabs {
         if let Some(g) = self.groups.get_mut(vdev as usize) {
             g.retired = false;
         }
+    }
+
+    /// The allocated ranges of top-level vdev `vdev`, in order: what is neither free nor on its
+    /// way to being free (freed in a txg not yet synced, or still deferred).
+    pub fn allocated_segments(&self, vdev: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get(vdev as usize) else { return out };
+        for m in &g.ms {
+            let mut unused = m.free.clone();
+            for &(s, l) in m.pend_free.iter().chain(m.freeing.iter()).chain(m.defer.iter().flatten()) {
+                add(&mut unused, s, l);
+            }
+            let mut at = m.start;
+            for (&s, &e) in unused.range(m.start..m.start + m.size) {
+                if s > at {
+                    out.push((at, s - at));
+                }
+                at = at.max(e);
+            }
+            if at < m.start + m.size {
+                out.push((at, m.start + m.size - at));
+            }
+        }
+        out
+    }
+
+    /// The allocation class of top-level vdev `vdev`'s group.
+    pub fn group_class(&self, vdev: u64) -> AllocClass {
+        self.groups.get(vdev as usize).map_or(AllocClass::Normal, |g| g.class)
+    }
+
+    /// Device removal has copied top-level vdev `vdev` away: from now on nothing of it syncs,
+    /// and its frees are kept for `take_late_frees`.
+    pub fn set_evacuated(&mut self, vdev: u64) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = true;
+            g.evacuated = true;
+        }
+    }
+
+    /// The frees of ranges of evacuated vdev `vdev` made since `set_evacuated`.
+    pub fn take_late_frees(&mut self, vdev: u64) -> Vec<(u64, u64)> {
+        self.groups.get_mut(vdev as usize).map(|g| std::mem::take(&mut g.late_frees)).unwrap_or_default()
+    }
+
+    /// The free segments of top-level vdev `vdev` counted by size, bucket i holding those of
+    /// 2^i up to 2^(i+1) bytes (the metaslab group histogram, mg_histogram).
+    pub fn free_histogram(&self, vdev: u64) -> [u64; 64] {
+        let mut h = [0u64; 64];
+        if let Some(g) = self.groups.get(vdev as usize) {
+            for (s, e) in g.ms.iter().flat_map(|m| m.free.iter()) {
+                let len = e - s;
+                if len > 0 {
+                    h[63 - len.leading_zeros() as usize] += 1;
+                }
+            }
+        }
+        h
     }
 
     /// (bytes allocated or held, space map objects) of top-level vdev `vdev`.
@@ -186,6 +248,10 @@ impl Metaslabs {
 
     pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, _txg: u64, _birth: u64) {
         let g = &mut self.groups[vdev as usize];
+        if g.evacuated {
+            g.late_frees.push((offset, asize));
+            return;
+        }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -202,6 +268,10 @@ impl Metaslabs {
     /// for the two deferred txgs instead (and never reaches the space map).
     pub fn free_held(&mut self, vdev: u64, offset: u64, asize: u64) {
         let g = &mut self.groups[vdev as usize];
+        if g.evacuated {
+            g.late_frees.push((offset, asize));
+            return;
+        }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -213,7 +283,7 @@ impl Metaslabs {
 
     pub fn sync(&mut self, txg: u64, pass: u64) -> Vec<MsSync> {
         let mut out = Vec::new();
-        for (gi, g) in self.groups.iter_mut().enumerate() {
+        for (gi, g) in self.groups.iter_mut().enumerate().filter(|(_, g)| !g.evacuated) {
             let sh = g.ashift;
             for (mi, m) in g.ms.iter_mut().enumerate() {
                 let allocs: Vec<(u64, u64)> = m.pend_alloc.iter().filter(|a| a.2 <= txg).map(|a| (a.0, a.1)).collect();
@@ -452,7 +522,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {

@@ -692,7 +692,26 @@ fn rewrite_gang(ctx: &ZioCtx, bp: &mut BlockPointer, phys: &[u8], depth: usize) 
     write_gang_header(ctx.root, bp, &mut gbh)
 }
 
-/// Every allocation behind `bp`, as the frees of OpenZFS see them: its DVAs (a gang DVA
+/// Where allocation `d` lives: itself, or on a removed (indirect) vdev the ranges its mapping
+/// sends it to (metaslab_free_impl and metaslab_claim_impl through vdev_op_remap).
+fn concrete_dvas(root: &Vdev, d: Dva, out: &mut Vec<Dva>, depth: usize) -> Result<()> {
+    let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
+    let Some(cfg) = top.indirect.as_ref() else {
+        out.push(d);
+        return Ok(());
+    };
+    if depth > MAX_INDIRECT_DEPTH {
+        return Err(ZfsError::Invalid(format!("indirect vdev {}: mappings nest deeper than {MAX_INDIRECT_DEPTH}", top.id)));
+    }
+    let pieces = cfg.loaded(top.id)?.remap(d.offset, d.asize).map_err(|e| ZfsError::Invalid(format!("indirect vdev {}: allocation {d:?}: {e}", top.id)))?;
+    for p in pieces {
+        concrete_dvas(root, Dva { vdev: p.vdev, offset: p.offset, asize: p.len, gang: false }, out, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Every allocation behind `bp`, as the frees of OpenZFS see them (on removed vdevs, where
+/// their mappings put them): its DVAs (a gang DVA
 /// counts only its header) and, for a gang block, those of every child down the tree.
 pub fn bp_allocations(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>) -> Result<()> {
     bp_allocations_at(ctx, bp, out, 0)
@@ -703,12 +722,13 @@ fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth:
         return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
     }
     for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
-        if d.gang {
+        let d = if d.gang {
             let top = ctx.root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
-            out.push(Dva { asize: top.psize_to_asize(GANG_HEADER_SIZE), gang: false, ..*d });
+            Dva { asize: top.psize_to_asize(GANG_HEADER_SIZE), gang: false, ..*d }
         } else {
-            out.push(*d);
-        }
+            *d
+        };
+        concrete_dvas(ctx.root, d, out, 0)?;
     }
     if bp.is_gang() {
         for child in gang_children(ctx, bp)?.iter().filter(|c| !c.is_hole()) {
