@@ -1026,3 +1026,49 @@ mod scan_status_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod removal_status_tests {
+    use super::*;
+    use oxzfs_format::removal::SpaRemovingPhys;
+
+    fn root_of_two() -> Vdev {
+        let leaf = |id: u64, path: &str| Vdev {
+            id,
+            guid: 10 + id,
+            kind: VdevKind::Leaf { disk: false },
+            ashift: 12,
+            asize: 1 << 30,
+            path: Some(path.into()),
+            dev: None,
+            children: Vec::new(),
+            stats: Default::default(),
+            is_log: false,
+            alloc_bias: String::new(),
+            metaslab_array: 0,
+            metaslab_shift: 0,
+            indirect: None,
+        };
+        let mirror = Vdev { children: vec![std::sync::Arc::new(leaf(0, "/d/b")), std::sync::Arc::new(leaf(1, "/d/c"))], kind: VdevKind::Mirror, ..leaf(1, "") };
+        Vdev { children: vec![std::sync::Arc::new(leaf(0, "/d/a")), std::sync::Arc::new(mirror)], kind: VdevKind::Root, ..leaf(0, "") }
+    }
+
+    #[test]
+    fn removal_lines_as_openzfs_2_1_prints_them() {
+        std::env::set_var("TZ", "UTC");
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        let root = root_of_two();
+        let mut p = SpaRemovingPhys { state: 1, removing_vdev: 1, prev_indirect_vdev: u64::MAX, start_time: t0, end_time: 0, to_copy: 100 << 20, copied: 25 << 20 };
+        // In progress: 25M in 100 s, 75M to go at 262144 B/s = 300 s.
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0 + 100);
+        assert_eq!(s, "remove: Evacuation of mirror-1 in progress since Wed Nov 25 12:00:00 2026\n\t25M copied out of 100M at 256K/s, 25.00% done, 0h5m to go\n");
+        p.state = 2;
+        p.end_time = t0 + 3 * 3600 + 7 * 60 + 5;
+        p.copied = p.to_copy;
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 3552 }, &root, t0);
+        assert_eq!(s, "remove: Removal of vdev 1 copied 100M in 3h7m, completed on Wed Nov 25 15:07:05 2026\n\t3.47K memory used for removed device mappings\n");
+        p.state = 3;
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0);
+        assert_eq!(s, "remove: Removal of mirror-1 canceled on Wed Nov 25 15:07:05 2026\n");
+    }
+}
