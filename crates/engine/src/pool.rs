@@ -1033,24 +1033,23 @@ mod removal_status_tests {
     use oxzfs_format::removal::SpaRemovingPhys;
 
     fn root_of_two() -> Vdev {
-        let leaf = |id: u64, path: &str| Vdev {
-            id,
-            guid: 10 + id,
-            kind: VdevKind::Leaf { disk: false },
-            ashift: 12,
-            asize: 1 << 30,
-            path: Some(path.into()),
-            dev: None,
-            children: Vec::new(),
-            stats: Default::default(),
-            is_log: false,
-            alloc_bias: String::new(),
-            metaslab_array: 0,
-            metaslab_shift: 0,
-            indirect: None,
+        use oxzfs_format::nvlist::{NvList, NvValue};
+        let node = |typ: &str, id: u64, path: Option<&str>, kids: Vec<NvList>| {
+            let mut nv = NvList::new();
+            nv.add_str("type", typ);
+            nv.add_u64("id", id);
+            nv.add_u64("guid", 10 + id);
+            if let Some(p) = path {
+                nv.add_str("path", p);
+            }
+            if !kids.is_empty() {
+                nv.insert("children", NvValue::NvListArray(kids));
+            }
+            nv
         };
-        let mirror = Vdev { children: vec![std::sync::Arc::new(leaf(0, "/d/b")), std::sync::Arc::new(leaf(1, "/d/c"))], kind: VdevKind::Mirror, ..leaf(1, "") };
-        Vdev { children: vec![std::sync::Arc::new(leaf(0, "/d/a")), std::sync::Arc::new(mirror)], kind: VdevKind::Root, ..leaf(0, "") }
+        let mirror = node("mirror", 1, None, vec![node("file", 0, Some("/d/b"), vec![]), node("file", 1, Some("/d/c"), vec![])]);
+        let root = node("root", 0, None, vec![node("file", 0, Some("/d/a"), vec![]), mirror]);
+        std::sync::Arc::try_unwrap(Vdev::from_config(&root, &Default::default(), 0).unwrap()).ok().unwrap()
     }
 
     #[test]
