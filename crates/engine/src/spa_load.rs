@@ -270,6 +270,7 @@ impl PoolW {
         let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
         pw.config_dirty = renamed;
         pw.check_writable()?;
+        pw.check_removals_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
         // A log device imported missing (`-m`) takes no log blocks: they go to the pool.

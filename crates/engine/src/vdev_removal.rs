@@ -529,3 +529,38 @@ impl PoolW {
         Ok(Evacuated { paths, copied, entries: entries.len() as u64 })
     }
 }
+
+impl PoolW {
+    /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: an
+    /// evacuation OpenZFS left under way (its state is in its removal thread), a condensing
+    /// of a mapping under way, or a removed vdev whose obsolete space is counted precisely
+    /// (an obsolete space map, or counts OpenZFS promised precise): frees of its blocks would
+    /// have to add to them, which oxzfs does not do yet. Such pools import read-only.
+    pub(crate) fn check_removals_writable(&mut self) -> Result<()> {
+        use oxzfs_format::removal::{SpaRemovingPhys, DMU_POOL_CONDENSING_INDIRECT, DMU_POOL_REMOVING, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
+        let name = self.spa.name.clone();
+        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
+        let dir = self.mos.zap_mut(1)?;
+        if let Some(p) = dir.entries.get(DMU_POOL_REMOVING.as_bytes()).and_then(|(_, w)| SpaRemovingPhys::from_words(w).ok()) {
+            if p.state == 1 {
+                return Err(refuse(format!("the removal of vdev {} is in progress", p.removing_vdev)));
+            }
+        }
+        if dir.entries.contains_key(DMU_POOL_CONDENSING_INDIRECT.as_bytes()) {
+            return Err(refuse("the mapping of a removed vdev is being condensed".into()));
+        }
+        let root = self.spa.root_vdev.clone();
+        for t in root.children.iter().filter(|t| t.indirect.is_some()) {
+            let Some(zap) = self.config_nv.get_nvlist("vdev_tree").and_then(|tree| tree.get_nvlist_array("children")).and_then(|c| c.get(t.id as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")) else { continue };
+            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
+                if self.mos.zap_lookup(zap, key)?.is_some() {
+                    return Err(refuse(format!("removed vdev {} counts its obsolete space ({key})", t.id)));
+                }
+            }
+            if t.indirect.as_ref().and_then(|c| c.mapping.get()).is_some_and(|m| m.phys.counts_object != 0) {
+                return Err(refuse(format!("removed vdev {} counts its obsolete space (a counts object)", t.id)));
+            }
+        }
+        Ok(())
+    }
+}
