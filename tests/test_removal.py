@@ -400,3 +400,48 @@ def test_mirror_data_vdev_removed(oxzfs):
     oxzfs.imported.append(pool)
     assert tree_sums(root) == want
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_second_removal_goes_through_the_first_mapping(oxzfs):
+    """Two vdevs removed one after the other: the first's copies sit on the second, so the
+    second's mapping moves them on and a read of a first-removed block goes through both
+    mappings; the second indirect vdev names the first as its predecessor, status counts both
+    mappings' memory, frees go through the chain, and zdb -bcc is clean."""
+    import random
+    pool = "rmtwo"
+    base = os.path.join(oxzfs.base, "two")
+    shutil.rmtree(base, ignore_errors=True)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 3, 1024)
+    r = oxzfs.zpool("create", "-R", alt, pool, *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, pool)
+    rng = random.Random(2)
+    want = {}
+    for i in range(40):
+        want[f"f{i}"] = rng.randbytes(i * 20000 + 100)
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(want[f"f{i}"])
+    oxzfs.zpool("sync", pool, check=True)
+    for d in devs[:2]:
+        r = oxzfs.zpool("remove", pool, d)
+        assert r.returncode == 0, repr(r)
+    assert tree_sums(root) == want
+    st = oxzfs.zpool("status", pool, check=True).stdout
+    assert re.search(r"^remove: Removal of vdev 1 copied", st, re.M), st
+    for i in range(0, 40, 3):
+        os.unlink(os.path.join(root, f"f{i}"))
+        del want[f"f{i}"]
+    assert oxzfs.export(pool).returncode == 0
+    text = zdb_check(vdir, pool)
+    segs = dict(re.findall(r"indirect vdev id (\d+) has (\d+) segments", text))
+    assert set(segs) == {"0", "1"}, text[-3000:]
+    assert f"\t{nicenum(24 * sum(int(n) for n in segs.values()))} memory used for removed device mappings\n" in st, st
+    cfg = zdb_config(vdir, pool)
+    assert re.search(r"id: 1\n(?:.*\n){0,12}?\s+com.delphix:prev_indirect_vdev: 0\n", cfg), cfg
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
