@@ -9,11 +9,13 @@ indirect vdevs and prints the `remove:` lines as OpenZFS 2.1 does.
 Refusals: what OpenZFS refuses to remove (a raidz pool, mixed sector sizes, the last data
 vdev, a device not in the pool) is refused with libzfs's words, and nothing is written: the
 devices' bytes stay as they were."""
-import glob
 import os
+import random
 import re
 import shutil
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -203,6 +205,19 @@ def test_remove_n_prints_the_mapping_estimate(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
+def fresh_pool(oxzfs, pool, tag, size_mib, layout, *opts):
+    """A new pool of three SIZE_MIB-MiB files laid out by LAYOUT (of the paths), imported:
+    (device paths, vdev dir, altroot, the mount of its root file system)."""
+    base = os.path.join(oxzfs.base, tag)
+    shutil.rmtree(base, ignore_errors=True)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 3, size_mib)
+    r = oxzfs.zpool("create", *opts, "-R", alt, pool, *layout(devs))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    return devs, vdir, alt, os.path.join(alt, pool)
+
+
 def tree_sums(root):
     out = {}
     for d, _, files in os.walk(root):
@@ -219,18 +234,9 @@ def test_special_vdev_removed_under_reader_and_writer(oxzfs):
     mount. Afterwards every file reads back, `zpool status` prints OpenZFS's remove: lines
     and hides the vdev, OpenZFS's zdb -bcc is clean and shows the indirect vdev, and the pool
     comes back after export and import with every file, frees of the moved blocks included."""
-    import random
-    import threading
     pool = "rmsp"
-    base = os.path.join(oxzfs.base, "special")
-    shutil.rmtree(base, ignore_errors=True)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 3, 128)
-    r = oxzfs.zpool("create", "-o", "ashift=12", "-R", alt, pool, devs[0], devs[1], "special", devs[2])
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, "special", 128, lambda d: [d[0], d[1], "special", d[2]], "-o", "ashift=12")
     oxzfs.zfs("set", "special_small_blocks=16K", pool, check=True)
-    root = os.path.join(alt, pool)
     rng = random.Random(14)
     want = {}
     for i in range(300):
@@ -279,7 +285,6 @@ def test_special_vdev_removed_under_reader_and_writer(oxzfs):
     try:
         r = oxzfs.zpool("remove", pool, devs[2])
     finally:
-        import time
         time.sleep(1)
         stop.set()
         for t in threads:
@@ -317,18 +322,9 @@ def test_daemon_killed_during_removal_imports_clean(delay, oxzfs):
     """A daemon killed while `zpool remove` copies a special vdev away: the pool imports with
     the removal either not done (the special vdev in place) or complete (an indirect vdev),
     never in between; every file reads back and OpenZFS's zdb -bcc is clean."""
-    import random
-    import time
     pool = "rmkill" + str(int(delay * 100))
-    base = os.path.join(oxzfs.base, f"kill{delay}")
-    shutil.rmtree(base, ignore_errors=True)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 3, 512)
-    r = oxzfs.zpool("create", "-o", "ashift=12", "-R", alt, pool, devs[0], devs[1], "special", devs[2])
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, f"kill{delay}", 512, lambda d: [d[0], d[1], "special", d[2]], "-o", "ashift=12")
     oxzfs.zfs("set", "special_small_blocks=64K", pool, check=True)
-    root = os.path.join(alt, pool)
     rng = random.Random(int(delay * 1000))
     want = {}
     # About 100M on the special vdev: the copy takes long enough to be killed in.
@@ -363,16 +359,8 @@ def test_mirror_data_vdev_removed(oxzfs):
     and the pool's metadata, the MOS's among them) are copied to the disk, every file reads
     back before and after export/import, a file deleted afterwards frees its copies, and
     OpenZFS's zdb -bcc is clean."""
-    import random
     pool = "rmmir"
-    base = os.path.join(oxzfs.base, "mirror")
-    shutil.rmtree(base, ignore_errors=True)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 3, 1024)
-    r = oxzfs.zpool("create", "-R", alt, pool, "mirror", devs[0], devs[1])
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    root = os.path.join(alt, pool)
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, "mirror", 1024, lambda d: ["mirror", d[0], d[1]])
     rng = random.Random(3)
     want = {}
     for i in range(60):
@@ -407,16 +395,8 @@ def test_second_removal_goes_through_the_first_mapping(oxzfs):
     second's mapping moves them on and a read of a first-removed block goes through both
     mappings; the second indirect vdev names the first as its predecessor, status counts both
     mappings' memory, frees go through the chain, and zdb -bcc is clean."""
-    import random
     pool = "rmtwo"
-    base = os.path.join(oxzfs.base, "two")
-    shutil.rmtree(base, ignore_errors=True)
-    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 3, 1024)
-    r = oxzfs.zpool("create", "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
-    root = os.path.join(alt, pool)
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, "two", 1024, lambda d: d)
     rng = random.Random(2)
     want = {}
     for i in range(40):
