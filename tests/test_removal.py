@@ -317,7 +317,7 @@ def test_special_vdev_removed_under_reader_and_writer(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.6])
+@pytest.mark.parametrize("delay", [0.1, 0.45, 0.55])
 def test_daemon_killed_during_removal_imports_clean(delay, oxzfs):
     """A daemon killed while `zpool remove` copies a special vdev away: the pool imports with
     the removal either not done (the special vdev in place) or complete (an indirect vdev),

@@ -80,6 +80,9 @@ struct Group {
     /// frees of its ranges wait in `late_frees` for the mapping to send them on.
     evacuated: bool,
     late_frees: Vec<(u64, u64)>,
+    /// Once the removal is on disk: where the evacuated vdev's ranges went (its frees are
+    /// sent there).
+    mapping: Option<std::sync::Arc<crate::vdev::indirect::IndirectMapping>>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -116,7 +119,7 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
@@ -171,7 +174,7 @@ impl Metaslabs {
     }
 
     /// Device removal has copied top-level vdev `vdev` away: from now on nothing of it syncs,
-    /// and its frees are kept for `take_late_frees`.
+    /// and its frees are kept until `set_mapping` sends them on.
     pub fn set_evacuated(&mut self, vdev: u64) {
         if let Some(g) = self.groups.get_mut(vdev as usize) {
             g.retired = true;
@@ -179,9 +182,25 @@ impl Metaslabs {
         }
     }
 
-    /// The frees of ranges of evacuated vdev `vdev` made since `set_evacuated`.
-    pub fn take_late_frees(&mut self, vdev: u64) -> Vec<(u64, u64)> {
-        self.groups.get_mut(vdev as usize).map(|g| std::mem::take(&mut g.late_frees)).unwrap_or_default()
+    /// The removal of evacuated vdev `vdev` is on disk with `mapping`: the frees of its ranges
+    /// made since `set_evacuated`, and all later ones, go to the copies (in `txg`). Returns the
+    /// frees the mapping does not cover (none in a sound pool).
+    pub fn set_mapping(&mut self, vdev: u64, mapping: std::sync::Arc<crate::vdev::indirect::IndirectMapping>, txg: u64) -> Vec<(u64, u64)> {
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return Vec::new() };
+        g.mapping = Some(mapping.clone());
+        let late = std::mem::take(&mut g.late_frees);
+        let mut unmapped = Vec::new();
+        for (off, len) in late {
+            match mapping.remap(off, len) {
+                Ok(pieces) => {
+                    for p in pieces {
+                        self.free(p.vdev, p.offset, p.len, txg, txg);
+                    }
+                }
+                Err(_) => unmapped.push((off, len)),
+            }
+        }
+        unmapped
     }
 
     /// The free segments of top-level vdev `vdev` counted by size, bucket i holding those of
@@ -246,10 +265,16 @@ impl Metaslabs {
         None
     }
 
-    pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, _txg: u64, _birth: u64) {
+    pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, txg: u64, birth: u64) {
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
-            g.late_frees.push((offset, asize));
+            if let Some(m) = g.mapping.clone() {
+                for p in m.remap(offset, asize).unwrap_or_default() {
+                    self.free(p.vdev, p.offset, p.len, txg, birth);
+                }
+            } else {
+                g.late_frees.push((offset, asize));
+            }
             return;
         }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
@@ -269,7 +294,13 @@ impl Metaslabs {
     pub fn free_held(&mut self, vdev: u64, offset: u64, asize: u64) {
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
-            g.late_frees.push((offset, asize));
+            if let Some(m) = g.mapping.clone() {
+                for p in m.remap(offset, asize).unwrap_or_default() {
+                    self.free_held(p.vdev, p.offset, p.len);
+                }
+            } else {
+                g.late_frees.push((offset, asize));
+            }
             return;
         }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
@@ -522,7 +553,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {

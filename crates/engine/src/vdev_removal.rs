@@ -357,8 +357,8 @@ impl PoolW {
     ///   3. the mapping and births objects, spa_removing_phys (finished), device_removal
     ///      active, the vdev's space maps, metaslab array and leaf ZAPs freed, the config's
     ///      top-level vdev turned into an indirect one — all synced in that one txg
-    ///   4. frees of the vdev's ranges made by that sync sent through the mapping, synced;
-    ///      the vdev's labels cleared
+    ///   4. the vdev's labels cleared (its frees, from step 3's sync on, go through the
+    ///      mapping to the copies in the txg that makes them)
     /// ```
     ///
     /// A crash before step 3's uberblock leaves the pool as it was (the copies sit in space
@@ -427,18 +427,27 @@ impl PoolW {
             }
         }
         root.flush_all();
-        self.ms.lock().set_evacuated(top);
+        // From here the vdev's frees go to the copies, in the txg that makes them: the frees
+        // the sync below makes (old MOS blocks there) land with the removal itself.
+        let max_offset = entries.last().map_or(0, |e| e.src + e.size());
+        let phys = oxzfs_format::removal::IndirectMappingPhys { max_offset, bytes_mapped: copied, num_entries: entries.len() as u64, counts_object: 0 };
+        let mapping = std::sync::Arc::new(crate::vdev::indirect::IndirectMapping { phys, entries, births: Vec::new() });
+        {
+            let mut ms = self.ms.lock();
+            ms.set_evacuated(top);
+            let unmapped = ms.set_mapping(top, mapping.clone(), txg);
+            assert!(unmapped.is_empty(), "frees on vdev {top} before its mapping was set");
+        }
+        let entries = &mapping.entries;
         // 3. The mapping, the births, the removal's record, the config.
         let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, oxzfs_format::removal::MAPPING_PHYS_SIZE_V0, 1)?;
         let mut raw = Vec::with_capacity(entries.len() * oxzfs_format::removal::MAPPING_ENTRY_SIZE);
-        for e in &entries {
+        for e in entries {
             raw.extend_from_slice(&e.encode());
         }
         if !raw.is_empty() {
             self.mos.write(mapping_obj, 0, &raw)?;
         }
-        let max_offset = entries.last().map_or(0, |e| e.src + e.size());
-        let phys = oxzfs_format::removal::IndirectMappingPhys { max_offset, bytes_mapped: copied, num_entries: entries.len() as u64, counts_object: 0 };
         self.mos.set_bonus(mapping_obj, &phys.encode()[..oxzfs_format::removal::MAPPING_PHYS_SIZE_V0])?;
         let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
         let mut b = Vec::new();
@@ -506,27 +515,12 @@ impl PoolW {
         self.config_nv = cfg;
         self.config_dirty = true;
         self.sync()?;
-        // 4. Frees of the vdev's ranges that sync made go to the copies.
-        let mapping = crate::vdev::indirect::IndirectMapping { phys, entries: entries.clone(), births: Vec::new() };
-        let late = self.ms.lock().take_late_frees(top);
-        if !late.is_empty() {
-            let t = self.txg;
-            let mut ms = self.ms.lock();
-            for (off, len) in late {
-                let pieces = mapping.remap(off, len).map_err(|e| ZfsError::Invalid(format!("pool '{}': free of {off:#x}+{len:#x} on removed vdev {top}: {e}", self.spa.name)))?;
-                for p in pieces {
-                    ms.free(p.vdev, p.offset, p.len, t, t);
-                }
-            }
-            drop(ms);
-            self.sync()?;
-        }
         for leaf in tv.leaves() {
             if let Some(dev) = &leaf.dev {
                 clear_labels(dev.as_ref())?;
             }
         }
-        Ok(Evacuated { paths, copied, entries: entries.len() as u64 })
+        Ok(Evacuated { paths, copied, entries: mapping.entries.len() as u64 })
     }
 }
 
