@@ -534,7 +534,7 @@ impl PoolW {
         use oxzfs_format::removal::{SpaRemovingPhys, DMU_POOL_CONDENSING_INDIRECT, DMU_POOL_REMOVING, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
         let name = self.spa.name.clone();
         let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
-        let dir = self.mos.zap_mut(1)?;
+        let dir = self.mos.zap(1)?;
         if let Some(p) = dir.entries.get(DMU_POOL_REMOVING.as_bytes()).and_then(|(_, w)| SpaRemovingPhys::from_words(w).ok()) {
             if p.state == 1 {
                 return Err(refuse(format!("the removal of vdev {} is in progress", p.removing_vdev)));
