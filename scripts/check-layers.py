@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # even inside a layer.
 ENGINE_LAYERS = [
     ("base", ["error", "nicenum", "tunables"]),
-    ("vdev", ["vdev", "vdev::inject", "vdev::iostat", "vdev::raidz", "vdev::sim"]),
+    ("vdev", ["vdev", "vdev::indirect", "vdev::inject", "vdev::iostat", "vdev::raidz", "vdev::sim"]),
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),
     ("arc", ["arc", "l2arc"]),

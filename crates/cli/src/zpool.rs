@@ -1237,6 +1237,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
     let Some(h) = imp.rw.clone() else {
         return (String::new(), format!("cannot remove devices from '{name}': pool is read-only\n"), 1);
     };
+    let mut out = String::new();
     for dev in &o.operands[1..] {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
         let root = imp.pool.spa.root_vdev.clone();
@@ -1257,6 +1258,31 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         let Some(top) = top else {
             return (String::new(), format!("cannot remove {dev}: no such device in pool\n"), 1);
         };
+        if !top.is_log {
+            // A data, special or dedup vdev: evacuated (spa_vdev_remove_top). The device named
+            // must be the top-level vdev itself, not a side of a mirror.
+            let names_top = top.display_name() == *dev || top.guid.to_string() == *dev || (top.is_leaf() && top.find(dev).is_some());
+            // -n only estimates, as zpool_do_remove does (the checks are the kernel's).
+            if o.has('n') {
+                let size = h.lock().removal_mapping_estimate(top.id);
+                out.push_str(&format!("Memory that will be used after removing {dev}: {}\n", oxzfs::nicenum::nicebytes(size)));
+                continue;
+            }
+            let checked = if names_top { h.lock().check_remove_top(top.id) } else { Err(ZfsError::Posix(libc::ENOTSUP, "operation not supported on this type of pool".into())) };
+            if let Err(e) = checked {
+                return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
+            }
+            if let Err(e) = h.lock().evacuate_vdev(top.id) {
+                return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
+            }
+            let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
+            dirs.sort();
+            dirs.dedup();
+            if let Err(e) = reopen(imp, &h, &dirs) {
+                return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
+            }
+            continue;
+        }
         if o.has('n') {
             continue;
         }
@@ -1272,7 +1298,15 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
         }
     }
-    (String::new(), String::new(), 0)
+    (out, String::new(), 0)
+}
+
+/// The text of an error after "cannot remove DEV: " (a Posix error's own message).
+fn posix_text(e: &ZfsError) -> String {
+    match e {
+        ZfsError::Posix(_, m) => m.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// `zpool set prop=value POOL`

@@ -479,7 +479,7 @@ pub fn pool_space(spa: &Arc<Spa>) -> PoolSpace {
     let mut dspace = 0u64;
     let mut embedded_log = 0u64;
     for top in &spa.root_vdev.children {
-        if top.is_log || !top.alloc_bias.is_empty() || top.kind == crate::vdev::VdevKind::Hole {
+        if top.is_log || !top.alloc_bias.is_empty() || !top.is_concrete() {
             continue;
         }
         let ratio = deflate_ratio(top);

@@ -76,6 +76,13 @@ struct Group {
     class: AllocClass,
     /// Being removed: allocates nothing.
     retired: bool,
+    /// Evacuated by device removal: its space maps are gone, the sync leaves it alone, and
+    /// frees of its ranges wait in `late_frees` for the mapping to send them on.
+    evacuated: bool,
+    late_frees: Vec<(u64, u64)>,
+    /// Once the removal is on disk: where the evacuated vdev's ranges went (its frees are
+    /// sent there).
+    mapping: Option<std::sync::Arc<crate::vdev::indirect::IndirectMapping>>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -94,7 +101,8 @@ impl Metaslabs {
             .iter()
             .map(|top| {
                 let shift = if top.metaslab_shift != 0 { top.metaslab_shift } else { metaslab_shift(top.asize) };
-                let count = top.asize >> shift;
+                // Holes and removed (indirect) vdevs take no allocations.
+                let count = if top.is_concrete() { top.asize >> shift } else { 0 };
                 let ms = (0..count)
                     .map(|i| {
                         let mut m = Ms { start: i << shift, size: 1 << shift, ..Default::default() };
@@ -111,7 +119,7 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
@@ -134,6 +142,80 @@ impl Metaslabs {
         if let Some(g) = self.groups.get_mut(vdev as usize) {
             g.retired = false;
         }
+    }
+
+    /// The allocated ranges of top-level vdev `vdev`, in order: what is neither free nor on its
+    /// way to being free (freed in a txg not yet synced, or still deferred).
+    pub fn allocated_segments(&self, vdev: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get(vdev as usize) else { return out };
+        for m in &g.ms {
+            let mut unused = m.free.clone();
+            for &(s, l) in m.pend_free.iter().chain(m.freeing.iter()).chain(m.defer.iter().flatten()) {
+                add(&mut unused, s, l);
+            }
+            let mut at = m.start;
+            for (&s, &e) in unused.range(m.start..m.start + m.size) {
+                if s > at {
+                    out.push((at, s - at));
+                }
+                at = at.max(e);
+            }
+            if at < m.start + m.size {
+                out.push((at, m.start + m.size - at));
+            }
+        }
+        out
+    }
+
+    /// The allocation class of top-level vdev `vdev`'s group.
+    pub fn group_class(&self, vdev: u64) -> AllocClass {
+        self.groups.get(vdev as usize).map_or(AllocClass::Normal, |g| g.class)
+    }
+
+    /// Device removal has copied top-level vdev `vdev` away: from now on nothing of it syncs,
+    /// and its frees are kept until `set_mapping` sends them on.
+    pub fn set_evacuated(&mut self, vdev: u64) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = true;
+            g.evacuated = true;
+        }
+    }
+
+    /// The removal of evacuated vdev `vdev` is on disk with `mapping`: the frees of its ranges
+    /// made since `set_evacuated`, and all later ones, go to the copies (in `txg`). Returns the
+    /// frees the mapping does not cover (none in a sound pool).
+    pub fn set_mapping(&mut self, vdev: u64, mapping: std::sync::Arc<crate::vdev::indirect::IndirectMapping>, txg: u64) -> Vec<(u64, u64)> {
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return Vec::new() };
+        g.mapping = Some(mapping.clone());
+        let late = std::mem::take(&mut g.late_frees);
+        let mut unmapped = Vec::new();
+        for (off, len) in late {
+            match mapping.remap(off, len) {
+                Ok(pieces) => {
+                    for p in pieces {
+                        self.free(p.vdev, p.offset, p.len, txg, txg);
+                    }
+                }
+                Err(_) => unmapped.push((off, len)),
+            }
+        }
+        unmapped
+    }
+
+    /// The free segments of top-level vdev `vdev` counted by size, bucket i holding those of
+    /// 2^i up to 2^(i+1) bytes (the metaslab group histogram, mg_histogram).
+    pub fn free_histogram(&self, vdev: u64) -> [u64; 64] {
+        let mut h = [0u64; 64];
+        if let Some(g) = self.groups.get(vdev as usize) {
+            for (s, e) in g.ms.iter().flat_map(|m| m.free.iter()) {
+                let len = e - s;
+                if len > 0 {
+                    h[63 - len.leading_zeros() as usize] += 1;
+                }
+            }
+        }
+        h
     }
 
     /// (bytes allocated or held, space map objects) of top-level vdev `vdev`.
@@ -183,8 +265,18 @@ impl Metaslabs {
         None
     }
 
-    pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, _txg: u64, _birth: u64) {
+    pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, txg: u64, birth: u64) {
         let g = &mut self.groups[vdev as usize];
+        if g.evacuated {
+            if let Some(m) = g.mapping.clone() {
+                for p in m.remap(offset, asize).unwrap_or_default() {
+                    self.free(p.vdev, p.offset, p.len, txg, birth);
+                }
+            } else {
+                g.late_frees.push((offset, asize));
+            }
+            return;
+        }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -201,6 +293,16 @@ impl Metaslabs {
     /// for the two deferred txgs instead (and never reaches the space map).
     pub fn free_held(&mut self, vdev: u64, offset: u64, asize: u64) {
         let g = &mut self.groups[vdev as usize];
+        if g.evacuated {
+            if let Some(m) = g.mapping.clone() {
+                for p in m.remap(offset, asize).unwrap_or_default() {
+                    self.free_held(p.vdev, p.offset, p.len);
+                }
+            } else {
+                g.late_frees.push((offset, asize));
+            }
+            return;
+        }
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -212,7 +314,7 @@ impl Metaslabs {
 
     pub fn sync(&mut self, txg: u64, pass: u64) -> Vec<MsSync> {
         let mut out = Vec::new();
-        for (gi, g) in self.groups.iter_mut().enumerate() {
+        for (gi, g) in self.groups.iter_mut().enumerate().filter(|(_, g)| !g.evacuated) {
             let sh = g.ashift;
             for (mi, m) in g.ms.iter_mut().enumerate() {
                 let allocs: Vec<(u64, u64)> = m.pend_alloc.iter().filter(|a| a.2 <= txg).map(|a| (a.0, a.1)).collect();
@@ -451,7 +553,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {

@@ -251,7 +251,7 @@ impl Pool {
         let space = dsl::pool_space(&self.spa);
         let mut size = 0;
         for top in &self.spa.root_vdev.children {
-            if !top.is_log && top.kind != VdevKind::Hole {
+            if !top.is_log && top.is_concrete() {
                 size += top.asize;
             }
         }
@@ -355,7 +355,7 @@ impl Pool {
     /// Fragmentation of the pool (the normal class): the vdevs' weighted by their space.
     pub fn fragmentation(&self) -> Option<u64> {
         let (mut f, mut sp) = (0u128, 0u128);
-        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty() && t.kind != VdevKind::Hole) {
+        for top in self.spa.root_vdev.children.iter().filter(|t| !t.is_log && t.alloc_bias.is_empty() && t.is_concrete()) {
             let space = ((top.asize >> top.metaslab_shift.max(1)) << top.metaslab_shift) as u128;
             f += self.vdev_frag(top)? as u128 * space;
             sp += space;
@@ -385,11 +385,11 @@ impl Pool {
         };
         let heading = |name: &str| ListVdevRow { name: name.into(), size: None, alloc: None, frag: None, health: String::new() };
         let tops = &self.spa.root_vdev.children;
-        for top in tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t).is_empty()) {
+        for top in tops.iter().filter(|t| t.is_concrete() && top_class(t).is_empty()) {
             push_tree(top, &mut out);
         }
         for class in ["dedup", "special", "logs"] {
-            let members: Vec<_> = tops.iter().filter(|t| t.kind != VdevKind::Hole && top_class(t) == class).collect();
+            let members: Vec<_> = tops.iter().filter(|t| t.is_concrete() && top_class(t) == class).collect();
             if !members.is_empty() {
                 out.push(heading(class));
                 for t in members {
@@ -439,6 +439,9 @@ impl Pool {
         let scan = self.spa.scan.stat();
         s.push_str(&scan_status(&scan, crate::dsl_scan::now()));
         let scanning = scan.scanning().then_some(scan.phys.func);
+        if let Some(r) = self.removal_stat() {
+            s.push_str(&removal_status(&r, &self.spa.root_vdev, crate::dsl_scan::now()));
+        }
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -628,7 +631,7 @@ impl Reason {
 /// Which config section a top-level vdev is printed in: "" (the pool's own tree), or its
 /// allocation class ("dedup", "special", "logs").
 fn top_class(v: &Vdev) -> &str {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         "hole"
     } else if v.is_log {
         "logs"
@@ -656,7 +659,7 @@ fn vdev_name(v: &Vdev, imported: bool) -> String {
 /// max_width: the widest `depth + name` below (and including) `v`, children two deeper.
 fn tree_width(v: &Vdev, depth: usize, imported: bool) -> usize {
     let own = if depth == 0 { 0 } else { vdev_name(v, imported).len() + depth };
-    v.children.iter().filter(|c| c.kind != VdevKind::Hole).map(|c| tree_width(c, depth + 2, imported)).fold(own, usize::max)
+    v.children.iter().filter(|c| c.is_concrete()).map(|c| tree_width(c, depth + 2, imported)).fold(own, usize::max)
 }
 
 /// The auxiliary words after a row ("  was PATH", "  cannot open", ...).
@@ -695,7 +698,7 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
 /// `scanning`: the func of the scan under way (print_status_config marks the leaves it wrote
 /// to "(resilvering)" or "(repairing)").
 fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, scanning: Option<u64>) {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         return;
     }
     let mut aux = aux_text(v, true);
@@ -844,7 +847,7 @@ pub fn import_listing(scan: &ScanResult) -> String {
 
 /// print_import_config: name and state, no counters; holes and missing top-levels print nothing.
 fn import_tree(s: &mut String, v: &Vdev, depth: usize, width: usize) {
-    if v.kind == VdevKind::Hole {
+    if !v.is_concrete() {
         return;
     }
     let st = if not_present(v) { "UNAVAIL" } else { v.state().as_str() };
@@ -925,6 +928,78 @@ fn secs_to_dhms(total: u64) -> String {
     }
 }
 
+/// What `zpool status` shows of device removal (pool_removal_stat_t, spa_removal_get_stats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovalStat {
+    pub phys: oxzfs_format::removal::SpaRemovingPhys,
+    /// Bytes of memory the mappings of every removed vdev take.
+    pub mapping_memory: u64,
+}
+
+impl Pool {
+    /// The pool's removal state (spa_removing_phys in the MOS directory), None when no device
+    /// was ever removed with evacuation.
+    pub fn removal_stat(&self) -> Option<RemovalStat> {
+        let mos = self.spa.mos();
+        let e = crate::zap::zap_lookup(&mos, 1, oxzfs_format::removal::DMU_POOL_REMOVING.as_bytes()).ok().flatten()?;
+        let phys = oxzfs_format::removal::SpaRemovingPhys::from_words(&e.value_u64s()).ok()?;
+        if phys.state == 0 {
+            return None;
+        }
+        Some(RemovalStat { phys, mapping_memory: mapping_memory(&self.spa.root_vdev, phys.prev_indirect_vdev) })
+    }
+}
+
+/// The memory of the mappings along the chain of removed vdevs that starts at `id`.
+pub fn mapping_memory(root: &Vdev, mut id: u64) -> u64 {
+    let mut total = 0;
+    let mut hops = 0;
+    while id != u64::MAX && hops <= root.children.len() {
+        let Some(cfg) = root.children.get(id as usize).and_then(|t| t.indirect.as_ref()) else { break };
+        total += cfg.mapping.get().map_or(0, |m| m.size());
+        id = cfg.prev_indirect_vdev;
+        hops += 1;
+    }
+    total
+}
+
+/// The `remove:` lines of `zpool status` (print_removal_status of OpenZFS 2.1).
+pub fn removal_status(r: &RemovalStat, root: &Vdev, now: u64) -> String {
+    use crate::nicenum::nicenum;
+    let p = &r.phys;
+    let name = root.children.get(p.removing_vdev as usize).map(|v| vdev_name(v, true)).unwrap_or_else(|| p.removing_vdev.to_string());
+    let mut s = String::from("remove: ");
+    match p.state {
+        2 => {
+            let minutes = p.end_time.saturating_sub(p.start_time) / 60;
+            let _ = write!(s, "Removal of vdev {} copied {} in {}h{}m, completed on {}", p.removing_vdev, nicenum(p.copied), minutes / 60, minutes % 60, ctime(p.end_time));
+        }
+        3 => {
+            let _ = write!(s, "Removal of {name} canceled on {}", ctime(p.end_time));
+        }
+        _ => {
+            let _ = write!(s, "Evacuation of {name} in progress since {}", ctime(p.start_time));
+            let copied = p.copied.max(1);
+            let total = p.to_copy;
+            let elapsed = now.saturating_sub(p.start_time).max(1);
+            // OpenZFS keeps the rate in a uint_t.
+            let rate = ((copied / elapsed) as u32).max(1) as u64;
+            let mins_left = (total.saturating_sub(copied) / rate) / 60;
+            let hours_left = mins_left / 60;
+            let _ = write!(s, "\t{} copied out of {} at {}/s, {:.2}% done", nicenum(copied), nicenum(total), nicenum(rate), 100.0 * copied as f64 / total.max(1) as f64);
+            if hours_left < 30 * 24 {
+                let _ = writeln!(s, ", {}h{}m to go", hours_left, mins_left % 60);
+            } else {
+                let _ = writeln!(s, ", (copy is slow, no estimated time)");
+            }
+        }
+    }
+    if r.mapping_memory > 0 {
+        let _ = writeln!(s, "\t{} memory used for removed device mappings", nicenum(r.mapping_memory));
+    }
+    s
+}
+
 /// ctime(3): "Wed Nov 25 12:00:00 2026\n" in the local time zone.
 fn ctime(t: u64) -> String {
     let mut buf = [0 as libc::c_char; 64];
@@ -990,5 +1065,50 @@ mod scan_status_tests {
             line(Some(running), t0, t0),
             "  scan: resilver in progress since Wed Nov 25 11:59:57 2026\n\t1M scanned at 0B/s, 1M issued at 0B/s, 100M total\n\t3M resilvered, 1.00% done, no estimated completion time\n"
         );
+    }
+}
+
+#[cfg(test)]
+mod removal_status_tests {
+    use super::*;
+    use oxzfs_format::removal::SpaRemovingPhys;
+
+    fn root_of_two() -> Vdev {
+        use oxzfs_format::nvlist::{NvList, NvValue};
+        let node = |typ: &str, id: u64, path: Option<&str>, kids: Vec<NvList>| {
+            let mut nv = NvList::new();
+            nv.add_str("type", typ);
+            nv.add_u64("id", id);
+            nv.add_u64("guid", 10 + id);
+            if let Some(p) = path {
+                nv.add_str("path", p);
+            }
+            if !kids.is_empty() {
+                nv.insert("children", NvValue::NvListArray(kids));
+            }
+            nv
+        };
+        let mirror = node("mirror", 1, None, vec![node("file", 0, Some("/d/b"), vec![]), node("file", 1, Some("/d/c"), vec![])]);
+        let root = node("root", 0, None, vec![node("file", 0, Some("/d/a"), vec![]), mirror]);
+        std::sync::Arc::try_unwrap(Vdev::from_config(&root, &Default::default(), 0).unwrap()).ok().unwrap()
+    }
+
+    #[test]
+    fn removal_lines_as_openzfs_2_1_prints_them() {
+        std::env::set_var("TZ", "UTC");
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        let root = root_of_two();
+        let mut p = SpaRemovingPhys { state: 1, removing_vdev: 1, prev_indirect_vdev: u64::MAX, start_time: t0, end_time: 0, to_copy: 100 << 20, copied: 25 << 20 };
+        // In progress: 25M in 100 s, 75M to go at 262144 B/s = 300 s.
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0 + 100);
+        assert_eq!(s, "remove: Evacuation of mirror-1 in progress since Wed Nov 25 12:00:00 2026\n\t25M copied out of 100M at 256K/s, 25.00% done, 0h5m to go\n");
+        p.state = 2;
+        p.end_time = t0 + 3 * 3600 + 7 * 60 + 5;
+        p.copied = p.to_copy;
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 3552 }, &root, t0);
+        assert_eq!(s, "remove: Removal of vdev 1 copied 100M in 3h7m, completed on Wed Nov 25 15:07:05 2026\n\t3.47K memory used for removed device mappings\n");
+        p.state = 3;
+        let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0);
+        assert_eq!(s, "remove: Removal of mirror-1 canceled on Wed Nov 25 15:07:05 2026\n");
     }
 }

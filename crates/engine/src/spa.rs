@@ -288,6 +288,7 @@ fn assemble(mut devs: Vec<ProbedDevice>) -> PoolCandidate {
         alloc_bias: String::new(),
         metaslab_array: 0,
         metaslab_shift: 0,
+        indirect: None,
     });
     let mut missing = Vec::new();
     for leaf in root.leaves() {
@@ -327,6 +328,7 @@ fn missing_top(id: u64) -> Arc<Vdev> {
         alloc_bias: String::new(),
         metaslab_array: 0,
         metaslab_shift: 0,
+        indirect: None,
     })
 }
 

@@ -102,6 +102,11 @@ impl Spa {
         let spa = Arc::new(build(config, root, salt, arc_max));
         let mos = Objset::open(&spa, &spa.rootbp)
             .map_err(|e| ZfsError::Unavailable(format!("cannot import '{}': cannot open the MOS: {e}", spa.name)))?;
+        // Removed vdevs' mappings first: any later read may go through them.
+        if let Err(e) = crate::vdev_removal::load_indirect_mappings(&mos, &spa.root_vdev, &spa.name) {
+            spa.close();
+            return Err(ZfsError::Unavailable(format!("cannot import '{}': {e}", spa.name)));
+        }
         *spa.mos.lock().unwrap() = Some((mos.bp.clone(), mos.phys.clone()));
         // The scan's state (dsl_scan_init): a paused or finished scrub shows in status.
         let scan = crate::zap::zap_lookup(&mos, 1, DMU_POOL_SCAN.as_bytes()).ok().flatten().and_then(|e| DslScanPhys::from_words(&e.value_u64s()).ok());
@@ -265,6 +270,7 @@ impl PoolW {
         let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
         pw.config_dirty = renamed;
         pw.check_writable()?;
+        pw.check_removals_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
         pw.dtl_load()?;

@@ -28,6 +28,7 @@
 
 pub mod inject;
 pub mod iostat;
+pub mod indirect;
 pub mod raidz;
 pub mod sim;
 
@@ -290,6 +291,9 @@ pub enum VdevKind {
     Hole,
     /// `replacing` or `spare` interior vdevs read like mirrors.
     ReplacingOrSpare(String),
+    /// A removed top-level vdev whose blocks live elsewhere (`vdev::indirect`): reads go
+    /// through its mapping, in zio.
+    Indirect,
 }
 
 /// The `path` of a hole vdev: the place of a removed top-level vdev, which keeps the ids of the
@@ -316,6 +320,8 @@ pub struct Vdev {
     pub alloc_bias: String,
     pub metaslab_array: u64,
     pub metaslab_shift: u64,
+    /// Indirect vdevs: the mapping's objects, and the mapping once the MOS is read.
+    pub indirect: Option<Arc<indirect::IndirectConfig>>,
 }
 
 /// Where a leaf device with a given guid was found.
@@ -352,6 +358,7 @@ impl Vdev {
             "file" => VdevKind::Leaf { disk: false },
             "missing" | "hole" => VdevKind::Hole,
             "replacing" | "spare" => VdevKind::ReplacingOrSpare(typ.to_string()),
+            "indirect" => VdevKind::Indirect,
             "draid" => return Err(ZfsError::Unsupported("unsupported vdev type: draid".into())),
             other => return Err(ZfsError::Unsupported(format!("unsupported vdev type: {other}"))),
         };
@@ -378,6 +385,14 @@ impl Vdev {
             stats.offline.store(nv.get_u64("offline").unwrap_or(0) != 0, Ordering::Relaxed);
             stats.dtl_object.store(nv.get_u64("DTL").unwrap_or(0), Ordering::Relaxed);
         }
+        let indirect = (kind == VdevKind::Indirect).then(|| {
+            Arc::new(indirect::IndirectConfig {
+                mapping_object: nv.get_u64("com.delphix:indirect_object").unwrap_or(0),
+                births_object: nv.get_u64("com.delphix:indirect_births").unwrap_or(0),
+                prev_indirect_vdev: nv.get_u64("com.delphix:prev_indirect_vdev").unwrap_or(u64::MAX),
+                mapping: Default::default(),
+            })
+        });
         Ok(Arc::new(Vdev {
             id,
             guid,
@@ -392,6 +407,7 @@ impl Vdev {
             alloc_bias: nv.get_str("alloc_bias").unwrap_or("").to_string(),
             metaslab_array: nv.get_u64("metaslab_array").unwrap_or(0),
             metaslab_shift: nv.get_u64("metaslab_shift").unwrap_or(0),
+            indirect,
         }))
     }
 
@@ -402,6 +418,12 @@ impl Vdev {
             VdevKind::Raidz { nparity } => raidz::asize(psize, self.ashift, self.children.len(), nparity as usize),
             _ => psize.div_ceil(1 << self.ashift) << self.ashift,
         }
+    }
+
+    /// vdev_is_concrete: a vdev that holds blocks of its own (not a hole, not the indirect
+    /// place of a removed vdev).
+    pub fn is_concrete(&self) -> bool {
+        !matches!(self.kind, VdevKind::Hole | VdevKind::Indirect)
     }
 
     pub fn is_leaf(&self) -> bool {
@@ -421,6 +443,7 @@ impl Vdev {
             VdevKind::Raidz { nparity } => format!("raidz{}-{}", nparity, self.id),
             VdevKind::ReplacingOrSpare(t) => format!("{t}-{}", self.id),
             VdevKind::Hole => format!("hole-{}", self.id),
+            VdevKind::Indirect => format!("indirect-{}", self.id),
             VdevKind::Leaf { .. } => match (&self.dev, &self.path) {
                 (Some(d), _) => d.name(),
                 (None, Some(p)) => p.clone(),
@@ -443,7 +466,7 @@ impl Vdev {
                     VdevState::Online
                 }
             }
-            VdevKind::Hole => VdevState::Online,
+            VdevKind::Hole | VdevKind::Indirect => VdevState::Online,
             _ => {
                 let bad = self.children.iter().filter(|c| matches!(c.state(), VdevState::Unavail | VdevState::Faulted | VdevState::Offline)).count();
                 let degraded = self.children.iter().any(|c| c.state() == VdevState::Degraded);
@@ -487,7 +510,7 @@ impl Vdev {
             }
             VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify, mode),
             VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify, mode),
-            VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
+            VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
         }
     }
 
@@ -526,7 +549,7 @@ impl Vdev {
                 }
                 Ok(())
             }
-            VdevKind::Hole | VdevKind::Root => Err(ZfsError::Invalid(format!("write to a {:?} vdev", self.kind))),
+            VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("write to a {:?} vdev", self.kind))),
         }
     }
 
@@ -810,7 +833,7 @@ pub fn raidz_asize(psize: u64, ashift: u8, cols: u64, nparity: u64) -> u64 {
 /// The smallest allocation of the pool: one sector of its top-level vdev with the smallest
 /// ashift (holes, which have none, left out).
 pub fn min_alloc(root: &Vdev) -> u64 {
-    root.children.iter().filter(|c| c.kind != VdevKind::Hole && c.ashift > 0).map(|c| 1u64 << c.ashift).min().unwrap_or(512)
+    root.children.iter().filter(|c| c.kind != VdevKind::Hole && c.kind != VdevKind::Indirect && c.ashift > 0).map(|c| 1u64 << c.ashift).min().unwrap_or(512)
 }
 
 pub(crate) fn guid_sum(v: &Vdev) -> u64 {

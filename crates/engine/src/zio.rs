@@ -212,7 +212,49 @@ pub fn read_dva(ctx: &ZioCtx, dva: &Dva, size: u64, verify: &dyn Fn(&[u8]) -> bo
         .children
         .get(dva.vdev as usize)
         .ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", dva.vdev)))?;
+    if top.kind == crate::vdev::VdevKind::Indirect {
+        return read_indirect(ctx, top, dva.offset, size, verify, 0);
+    }
     top.read_mode(dva.offset, size, verify, ctx.mode)
+}
+
+/// How many removed vdevs a read may pass through (a mapping's destination on a vdev removed
+/// later): more than there can be top-level vdevs means a loop in corrupt mappings.
+const MAX_INDIRECT_DEPTH: usize = 64;
+
+/// A read from a removed vdev (vdev_indirect_io_start): the range remapped, each piece read
+/// from its destination (itself remapped when that vdev was removed too), the whole checked.
+/// A block in one piece is read with the checksum, so a mirror moves on to a good side; a
+/// split block's pieces are read as they are and verified together.
+fn read_indirect(ctx: &ZioCtx, top: &Vdev, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, depth: usize) -> Result<Vec<u8>> {
+    if depth > MAX_INDIRECT_DEPTH {
+        return Err(ZfsError::Invalid(format!("indirect vdev {}: mappings nest deeper than {MAX_INDIRECT_DEPTH}", top.id)));
+    }
+    let cfg = top.indirect.as_ref().ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {} without its config", top.id)))?;
+    let pieces = cfg
+        .loaded(top.id)?
+        .remap(offset, size)
+        .map_err(|e| ZfsError::Invalid(format!("indirect vdev {}: read of {size:#x} bytes at {offset:#x}: {e}", top.id)))?;
+    let read_piece = |p: &crate::vdev::indirect::Piece, verify: &dyn Fn(&[u8]) -> bool| -> Result<Vec<u8>> {
+        let dst = ctx.root.children.get(p.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {}: mapping names vdev {} which the pool does not have", top.id, p.vdev)))?;
+        if dst.kind == crate::vdev::VdevKind::Indirect {
+            read_indirect(ctx, dst, p.offset, p.len, verify, depth + 1)
+        } else {
+            dst.read_mode(p.offset, p.len, verify, ctx.mode)
+        }
+    };
+    if let [p] = pieces.as_slice() {
+        return read_piece(p, verify);
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    for p in &pieces {
+        data.extend_from_slice(&read_piece(p, &|_| true)?);
+    }
+    if verify(&data) {
+        Ok(data)
+    } else {
+        Err(ZfsError::Checksum { context: format!("indirect vdev {} offset {offset:#x} size {size:#x} ({} pieces)", top.id, pieces.len()) })
+    }
 }
 
 /// The verifier a gang header's embedded checksum starts from (zio_checksum_gang_verifier):
@@ -650,7 +692,26 @@ fn rewrite_gang(ctx: &ZioCtx, bp: &mut BlockPointer, phys: &[u8], depth: usize) 
     write_gang_header(ctx.root, bp, &mut gbh)
 }
 
-/// Every allocation behind `bp`, as the frees of OpenZFS see them: its DVAs (a gang DVA
+/// Where allocation `d` lives: itself, or on a removed (indirect) vdev the ranges its mapping
+/// sends it to (metaslab_free_impl and metaslab_claim_impl through vdev_op_remap).
+fn concrete_dvas(root: &Vdev, d: Dva, out: &mut Vec<Dva>, depth: usize) -> Result<()> {
+    let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
+    let Some(cfg) = top.indirect.as_ref() else {
+        out.push(d);
+        return Ok(());
+    };
+    if depth > MAX_INDIRECT_DEPTH {
+        return Err(ZfsError::Invalid(format!("indirect vdev {}: mappings nest deeper than {MAX_INDIRECT_DEPTH}", top.id)));
+    }
+    let pieces = cfg.loaded(top.id)?.remap(d.offset, d.asize).map_err(|e| ZfsError::Invalid(format!("indirect vdev {}: allocation {d:?}: {e}", top.id)))?;
+    for p in pieces {
+        concrete_dvas(root, Dva { vdev: p.vdev, offset: p.offset, asize: p.len, gang: false }, out, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Every allocation behind `bp`, as the frees of OpenZFS see them (on removed vdevs, where
+/// their mappings put them): its DVAs (a gang DVA
 /// counts only its header) and, for a gang block, those of every child down the tree.
 pub fn bp_allocations(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>) -> Result<()> {
     bp_allocations_at(ctx, bp, out, 0)
@@ -661,12 +722,13 @@ fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth:
         return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
     }
     for d in bp.dvas().iter().filter(|d| !d.is_empty()) {
-        if d.gang {
+        let d = if d.gang {
             let top = ctx.root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
-            out.push(Dva { asize: top.psize_to_asize(GANG_HEADER_SIZE), gang: false, ..*d });
+            Dva { asize: top.psize_to_asize(GANG_HEADER_SIZE), gang: false, ..*d }
         } else {
-            out.push(*d);
-        }
+            *d
+        };
+        concrete_dvas(ctx.root, d, out, 0)?;
     }
     if bp.is_gang() {
         for child in gang_children(ctx, bp)?.iter().filter(|c| !c.is_hole()) {

@@ -34,5 +34,6 @@ pub mod zap_write;
 pub mod ddt;
 pub mod zil;
 pub mod l2arc;
+pub mod removal;
 
 pub use error::{FormatError, Result};

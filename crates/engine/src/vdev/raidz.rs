@@ -592,6 +592,7 @@ mod tests {
             alloc_bias: String::new(),
             metaslab_array: 0,
             metaslab_shift: 0,
+            indirect: None,
         }
     }
 
