@@ -340,6 +340,9 @@ def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
     assert oxzfs.zpool("replace", "-w", pool, "d1", s1).returncode == 0
     text = status(oxzfs, pool)
     assert state_of(text, "spare-1") == "ONLINE" and re.search(r"\t  \S+/s1 +INUSE     currently in use\n", text), text
+    # A spare in use cannot be removed (spa_vdev_remove_aux: EBUSY).
+    r = oxzfs.zpool("remove", pool, s1)
+    assert (r.returncode, r.stderr) == (1, f"cannot remove {s1}: pool or dataset is busy\n"), repr(r)
     assert oxzfs.zpool("detach", pool, "s1").returncode == 0
     assert re.search(r"\t  \S+/s1 +AVAIL", status(oxzfs, pool)), status(oxzfs, pool)
     # s0 stands in for d0, and d0 is detached: s0 is a member for good, no longer a spare.
@@ -350,6 +353,13 @@ def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
     rows = status_rows(text)
     assert "spare-0" not in rows and state_of(text, "s0") == "ONLINE" and state_of(text, "mirror-0") == "ONLINE", text
     assert re.search(r"\tspares\n\t  \S+/s1 +AVAIL +\n\n", text), text
+    # An available spare goes at once, and stays gone after export/import.
+    r = oxzfs.zpool("remove", pool, s1)
+    assert r.returncode == 0 and r.stderr == "", repr(r)
+    assert "spares" not in status(oxzfs, pool), status(oxzfs, pool)
+    assert oxzfs.export(pool).returncode == 0
+    import_rw(oxzfs, vdir, pool, alt)
+    assert "spares" not in status(oxzfs, pool) and s1 not in status(oxzfs, pool), status(oxzfs, pool)
     assert oxzfs.export(pool).returncode == 0
     blank(os.path.join(vdir, "d0"), 64)
     only = alone(oxzfs, vdir, "s0", "rsspare")

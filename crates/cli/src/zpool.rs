@@ -1242,6 +1242,16 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
         let root = imp.pool.spa.root_vdev.clone();
         let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        // A hot spare not in use goes at once (spa_vdev_remove_aux).
+        if let Some(guid) = imp.pool.spare_device_guid(dev) {
+            if o.has('n') {
+                continue;
+            }
+            if let Err(e) = h.lock().remove_spare_device(guid) {
+                return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
+            }
+            continue;
+        }
         // A cache device goes at once (spa_vdev_remove_aux).
         if let Some(guid) = imp.pool.cache_device_guid(dev) {
             if o.has('n') {

@@ -539,9 +539,19 @@ impl Pool {
 
     /// The guid of the pool's cache device named `dev` (its path, file name or guid).
     pub fn cache_device_guid(&self, dev: &str) -> Option<u64> {
-        let nv = crate::spa_load::read_mos_packed(&self.spa.mos(), "l2cache")?;
+        self.aux_device_guid("l2cache", dev)
+    }
+
+    /// The guid of the hot spare `dev` names (its path, file name or guid).
+    pub fn spare_device_guid(&self, dev: &str) -> Option<u64> {
+        self.aux_device_guid("spares", dev)
+    }
+
+    /// The guid of the cache device or spare (`key` "l2cache" or "spares") that `dev` names.
+    fn aux_device_guid(&self, key: &str, dev: &str) -> Option<u64> {
+        let nv = crate::spa_load::read_mos_packed(&self.spa.mos(), key)?;
         let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned());
-        nv.get_nvlist_array("l2cache")?.iter().find_map(|d| {
+        nv.get_nvlist_array(key)?.iter().find_map(|d| {
             let guid = d.get_u64("guid")?;
             let stored = d.get_str("path").map(str::to_string);
             let found = self.aux_found.get(&guid).map(|p| p.display().to_string());

@@ -105,15 +105,33 @@ impl PoolW {
     /// Remove cache device `guid` from the pool: out of the L2ARC now, out of the MOS's l2cache
     /// list with a txg synced here. Returns its path as the list had it.
     pub fn remove_cache_device(&mut self, guid: u64) -> Result<String> {
+        self.remove_aux_device("l2cache", guid)
+    }
+
+    /// Remove hot spare `guid` from the pool's spares list (spa_vdev_remove_aux), refused
+    /// with EBUSY while it stands in for a device of this pool. Its label is left as it is: a
+    /// spare may be shared with other pools.
+    pub fn remove_spare_device(&mut self, guid: u64) -> Result<String> {
+        if self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid) {
+            return Err(ZfsError::Posix(libc::EBUSY, "pool or dataset is busy".into()));
+        }
+        self.remove_aux_device("spares", guid)
+    }
+
+    /// Take device `guid` out of the aux list `key` ("l2cache", "spares"), with a txg synced
+    /// here. Returns its path as the list had it.
+    fn remove_aux_device(&mut self, key: &str, guid: u64) -> Result<String> {
         let name = self.spa.name.clone();
-        let mut list = self.take_aux_list("l2cache")?;
+        let mut list = self.take_aux_list(key)?;
         let Some(i) = list.iter().position(|d| d.get_u64("guid") == Some(guid)) else {
-            self.put_aux_list("l2cache", list)?;
+            self.put_aux_list(key, list)?;
             return Err(ZfsError::Posix(libc::ENOENT, format!("cannot remove {guid}: no such device in pool '{name}'")));
         };
         let gone = list.remove(i);
-        self.spa.l2arc.remove_device(guid);
-        self.put_aux_list("l2cache", list)?;
+        if key == "l2cache" {
+            self.spa.l2arc.remove_device(guid);
+        }
+        self.put_aux_list(key, list)?;
         self.config_dirty = true;
         self.sync()?;
         Ok(gone.get_str("path").unwrap_or("").to_string())
