@@ -142,8 +142,6 @@ struct State {
     evict_l2_eligible_mfu: u64,
     evict_l2_eligible_mru: u64,
     evict_l2_ineligible: u64,
-    /// demand data, demand metadata, prefetch data, prefetch metadata: hits and misses.
-    access: [[u64; 2]; 4],
 }
 
 impl State {
@@ -208,6 +206,9 @@ pub struct Arc_ {
     /// Times the reaper lowered `c` (memory_throttle_count).
     throttles: AtomicU64,
     born: std::time::Instant,
+    /// demand data, demand metadata, prefetch data, prefetch metadata: hits and misses
+    /// (atomics: every read counts one, without taking the cache's lock again).
+    access: [[AtomicU64; 2]; 4],
     state: Mutex<State>,
 }
 
@@ -310,8 +311,8 @@ impl Arc_ {
                 evict_l2_eligible_mfu: 0,
                 evict_l2_eligible_mru: 0,
                 evict_l2_ineligible: 0,
-                access: [[0; 2]; 4],
             }),
+            access: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 
@@ -464,7 +465,7 @@ impl Arc_ {
     /// Count a read's meeting with the cache (demand_data_hits and the like).
     pub fn count_access(&self, a: Access) {
         let row = usize::from(a.meta) + 2 * usize::from(a.prefetch);
-        self.state.lock().unwrap().access[row][usize::from(!a.hit)] += 1;
+        self.access[row][usize::from(!a.hit)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn get(&self, key: &ArcKey) -> Option<Arc<Vec<u8>>> {
@@ -653,7 +654,7 @@ impl Arc_ {
             evict_l2_eligible_mfu: st.evict_l2_eligible_mfu,
             evict_l2_eligible_mru: st.evict_l2_eligible_mru,
             evict_l2_ineligible: st.evict_l2_ineligible,
-            access: st.access,
+            access: std::array::from_fn(|r| std::array::from_fn(|h| self.access[r][h].load(Ordering::Relaxed))),
             c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
             mru_size: st.sizes[0],
