@@ -37,6 +37,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import slog  # noqa: E402  (EmuDisk, the nbdkit/nbdfuse setup)
+from run import drop_caches as drop_page_cache  # noqa: E402
 
 
 def main():
@@ -85,11 +86,6 @@ def main():
                     pass
         return time.time() - t
 
-    def drop_page_cache():
-        # The kernel's page cache in front of FUSE would answer rereads without us.
-        subprocess.run(["sync"])
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
 
     def reimport(*dirs):
         ox("zpool", "export", "bl2")

@@ -29,12 +29,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import slog  # noqa: E402  (EmuDisk, the nbdkit/nbdfuse setup)
-
-
-def drop_page_cache():
-    subprocess.run(["sync"])
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+from run import drop_caches as drop_page_cache  # noqa: E402
 
 
 def main():
