@@ -470,3 +470,31 @@ def test_failing_log_device_falls_back_to_the_pool(runner):
     finally:
         unmount_below(alt)
         disk.close()
+
+
+def test_setid_bits_a_write_takes_away_are_replayed(runner):
+    """An unprivileged write takes S_ISUID/S_ISGID away (FUSE's HANDLE_KILLPRIV_V2 leaves it to
+    the file system); the mode change is logged with the write: fsync, kill -9, and the import's
+    replay gives the file its new size and its mode without the bits."""
+    from test_killpriv import as_nobody
+    ox, base = runner("killpriv")
+    pool, alt, vdir = "zkill", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 1, 128)
+    assert ox.zpool("create", "-R", alt, pool, *devs).returncode == 0
+    root = os.path.join(alt, pool)
+    p = os.path.join(root, "f")
+    with open(p, "wb") as f:
+        f.write(b"x")
+    os.chmod(root, 0o777)
+    os.chmod(p, 0o6777)
+    assert ox.zpool("sync", pool).returncode == 0
+    assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+    as_nobody("python3", "-c", f"import os; fd = os.open({p!r}, os.O_WRONLY | os.O_APPEND); os.write(fd, b'y'); os.fsync(fd)")
+    ox.kill9()
+    unmount_below(alt)
+    r = ox.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    st = os.stat(p)
+    assert (oct(st.st_mode & 0o7777), st.st_size) == (oct(0o777), 2)
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)

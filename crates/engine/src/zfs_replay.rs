@@ -284,6 +284,7 @@ fn replay_record(os: &mut ObjsetW, fs: &FsInfo, ctx: &ZioCtx, r: &LogRecord, txg
                 size: has(fz::AT_SIZE).then_some(*size),
                 atime: has(fz::AT_ATIME).then_some((atime[0], atime[1])),
                 mtime: has(fz::AT_MTIME).then_some((mtime[0], mtime[1])),
+                kill_suidgid: false,
             };
             zplw::setattr(os, *foid, &s, rs).map(|_| ())
         }

@@ -643,6 +643,40 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<(u64, u64)>,
     pub mtime: Option<(u64, u64)>,
+    /// Clear the set-user-ID bit, and the set-group-ID bit of a group-executable file, of a
+    /// file that is not a directory, as a change of owner or a truncation by an unprivileged
+    /// caller does (the kernel leaves this to the file system under FUSE's
+    /// HANDLE_KILLPRIV_V2).
+    pub kill_suidgid: bool,
+}
+
+/// The mode with the bits a write, truncation or change of owner takes away: S_ISUID, and
+/// S_ISGID when the group may execute (without S_IXGRP, S_ISGID marks mandatory locking).
+fn killed_mode(mode: u64) -> u64 {
+    if mode & S_IFMT == S_IFDIR {
+        return mode;
+    }
+    let mut m = mode & !(libc::S_ISUID as u64);
+    if m & libc::S_IXGRP as u64 != 0 {
+        m &= !(libc::S_ISGID as u64);
+    }
+    m
+}
+
+/// A write by a caller without CAP_FSETID takes S_ISUID (and S_ISGID of a group-executable
+/// file) away, as zfs_write's zfs_clear_setid_bits_if_necessary does; logged as TX_SETATTR of
+/// the mode. Returns whether the mode changed.
+pub fn kill_suidgid(os: &mut ObjsetW, obj: u64) -> Result<bool> {
+    let mut z = get(os, obj)?;
+    let m = killed_mode(z.mode);
+    if m == z.mode {
+        return Ok(false);
+    }
+    z.mode = m;
+    z.ctime = now_ts();
+    put(os, obj, &z)?;
+    crate::zfs_log::setattr(os, obj, Some(m), None, None, None, None, None);
+    Ok(true)
 }
 
 pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Result<Attr> {
@@ -656,6 +690,10 @@ pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Resu
     }
     if let Some(g) = s.gid {
         z.gid = g;
+    }
+    let before = z.mode;
+    if s.kill_suidgid {
+        z.mode = killed_mode(z.mode);
     }
     if let Some(size) = s.size {
         if z.mode & S_IFMT == S_IFDIR {
@@ -684,7 +722,8 @@ pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Resu
     }
     z.ctime = t;
     put(os, obj, &z)?;
-    crate::zfs_log::setattr(os, obj, s.mode.map(|_| z.mode), s.uid, s.gid, s.size, s.atime, s.mtime);
+    let mode = (s.mode.is_some() || z.mode != before).then_some(z.mode);
+    crate::zfs_log::setattr(os, obj, mode, s.uid, s.gid, s.size, s.atime, s.mtime);
     Ok(to_attr(os, obj, &z))
 }
 

@@ -40,6 +40,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const TTL: Duration = Duration::from_secs(1);
+/// FUSE's HANDLE_KILLPRIV_V2 capability (ABI 7.33, newer than the ABI fuser is built for here)
+/// and the write flag that comes with it.
+const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
+const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 const MIB: u32 = 1 << 20;
 /// The kernel's writeback cache (writes gathered in the page cache, the kernel keeping size,
 /// mtime and ctime itself while it holds dirty pages) stays off: with it, pjdfstest's
@@ -481,6 +485,10 @@ impl Filesystem for RwFs {
         for cap in [FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS, FUSE_DO_READDIRPLUS] {
             let _ = config.add_capabilities(cap);
         }
+        // The file system takes set-ID bits away itself (see `write` and `setattr`): the
+        // kernel then stops asking for security.capability before every write (one GETXATTR
+        // round trip per write(2); now one per file until its attributes are next refreshed).
+        let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
         if WRITEBACK_CACHE {
             let _ = config.add_capabilities(FUSE_WRITEBACK_CACHE);
         }
@@ -534,7 +542,7 @@ impl Filesystem for RwFs {
 
     fn setattr(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -553,6 +561,15 @@ impl Filesystem for RwFs {
         if ino >> crate::SNAP_SHIFT != 0 {
             return reply.error(libc::EROFS);
         }
+        // Under HANDLE_KILLPRIV_V2 the kernel no longer sends the mode a change of owner or a
+        // truncation leaves: a chown takes the set-ID bits away, and so does a truncation by
+        // an unprivileged caller (root stands in for CAP_FSETID, which the request does not
+        // carry). A setattr that changes nothing is the kernel's own removal of privileges
+        // (before an unprivileged write, and chown(-1, -1)), its mode stripped: the reply
+        // gives the kernel the mode without the bits before the write's data goes out.
+        let nothing = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none() && atime.is_none() && mtime.is_none();
+        let chown = uid.is_some() || gid.is_some() || nothing;
+        let kill_suidgid = mode.is_none() && (chown || (size.is_some() && req.uid() != 0));
         let s = SetAttr {
             mode: mode.map(|m| m as u64),
             uid: uid.map(|u| u as u64),
@@ -560,6 +577,7 @@ impl Filesystem for RwFs {
             size,
             atime: atime.map(ts),
             mtime: mtime.map(ts),
+            kill_suidgid,
         };
         self.change(ino, move |i| {
             let obj = obj_of(i.root, ino);
@@ -725,23 +743,31 @@ impl Filesystem for RwFs {
         }
     }
 
-    fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], _wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+    fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         if ino >> crate::SNAP_SHIFT != 0 {
             return reply.error(libc::EROFS);
         }
-        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], reply: ReplyWrite) {
+        // FUSE_WRITE_KILL_SUIDGID: the writer lacks CAP_FSETID and the file has set-ID bits.
+        let kill = wf & FUSE_WRITE_KILL_SUIDGID != 0;
+        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], kill: bool, reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
-            match s.durable(s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize))) {
+            let r = s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| {
+                if kill {
+                    zplw::kill_suidgid(os, obj)?;
+                }
+                zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)
+            });
+            match s.durable(r) {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
             }
         }
         // Run here, the data is written from the request's buffer; queued, it is copied.
         match self.change_inline(ino) {
-            None => self.inline(|s| write(s, ino, offset, data, reply)),
+            None => self.inline(|s| write(s, ino, offset, data, kill, reply)),
             Some(i) => {
                 let data = data.to_vec();
-                self.queue(i, move |s| write(s, ino, offset, &data, reply));
+                self.queue(i, move |s| write(s, ino, offset, &data, kill, reply));
             }
         }
     }
