@@ -76,7 +76,7 @@ def test_setid_bits_go_as_on_the_kernels_file_system(oxzfs):
     d = os.path.join(root, "t")
     os.mkdir(d)
     got = steps(d)
-    assert got == want, "\n".join(f"{s}: oxzfs {g[1]}, kernel {w[1]}" for (s, w), g in zip(want, got) if w != g)
+    assert got == want, "\n".join(f"{s}: oxzfs {g}, kernel {w}" for (s, w), (_, g) in zip(want, got) if w != g)
     # On disk too (no cached attribute in the way), and the pool is clean for OpenZFS.
     assert oxzfs.export("wkill").returncode == 0
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, "wkill")

@@ -650,25 +650,30 @@ pub struct SetAttr {
     pub kill_suidgid: bool,
 }
 
-/// The mode with the bits a write, truncation or change of owner takes away: S_ISUID, and
-/// S_ISGID when the group may execute (without S_IXGRP, S_ISGID marks mandatory locking).
-fn killed_mode(mode: u64) -> u64 {
+/// The mode with the bits a write, truncation or change of owner takes away (the kernel's
+/// setattr_should_drop_suidgid): S_ISUID; S_ISGID when the group may execute, or when the
+/// caller is neither in the file's group nor privileged (`in_group(gid)` says; without
+/// S_IXGRP, S_ISGID otherwise marks mandatory locking and stays). Directories keep theirs.
+fn killed_mode(mode: u64, gid: u64, in_group: &dyn Fn(u64) -> bool) -> u64 {
     if mode & S_IFMT == S_IFDIR {
         return mode;
     }
     let mut m = mode & !(libc::S_ISUID as u64);
-    if m & libc::S_IXGRP as u64 != 0 {
+    if m & libc::S_ISGID as u64 != 0 && (m & libc::S_IXGRP as u64 != 0 || !in_group(gid)) {
         m &= !(libc::S_ISGID as u64);
     }
     m
 }
 
-/// A write by a caller without CAP_FSETID takes S_ISUID (and S_ISGID of a group-executable
-/// file) away, as zfs_write's zfs_clear_setid_bits_if_necessary does; logged as TX_SETATTR of
-/// the mode. Returns whether the mode changed.
-pub fn kill_suidgid(os: &mut ObjsetW, obj: u64) -> Result<bool> {
+/// A write by a caller without CAP_FSETID takes the set-ID bits away (see `killed_mode`), as
+/// zfs_write's zfs_clear_setid_bits_if_necessary does; logged as TX_SETATTR of the mode.
+/// Returns whether the mode changed.
+pub fn kill_suidgid(os: &mut ObjsetW, obj: u64, in_group: &dyn Fn(u64) -> bool) -> Result<bool> {
     let mut z = get(os, obj)?;
-    let m = killed_mode(z.mode);
+    if z.mode & (libc::S_ISUID | libc::S_ISGID) as u64 == 0 {
+        return Ok(false);
+    }
+    let m = killed_mode(z.mode, z.gid, in_group);
     if m == z.mode {
         return Ok(false);
     }
@@ -680,7 +685,14 @@ pub fn kill_suidgid(os: &mut ObjsetW, obj: u64) -> Result<bool> {
 }
 
 pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Result<Attr> {
+    setattr_as(os, obj, s, recordsize, &|_| true)
+}
+
+/// `setattr` for a caller: `in_group(gid)` says whether the caller is in group `gid` or
+/// privileged (for `kill_suidgid`).
+pub fn setattr_as(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64, in_group: &dyn Fn(u64) -> bool) -> Result<Attr> {
     let mut z = get(os, obj)?;
+    let old_gid = z.gid;
     let t = now_ts();
     if let Some(m) = s.mode {
         z.mode = (z.mode & S_IFMT) | (m & 0o7777);
@@ -693,7 +705,7 @@ pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Resu
     }
     let before = z.mode;
     if s.kill_suidgid {
-        z.mode = killed_mode(z.mode);
+        z.mode = killed_mode(z.mode, old_gid, in_group);
     }
     if let Some(size) = s.size {
         if z.mode & S_IFMT == S_IFDIR {

@@ -19,8 +19,8 @@
 pub mod rw;
 
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags,
+    ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use oxzfs::pool::Pool;
 use oxzfs::zpl::{Attr, Zfs};
@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The FUSE attributes of a ZPL attribute set, as inode `ino`.
 pub fn file_attr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
-        ino,
+        ino: INodeNo(ino),
         size: a.size,
         blocks: a.blocks,
         atime: systime(a.atime),
@@ -62,16 +62,8 @@ pub const CTL_SNAPDIR: u64 = (1 << 62) + 2;
 /// Snapshot `k`'s objects live at `k << SNAP_SHIFT | object`.
 pub const SNAP_SHIFT: u32 = 48;
 const OBJ_MASK: u64 = (1 << SNAP_SHIFT) - 1;
-const FOPEN_KEEP_CACHE: u32 = 1 << 1;
-const FOPEN_CACHE_DIR: u32 = 1 << 3;
 const MIB: u32 = 1 << 20;
 
-// Kernel capabilities asked for at init (fuse_kernel.h); each only if the kernel offers it.
-const FUSE_ASYNC_READ: u32 = 1 << 0;
-const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
-const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
-const FUSE_PARALLEL_DIROPS: u32 = 1 << 18;
-const FUSE_CACHE_SYMLINKS: u32 = 1 << 23;
 
 /// How a dataset is mounted.
 #[derive(Clone, Debug)]
@@ -192,7 +184,7 @@ pub fn join_ino(k: usize, obj: u64, root: u64) -> u64 {
 
 fn ctl_attr(ino: u64, like: &Attr) -> FileAttr {
     FileAttr {
-        ino,
+        ino: INodeNo(ino),
         size: 0,
         blocks: 0,
         atime: systime(like.crtime),
@@ -382,7 +374,7 @@ fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
     if size == 0 {
         reply.size(data.len() as u32)
     } else if data.len() > size as usize {
-        reply.error(libc::ERANGE)
+        reply.error(Errno::from_i32(libc::ERANGE))
     } else {
         reply.data(data)
     }
@@ -431,91 +423,102 @@ impl ZfsFuse {
 }
 
 impl Filesystem for ZfsFuse {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(MIB);
         let _ = config.set_max_write(MIB);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
-        for cap in [FUSE_ASYNC_READ, FUSE_DO_READDIRPLUS, FUSE_READDIRPLUS_AUTO, FUSE_PARALLEL_DIROPS, FUSE_CACHE_SYMLINKS] {
+        // Kernel capabilities asked for, each only if the kernel offers it.
+        for cap in [InitFlags::FUSE_ASYNC_READ, InitFlags::FUSE_DO_READDIRPLUS, InitFlags::FUSE_READDIRPLUS_AUTO, InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_CACHE_SYMLINKS] {
             let _ = config.add_capabilities(cap);
         }
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = parent.0;
         let name = name.as_bytes().to_vec();
         self.spawn(move |i| match i.lookup(parent, &name) {
-            Ok(a) => reply.entry(&i.ttl, &a, 0),
-            Err(e) => reply.error(e.errno()),
+            Ok(a) => reply.entry(&i.ttl, &a, Generation(0)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino.0;
         self.spawn(move |i| match i.attr_of(ino) {
             Ok(a) => reply.attr(&i.ttl, &a),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = ino.0;
         self.spawn(move |i| match i.node(ino) {
             Ok(Node::Obj(_, fs, obj)) => match fs.readlink(obj) {
                 Ok(t) => reply.data(&t),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             },
-            Ok(_) => reply.error(libc::EINVAL),
-            Err(e) => reply.error(e.errno()),
+            Ok(_) => reply.error(Errno::from_i32(libc::EINVAL)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, _ino: u64, flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.0;
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            reply.error(libc::EROFS);
+            reply.error(Errno::from_i32(libc::EROFS));
         } else {
-            reply.opened(0, FOPEN_KEEP_CACHE);
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
         }
     }
 
-    fn release(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
+    fn release(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
         reply.ok();
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        reply.opened(fh, FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE);
+        reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE);
     }
 
-    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let fh = fh.0;
         self.inner.dirs.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
         reply.ok();
     }
 
     #[allow(clippy::too_many_arguments)]
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let ino = ino.0;
+        let offset = offset as i64;
         self.spawn(move |i| match i.read(ino, offset, size) {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let ino = ino.0;
+        let fh = fh.0;
+        let offset = offset as i64;
         self.spawn(move |i| {
             let list = match i.listing(ino, fh) {
                 Ok(l) => l,
-                Err(e) => return reply.error(e.errno()),
+                Err(e) => return reply.error(Errno::from_i32(e.errno())),
             };
             for (n, e) in list.iter().enumerate().skip(offset.max(0) as usize) {
-                if reply.add(e.ino, (n + 1) as i64, e.kind, OsStr::from_bytes(&e.name)) {
+                if reply.add(INodeNo(e.ino), (n + 1) as u64, e.kind, OsStr::from_bytes(&e.name)) {
                     break;
                 }
             }
@@ -523,28 +526,31 @@ impl Filesystem for ZfsFuse {
         });
     }
 
-    fn readdirplus(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let ino = ino.0;
+        let fh = fh.0;
+        let offset = offset as i64;
         self.spawn(move |i| {
             let list = match i.listing(ino, fh) {
                 Ok(l) => l,
-                Err(e) => return reply.error(e.errno()),
+                Err(e) => return reply.error(Errno::from_i32(e.errno())),
             };
             let dot = match i.attr_of(ino) {
                 Ok(a) => a,
-                Err(e) => return reply.error(e.errno()),
+                Err(e) => return reply.error(Errno::from_i32(e.errno())),
             };
             for (n, e) in list.iter().enumerate().skip(offset.max(0) as usize) {
                 // The kernel takes no entry for "." and ".."; give them the directory's attributes.
                 let attr = if e.name == b"." || e.name == b".." {
-                    FileAttr { ino: e.ino, ..dot }
+                    FileAttr { ino: INodeNo(e.ino), ..dot }
                 } else {
                     match i.attr_of(e.ino) {
                         Ok(a) => a,
                         // Listed but unreadable: give the name without an entry the kernel keeps.
-                        Err(_) => FileAttr { ino: e.ino, kind: e.kind, nlink: 1, perm: 0, size: 0, blocks: 0, ..dot },
+                        Err(_) => FileAttr { ino: INodeNo(e.ino), kind: e.kind, nlink: 1, perm: 0, size: 0, blocks: 0, ..dot },
                     }
                 };
-                if reply.add(e.ino, (n + 1) as i64, OsStr::from_bytes(&e.name), &i.ttl, &attr, 0) {
+                if reply.add(INodeNo(e.ino), (n + 1) as u64, OsStr::from_bytes(&e.name), &i.ttl, &attr, Generation(0)) {
                     break;
                 }
             }
@@ -552,34 +558,36 @@ impl Filesystem for ZfsFuse {
         });
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.spawn(move |i| match i.live.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ino = ino.0;
         let name = name.as_bytes().to_vec();
         self.spawn(move |i| match i.node(ino) {
             Ok(Node::Obj(_, fs, obj)) => match fs.getxattr(obj, &name) {
                 Ok(v) => xattr_reply(reply, &v, size),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             },
-            Ok(_) => reply.error(libc::ENODATA),
-            Err(e) => reply.error(e.errno()),
+            Ok(_) => reply.error(Errno::from_i32(libc::ENODATA)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ino = ino.0;
         self.spawn(move |i| {
             let names = match i.node(ino) {
                 Ok(Node::Obj(_, fs, obj)) => match fs.listxattr(obj) {
                     Ok(n) => n,
-                    Err(e) => return reply.error(e.errno()),
+                    Err(e) => return reply.error(Errno::from_i32(e.errno())),
                 },
                 Ok(_) => Vec::new(),
-                Err(e) => return reply.error(e.errno()),
+                Err(e) => return reply.error(Errno::from_i32(e.errno())),
             };
             let mut buf = Vec::new();
             for n in names {
@@ -590,13 +598,25 @@ impl Filesystem for ZfsFuse {
         });
     }
 
-    fn access(&mut self, _req: &Request<'_>, _ino: u64, mask: i32, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let mask = mask.bits();
         if mask & libc::W_OK != 0 {
-            reply.error(libc::EROFS)
+            reply.error(Errno::from_i32(libc::EROFS))
         } else {
             reply.ok()
         }
     }
+}
+
+/// fuser's session settings: the mount options, who may use the mount (allow_other), and how
+/// many threads read requests (each from its own clone of /dev/fuse, FUSE_DEV_IOC_CLONE).
+pub(crate) fn session_config(mount_options: Vec<MountOption>, allow_other: bool, threads: usize) -> fuser::Config {
+    let mut c = fuser::Config::default();
+    c.mount_options = mount_options;
+    c.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
+    c.n_threads = Some(threads.max(1));
+    c.clone_fd = threads > 1;
+    c
 }
 
 /// A mounted dataset; unmounted (lazily, if busy) when dropped.
@@ -703,11 +723,8 @@ pub fn mount(fs: Arc<Zfs>, pool: Arc<Pool>, dataset: String, mountpoint: &Path, 
     let root = unsafe { libc::geteuid() } == 0;
     mo.push(if root { MountOption::CUSTOM("subtype=oxzfs".into()) } else { MountOption::Subtype("oxzfs".into()) });
     let allow_other = opts.allow_other.unwrap_or_else(|| root || fuse_conf_allows_other());
-    if allow_other {
-        mo.push(MountOption::AllowOther);
-    }
     let fsimpl = ZfsFuse::new(fs, pool, dataset.clone(), opts);
-    let session = fuser::spawn_mount2(fsimpl, mountpoint, &mo).map_err(|e| {
+    let session = fuser::spawn_mount(fsimpl, mountpoint, &session_config(mo, allow_other, 1)).map_err(|e| {
         ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}' on '{}': {e}", mountpoint.display()))
     })?;
     widen_readahead(mountpoint);

@@ -1,5 +1,7 @@
 //! The read-write FUSE adapter: one mount of a file system dataset of a pool imported for
-//! writing. The session thread hands every request that may block to a worker: changes to
+//! writing. Several session threads read requests (fuser's event loops, each on a clone of
+//! /dev/fuse). A session thread answers a request itself when the pool lock is free and
+//! nothing is queued before it, and otherwise hands it to a worker: changes to
 //! the worker of their inode (the file's, or the directory's for names), so the changes to one
 //! inode keep the kernel's order; reads (lookup, getattr, read, readdir, xattrs) to a pool of
 //! readers. A change runs in the open txg under the pool's write lock (see `oxzfs::txg`); a
@@ -22,8 +24,9 @@
 
 use crate::kind_of;
 use fuser::{
-    FileAttr, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    BsdFileFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use oxzfs::txg::PoolHandle;
 use oxzfs::zpl::Attr;
@@ -40,10 +43,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const TTL: Duration = Duration::from_secs(1);
-/// FUSE's HANDLE_KILLPRIV_V2 capability (ABI 7.33, newer than the ABI fuser is built for here)
-/// and the write flag that comes with it.
-const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
-const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// How long the kernel keeps a name → inode entry (also a negative one) without asking again.
+/// Every change of a name comes through this mount and the kernel's dentry cache follows it
+/// (create, unlink, rename, link); a rollback or receive unmounts first. Attributes keep the
+/// short TTL: st_blocks changes at each txg sync, not through a request.
+const ENTRY_TTL: Duration = Duration::from_secs(60);
 const MIB: u32 = 1 << 20;
 /// The kernel's writeback cache (writes gathered in the page cache, the kernel keeping size,
 /// mtime and ctime itself while it holds dirty pages) stays off: with it, pjdfstest's
@@ -140,15 +144,25 @@ type Job = Box<dyn FnOnce(&Inner) + Send + 'static>;
 pub struct RwFs {
     inner: Arc<Inner>,
     ordered: Vec<SyncSender<Job>>,
-    /// Jobs queued or running per change worker (only the session thread adds to them).
+    /// Jobs queued or running per change worker (only session threads add to them).
     pending: Vec<Arc<AtomicUsize>>,
     readers: SyncSender<Job>,
+    /// Session threads (see `SESSION_THREADS`).
+    threads: usize,
     /// `.zfs/snapshot`: the read-only view of the dataset's snapshots (None when it cannot be
     /// opened). Its inodes (control directories, snapshot objects) are all at or above 2^48,
     /// where the live file system has no objects, so each request goes to one side or the other.
     snaps: Option<crate::ZfsFuse>,
 }
 
+/// Threads reading requests from /dev/fuse, each on its own clone of the device
+/// (FUSE_DEV_IOC_CLONE): requests from several processes are taken, and the short ones
+/// answered, side by side. `OXZFS_FUSE_THREADS` overrides the number (for benchmarks).
+const SESSION_THREADS: usize = 4;
+
+fn session_threads() -> usize {
+    std::env::var("OXZFS_FUSE_THREADS").ok().and_then(|v| v.parse().ok()).filter(|&n| (1..=64).contains(&n)).unwrap_or(SESSION_THREADS)
+}
 /// Workers that take changes (each its own queue) and reads (one queue for all).
 const CHANGE_WORKERS: usize = 4;
 const READ_WORKERS: usize = 4;
@@ -156,6 +170,32 @@ const READ_WORKERS: usize = 4;
 const SMALL_READ: u32 = 32 << 10;
 /// Requests queued per queue before the session thread waits (bounded memory).
 const QUEUE_DEPTH: usize = 64;
+
+/// Who sent a request, for the kernel's rule on set-group-ID bits: a caller that is neither
+/// privileged (root stands in for CAP_FSETID, which the request does not carry) nor in the
+/// file's group takes S_ISGID away with its write.
+#[derive(Clone, Copy)]
+struct Caller {
+    uid: u32,
+    gid: u32,
+    pid: u32,
+}
+
+impl Caller {
+    fn of(req: &Request) -> Caller {
+        Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    }
+
+    /// Whether the caller is privileged or in group `gid`: its own group, else one of its
+    /// supplementary groups (read from /proc only here, when a set-group-ID file is at stake).
+    fn in_group(&self, gid: u64) -> bool {
+        if self.uid == 0 || u64::from(self.gid) == gid {
+            return true;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else { return false };
+        status.lines().find_map(|l| l.strip_prefix("Groups:")).is_some_and(|g| g.split_whitespace().any(|x| x.parse::<u64>() == Ok(gid)))
+    }
+}
 
 fn obj_of(root: u64, ino: u64) -> u64 {
     if ino == 1 {
@@ -219,14 +259,14 @@ impl RwFs {
         for i in 0..READ_WORKERS {
             worker(format!("oxzfs-rd-{i}"), inner.clone(), rx.clone());
         }
-        RwFs { inner, ordered, pending, readers: tx, snaps: None }
+        RwFs { inner, ordered, pending, readers: tx, threads: session_threads(), snaps: None }
     }
 
     /// The snapshot view, when `ino` is one of its inodes (`.zfs`, `.zfs/snapshot`, objects of
     /// snapshots).
-    fn snap_ino(&mut self, ino: u64) -> Option<&mut crate::ZfsFuse> {
+    fn snap_ino(&self, ino: u64) -> Option<&crate::ZfsFuse> {
         if ino >> crate::SNAP_SHIFT != 0 {
-            self.snaps.as_mut()
+            self.snaps.as_ref()
         } else {
             None
         }
@@ -256,9 +296,15 @@ impl RwFs {
         Some(i)
     }
 
-    /// Run a change on the worker of inode `ino`, always (it may wait long: fsync).
-    fn change_queued(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
-        self.queue((ino as usize) % self.ordered.len(), f);
+    /// Run a change that may wait long (fsync: the log's write and flush) here when nothing is
+    /// queued for its inode's worker — the other session threads go on reading requests
+    /// meanwhile, and a lone fsync pays no thread hand-off — else behind what is queued.
+    fn change_waiting(&self, ino: u64, f: impl FnOnce(&Inner) + Send + 'static) {
+        let i = (ino as usize) % self.ordered.len();
+        if self.threads > 1 && self.pending[i].load(Ordering::Acquire) == 0 {
+            return self.inline(f);
+        }
+        self.queue(i, f);
     }
 
     fn queue(&self, i: usize, f: impl FnOnce(&Inner) + Send + 'static) {
@@ -342,8 +388,8 @@ impl Inner {
 
     fn reply_entry(&self, r: Result<FileAttr, ZfsError>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry(&TTL, &a, 0),
-            Err(e) => reply.error(e.errno()),
+            Ok(a) => reply.entry_with_ttls(&TTL, &ENTRY_TTL, &a, Generation(0)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         }
     }
 
@@ -433,13 +479,13 @@ impl Inner {
         match self.pool.with_fs_ro(self.dsobj, |os| self.dir_entries(os, ino, offset)) {
             Ok(all) => {
                 for (i, (ino, kind, name, _)) in all.into_iter().enumerate() {
-                    if reply.add(ino, offset.max(0) + (i + 1) as i64, kind, OsStr::from_bytes(&name)) {
+                    if reply.add(INodeNo(ino), (offset.max(0) + (i + 1) as i64) as u64, kind, OsStr::from_bytes(&name)) {
                         break;
                     }
                 }
                 reply.ok();
             }
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         }
     }
 
@@ -454,7 +500,7 @@ impl Inner {
                 // A name whose object cannot be read (a bug, damage) is left out, as readdir would
                 // show it and a lookup fail.
                 let Ok(a) = zplw::getattr(os, obj) else { continue };
-                if reply.add(ino, offset.max(0) + (i + 1) as i64, OsStr::from_bytes(&name), &TTL, &crate::file_attr(ino, &a), 0) {
+                if reply.add(INodeNo(ino), (offset.max(0) + (i + 1) as i64) as u64, OsStr::from_bytes(&name), &TTL, &crate::file_attr(ino, &a), Generation(0)) {
                     full = true;
                     break;
                 }
@@ -463,7 +509,7 @@ impl Inner {
         });
         match r {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         }
     }
 }
@@ -471,26 +517,25 @@ impl Inner {
 fn reply_empty(r: Result<(), ZfsError>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(e.errno()),
+        Err(e) => reply.error(Errno::from_i32(e.errno())),
     }
 }
 
 impl Filesystem for RwFs {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
-        use fuser::consts::{FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_DO_READDIRPLUS, FUSE_PARALLEL_DIROPS, FUSE_WRITEBACK_CACHE};
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(MIB);
         let _ = config.set_max_write(MIB);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
-        for cap in [FUSE_ASYNC_READ, FUSE_BIG_WRITES, FUSE_PARALLEL_DIROPS, FUSE_DO_READDIRPLUS] {
+        for cap in [InitFlags::FUSE_ASYNC_READ, InitFlags::FUSE_BIG_WRITES, InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_DO_READDIRPLUS] {
             let _ = config.add_capabilities(cap);
         }
         // The file system takes set-ID bits away itself (see `write` and `setattr`): the
         // kernel then stops asking for security.capability before every write (one GETXATTR
         // round trip per write(2); now one per file until its attributes are next refreshed).
-        let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         if WRITEBACK_CACHE {
-            let _ = config.add_capabilities(FUSE_WRITEBACK_CACHE);
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }
         Ok(())
     }
@@ -499,11 +544,12 @@ impl Filesystem for RwFs {
         let _ = self.inner.pool.sync_now();
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = parent.0;
         if parent == 1 && name.as_bytes() == b".zfs" || parent >> crate::SNAP_SHIFT != 0 {
-            return match self.snaps.as_mut() {
-                Some(v) => v.lookup(_req, parent, name, reply),
-                None => reply.error(libc::ENOENT),
+            return match self.snaps.as_ref() {
+                Some(v) => v.lookup(_req, INodeNo(parent), name, reply),
+                None => reply.error(Errno::from_i32(libc::ENOENT)),
             };
         }
         let name = name.to_os_string();
@@ -514,36 +560,37 @@ impl Filesystem for RwFs {
                 None => Err(ZfsError::Posix(libc::ENOENT, String::new())),
             });
             match r {
-                Ok(a) => reply.entry(&TTL, &s.fattr(&a), 0),
+                Ok(a) => reply.entry_with_ttls(&TTL, &ENTRY_TTL, &s.fattr(&a), Generation(0)),
                 // A negative entry (inode 0) the kernel may cache: every change of a name comes
                 // through this mount, and the kernel drops the entry when it creates the name.
                 Err(e) if e.errno() == libc::ENOENT => {
                     let mut a = s.fattr(&Attr::default());
-                    a.ino = 0;
-                    reply.entry(&TTL, &a, 0)
+                    a.ino = INodeNo(0);
+                    reply.entry_with_ttls(&TTL, &ENTRY_TTL, &a, Generation(0))
                 }
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.getattr(_req, ino, _fh, reply);
+            return v.getattr(_req, INodeNo(ino), _fh, reply);
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::getattr(os, obj)) {
                 Ok(a) => reply.attr(&TTL, &s.fattr(&a)),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
     fn setattr(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
+        &self,
+        req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -551,15 +598,16 @@ impl Filesystem for RwFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<u64>,
+        _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let ino = ino.0;
         if ino >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         // Under HANDLE_KILLPRIV_V2 the kernel no longer sends the mode a change of owner or a
         // truncation leaves: a chown takes the set-ID bits away, and so does a truncation by
@@ -570,6 +618,7 @@ impl Filesystem for RwFs {
         let nothing = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none() && atime.is_none() && mtime.is_none();
         let chown = uid.is_some() || gid.is_some() || nothing;
         let kill_suidgid = mode.is_none() && (chown || (size.is_some() && req.uid() != 0));
+        let caller = Caller::of(req);
         let s = SetAttr {
             mode: mode.map(|m| m as u64),
             uid: uid.map(|u| u as u64),
@@ -581,67 +630,73 @@ impl Filesystem for RwFs {
         };
         self.change(ino, move |i| {
             let obj = obj_of(i.root, ino);
-            match i.durable(i.pool.with_fs(i.dsobj, |os, _| zplw::setattr(os, obj, &s, os.props.recordsize))) {
+            match i.durable(i.pool.with_fs(i.dsobj, |os, _| zplw::setattr_as(os, obj, &s, os.props.recordsize, &|gid| caller.in_group(gid)))) {
                 Ok(a) => reply.attr(&TTL, &i.fattr(&a)),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.readlink(_req, ino, reply);
+            return v.readlink(_req, INodeNo(ino), reply);
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::readlink(os, obj)) {
                 Ok(t) => reply.data(&t),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
-    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, mode & !umask, uid, gid, zfs_rdev(rdev), None), reply));
     }
 
-    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, (mode & !umask & 0o7777) | 0o040000, uid, gid, 0, None), reply));
     }
 
-    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, uid, gid, target) = (link_name.to_os_string(), req.uid(), req.gid(), target.as_os_str().as_bytes().to_vec());
         self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, 0o120777, uid, gid, 0, Some(&target)), reply));
     }
 
-    fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
         self.change(parent, move |s| match s.entry(parent, &name, (mode & !umask & 0o7777) | 0o100000, uid, gid, 0, None) {
             Ok(a) => {
-                *s.open.lock().unwrap().entry(obj_of(s.root, a.ino)).or_insert(0) += 1;
-                reply.created(&TTL, &a, 0, 0, 0)
+                *s.open.lock().unwrap().entry(obj_of(s.root, a.ino.0)).or_insert(0) += 1;
+                reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty())
             }
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         });
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let name = name.to_os_string();
         self.change(parent, move |s| {
@@ -651,9 +706,10 @@ impl Filesystem for RwFs {
         });
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = parent.0;
         if parent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let name = name.to_os_string();
         self.change(parent, move |s| {
@@ -662,9 +718,12 @@ impl Filesystem for RwFs {
         });
     }
 
-    fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        let parent = parent.0;
+        let newparent = newparent.0;
+        let flags = flags.bits();
         if parent >> crate::SNAP_SHIFT != 0 || newparent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, newname) = (name.to_os_string(), newname.to_os_string());
         // Renames between directories all go to one worker: they keep their order.
@@ -676,9 +735,11 @@ impl Filesystem for RwFs {
         });
     }
 
-    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let ino = ino.0;
+        let newparent = newparent.0;
         if newparent >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let newname = newname.to_os_string();
         self.change(newparent, move |s| {
@@ -688,18 +749,20 @@ impl Filesystem for RwFs {
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.open(_req, ino, _flags, reply);
+            return v.open(_req, INodeNo(ino), _flags, reply);
         }
         let obj = obj_of(self.inner.root, ino);
         *self.inner.open.lock().unwrap().entry(obj).or_insert(0) += 1;
-        reply.opened(0, 0);
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
-    fn release(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
+    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.release(_req, ino, _fh, _flags, _lock, _flush, reply);
+            return v.release(_req, INodeNo(ino), _fh, _flags, _lock, _flush, reply);
         }
         let s = &self.inner;
         let obj = obj_of(s.root, ino);
@@ -724,13 +787,15 @@ impl Filesystem for RwFs {
         }
     }
 
-    fn read(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        let ino = ino.0;
+        let offset = offset as i64;
         if let Some(v) = self.snap_ino(ino) {
-            return v.read(_req, ino, _fh, offset, size, _flags, _lock, reply);
+            return v.read(_req, INodeNo(ino), _fh, offset as u64, size, _flags, _lock, reply);
         }
         let job = move |s: &Inner| match s.read(ino, offset, size) {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         };
         // A big read goes to a reader: the kernel's readahead sends reads of a stream several
         // at a time, and their copies then run side by side while this thread takes the next
@@ -743,23 +808,26 @@ impl Filesystem for RwFs {
         }
     }
 
-    fn write(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, data: &[u8], wf: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+        let ino = ino.0;
+        let offset = offset as i64;
+        let wf = wf.bits();
         if ino >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         // FUSE_WRITE_KILL_SUIDGID: the writer lacks CAP_FSETID and the file has set-ID bits.
-        let kill = wf & FUSE_WRITE_KILL_SUIDGID != 0;
-        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], kill: bool, reply: ReplyWrite) {
+        let kill = (wf & WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0).then(|| Caller::of(_req));
+        fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], kill: Option<Caller>, reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
             let r = s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| {
-                if kill {
-                    zplw::kill_suidgid(os, obj)?;
+                if let Some(c) = kill {
+                    zplw::kill_suidgid(os, obj, &|gid| c.in_group(gid))?;
                 }
                 zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)
             });
             match s.durable(r) {
                 Ok(n) => reply.written(n as u32),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         }
         // Run here, the data is written from the request's buffer; queued, it is copied.
@@ -772,71 +840,84 @@ impl Filesystem for RwFs {
         }
     }
 
-    fn fallocate(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, length: i64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let ino = ino.0;
+        let offset = offset as i64;
+        let length = length as i64;
         if ino >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         self.change(ino, move |s| reply_empty(s.durable(s.fallocate(ino, offset, length, mode)), reply));
     }
 
     /// Nothing to do at close (writes are in the open txg already, fsync syncs): ENOSYS tells
     /// the kernel so, and it sends no more flushes, sparing every close(2) a round trip.
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
-        reply.error(libc::ENOSYS);
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENOSYS));
     }
 
     /// fsync, fdatasync (and the kernel's fsync after an O_SYNC/O_DSYNC write): the intent
     /// log's commit (zil_commit), on the file's worker, after its writes.
-    fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.change_queued(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let ino = ino.0;
+        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.change_queued(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let ino = ino.0;
+        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The control directories change as snapshots come and go: no cached listing.
-        if _ino >> crate::SNAP_SHIFT != 0 && _ino >> 62 == 0 {
-            if let Some(v) = self.snaps.as_mut() {
+        if _ino.0 >> crate::SNAP_SHIFT != 0 && _ino.0 >> 62 == 0 {
+            if let Some(v) = self.snaps.as_ref() {
                 return v.opendir(_req, _ino, _flags, reply);
             }
         }
-        reply.opened(0, 0);
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
-    fn releasedir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, flags: i32, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, flags: OpenFlags, reply: ReplyEmpty) {
+        let ino = ino.0;
+        let fh = fh.0;
+        let flags = flags.0;
         match self.snap_ino(ino) {
-            Some(v) => v.releasedir(_req, ino, fh, flags, reply),
+            Some(v) => v.releasedir(_req, INodeNo(ino), FileHandle(fh), OpenFlags(flags), reply),
             None => reply.ok(),
         }
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        let ino = ino.0;
+        let offset = offset as i64;
         if let Some(v) = self.snap_ino(ino) {
-            return v.readdir(_req, ino, _fh, offset, reply);
+            return v.readdir(_req, INodeNo(ino), _fh, offset as u64, reply);
         }
         self.read_op(move |s| s.readdir(ino, offset, reply));
     }
 
-    fn readdirplus(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
+        let ino = ino.0;
+        let offset = offset as i64;
         if let Some(v) = self.snap_ino(ino) {
-            return v.readdirplus(_req, ino, _fh, offset, reply);
+            return v.readdirplus(_req, INodeNo(ino), _fh, offset as u64, reply);
         }
         self.read_op(move |s| s.readdirplus(ino, offset, reply));
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         // zfs_statvfs's numbers (the kernel sets f_fsid and f_type for FUSE mounts itself).
         match self.inner.pool.statfs(self.inner.dsobj) {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize as u32, s.namemax, s.bsize as u32),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
         }
     }
 
-    fn setxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let ino = ino.0;
         if ino >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (name, value) = (name.to_os_string(), value.to_vec());
         self.change(ino, move |s| {
@@ -845,23 +926,25 @@ impl Filesystem for RwFs {
         });
     }
 
-    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.getxattr(_req, ino, name, size, reply);
+            return v.getxattr(_req, INodeNo(ino), name, size, reply);
         }
         let name = name.to_os_string();
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
             match s.pool.with_fs_ro(s.dsobj, |os| zplw::getxattr(os, obj, name.as_bytes())) {
                 Ok(v) => xattr_reply(reply, &v, size),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ino = ino.0;
         if let Some(v) = self.snap_ino(ino) {
-            return v.listxattr(_req, ino, size, reply);
+            return v.listxattr(_req, INodeNo(ino), size, reply);
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
@@ -874,14 +957,15 @@ impl Filesystem for RwFs {
                     }
                     xattr_reply(reply, &buf, size)
                 }
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
         });
     }
 
-    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ino = ino.0;
         if ino >> crate::SNAP_SHIFT != 0 {
-            return reply.error(libc::EROFS);
+            return reply.error(Errno::from_i32(libc::EROFS));
         }
         let name = name.to_os_string();
         self.change(ino, move |s| {
@@ -895,7 +979,7 @@ fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
     if size == 0 {
         reply.size(data.len() as u32);
     } else if data.len() > size as usize {
-        reply.error(libc::ERANGE);
+        reply.error(Errno::from_i32(libc::ERANGE));
     } else {
         reply.data(data);
     }
@@ -940,10 +1024,8 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
         MountOption::CUSTOM(format!("max_read={MIB}")),
     ];
     mo.push(if root_user { MountOption::CUSTOM("subtype=oxzfs".into()) } else { MountOption::Subtype("oxzfs".into()) });
-    if root_user {
-        mo.push(MountOption::AllowOther);
-    }
-    let session = fuser::spawn_mount2(fs, mountpoint, &mo)
+    let config = crate::session_config(mo, root_user, fs.threads);
+    let session = fuser::spawn_mount(fs, mountpoint, &config)
         .map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot mount '{dataset}' on '{}': {e}", mountpoint.display())))?;
     crate::widen_readahead(mountpoint);
     Ok(crate::MountHandle::from_session(session, dataset, mountpoint.to_path_buf()))
