@@ -16,6 +16,8 @@ Workloads:
               file (the disk under the pools' vdev files), right after fsync-write  ops/s
   create/stat/delete  N small files (N = 10000, 2000 with --quick)        ops/s each
   walk        os.walk + lstat of the tree of small files                  entries/s
+  create/fsync-write, 4 procs  the same by 4 processes at once, each in its own directory
+              or file (what serving FUSE from several threads and group commit are for)  ops/s
 Needs root (loop devices, mounts). oxzfs is target/release/oxzfs (built if missing); fio is
 installed with apt-get if missing. Below the table, oxzfs's fsync-write as a fraction of the raw
 disk's (the fio row of the oxzfs column). With --out FILE.md, the figures also go to FILE.json and
@@ -241,6 +243,38 @@ def fio_fsync_rate(directory, n):
             os.unlink(path)
 
 
+def _create_files(d, n):
+    os.makedirs(d)
+    for i in range(n):
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(b"x" * 100)
+
+
+def _fsync_writes(path, n):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    small = os.urandom(4096)
+    for i in range(n):
+        os.pwrite(fd, small, i * 4096)
+        os.fsync(fd)
+    os.close(fd)
+
+
+def parallel_rate(fn, args_of, procs, total):
+    """TOTAL operations split over PROCS processes started together (fn(*args_of(k), total //
+    procs) in process k): operations per second from the first start to the last end."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    ps = [ctx.Process(target=fn, args=(*args_of(k), total // procs)) for k in range(procs)]
+    start = time.perf_counter()
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+    if any(p.exitcode != 0 for p in ps):
+        raise RuntimeError(f"{fn.__name__}: a process failed")
+    return (total // procs) * procs / (time.perf_counter() - start)
+
+
 def workloads(t, quick):
     out = {}
     big = (128 if quick else 512) << 20
@@ -310,6 +344,9 @@ def workloads(t, quick):
     for i in range(nfiles):
         os.unlink(os.path.join(tree, f"d{i // 500}", f"f{i}"))
     out["delete ops/s"] = nfiles / (time.perf_counter() - start)
+    out["create 4 procs ops/s"] = parallel_rate(_create_files, lambda k: (os.path.join(t.mnt, f"par{k}"),), 4, nfiles)
+    out["fsync-write 4K 4 procs ops/s"] = parallel_rate(_fsync_writes, lambda k: (os.path.join(t.mnt, f"psync{k}"),), 4,
+                                                        200 if quick else 800)
     return out
 
 
