@@ -93,8 +93,10 @@ impl ZapObj {
 #[derive(Clone, Debug)]
 pub struct DirtyObj {
     pub dn: DnodePhys,
-    /// Dirty level-0 blocks, each exactly the data block size.
-    pub blocks: BTreeMap<u64, Vec<u8>>,
+    /// Dirty level-0 blocks, each exactly the data block size. Shared (`Arc`): the sync hands
+    /// the very buffer to the ARC when it has written it (OpenZFS's dbuf data becoming the
+    /// ARC buffer), no copy; a write to a buffer shared so copies it first (`Arc::make_mut`).
+    pub blocks: BTreeMap<u64, Arc<Vec<u8>>>,
     /// Authoritative content when the object is a ZAP being changed.
     pub zap: Option<ZapObj>,
     /// Blocks at or beyond this blkid are freed at sync (truncate / free).
@@ -640,7 +642,7 @@ impl ObjsetW {
         let bs = dn.data_block_size() as usize;
         for d in [self.dirty.get(&obj), self.frozen_obj(obj)].into_iter().flatten() {
             if let Some(b) = d.blocks.get(&blkid) {
-                let mut v = b.clone();
+                let mut v = b.as_ref().clone();
                 v.resize(bs, 0);
                 return Ok(v);
             }
@@ -729,10 +731,10 @@ impl ObjsetW {
             d.holes.remove(&blkid);
             let fresh = !have;
             if whole {
-                d.blocks.insert(blkid, data[src..src + n].to_vec());
+                d.blocks.insert(blkid, Arc::new(data[src..src + n].to_vec()));
             } else {
-                let b = d.blocks.entry(blkid).or_insert_with(|| base.expect("loaded above"));
-                b[boff..boff + n].copy_from_slice(&data[src..src + n]);
+                let b = d.blocks.entry(blkid).or_insert_with(|| Arc::new(base.expect("loaded above")));
+                Arc::make_mut(b)[boff..boff + n].copy_from_slice(&data[src..src + n]);
             }
             if blkid > d.dn.maxblkid {
                 d.dn.maxblkid = blkid;
@@ -758,7 +760,7 @@ impl ObjsetW {
             let mut b = self.read_l0(obj, &dn, blkid)?;
             let boff = (offset % bs) as usize;
             b[boff..].iter_mut().for_each(|x| *x = 0);
-            self.dirty_obj(obj)?.blocks.insert(blkid, b);
+            self.dirty_obj(obj)?.blocks.insert(blkid, Arc::new(b));
         }
         let d = self.dirty_obj(obj)?;
         d.blocks.retain(|&k, _| k < first_free);
@@ -809,7 +811,7 @@ impl ObjsetW {
         b.resize(blksz as usize, 0);
         d.trunc_from = Some(0);
         d.blocks.clear();
-        d.blocks.insert(0, b);
+        d.blocks.insert(0, Arc::new(b));
         d.dn.datablkszsec = (blksz / 512) as u16;
         self.dirty_bytes += blksz.saturating_sub(counted);
         self.dirty_blocks += u64::from(counted == 0);
@@ -1026,6 +1028,7 @@ impl SyncJob {
                 let (blocks, trunc_from) = encode_zap(&mut dn, z)?;
                 self.zaps.push((obj, z.clone()));
                 let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
+                let blocks = blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
                 sync_tree(self, ctx, &mut dn, &blocks, trunc_from, &d.holes, props, None, &BTreeMap::new())?;
             } else {
                 let props = self.block_props(ctx, typ, 0, meta, dn.data_block_size(), dn.compress, dn.checksum);
@@ -1087,6 +1090,7 @@ impl SyncJob {
         }
         self.synced = dnodes;
         let props = self.block_props(ctx, types::DMU_OT_DNODE, 0, true, DNODE_BLOCK_SIZE, 0, 0);
+        let md_blocks = md_blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         sync_tree(self, ctx, &mut md, &md_blocks, None, &Default::default(), props, Some(&fills), &BTreeMap::new())?;
         self.phys.meta_dnode = md;
         // The objset block itself.
@@ -1095,7 +1099,7 @@ impl SyncJob {
         p.embed_ok = false;
         let fill: u64 = self.phys.meta_dnode.blkptr.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
         let prev = if self.bp.is_hole() { None } else { Some(self.bp.clone()) };
-        let mut bp = match write_cached(ctx.spa, self.id, ctx.alloc, &bytes, &p, ctx.txg, prev.as_ref())? {
+        let mut bp = match write_cached(ctx.spa, self.id, ctx.alloc, &Arc::new(bytes), &p, ctx.txg, prev.as_ref())? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an objset block is never all zeros"),
         };
@@ -1300,7 +1304,7 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
     dn.flags &= !DNODE_FLAG_SPILL_BLKPTR;
     if let Some(data) = spill {
         let props = os.block_props(ctx, types::DMU_OT_SA, 0, true, data.len() as u64, dn.compress, dn.checksum);
-        let bp = match write_cached(&os.spa, os.id, ctx.alloc, &data, &props, ctx.txg, None)? {
+        let bp = match write_cached(&os.spa, os.id, ctx.alloc, &Arc::new(data), &props, ctx.txg, None)? {
             Written::Bp(bp) => bp,
             Written::Hole => unreachable!("an SA spill block starts with its magic"),
         };
@@ -1320,10 +1324,10 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
 /// (space map tails, indirect and dnode blocks) from memory.
 /// `ds`: the dataset (objset) the block belongs to.
 #[allow(clippy::too_many_arguments)]
-fn write_cached(spa: &Spa, ds: u64, alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
+fn write_cached(spa: &Spa, ds: u64, alloc: &mut dyn DvaAllocator, data: &Arc<Vec<u8>>, p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
     let w = zio::write_block_over(&spa.root_vdev, &spa.checksum_salt, alloc, data, p, txg, prev)?;
     if let Written::Bp(bp) = &w {
-        spa.cache_written(bp, data, ds);
+        spa.cache_written(bp, data.clone(), ds);
     }
     Ok(w)
 }
@@ -1387,7 +1391,7 @@ fn sync_tree(
     os: &mut SyncJob,
     ctx: &mut SyncCtx,
     dn: &mut DnodePhys,
-    blocks: &BTreeMap<u64, Vec<u8>>,
+    blocks: &BTreeMap<u64, Arc<Vec<u8>>>,
     trunc_from: Option<u64>,
     holes: &std::collections::BTreeSet<u64>,
     l0: WriteProps,
@@ -1502,7 +1506,7 @@ fn sync_tree(
         if let Some(bp) = overrides.get(&blkid) {
             // Written by an intent-log commit (dmu_sync): installed as it is.
             if !bp.embedded {
-                os.spa.cache_written(bp, data, os.id);
+                os.spa.cache_written(bp, data.clone(), os.id);
             }
             changes.push((0, blkid, bp.clone()));
             continue;
@@ -1510,7 +1514,7 @@ fn sync_tree(
         let w = if p.dedup {
             let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
             if let Written::Bp(bp) = &w {
-                os.spa.cache_written(bp, data, os.id);
+                os.spa.cache_written(bp, data.clone(), os.id);
             }
             w
         } else {
@@ -1584,7 +1588,7 @@ fn sync_tree(
             let bp = if entries.iter().all(|b| b.is_hole()) {
                 ctx.hole_for(old_bp(level, k.1)?.as_ref(), 1 << old.indblkshift, l0.typ, level)
             } else {
-                let bytes = encode_bps(&entries);
+                let bytes = Arc::new(encode_bps(&entries));
                 let prev = old_bp(level, k.1)?;
                 match write_cached(&os.spa, os.id, ctx.alloc, &bytes, &md_props(level), ctx.txg, prev.as_ref())? {
                     Written::Hole => BlockPointer::hole(),

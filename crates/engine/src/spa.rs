@@ -647,7 +647,7 @@ impl Spa {
     /// their arc bufs after the write): the next sync reads back the blocks it rewrites (space
     /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
     /// `ds`: the dataset written (its primarycache/secondarycache apply).
-    pub fn cache_written(&self, bp: &BlockPointer, data: &[u8], ds: u64) {
+    pub fn cache_written(&self, bp: &BlockPointer, data: Arc<Vec<u8>>, ds: u64) {
         if bp.is_hole() || data.len() as u64 != bp.lsize {
             return;
         }
@@ -657,7 +657,7 @@ impl Spa {
             match self.cacheable(bp, ds) {
                 (false, _) => {}
                 (true, l2) => {
-                    self.arc.replace(k, Arc::new(data.to_vec()), l2.then_some(bp));
+                    self.arc.replace(k, data, l2.then_some(bp));
                     self.classify(&k, bp);
                 }
             }
