@@ -52,6 +52,10 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     }
     let before = cachefiles_in_use(st);
     if cmd != "zdb" {
+        // A removal finished in the background reopened its pool: the read side follows.
+        for imp in st.pools.values_mut() {
+            crate::zpool::refresh(imp);
+        }
         crate::zpool::finish_replacements(st);
     }
     let out = dispatch(st, cmd, verb, rest, cwd);

@@ -83,9 +83,23 @@ struct Group {
     /// Once the removal is on disk: where the evacuated vdev's ranges went (its frees are
     /// sent there).
     mapping: Option<std::sync::Arc<crate::vdev::indirect::IndirectMapping>>,
+    /// Being evacuated (a removal in progress): what has been copied so far. The vdev keeps
+    /// its space maps; a free below the mapping's max offset also frees the copy, a free
+    /// above it is counted as done (the copy will not visit it).
+    removing: Option<Box<Removing>>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
+}
+
+/// The in-core state of an evacuation in progress (OpenZFS's spa_vdev_removal_t): the
+/// mapping of what was copied, in source order; everything allocated below
+/// `mapping.phys.max_offset` has its copy.
+#[derive(Debug, Default)]
+pub struct Removing {
+    pub mapping: crate::vdev::indirect::IndirectMapping,
+    /// Bytes freed beyond the copied part since the last look (they need no copy: done).
+    pub freed_unvisited: u64,
 }
 
 #[derive(Default)]
@@ -119,7 +133,7 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
@@ -166,6 +180,89 @@ impl Metaslabs {
             }
         }
         out
+    }
+
+    /// The allocated ranges of top-level vdev `vdev` from offset `from` on, in order, until
+    /// they add up to `max` bytes or more (the last one may go past; callers clip it).
+    pub fn allocated_segments_from(&self, vdev: u64, from: u64, max: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get(vdev as usize) else { return out };
+        let mut total = 0u64;
+        for m in g.ms.iter().skip((from >> g.ms_shift) as usize) {
+            let mut unused = m.free.clone();
+            for &(s, l) in m.pend_free.iter().chain(m.freeing.iter()).chain(m.defer.iter().flatten()) {
+                add(&mut unused, s, l);
+            }
+            let mut at = m.start.max(from);
+            let end = m.start + m.size;
+            if at >= end {
+                continue;
+            }
+            // A free segment that straddles `from` starts below it.
+            if let Some((_, &e)) = unused.range(..=at).next_back() {
+                at = at.max(e);
+            }
+            let mut push = |s: u64, l: u64, total: &mut u64| {
+                out.push((s, l));
+                *total += l;
+            };
+            for (&s, &e) in unused.range(at..end) {
+                if s > at {
+                    push(at, s - at, &mut total);
+                    if total >= max {
+                        return out;
+                    }
+                }
+                at = at.max(e);
+            }
+            if at < end {
+                push(at, end - at, &mut total);
+                if total >= max {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// Top-level vdev `vdev` starts (or, at import, goes on with) its evacuation, `mapping`
+    /// holding what is copied already: it allocates nothing more.
+    pub fn start_removing(&mut self, vdev: u64, mapping: crate::vdev::indirect::IndirectMapping) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = true;
+            g.removing = Some(Box::new(Removing { mapping, freed_unvisited: 0 }));
+        }
+    }
+
+    /// The evacuation in progress of top-level vdev `vdev`.
+    pub fn removing_mut(&mut self, vdev: u64) -> Option<&mut Removing> {
+        self.groups.get_mut(vdev as usize).and_then(|g| g.removing.as_deref_mut())
+    }
+
+    /// The evacuation of `vdev` ends (finished or canceled): its state is handed back.
+    pub fn take_removing(&mut self, vdev: u64) -> Option<Removing> {
+        self.groups.get_mut(vdev as usize).and_then(|g| g.removing.take()).map(|b| *b)
+    }
+
+    /// A free of `[offset, offset + asize)` of a vdev being evacuated (free_from_removing_vdev):
+    /// the part already copied also frees its copies, the part not yet visited is counted as
+    /// done. The source itself is freed by the caller.
+    fn free_removing(&mut self, vdev: u64, offset: u64, asize: u64, held: bool, txg: u64, birth: u64) {
+        let Some(r) = self.groups[vdev as usize].removing.as_deref_mut() else { return };
+        let copied_to = r.mapping.phys.max_offset;
+        let below = copied_to.saturating_sub(offset).min(asize);
+        r.freed_unvisited += asize - below;
+        if below == 0 {
+            return;
+        }
+        let pieces = r.mapping.remap(offset, below).unwrap_or_default();
+        for p in pieces {
+            if held {
+                self.free_held(p.vdev, p.offset, p.len);
+            } else {
+                self.free(p.vdev, p.offset, p.len, txg, birth);
+            }
+        }
     }
 
     /// The allocation class of top-level vdev `vdev`'s group.
@@ -277,6 +374,10 @@ impl Metaslabs {
             }
             return;
         }
+        if g.removing.is_some() {
+            self.free_removing(vdev, offset, asize, false, txg, birth);
+        }
+        let g = &mut self.groups[vdev as usize];
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -303,6 +404,10 @@ impl Metaslabs {
             }
             return;
         }
+        if g.removing.is_some() {
+            self.free_removing(vdev, offset, asize, true, 0, 0);
+        }
+        let g = &mut self.groups[vdev as usize];
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -553,7 +658,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {
