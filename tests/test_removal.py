@@ -437,3 +437,160 @@ def test_second_removal_goes_through_the_first_mapping(oxzfs):
     oxzfs.imported.append(pool)
     assert tree_sums(root) == want
     assert oxzfs.export(pool).returncode == 0
+
+
+DATE = r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+
+
+def tunable(oxzfs, *settings):
+    oxzfs.run("tunable", *settings, check=True)
+
+
+def slow_removal_pool(oxzfs, pool, tag):
+    """Two 1G data disks (sparse; a smaller pool keeps too much slop to let one go) holding about 12M of files (half on each), the copy held
+    (zfs_removal_suspend_progress) and cut to one 4K sector a step, so that it can be watched,
+    let go a little and held again. Returns (devs, vdir, alt, root, want)."""
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, tag, 1024, lambda d: d[:2], "-o", "ashift=12")
+    rng = random.Random(tag)
+    want = {}
+    for i in range(48):
+        data = rng.randbytes(rng.choice([3000, 60000, 250000, 500000]))
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(data)
+        want[f"f{i}"] = data
+    oxzfs.zpool("sync", pool, check=True)
+    tunable(oxzfs, "zfs_removal_suspend_progress=1", "zfs_remove_max_segment=4K")
+    return devs, vdir, alt, root, want
+
+
+def let_removal_run(oxzfs, pool, seconds):
+    """Let the held copy go for SECONDS, hold it again, sync: the progress is in the MOS."""
+    tunable(oxzfs, "zfs_removal_suspend_progress=0")
+    time.sleep(seconds)
+    tunable(oxzfs, "zfs_removal_suspend_progress=1")
+    time.sleep(0.1)
+    oxzfs.zpool("sync", pool, check=True)
+
+
+def progress(st):
+    """(copied text, total text, percent) of the in-progress `remove:` lines; asserts their form."""
+    m = re.search(r"^\t(\S+) copied out of (\S+) at \S+/s, (\d+\.\d\d)% done, "
+                  r"(?:\d+h\d+m to go|\(copy is slow, no estimated time\))$", st, re.M)
+    assert m, st
+    return m.group(1), m.group(2), float(m.group(3))
+
+
+def delete_some(root, want, names):
+    for n in names:
+        if n in want:
+            os.unlink(os.path.join(root, n))
+            del want[n]
+
+
+def test_removal_runs_in_background_and_cancels(oxzfs):
+    """`zpool remove` of a data vdev returns at once and the evacuation runs behind it:
+    `zpool status` prints OpenZFS's in-progress lines and marks the vdev (removing); another
+    removal is refused as OpenZFS refuses it; files freed before and after the copy reached
+    them go, new files land elsewhere; `zpool remove -s` cancels (the canceled line, the
+    vdev takes data again) and OpenZFS's zdb -bcc finds nothing leaked."""
+    pool = "rmbg"
+    devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "bg")
+    try:
+        t0 = time.time()
+        r = oxzfs.zpool("remove", pool, devs[1])
+        assert r.returncode == 0 and r.stdout == "" and r.stderr == "", repr(r)
+        assert time.time() - t0 < 5, "zpool remove waited for the evacuation"
+        st = oxzfs.zpool("status", pool, check=True).stdout
+        assert re.search(rf"^remove: Evacuation of {re.escape(devs[1])} in progress since {DATE}$", st, re.M), st
+        progress(st)
+        row = [ln for ln in st.splitlines() if devs[1] in ln and "ONLINE" in ln]
+        assert len(row) == 1 and row[0].endswith("  (removing)"), st
+        r = oxzfs.zpool("remove", pool, devs[0])
+        assert r.returncode == 1 and r.stderr == f"cannot remove {devs[0]}: Pool busy; removal may already be in progress\n", repr(r)
+        # Frees of what the copy has not reached; new files.
+        delete_some(root, want, [f"f{i}" for i in range(0, 48, 6)])
+        for i in range(5):
+            want[f"n{i}"] = os.urandom(100000)
+            with open(os.path.join(root, f"n{i}"), "wb") as f:
+                f.write(want[f"n{i}"])
+        let_removal_run(oxzfs, pool, 0.4)
+        copied, total, pct = progress(oxzfs.zpool("status", pool, check=True).stdout)
+        assert 0 < pct < 100, (copied, total, pct)
+        # Frees of what was copied (and of what was not).
+        delete_some(root, want, [f"f{i}" for i in range(1, 48, 4)])
+        assert tree_sums(root) == want
+        r = oxzfs.zpool("remove", "-s", pool)
+        assert r.returncode == 0, repr(r)
+        st = oxzfs.zpool("status", pool, check=True).stdout
+        assert re.search(rf"^remove: Removal of {re.escape(devs[1])} canceled on {DATE}$", st, re.M), st
+        assert "(removing)" not in st and "Evacuation" not in st, st
+        r = oxzfs.zpool("remove", "-s", pool)
+        assert r.returncode == 1 and r.stderr == "cannot cancel removal: operation is not in progress\n", repr(r)
+    finally:
+        tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")
+    # The vdev takes data again.
+    def alloc_of(dev):
+        out = oxzfs.zpool("list", "-Hp", "-v", "-o", "name,alloc", pool, check=True).stdout
+        return int(next(ln.split()[1] for ln in out.splitlines() if ln.split() and ln.split()[0] == dev))
+    oxzfs.zpool("sync", pool, check=True)
+    before = alloc_of(devs[1])
+    for i in range(8):
+        want[f"after{i}"] = os.urandom(200000)
+        with open(os.path.join(root, f"after{i}"), "wb") as f:
+            f.write(want[f"after{i}"])
+    oxzfs.zpool("sync", pool, check=True)
+    assert alloc_of(devs[1]) > before
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+    text = zdb_check(vdir, pool)
+    assert "indirect" not in zdb_config(vdir, pool), text[-2000:]
+
+
+def test_removal_resumes_after_export_and_kill(oxzfs):
+    """An evacuation under way survives an export (OpenZFS's zdb -bcc is clean on the pool
+    as it is left, the removal in progress) and a kill -9 of the daemon: each import goes on
+    from the mapping on disk, `zpool wait -t remove` waits for the end, the vdev is indirect,
+    every file reads back and zdb -bcc is clean."""
+    pool = "rmres"
+    devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "resume")
+    try:
+        r = oxzfs.zpool("remove", pool, devs[1])
+        assert r.returncode == 0, repr(r)
+        let_removal_run(oxzfs, pool, 0.3)
+        first = progress(oxzfs.zpool("status", pool, check=True).stdout)[2]
+        assert 0 < first < 100, first
+        delete_some(root, want, [f"f{i}" for i in range(0, 48, 5)])
+        assert oxzfs.export(pool).returncode == 0
+        zdb_check(vdir, pool)
+        cfg = zdb_config(vdir, pool)
+        assert "removing: 1" in cfg and "type: 'indirect'" not in cfg, cfg
+        r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        oxzfs.imported.append(pool)
+        st = oxzfs.zpool("status", pool, check=True).stdout
+        assert progress(st)[2] == first and "(removing)" in st, st
+        let_removal_run(oxzfs, pool, 0.3)
+        second = progress(oxzfs.zpool("status", pool, check=True).stdout)[2]
+        assert first < second < 100, (first, second)
+        delete_some(root, want, [f"f{i}" for i in range(2, 48, 7)])
+        # Synced: the frees are on disk before the kill.
+        oxzfs.zpool("sync", pool, check=True)
+        oxzfs.kill9()
+        subprocess.run(["umount", "-l", root], capture_output=True)
+        oxzfs.imported.remove(pool)
+    finally:
+        if oxzfs.daemon_alive():
+            tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")
+    oxzfs.start_daemon()
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    assert oxzfs.zpool("wait", "-t", "remove", pool).returncode == 0
+    st = oxzfs.zpool("status", pool, check=True).stdout
+    assert re.search(rf"^remove: Removal of vdev 1 copied \S+ in 0h0m, completed on {DATE}$", st, re.M), st
+    assert devs[1] not in st and "(removing)" not in st, st
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+    text = zdb_check(vdir, pool)
+    assert re.search(r"indirect vdev id 1 has \d+ segments", text), text[-3000:]
+    assert "type: 'indirect'" in zdb_config(vdir, pool)
