@@ -667,6 +667,31 @@ mod tests {
 
     /// The ENOSPC retry's early release gives back the frees of a txg only when no lock-free
     /// reader walks a tree older than that txg (such a tree may still point at them).
+    /// A free on a vdev being evacuated: the part below the copied offset frees its copy as
+    /// well, the part beyond is counted as done; the source is freed either way.
+    #[test]
+    fn frees_of_a_removing_vdev_split_at_the_copied_offset() {
+        use crate::vdev::indirect::IndirectMapping;
+        use oxzfs_format::removal::{IndirectMappingPhys, MappingEntryPhys};
+        let mut ms = one_metaslab();
+        let second = one_metaslab().groups.remove(0);
+        ms.groups.push(second);
+        assert!(ms.claim(0, 0, 0x4000, 5));
+        assert!(ms.claim(1, 0x10000, 0x2000, 6));
+        let entry = MappingEntryPhys { src: 0, mark: false, dst: Dva { vdev: 1, offset: 0x10000, asize: 0x2000, gang: false } };
+        let phys = IndirectMappingPhys { max_offset: 0x2000, bytes_mapped: 0x2000, num_entries: 1, counts_object: 0 };
+        ms.start_removing(0, IndirectMapping { phys, entries: vec![entry], births: Vec::new() });
+        assert!(ms.alloc(AllocClass::Normal, &|_| 512, 7, &[]).is_some_and(|a| a.0 == 1), "a removing vdev allocates nothing");
+        ms.sync(6, 1);
+        ms.free(0, 0x1000, 0x2000, 8, 5);
+        assert_eq!(ms.groups[1].ms[0].pend_free, vec![(0x11000, 0x1000)]);
+        assert_eq!(ms.groups[0].ms[0].pend_free, vec![(0x1000, 0x2000)]);
+        assert_eq!(ms.removing_mut(0).unwrap().freed_unvisited, 0x1000);
+        // What is still allocated past the copied offset, from there on.
+        assert_eq!(ms.allocated_segments_from(0, 0x2000, u64::MAX), vec![(0x3000, 0x1000)]);
+        assert_eq!(ms.allocated_segments_from(0, 0, 1), vec![(0, 0x1000)]);
+    }
+
     #[test]
     fn release_deferred_spares_blocks_a_reader_may_walk() {
         let mut ms = one_metaslab();
