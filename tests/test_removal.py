@@ -594,3 +594,29 @@ def test_removal_resumes_after_export_and_kill(oxzfs):
     text = zdb_check(vdir, pool)
     assert re.search(r"indirect vdev id 1 has \d+ segments", text), text[-3000:]
     assert "type: 'indirect'" in zdb_config(vdir, pool)
+
+
+@pytest.mark.nightly
+def test_evacuation_rate(oxzfs):
+    """A 320M data disk evacuated onto a new one with the default tunables: the copy's rate
+    is printed (bytes copied per second of `zpool remove -w`), every file reads back and
+    OpenZFS's zdb -bcc is clean."""
+    pool = "rmrate"
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, "rate", 4096, lambda d: [d[0]], "-o", "ashift=12")
+    want = {}
+    for i in range(40):
+        want[f"f{i}"] = os.urandom(8 << 20)
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(want[f"f{i}"])
+    oxzfs.zpool("sync", pool, check=True)
+    oxzfs.zpool("add", pool, devs[1], check=True)
+    t0 = time.time()
+    oxzfs.zpool("remove", "-w", pool, devs[0], check=True)
+    took = time.time() - t0
+    st = oxzfs.zpool("status", pool, check=True).stdout
+    m = re.search(r"^remove: Removal of vdev 0 copied (\S+) in", st, re.M)
+    assert m, st
+    print(f"evacuated {m.group(1)} in {took:.2f} s: {320 / took:.0f} MB/s of file data")
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
