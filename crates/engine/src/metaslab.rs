@@ -10,6 +10,10 @@
 //! First version: first-fit over the free segments, rotating over the top-level vdevs; ditto
 //! copies go to another vdev when there is one. Histograms count free segments by power of
 //! two, in units of the vdev's sector.
+//!
+//! A top-level vdev being removed allocates nothing: while it is evacuated (`Removing`, the
+//! mapping of what was copied) its frees also free the copies of the part already copied;
+//! once evacuated its frees go through the mapping to the copies only.
 use crate::vdev::Vdev;
 use crate::zio::{AllocClass, DvaAllocator};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
