@@ -620,3 +620,66 @@ def test_evacuation_rate(oxzfs):
     assert tree_sums(root) == want
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def ztest_pool_removing(base, pool, attempts=3):
+    """Run ztest with OpenZFS's removals held (zfs_removal_suspend_progress) and every pass
+    killed, until the pool it leaves has a removal in progress; keep only that pool's
+    devices. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
+    it to the zdb it runs), which the installed library lacks under that name: a link to
+    it in a private dir, and a zdb wrapper that sees it too."""
+    lib = os.path.join(base, "lib")
+    os.makedirs(lib, exist_ok=True)
+    libdir = "/opt/openzfs/lib/x86_64-linux-gnu"
+    if not os.path.exists(os.path.join(lib, "libzpool.so")):
+        os.symlink(os.path.join(libdir, "libzpool.so.5"), os.path.join(lib, "libzpool.so"))
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{lib}:{libdir}", ZDB_PATH=os.path.join(base, "zdbw"))
+    with open(env["ZDB_PATH"], "w") as f:
+        f.write(f"#!/bin/sh\nexport LD_LIBRARY_PATH={lib}:{libdir}\nexec /opt/openzfs/sbin/zdb \"$@\"\n")
+    os.chmod(env["ZDB_PATH"], 0o755)
+    for _ in range(attempts):
+        work = os.path.join(base, "ztest")
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        r = subprocess.run(["/opt/openzfs/sbin/ztest", "-v", "2", "-s", "96M", "-a", "12", "-m", "2", "-r", "1", "-K", "raidz",
+                            "-d", "2", "-t", "3", "-T", "60", "-P", "20", "-k", "100", "-C", "special=on",
+                            "-o", "zfs_removal_suspend_progress=1", "-f", work, "-p", pool],
+                           env=env, capture_output=True, text=True, errors="replace", timeout=900)
+        if r.returncode != 0:
+            continue
+        cfg = zdb_config(work, pool)
+        if "removing: 1" not in cfg:
+            continue
+        vdir = os.path.join(base, "vdevs")
+        shutil.rmtree(vdir, ignore_errors=True)
+        os.makedirs(vdir)
+        for p in re.findall(r"path: '([^']+)'", cfg):
+            shutil.copy(p, os.path.join(vdir, os.path.basename(p)))
+        return vdir
+    pytest.fail(f"ztest left no pool with a removal in progress in {attempts} runs")
+
+
+@pytest.mark.nightly
+def test_openzfs_pool_with_removal_in_progress(oxzfs):
+    """A pool OpenZFS left in the middle of a removal imports read-only: `zpool status` prints
+    the in-progress lines and marks the vdev (removing). Read-write it is refused, naming
+    why: OpenZFS counts the obsolete space of the vdev precisely (and ztest's pools hold
+    encrypted datasets), neither of which oxzfs keeps yet."""
+    pool = "rmztip"
+    base = os.path.join(oxzfs.base, "ztest-removing")
+    vdir = ztest_pool_removing(base, pool)
+    alt = os.path.join(base, "alt")
+    os.makedirs(alt, exist_ok=True)
+    r = oxzfs.zpool("import", "-N", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 1 and "read-write" in r.stderr and "readonly=on" in r.stderr, repr(r)
+    r = oxzfs.import_ro([vdir], pool, alt, force=True, nomount=True)
+    assert r.returncode == 0, repr(r)
+    try:
+        st = oxzfs.zpool("status", pool, check=True).stdout
+        m = re.search(rf"^remove: Evacuation of (\S+) in progress since {DATE}$", st, re.M)
+        assert m, st
+        progress(st)
+        row = [ln for ln in st.splitlines() if ln.strip().startswith(m.group(1) + " ")]
+        assert len(row) == 1 and row[0].endswith("  (removing)"), st
+    finally:
+        assert oxzfs.export(pool).returncode == 0
