@@ -548,6 +548,27 @@ def test_removal_runs_in_background_and_cancels(oxzfs):
     assert "indirect" not in zdb_config(vdir, pool), text[-2000:]
 
 
+def test_removal_canceled_by_a_read_error(oxzfs):
+    """A read error of the copy cancels the removal, as OpenZFS's removal thread cancels it:
+    the canceled line, the vdev back to normal, every file reads back once the device heals."""
+    pool = "rmeio"
+    devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "eio")
+    try:
+        r = oxzfs.zpool("remove", pool, devs[1])
+        assert r.returncode == 0, repr(r)
+        oxzfs.run("zinject", "-d", devs[1], "-e", "io", "-T", "read", pool, check=True)
+        tunable(oxzfs, "zfs_removal_suspend_progress=0")
+        assert oxzfs.zpool("wait", "-t", "remove", pool).returncode == 0
+    finally:
+        oxzfs.run("zinject", "-c", "all")
+        tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")
+    st = oxzfs.zpool("status", pool, check=True).stdout
+    assert re.search(rf"^remove: Removal of {re.escape(devs[1])} canceled on {DATE}$", st, re.M), st
+    assert "(removing)" not in st, st
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+
+
 def test_removal_resumes_after_export_and_kill(oxzfs):
     """An evacuation under way survives an export (OpenZFS's zdb -bcc is clean on the pool
     as it is left, the removal in progress) and a kill -9 of the daemon: each import goes on

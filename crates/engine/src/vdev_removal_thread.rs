@@ -9,7 +9,8 @@
 //!            copied since the last, else when one is due ─► at the end (nothing left):
 //!            complete_removal in the same hold, then the pool opened again (the vdev is
 //!            indirect now), a scrub going on over the new one
-//!   zpool remove -s ─► the thread stops at a step's end; cancel_removal (synced)
+//!   zpool remove -s ─► the thread stops at a step's end; cancel_removal (synced); a read
+//!            or write error of a copy cancels the removal in the same way
 //!   export ─► the thread stops; the removal stays in progress on disk, and the next
 //!            read-write import goes on from the mapping it has (resume_after_import)
 //!   zpool remove -w, zpool wait -t remove ─► wait while the thread runs
@@ -23,7 +24,7 @@
 
 use crate::txg::PoolHandle;
 use crate::vdev_removal::RemovalRequest;
-use crate::Result;
+use crate::{Result, ZfsError};
 use std::sync::Arc;
 
 /// Bytes copied before the thread has a txg synced (its copies and mapping made durable and
@@ -88,7 +89,15 @@ fn spawn(h: &Arc<PoolHandle>) {
     let h2 = h.clone();
     let name = format!("remove {}", h.name());
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let res = run(&h2);
+        let mut res = run(&h2);
+        // An unrecoverable read or write error cancels the removal, as OpenZFS's thread
+        // does (zfs_removal_ignore_errors=0): otherwise the damage could become permanent.
+        if let Err(e) = &res {
+            if matches!(e, ZfsError::Io { .. }) || matches!(e, ZfsError::Posix(libc::EIO, _)) {
+                let why = e.to_string();
+                res = h2.lock().cancel_removal().and(Err(ZfsError::Invalid(format!("removal canceled after an I/O error: {why}"))));
+            }
+        }
         let mut r = h2.removal.lock();
         if let Err(e) = res {
             r.last_error = Some(e.to_string());
