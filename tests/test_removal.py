@@ -507,6 +507,8 @@ def test_removal_runs_in_background_and_cancels(oxzfs):
         assert len(row) == 1 and row[0].endswith("  (removing)"), st
         r = oxzfs.zpool("remove", pool, devs[0])
         assert r.returncode == 1 and r.stderr == f"cannot remove {devs[0]}: Pool busy; removal may already be in progress\n", repr(r)
+        r = oxzfs.zpool("add", "-o", "ashift=9", pool, devs[2])
+        assert r.returncode == 1 and r.stderr == f"cannot add to '{pool}': invalid config; a pool with removing/removed vdevs does not support adding raidz or dRAID vdevs\n", repr(r)
         r = oxzfs.zpool("attach", pool, devs[0], devs[2])
         assert r.returncode == 1 and r.stderr == f"cannot attach {devs[2]} to {devs[0]}: {devs[2]} is busy, or device removal is in progress\n", repr(r)
         # Frees of what the copy has not reached; new files.
