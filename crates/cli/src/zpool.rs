@@ -1186,11 +1186,12 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
 
 /// The pool's read side follows its write state when the engine opened the pool again by
 /// itself (a device removal that finished in the background): same mounts and cache file.
-pub fn refresh(imp: &mut Imported) {
-    let Some(h) = &imp.rw else { return };
+/// True when it did.
+pub fn refresh(imp: &mut Imported) -> bool {
+    let Some(h) = &imp.rw else { return false };
     let spa = h.spa();
     if Arc::ptr_eq(&spa, &imp.pool.spa) {
-        return;
+        return false;
     }
     let dirs = oxzfs::vdev_removal_thread::device_dirs(&spa);
     let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
@@ -1198,6 +1199,7 @@ pub fn refresh(imp: &mut Imported) {
     *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
     *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
     imp.pool = pool;
+    true
 }
 
 /// Open the pool again from its devices in `dirs` after its vdev tree changed (zpool add,
