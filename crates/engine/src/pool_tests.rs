@@ -253,6 +253,8 @@ mod vdev_removal_tests {
         let mut pw = open();
         let done = pw.evacuate_vdev(1).unwrap();
         assert!(done.copied > 0 && done.entries > 0, "{done:?}");
+        let rec = pw.removing_phys().unwrap().unwrap();
+        assert_eq!((rec.state, rec.copied, rec.removing_vdev, rec.prev_indirect_vdev), (crate::vdev_removal::DSS_FINISHED, rec.to_copy, 1, 1));
         pw.zil_close_all();
         pw.sync().unwrap();
         drop(pw);

@@ -505,7 +505,22 @@ impl PoolW {
         if m.phys.counts_object != 0 {
             return Err(refuse("it counts its obsolete space (a counts object)".into()));
         }
-        self.ms.lock().start_removing(top, m);
+        let copied_to = m.phys.max_offset;
+        let remaining: u64 = {
+            let mut ms = self.ms.lock();
+            ms.start_removing(top, m);
+            ms.allocated_segments_from(top, copied_to, u64::MAX).iter().map(|s| s.1).sum()
+        };
+        // sr_copied as the space maps have it: what was allocated at the start and is neither
+        // still waiting past the copied offset. (The frees counted in memory since the last
+        // step are lost with a crash; this puts them back.)
+        if let Some(mut rec) = self.removing_phys()? {
+            let copied = rec.to_copy.saturating_sub(remaining);
+            if copied != rec.copied {
+                rec.copied = copied;
+                self.put_removing_phys(&rec)?;
+            }
+        }
         Ok(())
     }
 
@@ -645,7 +660,9 @@ impl PoolW {
         let tv = self.spa.root_vdev.children[top as usize].clone();
         let txg = self.txg;
         let r = self.ms.lock().take_removing(top).ok_or_else(|| ZfsError::Invalid(format!("vdev {top} is not being removed")))?;
-        let copied = rec.copied + r.freed_unvisited;
+        // Everything allocated at the start is copied or freed (OpenZFS asserts sr_copied ==
+        // sr_to_copy here).
+        let copied = rec.to_copy.max(rec.copied + r.freed_unvisited);
         let mapping = std::sync::Arc::new(r.mapping);
         {
             let mut ms = self.ms.lock();
