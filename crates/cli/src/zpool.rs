@@ -1276,6 +1276,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
     let Some(h) = imp.rw.clone() else {
         return (String::new(), format!("cannot remove devices from '{name}': pool is read-only\n"), 1);
     };
+    let mut wait_for = None;
     let mut out = String::new();
     for dev in &o.operands[1..] {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
@@ -1326,10 +1327,8 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             if let Err(e) = oxzfs::vdev_removal_thread::start(&h, top.id) {
                 return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
             }
-            if o.has('w') {
-                st.removal_waits.push(h.clone());
-            }
-            return (out, String::new(), 0);
+            wait_for = o.has('w').then(|| h.clone());
+            continue;
         }
         if o.has('n') {
             continue;
@@ -1345,6 +1344,9 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         if let Err(e) = reopen(imp, &h, &dirs) {
             return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
         }
+    }
+    if let Some(h) = wait_for {
+        st.removal_waits.push(h);
     }
     (out, String::new(), 0)
 }

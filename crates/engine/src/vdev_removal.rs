@@ -255,6 +255,10 @@ impl PoolW {
                 return Err(ZfsError::Posix(libc::ENOSPC, "out of space".into()));
             }
         }
+        // There can not be a removal in progress.
+        if self.removing_vdev()?.is_some() {
+            return Err(ZfsError::Posix(libc::EBUSY, REMOVE_BUSY.into()));
+        }
         // The devices must all be there.
         if vd.state() != crate::vdev::VdevState::Online {
             return Err(ZfsError::Posix(libc::EIO, "I/O error".into()));
@@ -437,7 +441,7 @@ impl PoolW {
     /// (spa_vdev_remove_top and vdev_remove_initiate_sync); the copy is `removal_step`'s.
     ///
     /// ```text
-    ///   1. checks (spa_vdev_remove_top_check; EBUSY while another removal runs); the vdev
+    ///   1. checks (spa_vdev_remove_top_check, EBUSY while another removal runs); the vdev
     ///      takes no more allocations; intent logs dropped; txgs synced until its frees are
     ///      through their deferral
     ///   2. an empty mapping object and births object; spa_removing_phys = {scanning, the
@@ -447,9 +451,6 @@ impl PoolW {
     pub fn start_removal(&mut self, top: u64) -> Result<()> {
         use oxzfs_format::removal::{IndirectMappingPhys, SpaRemovingPhys};
         use oxzfs_format::types::DMU_OTN_UINT64_METADATA;
-        if self.removing_vdev()?.is_some() {
-            return Err(ZfsError::Posix(libc::EBUSY, REMOVE_BUSY.into()));
-        }
         self.check_remove_top(top)?;
         // 1. Quiet the vdev.
         self.ms.lock().retire_group(top);
