@@ -98,6 +98,9 @@ fn spawn(h: &Arc<PoolHandle>) {
                 res = h2.lock().cancel_removal().and(Err(ZfsError::Invalid(format!("removal canceled after an I/O error: {why}"))));
             }
         }
+        if let Err(e) = &res {
+            tracing::warn!("pool '{}': device removal stopped: {e}", h2.name());
+        }
         let mut r = h2.removal.lock();
         if let Err(e) = res {
             r.last_error = Some(e.to_string());
