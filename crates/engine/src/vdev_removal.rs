@@ -573,7 +573,8 @@ impl PoolW {
                 if copied >= budget {
                     break 'segs;
                 }
-                let mut want = (end - at).min(max_segment).min(budget - copied).max(sector.min(end - at));
+                // Whole sectors (the segments are), at least one.
+                let mut want = ((end - at).min(max_segment).min(budget - copied) / sector * sector).max(sector.min(end - at));
                 let got = loop {
                     let mut ms = self.ms.lock();
                     let a = ms.alloc(class, &|_| want, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| want, txg, &[]));
