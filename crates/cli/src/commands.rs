@@ -51,7 +51,13 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         }
     }
     let before = cachefiles_in_use(st);
+    let mut reopened = false;
     if cmd != "zdb" {
+        // A removal finished in the background reopened its pool: the read side follows, and
+        // the cache files take its new config.
+        for imp in st.pools.values_mut() {
+            reopened |= crate::zpool::refresh(imp);
+        }
         crate::zpool::finish_replacements(st);
     }
     let out = dispatch(st, cmd, verb, rest, cwd);
@@ -72,7 +78,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         }
     }
     // Then the cache files, with the configs as synced (spa_config_sync after the change).
-    if cmd == "zpool" && matches!(verb.as_str(), "create" | "import" | "add" | "remove" | "set" | "export" | "destroy" | "attach" | "detach" | "replace") {
+    if reopened || (cmd == "zpool" && matches!(verb.as_str(), "create" | "import" | "add" | "remove" | "set" | "export" | "destroy" | "attach" | "detach" | "replace")) {
         write_cachefiles(st, before);
     }
     out

@@ -262,12 +262,15 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (out, waits, resilver_waits) = {
+                let (out, waits, resilver_waits, removal_waits) = {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
                     let out = commands::execute(&mut st, &argv, &cwd);
-                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits))
+                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits))
                 };
+                for h in removal_waits {
+                    oxzfs::vdev_removal_thread::wait(&h);
+                }
                 for spa in waits {
                     oxzfs::dsl_scrub::wait(&spa);
                 }

@@ -31,6 +31,9 @@ pub struct State {
     /// Pools whose resilver the request waits for, in the same way (`zpool wait -t resilver`,
     /// `zpool attach -w`, `zpool replace -w`).
     pub resilver_waits: Vec<Arc<oxzfs::spa::Spa>>,
+    /// Pools whose device removal the request waits for (`zpool remove -w`, `zpool wait -t
+    /// remove`).
+    pub removal_waits: Vec<Arc<PoolHandle>>,
 }
 
 pub type Out = (String, String, i32);

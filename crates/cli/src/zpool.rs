@@ -258,6 +258,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             match import_rw(&dirs, &which, &opts) {
                 Ok((pool, h)) => {
                     oxzfs::dsl_scrub::resume_after_import(&h);
+                    oxzfs::vdev_removal_thread::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
                     if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
@@ -346,6 +347,7 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
         remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
             oxzfs::dsl_scrub::stop(&h);
+            oxzfs::vdev_removal_thread::stop(&h);
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");
                 code = 1;
@@ -478,8 +480,8 @@ pub fn scrub(st: &mut State, args: &[String]) -> Out {
 }
 
 /// `zpool wait [-t ACTIVITY[,...]] POOL` (zpool_do_wait): returns once no activity named is
-/// under way. Of OpenZFS's activities only a scrub can run here; the others are never in
-/// progress.
+/// under way. Of OpenZFS's activities a scrub, a resilver and a device removal can run here;
+/// the others are never in progress.
 pub fn wait(st: &mut State, args: &[String]) -> Out {
     const ACTIVITIES: [&str; 8] = ["discard", "free", "initialize", "replace", "remove", "resilver", "scrub", "trim"];
     let o = match getopt(args, "t", "") {
@@ -488,6 +490,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     };
     let mut scrub = o.values('t').is_empty();
     let mut resilver = false;
+    let mut remove = o.values('t').is_empty();
     for list in o.values('t') {
         for a in list.split(',') {
             if !ACTIVITIES.contains(&a) {
@@ -495,6 +498,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
             }
             scrub |= a == "scrub";
             resilver |= a == "resilver" || a == "replace";
+            remove |= a == "remove";
         }
     }
     match o.operands.len() {
@@ -506,6 +510,11 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     let Some(imp) = st.pools.get(name) else {
         return fail(format!("cannot open '{name}': no such pool"));
     };
+    if remove {
+        if let Some(h) = &imp.rw {
+            st.removal_waits.push(h.clone());
+        }
+    }
     if scrub {
         st.waits.push(imp.pool.spa.clone());
     } else if resilver {
@@ -1175,6 +1184,24 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
     }
 }
 
+/// The pool's read side follows its write state when the engine opened the pool again by
+/// itself (a device removal that finished in the background): same mounts and cache file.
+/// True when it did.
+pub fn refresh(imp: &mut Imported) -> bool {
+    let Some(h) = &imp.rw else { return false };
+    let spa = h.spa();
+    if Arc::ptr_eq(&spa, &imp.pool.spa) {
+        return false;
+    }
+    let dirs = oxzfs::vdev_removal_thread::device_dirs(&spa);
+    let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
+    let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), &dirs);
+    *pool.mounted.lock().unwrap_or_else(|p| p.into_inner()) = mounted;
+    *pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()) = imp.pool.cachefile.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    imp.pool = pool;
+    true
+}
+
 /// Open the pool again from its devices in `dirs` after its vdev tree changed (zpool add,
 /// remove), keeping its mounts and cache file.
 fn reopen(imp: &mut Imported, h: &Arc<PoolHandle>, dirs: &[PathBuf]) -> Result<(), ZfsError> {
@@ -1216,7 +1243,9 @@ pub fn sync(st: &mut State, args: &[String]) -> Out {
 
 const REMOVE_USAGE: &str = "usage:\n\tremove [-npsw] <pool> <device> ...\n\tremove -s <pool>\n";
 
-/// `zpool remove POOL DEVICE...`: log devices (OpenZFS removes those without evacuation).
+/// `zpool remove [-npw] POOL DEVICE...`, `zpool remove -s POOL`: log, cache and spare devices
+/// at once; a data, special or dedup vdev by an evacuation that runs in the background (-w
+/// waits for it; -s cancels it).
 pub fn remove(st: &mut State, args: &[String]) -> Out {
     let o = match getopt(args, "", "npsw") {
         Ok(o) => o,
@@ -1226,7 +1255,17 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         return (String::new(), format!("missing pool name argument\n{REMOVE_USAGE}"), 2);
     };
     if o.has('s') {
-        return (String::new(), format!("cannot cancel removal on '{name}': no removal in progress\n"), 1);
+        // zpool_vdev_remove_cancel (spa_vdev_remove_cancel).
+        let Some(imp) = st.pools.get_mut(&name) else {
+            return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
+        };
+        let Some(h) = imp.rw.clone() else {
+            return (String::new(), "cannot cancel removal: pool is read-only\n".to_string(), 1);
+        };
+        return match oxzfs::vdev_removal_thread::cancel(&h) {
+            Ok(()) => (String::new(), String::new(), 0),
+            Err(e) => (String::new(), format!("cannot cancel removal: {}\n", posix_text(&e)), 1),
+        };
     }
     if o.operands.len() < 2 {
         return (String::new(), format!("missing device\n{REMOVE_USAGE}"), 2);
@@ -1237,6 +1276,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
     let Some(h) = imp.rw.clone() else {
         return (String::new(), format!("cannot remove devices from '{name}': pool is read-only\n"), 1);
     };
+    let mut wait_for = None;
     let mut out = String::new();
     for dev in &o.operands[1..] {
         // A top-level vdev by its name (mirror-1), a leaf by path, file name or guid.
@@ -1282,15 +1322,12 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             if let Err(e) = checked {
                 return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
             }
-            if let Err(e) = h.lock().evacuate_vdev(top.id) {
+            // The evacuation goes on in the background (spa_vdev_remove_thread); -w waits
+            // for it once the daemon's lock is let go.
+            if let Err(e) = oxzfs::vdev_removal_thread::start(&h, top.id) {
                 return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
             }
-            let mut dirs: Vec<PathBuf> = imp.pool.spa.devices.values().filter_map(|(p, _)| p.parent().map(|d| d.to_path_buf())).collect();
-            dirs.sort();
-            dirs.dedup();
-            if let Err(e) = reopen(imp, &h, &dirs) {
-                return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
-            }
+            wait_for = o.has('w').then(|| h.clone());
             continue;
         }
         if o.has('n') {
@@ -1307,6 +1344,9 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         if let Err(e) = reopen(imp, &h, &dirs) {
             return err_out(e, &format!("cannot remove {dev}: reopening the pool"));
         }
+    }
+    if let Some(h) = wait_for {
+        st.removal_waits.push(h);
     }
     (out, String::new(), 0)
 }

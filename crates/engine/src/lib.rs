@@ -61,6 +61,7 @@ pub mod zfs_log;
 pub mod zfs_replay;
 pub mod traverse;
 pub mod dsl_scrub;
+pub mod vdev_removal_thread;
 pub mod pool;
 #[cfg(test)]
 mod pool_tests;

@@ -10,6 +10,10 @@
 //! First version: first-fit over the free segments, rotating over the top-level vdevs; ditto
 //! copies go to another vdev when there is one. Histograms count free segments by power of
 //! two, in units of the vdev's sector.
+//!
+//! A top-level vdev being removed allocates nothing: while it is evacuated (`Removing`, the
+//! mapping of what was copied) its frees also free the copies of the part already copied;
+//! once evacuated its frees go through the mapping to the copies only.
 use crate::vdev::Vdev;
 use crate::zio::{AllocClass, DvaAllocator};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
@@ -83,9 +87,23 @@ struct Group {
     /// Once the removal is on disk: where the evacuated vdev's ranges went (its frees are
     /// sent there).
     mapping: Option<std::sync::Arc<crate::vdev::indirect::IndirectMapping>>,
+    /// Being evacuated (a removal in progress): what has been copied so far. The vdev keeps
+    /// its space maps; a free below the mapping's max offset also frees the copy, a free
+    /// above it is counted as done (the copy will not visit it).
+    removing: Option<Box<Removing>>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
+}
+
+/// The in-core state of an evacuation in progress (OpenZFS's spa_vdev_removal_t): the
+/// mapping of what was copied, in source order; everything allocated below
+/// `mapping.phys.max_offset` has its copy.
+#[derive(Debug, Default)]
+pub struct Removing {
+    pub mapping: crate::vdev::indirect::IndirectMapping,
+    /// Bytes freed beyond the copied part since the last look (they need no copy: done).
+    pub freed_unvisited: u64,
 }
 
 #[derive(Default)]
@@ -119,7 +137,7 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: top.ashift, ms_shift: shift, ms }
+                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
         Metaslabs { groups, rotor: 0 }
@@ -166,6 +184,89 @@ impl Metaslabs {
             }
         }
         out
+    }
+
+    /// The allocated ranges of top-level vdev `vdev` from offset `from` on, in order, until
+    /// they add up to `max` bytes or more (the last one may go past; callers clip it).
+    pub fn allocated_segments_from(&self, vdev: u64, from: u64, max: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get(vdev as usize) else { return out };
+        let mut total = 0u64;
+        for m in g.ms.iter().skip((from >> g.ms_shift) as usize) {
+            let mut unused = m.free.clone();
+            for &(s, l) in m.pend_free.iter().chain(m.freeing.iter()).chain(m.defer.iter().flatten()) {
+                add(&mut unused, s, l);
+            }
+            let mut at = m.start.max(from);
+            let end = m.start + m.size;
+            if at >= end {
+                continue;
+            }
+            // A free segment that straddles `from` starts below it.
+            if let Some((_, &e)) = unused.range(..=at).next_back() {
+                at = at.max(e);
+            }
+            let mut push = |s: u64, l: u64, total: &mut u64| {
+                out.push((s, l));
+                *total += l;
+            };
+            for (&s, &e) in unused.range(at..end) {
+                if s > at {
+                    push(at, s - at, &mut total);
+                    if total >= max {
+                        return out;
+                    }
+                }
+                at = at.max(e);
+            }
+            if at < end {
+                push(at, end - at, &mut total);
+                if total >= max {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// Top-level vdev `vdev` starts (or, at import, goes on with) its evacuation, `mapping`
+    /// holding what is copied already: it allocates nothing more.
+    pub fn start_removing(&mut self, vdev: u64, mapping: crate::vdev::indirect::IndirectMapping) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.retired = true;
+            g.removing = Some(Box::new(Removing { mapping, freed_unvisited: 0 }));
+        }
+    }
+
+    /// The evacuation in progress of top-level vdev `vdev`.
+    pub fn removing_mut(&mut self, vdev: u64) -> Option<&mut Removing> {
+        self.groups.get_mut(vdev as usize).and_then(|g| g.removing.as_deref_mut())
+    }
+
+    /// The evacuation of `vdev` ends (finished or canceled): its state is handed back.
+    pub fn take_removing(&mut self, vdev: u64) -> Option<Removing> {
+        self.groups.get_mut(vdev as usize).and_then(|g| g.removing.take()).map(|b| *b)
+    }
+
+    /// A free of `[offset, offset + asize)` of a vdev being evacuated (free_from_removing_vdev):
+    /// the part already copied also frees its copies, the part not yet visited is counted as
+    /// done. The source itself is freed by the caller.
+    fn free_removing(&mut self, vdev: u64, offset: u64, asize: u64, held: bool, txg: u64, birth: u64) {
+        let Some(r) = self.groups[vdev as usize].removing.as_deref_mut() else { return };
+        let copied_to = r.mapping.phys.max_offset;
+        let below = copied_to.saturating_sub(offset).min(asize);
+        r.freed_unvisited += asize - below;
+        if below == 0 {
+            return;
+        }
+        let pieces = r.mapping.remap(offset, below).unwrap_or_default();
+        for p in pieces {
+            if held {
+                self.free_held(p.vdev, p.offset, p.len);
+            } else {
+                self.free(p.vdev, p.offset, p.len, txg, birth);
+            }
+        }
     }
 
     /// The allocation class of top-level vdev `vdev`'s group.
@@ -277,6 +378,10 @@ impl Metaslabs {
             }
             return;
         }
+        if g.removing.is_some() {
+            self.free_removing(vdev, offset, asize, false, txg, birth);
+        }
+        let g = &mut self.groups[vdev as usize];
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -303,6 +408,10 @@ impl Metaslabs {
             }
             return;
         }
+        if g.removing.is_some() {
+            self.free_removing(vdev, offset, asize, true, 0, 0);
+        }
+        let g = &mut self.groups[vdev as usize];
         let m = &mut g.ms[(offset >> g.ms_shift) as usize];
         if let Some(i) = m.pend_alloc.iter().position(|&(s, l, _)| s == offset && l == asize) {
             m.pend_alloc.remove(i);
@@ -553,7 +662,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {
@@ -562,6 +671,31 @@ mod tests {
 
     /// The ENOSPC retry's early release gives back the frees of a txg only when no lock-free
     /// reader walks a tree older than that txg (such a tree may still point at them).
+    /// A free on a vdev being evacuated: the part below the copied offset frees its copy as
+    /// well, the part beyond is counted as done; the source is freed either way.
+    #[test]
+    fn frees_of_a_removing_vdev_split_at_the_copied_offset() {
+        use crate::vdev::indirect::IndirectMapping;
+        use oxzfs_format::removal::{IndirectMappingPhys, MappingEntryPhys};
+        let mut ms = one_metaslab();
+        let second = one_metaslab().groups.remove(0);
+        ms.groups.push(second);
+        assert!(ms.claim(0, 0, 0x4000, 5));
+        assert!(ms.claim(1, 0x10000, 0x2000, 6));
+        let entry = MappingEntryPhys { src: 0, mark: false, dst: Dva { vdev: 1, offset: 0x10000, asize: 0x2000, gang: false } };
+        let phys = IndirectMappingPhys { max_offset: 0x2000, bytes_mapped: 0x2000, num_entries: 1, counts_object: 0 };
+        ms.start_removing(0, IndirectMapping { phys, entries: vec![entry], births: Vec::new() });
+        assert!(ms.alloc(AllocClass::Normal, &|_| 512, 7, &[]).is_some_and(|a| a.0 == 1), "a removing vdev allocates nothing");
+        ms.sync(6, 1);
+        ms.free(0, 0x1000, 0x2000, 8, 5);
+        assert_eq!(ms.groups[1].ms[0].pend_free, vec![(0x11000, 0x1000)]);
+        assert_eq!(ms.groups[0].ms[0].pend_free, vec![(0x1000, 0x2000)]);
+        assert_eq!(ms.removing_mut(0).unwrap().freed_unvisited, 0x1000);
+        // What is still allocated past the copied offset, from there on.
+        assert_eq!(ms.allocated_segments_from(0, 0x2000, u64::MAX), vec![(0x3000, 0x1000)]);
+        assert_eq!(ms.allocated_segments_from(0, 0, 1), vec![(0, 0x1000)]);
+    }
+
     #[test]
     fn release_deferred_spares_blocks_a_reader_may_walk() {
         let mut ms = one_metaslab();

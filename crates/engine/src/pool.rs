@@ -439,9 +439,13 @@ impl Pool {
         let scan = self.spa.scan.stat();
         s.push_str(&scan_status(&scan, crate::dsl_scan::now()));
         let scanning = scan.scanning().then_some(scan.phys.func);
-        if let Some(r) = self.removal_stat() {
-            s.push_str(&removal_status(&r, &self.spa.root_vdev, crate::dsl_scan::now()));
+        let removal = self.removal_stat();
+        if let Some(r) = &removal {
+            s.push_str(&removal_status(r, &self.spa.root_vdev, crate::dsl_scan::now()));
         }
+        // The vdev being evacuated is marked "(removing)" (vs_scan_removing).
+        let removing = removal.filter(|r| r.phys.state == 1).map(|r| r.phys.removing_vdev);
+        let marks = Marks { scanning, removing };
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -453,14 +457,14 @@ impl Pool {
         let _ = writeln!(s, "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM");
         status_row(&mut s, &self.spa.name, health.as_str(), root, 0, width, "");
         for top in root.children.iter().filter(|t| top_class(t) == "") {
-            status_tree(&mut s, top, 2, width, scanning);
+            status_tree(&mut s, top, 2, width, marks);
         }
         for class in ["dedup", "special", "logs"] {
             let tops: Vec<_> = root.children.iter().filter(|t| top_class(t) == class).collect();
             if !tops.is_empty() {
                 let _ = writeln!(s, "\t{class}\t");
                 for t in tops {
-                    status_tree(&mut s, t, 2, width, scanning);
+                    status_tree(&mut s, t, 2, width, marks);
                 }
             }
         }
@@ -705,19 +709,29 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
     );
 }
 
-/// `scanning`: the func of the scan under way (print_status_config marks the leaves it wrote
-/// to "(resilvering)" or "(repairing)").
-fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, scanning: Option<u64>) {
+/// What print_status_config marks on the rows: `scanning`, the func of the scan under way
+/// (the leaves it wrote to: "(resilvering)" or "(repairing)"); `removing`, the top-level vdev
+/// being evacuated ("(removing)", which OpenZFS prints from 2.2 on).
+#[derive(Clone, Copy)]
+struct Marks {
+    scanning: Option<u64>,
+    removing: Option<u64>,
+}
+
+fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, marks: Marks) {
     if !v.is_concrete() {
         return;
     }
     let mut aux = aux_text(v, true);
-    if let Some(func) = scanning.filter(|_| v.is_leaf() && v.state() == VdevState::Online && v.stats.scan_processed.load(Ordering::Relaxed) != 0) {
+    if depth == 2 && marks.removing == Some(v.id) {
+        aux.push_str("  (removing)");
+    }
+    if let Some(func) = marks.scanning.filter(|_| v.is_leaf() && v.state() == VdevState::Online && v.stats.scan_processed.load(Ordering::Relaxed) != 0) {
         aux.push_str(if func == oxzfs_format::dsl::POOL_SCAN_RESILVER { "  (resilvering)" } else { "  (repairing)" });
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {
-        status_tree(s, c, depth + 2, width, scanning);
+        status_tree(s, c, depth + 2, width, marks);
     }
 }
 

@@ -205,6 +205,67 @@ mod vdev_removal_tests {
     use crate::dsl_pool::PoolW;
     use crate::spa_create::{CreateSpec, VdevClass, VdevSpec};
 
+    fn zdb_clean(dir: &std::path::Path, pool: &str) -> String {
+        let zdb = "/opt/openzfs/bin/zdb";
+        assert!(std::path::Path::new(zdb).exists(), "OpenZFS zdb not found at {zdb}: run scripts/install-deps.sh");
+        let out = std::process::Command::new(zdb).args(["-e", "-p"]).arg(dir).args(["-bcc", pool]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("No leaks"), "zdb -bcc:\n{text}");
+        text
+    }
+
+    /// An evacuation started, stepped a little and canceled leaves the pool as it was (zdb
+    /// clean, no indirect vdev); evacuated in one go (`evacuate_vdev`) the vdev is indirect
+    /// and zdb is clean.
+    #[test]
+    fn evacuation_canceled_then_done() {
+        let dir = std::env::temp_dir().join(format!("oxzfs-evac-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
+        for d in &devs {
+            std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
+        }
+        let spec = CreateSpec {
+            name: "evac".into(),
+            vdevs: devs.iter().map(|d| (VdevClass::Normal, VdevSpec::File(d.clone()))).collect(),
+            fs_init: Some(crate::zplw::init_fs),
+            ..Default::default()
+        };
+        let mut pw = PoolW::create(&spec, 64 << 20).unwrap();
+        pw.export().unwrap();
+        let open = || {
+            let scan = crate::spa::scan(&[dir.clone()]);
+            let mut pw = PoolW::open(crate::spa::choose(&scan, "evac").unwrap(), 64 << 20, "test").unwrap();
+            pw.fs_init = crate::zplw::init_fs;
+            pw
+        };
+        let mut pw = open();
+        pw.start_removal(1).unwrap();
+        assert_eq!(pw.removing_vdev().unwrap(), Some(1));
+        assert!(!pw.removal_step(4096).unwrap());
+        pw.sync().unwrap();
+        pw.cancel_removal().unwrap();
+        assert_eq!(pw.removing_phys().unwrap().map(|p| p.state), Some(crate::vdev_removal::DSS_CANCELED));
+        pw.export().unwrap();
+        drop(pw);
+        zdb_clean(&dir, "evac");
+        let mut pw = open();
+        let done = pw.evacuate_vdev(1).unwrap();
+        assert!(done.copied > 0 && done.entries > 0, "{done:?}");
+        let rec = pw.removing_phys().unwrap().unwrap();
+        assert_eq!((rec.state, rec.copied, rec.removing_vdev, rec.prev_indirect_vdev), (crate::vdev_removal::DSS_FINISHED, rec.to_copy, 1, 1));
+        pw.zil_close_all();
+        pw.sync().unwrap();
+        drop(pw);
+        let mut pw = open();
+        pw.export().unwrap();
+        drop(pw);
+        let text = zdb_clean(&dir, "evac");
+        assert!(text.contains("indirect vdev id 1 has"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// `zpool remove` of a log device: the pool reopens from its labels with a hole where the
     /// device was, every other vdev keeps its id, and OpenZFS's zdb finds the pool clean.
     #[test]

@@ -486,6 +486,14 @@ impl PoolW {
         let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
         let default_ashift = self.spa.root_vdev.children.iter().map(|c| c.ashift).max().unwrap_or(9);
+        // spa_vdev_add: with a removal in progress the new vdevs must have the pool's sector
+        // size; with one in progress or done, none may be raidz.
+        if let Some(rec) = self.removing_phys()?.filter(|p| p.state == crate::vdev_removal::DSS_SCANNING || p.prev_indirect_vdev != u64::MAX) {
+            let removing = rec.state == crate::vdev_removal::DSS_SCANNING;
+            if vdevs.iter().any(|(_, v)| matches!(v, VdevSpec::Raidz(..))) || (removing && ashift.is_some_and(|a| a != default_ashift)) {
+                return Err(ZfsError::Posix(libc::EINVAL, "invalid config; a pool with removing/removed vdevs does not support adding raidz or dRAID vdevs".into()));
+            }
+        }
         for (class, v) in vdevs {
             if matches!(class, VdevClass::Special | VdevClass::Dedup) && !self.features.contains_key("org.zfsonlinux:allocation_classes") {
                 return Err(ZfsError::Invalid(format!("cannot add to '{}': operation not supported on this type of pool", self.spa.name)));

@@ -273,6 +273,7 @@ impl PoolW {
         pw.check_removals_writable()?;
         pw.load_features()?;
         pw.load_metaslabs()?;
+        pw.load_removal()?;
         pw.dtl_load()?;
         // A log device imported missing (`-m`) takes no log blocks: they go to the pool.
         for t in spa.root_vdev.children.iter().filter(|t| t.is_log && t.state() == VdevState::Unavail) {

@@ -25,6 +25,9 @@
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
 //!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
 //!                           big syncs the txg instead of copying the bytes into the log
+//!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
+//!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
+//!                           each step; rounded up to the pool's largest sector)
 //!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
 //!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
 //!                           syncs off meanwhile; read at each turn)
@@ -54,7 +57,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 21] = [
+static TUNABLES: [Tunable; 23] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -72,6 +75,8 @@ static TUNABLES: [Tunable; 21] = [
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
+    tunable("zfs_removal_suspend_progress", "1: a device removal makes no progress (it stays in progress; testing)", 0, 0, 1, None),
+    tunable("zfs_remove_max_segment", "Largest range a device removal copies at once (one mapping entry), bytes", 16 << 20, 512, 1 << 30, None),
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
@@ -167,14 +172,24 @@ const ARC_SYS_FREE: usize = 13;
 const DIRTY_DATA_MAX: usize = 14;
 const IMMEDIATE_WRITE_SZ: usize = 15;
 const MAX_RECORDSIZE: usize = 16;
-const SCAN_SUSPEND_PROGRESS: usize = 17;
-const SCRUB_MIN_TIME_MS: usize = 18;
-const TXG_TIMEOUT: usize = 19;
-const ZIL_SLOG_BULK: usize = 20;
+const REMOVAL_SUSPEND_PROGRESS: usize = 17;
+const REMOVE_MAX_SEGMENT: usize = 18;
+const SCAN_SUSPEND_PROGRESS: usize = 19;
+const SCRUB_MIN_TIME_MS: usize = 20;
+const TXG_TIMEOUT: usize = 21;
+const ZIL_SLOG_BULK: usize = 22;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(TUNABLES[TXG_TIMEOUT].get())
+}
+
+pub fn removal_suspend_progress() -> bool {
+    TUNABLES[REMOVAL_SUSPEND_PROGRESS].get() != 0
+}
+
+pub fn remove_max_segment() -> u64 {
+    TUNABLES[REMOVE_MAX_SEGMENT].get()
 }
 
 pub fn scan_suspend_progress() -> bool {
@@ -283,6 +298,8 @@ mod tests {
             ("zfs_dirty_data_max", DIRTY_DATA_MAX),
             ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
             ("zfs_max_recordsize", MAX_RECORDSIZE),
+            ("zfs_removal_suspend_progress", REMOVAL_SUSPEND_PROGRESS),
+            ("zfs_remove_max_segment", REMOVE_MAX_SEGMENT),
             ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
             ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),

@@ -589,6 +589,9 @@ pub struct PoolHandle {
     /// The throttle's schedule: when the last delayed change may go (dp_last_wakeup).
     wakeup: std::sync::Mutex<std::time::Instant>,
     pub limits: DirtyLimits,
+    /// The device-removal thread's state (see `vdev_removal_thread`): kept here, it outlives
+    /// the reopen that ends a removal.
+    pub removal: crate::vdev_removal::RemovalCtl,
 }
 
 /// The write state held by a command: no txg is syncing meanwhile (see `PoolHandle`).
@@ -639,6 +642,7 @@ impl PoolHandle {
             kick_cv: std::sync::Condvar::new(),
             wakeup: std::sync::Mutex::new(std::time::Instant::now()),
             limits: DirtyLimits::from_system(),
+            removal: Default::default(),
         });
         let weak = Arc::downgrade(&h);
         std::thread::Builder::new()
@@ -897,6 +901,11 @@ impl PoolHandle {
 
     pub fn name(&self) -> String {
         self.lock_open().spa.name.clone()
+    }
+
+    /// The pool's read side as the write state has it now (a reopen replaces it).
+    pub fn spa(&self) -> Arc<Spa> {
+        self.lock_open().spa.clone()
     }
 
     /// After export: mark the labels destroyed (zpool destroy).

@@ -96,6 +96,10 @@ impl PoolW {
     /// vdev and keeps its guid. Returns the new leaf's guid. Nothing is written when refused.
     pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, spare: Option<u64>, old_name: &str, new_name: &str) -> Result<u64> {
         let msg = if replacing { format!("cannot replace {old_name} with {new_name}") } else { format!("cannot attach {new_name} to {old_name}") };
+        // spa_vdev_attach: nothing is attached while a device is being removed.
+        if self.removing_vdev()?.is_some() {
+            return Err(ZfsError::Posix(libc::EBUSY, format!("{msg}: {new_name} is busy, or device removal is in progress")));
+        }
         let root = self.spa.root_vdev.clone();
         let nodev = || ZfsError::Posix(libc::ENODEV, format!("{msg}: no such device in pool"));
         let leaf = root.leaves().into_iter().find(|l| l.guid == old).ok_or_else(nodev)?;

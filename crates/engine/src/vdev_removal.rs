@@ -1,17 +1,34 @@
-//! vdev_removal: `zpool remove` of a log device (OpenZFS's spa_vdev_remove for a log top-level
-//! vdev, which needs no evacuation: what a log device holds lives only until its txg syncs),
-//! and of a cache device (spa_vdev_remove_aux: at once — the L2ARC forgets what the device
-//! holds and the pool's l2cache list loses it with the next txg; the device keeps its cache
-//! label and L2ARC header, which name no pool it belongs to).
+//! vdev_removal: `zpool remove` (OpenZFS's vdev_removal.c) in syncing terms — what each step
+//! changes under the pool's write state; the thread that drives an evacuation over many txgs
+//! is `vdev_removal_thread`'s.
+//!
+//! A log device (spa_vdev_remove_log) needs no evacuation: what a log device holds lives only
+//! until its txg syncs. A cache device or an unused spare goes at once (spa_vdev_remove_aux:
+//! the L2ARC forgets what the device holds and the pool's list loses it with the next txg).
 //!
 //! ```text
+//!   log device:
 //!   1. the device takes no more allocations; every file system's intent-log chain is dropped
 //!      (its records are synced) and the txgs synced until the frees of the log blocks have
 //!      left their deferral: the device holds nothing
 //!   2. its space maps, metaslab array and vdev ZAPs leave the MOS; in the config the
 //!      top-level vdev becomes a hole (type "hole", is_hole), keeping every other vdev's id
 //!   3. the labels of its devices are cleared, the new config written with the next txg
+//!
+//!   data, special or dedup vdev (evacuation into an indirect vdev):
+//!   start_removal   the vdev allocates nothing; empty mapping and births objects; the
+//!                   config marks it removing; spa_removing_phys scanning (to_copy)
+//!   removal_step    (many, each in the open txg) the next allocated ranges copied, their
+//!                   mapping entries, births entry and the copied count into the MOS
+//!   complete_removal  the vdev becomes indirect; spa_removing_phys finished
+//!   cancel_removal  the copies freed, the objects freed, the vdev back to normal; canceled
 //! ```
+//!
+//! While the vdev is being evacuated its frees are split at the copied offset (metaslab's
+//! `Removing`): below it the copies are freed as well, above it the space simply leaves
+//! what is to be copied (OpenZFS's free_from_removing_vdev). Each step runs while no txg
+//! syncs, so a copy, its entries and the frees that meet them land in the same txgs: a crash
+//! resumes from the mapping on disk, with nothing leaked.
 
 use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
@@ -176,37 +193,12 @@ pub(crate) fn clear_labels(dev: &dyn crate::vdev::BlockDevice) -> Result<()> {
 /// indirect vdev: vdev_indirect_mapping_open, vdev_indirect_births_open). A mapping whose own
 /// blocks sit on another removed vdev is read once that vdev's mapping is in, hence the rounds.
 pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev, pool: &str) -> Result<()> {
-    use oxzfs_format::removal::{decode_birth_entries, decode_mapping_entries, IndirectMappingPhys, BIRTH_ENTRY_SIZE, MAPPING_ENTRY_SIZE};
     let pending = || root.children.iter().filter_map(|t| t.indirect.as_ref().filter(|c| c.mapping.get().is_none()).map(|c| (t.id, c.clone()))).collect::<Vec<_>>();
     let mut todo = pending();
     while !todo.is_empty() {
         let mut last_err = None;
         for (id, cfg) in &todo {
-            let load = || -> Result<crate::vdev::indirect::IndirectMapping> {
-                let bad = |what: &str, e: String| ZfsError::Invalid(format!("pool '{pool}': indirect vdev {id}: {what}: {e}"));
-                let (dn, le) = mos.dnode_with_order(cfg.mapping_object)?;
-                let phys = IndirectMappingPhys::decode(&dn.bonus, le).map_err(|e| bad("mapping object", e.to_string()))?;
-                let object_bytes = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
-                let need = phys.num_entries.saturating_mul(MAPPING_ENTRY_SIZE as u64);
-                if need > object_bytes {
-                    return Err(bad("mapping object", format!("{} entries do not fit in its {object_bytes} bytes", phys.num_entries)));
-                }
-                let raw = mos.read_obj(&dn, cfg.mapping_object, 0, need)?;
-                let entries = decode_mapping_entries(&raw, phys.num_entries, le).map_err(|e| bad("mapping object", e.to_string()))?;
-                let mut births = Vec::new();
-                if cfg.births_object != 0 {
-                    let (bdn, ble) = mos.dnode_with_order(cfg.births_object)?;
-                    let count = oxzfs_format::bytes::u64_at(&bdn.bonus, 0, ble, "births phys").map_err(|e| bad("births object", e.to_string()))?;
-                    let bytes = (bdn.maxblkid + 1).saturating_mul(bdn.data_block_size());
-                    let need = count.saturating_mul(BIRTH_ENTRY_SIZE as u64);
-                    if need > bytes {
-                        return Err(bad("births object", format!("{count} entries do not fit in its {bytes} bytes")));
-                    }
-                    let raw = mos.read_obj(&bdn, cfg.births_object, 0, need)?;
-                    births = decode_birth_entries(&raw, count, ble).map_err(|e| bad("births object", e.to_string()))?;
-                }
-                Ok(crate::vdev::indirect::IndirectMapping { phys, entries, births })
-            };
+            let load = || read_mapping(mos, cfg.mapping_object, cfg.births_object, pool, *id);
             match load() {
                 Ok(m) => {
                     let _ = cfg.mapping.set(std::sync::Arc::new(m));
@@ -262,6 +254,10 @@ impl PoolW {
             if available < dspace.saturating_add(slop) {
                 return Err(ZfsError::Posix(libc::ENOSPC, "out of space".into()));
             }
+        }
+        // There can not be a removal in progress.
+        if self.removing_vdev()?.is_some() {
+            return Err(ZfsError::Posix(libc::EBUSY, REMOVE_BUSY.into()));
         }
         // The devices must all be there.
         if vd.state() != crate::vdev::VdevState::Online {
@@ -360,42 +356,189 @@ pub struct Evacuated {
     pub entries: u64,
 }
 
+/// sr_state values (dsl_scan_state_t).
+pub const DSS_SCANNING: u64 = 1;
+pub const DSS_FINISHED: u64 = 2;
+pub const DSS_CANCELED: u64 = 3;
+
+/// libzfs's words for EBUSY from `zpool remove` of a top-level vdev.
+pub const REMOVE_BUSY: &str = "Pool busy; removal may already be in progress";
+
+/// What the removal thread is asked (see `vdev_removal_thread`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RemovalRequest {
+    #[default]
+    None,
+    /// Stop (export, cancel): the removal stays as it is on disk.
+    Stop,
+}
+
+/// The removal thread's state, shared by the thread, the commands that stop it and those
+/// that wait for it (held by `PoolHandle`, so it outlives a reopen of the pool).
+#[derive(Clone, Debug, Default)]
+pub struct RemovalRun {
+    pub running: bool,
+    pub request: RemovalRequest,
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+pub struct RemovalCtl {
+    inner: std::sync::Mutex<RemovalRun>,
+    cv: std::sync::Condvar,
+}
+
+impl RemovalCtl {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, RemovalRun> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn notify(&self) {
+        self.cv.notify_all();
+    }
+
+    /// Wait while `f` holds of the state.
+    pub fn wait_while(&self, f: impl Fn(&RemovalRun) -> bool) {
+        let g = self.lock();
+        let _g = self.cv.wait_while(g, |r| f(r)).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
 impl PoolW {
-    /// `zpool remove` of a data, special or dedup top-level vdev (spa_vdev_remove_top and the
-    /// removal thread, done in one go): every allocated range of the vdev is copied to the
-    /// other vdevs and the vdev becomes an indirect vdev whose mapping sends old addresses to
-    /// the copies.
+    /// spa_removing_phys as the MOS directory holds it (None: no removal ever).
+    pub fn removing_phys(&mut self) -> Result<Option<oxzfs_format::removal::SpaRemovingPhys>> {
+        use oxzfs_format::removal::{SpaRemovingPhys, DMU_POOL_REMOVING};
+        Ok(self.mos.zap(1)?.entries.get(DMU_POOL_REMOVING.as_bytes()).and_then(|(_, w)| SpaRemovingPhys::from_words(w).ok()))
+    }
+
+    fn put_removing_phys(&mut self, p: &oxzfs_format::removal::SpaRemovingPhys) -> Result<()> {
+        use oxzfs_format::removal::DMU_POOL_REMOVING;
+        self.mos.zap_mut(1)?.entries.insert(DMU_POOL_REMOVING.as_bytes().to_vec(), (8, p.to_words().to_vec()));
+        Ok(())
+    }
+
+    /// The top-level vdev being evacuated, if a removal is in progress.
+    pub fn removing_vdev(&mut self) -> Result<Option<u64>> {
+        Ok(self.removing_phys()?.filter(|p| p.state == DSS_SCANNING).map(|p| p.removing_vdev))
+    }
+
+    /// The config's nvlist of top-level vdev `top`, changed by `f`; the config is written with
+    /// the next txg.
+    fn edit_top_config(&mut self, top: u64, f: impl FnOnce(&mut NvList)) -> Result<NvList> {
+        let mut cfg = self.config_nv.clone();
+        let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
+        let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
+        let old = tops.get(top as usize).cloned().ok_or_else(|| ZfsError::Invalid(format!("pool '{}': vdev {top} is not in the config", self.spa.name)))?;
+        f(&mut tops[top as usize]);
+        tree.insert("children", NvValue::NvListArray(tops));
+        cfg.add_nvlist("vdev_tree", tree);
+        self.config_nv = cfg;
+        self.config_dirty = true;
+        Ok(old)
+    }
+
+    /// Begin the evacuation of data, special or dedup top-level vdev `top`
+    /// (spa_vdev_remove_top and vdev_remove_initiate_sync); the copy is `removal_step`'s.
     ///
     /// ```text
-    ///   1. checks (spa_vdev_remove_top_check); the vdev takes no more allocations; intent
-    ///      logs dropped; txgs synced until its frees are through their deferral
-    ///   2. in the open txg: each allocated range (up to REMOVE_MAX_SEGMENT) allocated on a
-    ///      vdev of the same class (the normal class when none is left or it is full), read
-    ///      from the vdev as it is and written there; the vdev's group then syncs no more
-    ///   3. the mapping and births objects, spa_removing_phys (finished), device_removal
-    ///      active, the vdev's space maps, metaslab array and leaf ZAPs freed, the config's
-    ///      top-level vdev turned into an indirect one — all synced in that one txg
-    ///   4. the vdev's labels cleared (its frees, from step 3's sync on, go through the
-    ///      mapping to the copies in the txg that makes them)
+    ///   1. checks (spa_vdev_remove_top_check, EBUSY while another removal runs); the vdev
+    ///      takes no more allocations; intent logs dropped; txgs synced until its frees are
+    ///      through their deferral
+    ///   2. an empty mapping object and births object; spa_removing_phys = {scanning, the
+    ///      vdev, start time, to_copy = what is allocated on it}; device_removal active; the
+    ///      vdev's config gains removing = 1 and the two objects; synced
     /// ```
-    ///
-    /// A crash before step 3's uberblock leaves the pool as it was (the copies sit in space
-    /// the old state has free); after it, the removal is complete. The caller holds the pool,
-    /// so no other change interleaves: writers wait for the copy.
-    pub fn evacuate_vdev(&mut self, top: u64) -> Result<Evacuated> {
-        use oxzfs_format::removal::{MappingEntryPhys, SpaRemovingPhys, DMU_POOL_REMOVING};
+    pub fn start_removal(&mut self, top: u64) -> Result<()> {
+        use oxzfs_format::removal::{IndirectMappingPhys, SpaRemovingPhys};
         use oxzfs_format::types::DMU_OTN_UINT64_METADATA;
         self.check_remove_top(top)?;
-        let root = self.spa.root_vdev.clone();
-        let tv = root.children[top as usize].clone();
-        let start_time = crate::dsl_scan::now();
         // 1. Quiet the vdev.
         self.ms.lock().retire_group(top);
         self.zil_close_all();
         for _ in 0..3 {
-            self.sync()?;
+            if let Err(e) = self.sync() {
+                self.ms.lock().unretire_group(top);
+                return Err(e);
+            }
         }
-        // 2. Copy.
+        // 2. The removal's objects and record.
+        let to_copy: u64 = self.ms.lock().allocated_segments(top).iter().map(|s| s.1).sum();
+        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, oxzfs_format::removal::MAPPING_PHYS_SIZE_V0, 1)?;
+        let phys = IndirectMappingPhys::default();
+        self.mos.set_bonus(mapping_obj, &phys.encode()[..oxzfs_format::removal::MAPPING_PHYS_SIZE_V0])?;
+        let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
+        self.mos.set_bonus(births_obj, &0u64.to_le_bytes())?;
+        let prev = self.removing_phys()?.map_or(u64::MAX, |p| p.prev_indirect_vdev);
+        let rec = SpaRemovingPhys { state: DSS_SCANNING, removing_vdev: top, prev_indirect_vdev: prev, start_time: crate::dsl_scan::now(), end_time: 0, to_copy, copied: 0 };
+        self.put_removing_phys(&rec)?;
+        self.feature_incr("com.delphix:device_removal", 1)?;
+        self.edit_top_config(top, |nv| {
+            nv.add_u64("removing", 1);
+            nv.add_u64("com.delphix:indirect_object", mapping_obj);
+            nv.add_u64("com.delphix:indirect_births", births_obj);
+        })?;
+        self.ms.lock().start_removing(top, crate::vdev::indirect::IndirectMapping { phys, entries: Vec::new(), births: Vec::new() });
+        self.sync()
+    }
+
+    /// After a read-write import: an evacuation the pool was in goes on from the mapping on
+    /// disk (spa_remove_init): the vdev allocates nothing, frees of what was copied free the
+    /// copies too. Refused (the import then fails) for what oxzfs does not keep: obsolete
+    /// counts (OpenZFS's removals with the obsolete_counts feature enabled).
+    pub(crate) fn load_removal(&mut self) -> Result<()> {
+        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
+        let Some(top) = self.removing_vdev()? else { return Ok(()) };
+        let name = self.spa.name.clone();
+        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: the removal of vdev {top} is in progress and {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
+        let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
+        let (mapping_object, births_object) = (nv.get_u64("com.delphix:indirect_object").unwrap_or(0), nv.get_u64("com.delphix:indirect_births").unwrap_or(0));
+        if mapping_object == 0 || !self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_concrete()) {
+            return Err(ZfsError::Invalid(format!("pool '{name}': the removal of vdev {top} is in progress but the vdev has no mapping object")));
+        }
+        if let Some(zap) = nv.get_u64("com.delphix:vdev_zap_top") {
+            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
+                if self.mos.zap_lookup(zap, key)?.is_some() {
+                    return Err(refuse(format!("it counts its obsolete space ({key})")));
+                }
+            }
+        }
+        let m = read_mapping(&self.spa.mos(), mapping_object, births_object, &name, top)?;
+        if m.phys.counts_object != 0 {
+            return Err(refuse("it counts its obsolete space (a counts object)".into()));
+        }
+        let copied_to = m.phys.max_offset;
+        let remaining: u64 = {
+            let mut ms = self.ms.lock();
+            ms.start_removing(top, m);
+            ms.allocated_segments_from(top, copied_to, u64::MAX).iter().map(|s| s.1).sum()
+        };
+        // sr_copied as the space maps have it: what was allocated at the start and is neither
+        // still waiting past the copied offset. (The frees counted in memory since the last
+        // step are lost with a crash; this puts them back.)
+        if let Some(mut rec) = self.removing_phys()? {
+            let copied = rec.to_copy.saturating_sub(remaining);
+            if copied != rec.copied {
+                rec.copied = copied;
+                self.put_removing_phys(&rec)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of the evacuation (spa_vdev_copy_impl, in the open txg): up to `budget` bytes
+    /// of what is allocated past the copied part are allocated elsewhere (the vdev's own class,
+    /// else the normal class; halved down to a sector when space is fragmented), read and
+    /// written there; the new mapping entries and the txg's births entry go into their MOS
+    /// objects and the copied count into spa_removing_phys, all synced with that txg. True
+    /// when nothing is left to copy.
+    pub fn removal_step(&mut self, budget: u64) -> Result<bool> {
+        use oxzfs_format::removal::{BirthEntryPhys, MappingEntryPhys, BIRTH_ENTRY_SIZE, MAPPING_ENTRY_SIZE, MAPPING_PHYS_SIZE_V0};
+        let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else { return Ok(true) };
+        let top = rec.removing_vdev;
+        let root = self.spa.root_vdev.clone();
+        let tv = root.children[top as usize].clone();
+        let max_ashift = root.children.iter().filter(|t| t.is_concrete() && !t.is_log).map(|t| t.ashift).max().unwrap_or(9);
+        let max_segment = crate::tunables::remove_max_segment().next_multiple_of(1u64 << max_ashift.max(9));
         let class = {
             let ms = self.ms.lock();
             let own = ms.group_class(top);
@@ -405,9 +548,14 @@ impl PoolW {
                 crate::zio::AllocClass::Normal
             }
         };
-        let segs = self.ms.lock().allocated_segments(top);
         let sector = 1u64 << tv.ashift.max(9);
         let txg = self.txg;
+        let (from, segs) = {
+            let mut ms = self.ms.lock();
+            let Some(r) = ms.removing_mut(top) else { return Err(ZfsError::Invalid(format!("vdev {top} is not being removed"))) };
+            let from = r.mapping.phys.max_offset;
+            (from, ms.allocated_segments_from(top, from, budget.max(1)))
+        };
         let mut entries: Vec<MappingEntryPhys> = Vec::new();
         let mut copied = 0u64;
         let undo = |pw: &mut PoolW, entries: &[MappingEntryPhys], e: ZfsError| -> ZfsError {
@@ -415,14 +563,18 @@ impl PoolW {
             for en in entries {
                 ms.free(en.dst.vdev, en.dst.offset, en.dst.asize, txg, txg);
             }
-            ms.unretire_group(top);
             e
         };
-        for (start, len) in segs {
+        'segs: for (start, len) in segs {
+            debug_assert!(start >= from);
             let end = start + len;
             let mut at = start;
             while at < end {
-                let mut want = (end - at).min(REMOVE_MAX_SEGMENT);
+                if copied >= budget {
+                    break 'segs;
+                }
+                // Whole sectors (the segments are), at least one.
+                let mut want = ((end - at).min(max_segment).min(budget - copied) / sector * sector).max(sector.min(end - at));
                 let got = loop {
                     let mut ms = self.ms.lock();
                     let a = ms.alloc(class, &|_| want, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| want, txg, &[]));
@@ -444,52 +596,92 @@ impl PoolW {
                 at += dsize;
             }
         }
-        root.flush_all();
-        // From here the vdev's frees go to the copies, in the txg that makes them: the frees
-        // the sync below makes (old MOS blocks there) land with the removal itself.
-        let max_offset = entries.last().map_or(0, |e| e.src + e.size());
-        let phys = oxzfs_format::removal::IndirectMappingPhys { max_offset, bytes_mapped: copied, num_entries: entries.len() as u64, counts_object: 0 };
-        let mapping = std::sync::Arc::new(crate::vdev::indirect::IndirectMapping { phys, entries, births: Vec::new() });
+        // The new entries into the in-core mapping (frees of them free the copies from now
+        // on) and the MOS.
+        let (phys, first, births, birth_index, freed) = {
+            let mut ms = self.ms.lock();
+            let r = ms.removing_mut(top).expect("removal state");
+            let freed = std::mem::take(&mut r.freed_unvisited);
+            let m = &mut r.mapping;
+            let first = m.entries.len();
+            m.entries.extend_from_slice(&entries);
+            if let Some(last) = entries.last() {
+                m.phys.max_offset = last.src + last.size();
+                m.phys.bytes_mapped += copied;
+                m.phys.num_entries = m.entries.len() as u64;
+                match m.births.last_mut() {
+                    Some(b) if b.phys_birth_txg == txg => b.offset = m.phys.max_offset,
+                    _ => m.births.push(BirthEntryPhys { offset: m.phys.max_offset, phys_birth_txg: txg }),
+                }
+            }
+            (m.phys, first, m.births.clone(), m.births.len().saturating_sub(1), freed)
+        };
+        if !entries.is_empty() {
+            let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
+            let mapping_obj = nv.get_u64("com.delphix:indirect_object").unwrap_or(0);
+            let births_obj = nv.get_u64("com.delphix:indirect_births").unwrap_or(0);
+            let mut raw = Vec::with_capacity(entries.len() * MAPPING_ENTRY_SIZE);
+            for e in &entries {
+                raw.extend_from_slice(&e.encode());
+            }
+            self.mos.write(mapping_obj, (first * MAPPING_ENTRY_SIZE) as u64, &raw)?;
+            self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
+            let b = births[birth_index];
+            let mut raw = Vec::with_capacity(BIRTH_ENTRY_SIZE);
+            raw.extend_from_slice(&b.offset.to_le_bytes());
+            raw.extend_from_slice(&b.phys_birth_txg.to_le_bytes());
+            self.mos.write(births_obj, (birth_index * BIRTH_ENTRY_SIZE) as u64, &raw)?;
+            self.mos.set_bonus(births_obj, &(births.len() as u64).to_le_bytes())?;
+        }
+        if copied + freed > 0 {
+            rec.copied += copied + freed;
+            self.put_removing_phys(&rec)?;
+        }
+        Ok(entries.is_empty())
+    }
+
+    /// The evacuation is done: the vdev becomes an indirect vdev (vdev_remove_complete).
+    ///
+    /// ```text
+    ///   1. its frees from now on go through the mapping to the copies only
+    ///   2. its space maps, metaslab array and leaf ZAPs freed, the config's top-level vdev
+    ///      turned into an indirect one naming the mapping, births and the vdev removed
+    ///      before it; spa_removing_phys finished (end time, prev_indirect_vdev = it) — all
+    ///      synced in one txg
+    ///   3. its labels cleared
+    /// ```
+    ///
+    /// A crash before step 2's uberblock leaves the removal in progress, all copied (the next
+    /// import finishes it); after it, the removal is complete. The pool must be opened again
+    /// afterwards (the vdev tree changed).
+    pub fn complete_removal(&mut self) -> Result<Evacuated> {
+        let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else {
+            return Err(ZfsError::Invalid("no removal in progress".into()));
+        };
+        let top = rec.removing_vdev;
+        let tv = self.spa.root_vdev.children[top as usize].clone();
+        let txg = self.txg;
+        let r = self.ms.lock().take_removing(top).ok_or_else(|| ZfsError::Invalid(format!("vdev {top} is not being removed")))?;
+        // Everything allocated at the start is copied or freed (OpenZFS asserts sr_copied ==
+        // sr_to_copy here).
+        let copied = rec.to_copy.max(rec.copied + r.freed_unvisited);
+        let mapping = std::sync::Arc::new(r.mapping);
         {
             let mut ms = self.ms.lock();
             ms.set_evacuated(top);
             let unmapped = ms.set_mapping(top, mapping.clone(), txg);
             assert!(unmapped.is_empty(), "frees on vdev {top} before its mapping was set");
         }
-        let entries = &mapping.entries;
-        // 3. The mapping, the births, the removal's record, the config.
-        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, oxzfs_format::removal::MAPPING_PHYS_SIZE_V0, 1)?;
-        let mut raw = Vec::with_capacity(entries.len() * oxzfs_format::removal::MAPPING_ENTRY_SIZE);
-        for e in entries {
-            raw.extend_from_slice(&e.encode());
-        }
-        if !raw.is_empty() {
-            self.mos.write(mapping_obj, 0, &raw)?;
-        }
-        self.mos.set_bonus(mapping_obj, &phys.encode()[..oxzfs_format::removal::MAPPING_PHYS_SIZE_V0])?;
-        let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
-        let mut b = Vec::new();
-        b.extend_from_slice(&max_offset.to_le_bytes());
-        b.extend_from_slice(&txg.to_le_bytes());
-        self.mos.write(births_obj, 0, &b)?;
-        self.mos.set_bonus(births_obj, &1u64.to_le_bytes())?;
-        let prev = self
-            .mos
-            .zap_mut(1)?
-            .entries
-            .get(DMU_POOL_REMOVING.as_bytes())
-            .and_then(|(_, w)| SpaRemovingPhys::from_words(w).ok())
-            .map_or(u64::MAX, |p| p.prev_indirect_vdev);
-        let rec = SpaRemovingPhys { state: 2, removing_vdev: top, prev_indirect_vdev: top, start_time, end_time: crate::dsl_scan::now(), to_copy: copied, copied };
-        self.mos.zap_mut(1)?.entries.insert(DMU_POOL_REMOVING.as_bytes().to_vec(), (8, rec.to_words().to_vec()));
-        self.feature_incr("com.delphix:device_removal", 1)?;
+        rec.state = DSS_FINISHED;
+        rec.end_time = crate::dsl_scan::now();
+        rec.copied = copied;
+        let prev = rec.prev_indirect_vdev;
+        rec.prev_indirect_vdev = top;
+        self.put_removing_phys(&rec)?;
         // The vdev's metaslabs and leaf ZAPs go (the top-level ZAP stays, as OpenZFS keeps it).
         let (_, sms) = self.ms.lock().group_usage(top);
         self.free_vdev_metaslabs(top, sms)?;
-        let mut cfg = self.config_nv.clone();
-        let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
-        let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
-        let old = tops.get(top as usize).cloned().ok_or_else(|| ZfsError::Invalid(format!("pool '{}': vdev {top} is not in the config", self.spa.name)))?;
+        let old = self.edit_top_config(top, |_| {})?;
         let mut leaf_zaps = Vec::new();
         for c in old.get_nvlist_array("children").unwrap_or_default() {
             collect_zaps(c, &mut leaf_zaps);
@@ -516,8 +708,8 @@ impl PoolW {
         ind.add_u64("ashift", old.get_u64("ashift").unwrap_or(tv.ashift as u64));
         ind.add_u64("asize", old.get_u64("asize").unwrap_or(tv.asize));
         ind.add_u64("is_log", 0);
-        ind.add_u64("com.delphix:indirect_object", mapping_obj);
-        ind.add_u64("com.delphix:indirect_births", births_obj);
+        ind.add_u64("com.delphix:indirect_object", old.get_u64("com.delphix:indirect_object").unwrap_or(0));
+        ind.add_u64("com.delphix:indirect_births", old.get_u64("com.delphix:indirect_births").unwrap_or(0));
         if prev != u64::MAX {
             ind.add_u64("com.delphix:prev_indirect_vdev", prev);
         }
@@ -527,11 +719,7 @@ impl PoolW {
         if let Some(z) = old.get_u64("com.delphix:vdev_zap_top") {
             ind.add_u64("com.delphix:vdev_zap_top", z);
         }
-        tops[top as usize] = ind;
-        tree.insert("children", NvValue::NvListArray(tops));
-        cfg.add_nvlist("vdev_tree", tree);
-        self.config_nv = cfg;
-        self.config_dirty = true;
+        self.edit_top_config(top, |nv| *nv = ind)?;
         self.sync()?;
         for leaf in tv.leaves() {
             if let Some(dev) = &leaf.dev {
@@ -540,24 +728,101 @@ impl PoolW {
         }
         Ok(Evacuated { paths, copied, entries: mapping.entries.len() as u64 })
     }
+
+    /// `zpool remove -s` (spa_vdev_remove_cancel_sync): the copies of what is still allocated
+    /// on the vdev are freed, the mapping and births objects freed, the vdev's config loses
+    /// removing and the objects, spa_removing_phys canceled, device_removal released; the
+    /// vdev takes allocations again. Synced.
+    pub fn cancel_removal(&mut self) -> Result<()> {
+        let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else {
+            return Err(ZfsError::Posix(libc::ENOENT, "operation is not in progress".into()));
+        };
+        let top = rec.removing_vdev;
+        let txg = self.txg;
+        {
+            let mut ms = self.ms.lock();
+            let Some(r) = ms.take_removing(top) else { return Err(ZfsError::Invalid(format!("vdev {top} is not being removed"))) };
+            let copied_to = r.mapping.phys.max_offset;
+            for (s, l) in ms.allocated_segments(top) {
+                let end = (s + l).min(copied_to);
+                if s >= end {
+                    break;
+                }
+                for p in r.mapping.remap(s, end - s).unwrap_or_default() {
+                    ms.free(p.vdev, p.offset, p.len, txg, txg);
+                }
+            }
+            ms.unretire_group(top);
+        }
+        let old = self.edit_top_config(top, |nv| {
+            nv.remove("removing");
+            nv.remove("com.delphix:indirect_object");
+            nv.remove("com.delphix:indirect_births");
+        })?;
+        for key in ["com.delphix:indirect_object", "com.delphix:indirect_births"] {
+            if let Some(obj) = old.get_u64(key).filter(|&o| o != 0) {
+                self.mos.free_object(obj)?;
+            }
+        }
+        self.feature_incr("com.delphix:device_removal", -1)?;
+        rec.state = DSS_CANCELED;
+        rec.end_time = crate::dsl_scan::now();
+        self.put_removing_phys(&rec)?;
+        self.sync()
+    }
+
+    /// `zpool remove` of a data, special or dedup top-level vdev done in one go (the start,
+    /// every step and the completion under the caller's hold of the pool): for tests and
+    /// callers that need the pool as it ends.
+    pub fn evacuate_vdev(&mut self, top: u64) -> Result<Evacuated> {
+        self.start_removal(top)?;
+        while !self.removal_step(u64::MAX)? {}
+        self.complete_removal()
+    }
+}
+
+/// Read the mapping and births objects of vdev `id` from the MOS (vdev_indirect_mapping_open,
+/// vdev_indirect_births_open).
+fn read_mapping(mos: &crate::dmu::Objset, mapping_object: u64, births_object: u64, pool: &str, id: u64) -> Result<crate::vdev::indirect::IndirectMapping> {
+    use oxzfs_format::removal::{decode_birth_entries, decode_mapping_entries, IndirectMappingPhys, BIRTH_ENTRY_SIZE, MAPPING_ENTRY_SIZE};
+    let bad = |what: &str, e: String| ZfsError::Invalid(format!("pool '{pool}': indirect vdev {id}: {what}: {e}"));
+    let (dn, le) = mos.dnode_with_order(mapping_object)?;
+    let phys = IndirectMappingPhys::decode(&dn.bonus, le).map_err(|e| bad("mapping object", e.to_string()))?;
+    let object_bytes = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
+    let need = phys.num_entries.saturating_mul(MAPPING_ENTRY_SIZE as u64);
+    if need > object_bytes {
+        return Err(bad("mapping object", format!("{} entries do not fit in its {object_bytes} bytes", phys.num_entries)));
+    }
+    let raw = if need == 0 { Vec::new() } else { mos.read_obj(&dn, mapping_object, 0, need)? };
+    let entries = decode_mapping_entries(&raw, phys.num_entries, le).map_err(|e| bad("mapping object", e.to_string()))?;
+    let mut births = Vec::new();
+    if births_object != 0 {
+        let (bdn, ble) = mos.dnode_with_order(births_object)?;
+        let count = oxzfs_format::bytes::u64_at(&bdn.bonus, 0, ble, "births phys").map_err(|e| bad("births object", e.to_string()))?;
+        let bytes = (bdn.maxblkid + 1).saturating_mul(bdn.data_block_size());
+        let need = count.saturating_mul(BIRTH_ENTRY_SIZE as u64);
+        if need > bytes {
+            return Err(bad("births object", format!("{count} entries do not fit in its {bytes} bytes")));
+        }
+        if need > 0 {
+            let raw = mos.read_obj(&bdn, births_object, 0, need)?;
+            births = decode_birth_entries(&raw, count, ble).map_err(|e| bad("births object", e.to_string()))?;
+        }
+    }
+    Ok(crate::vdev::indirect::IndirectMapping { phys, entries, births })
 }
 
 impl PoolW {
-    /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: an
-    /// evacuation OpenZFS left under way (its state is in its removal thread), a condensing
-    /// of a mapping under way, or a removed vdev whose obsolete space is counted precisely
+    /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: a
+    /// condensing of a mapping under way, or a removed vdev whose obsolete space is counted precisely
     /// (an obsolete space map, or counts OpenZFS promised precise): frees of its blocks would
-    /// have to add to them, which oxzfs does not do yet. Such pools import read-only.
+    /// have to add to them, which oxzfs does not do yet. Such pools import read-only. (An
+    /// evacuation in progress is `load_removal`'s to judge.)
     pub(crate) fn check_removals_writable(&mut self) -> Result<()> {
-        use oxzfs_format::removal::{SpaRemovingPhys, DMU_POOL_CONDENSING_INDIRECT, DMU_POOL_REMOVING, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
+        use oxzfs_format::removal::{DMU_POOL_CONDENSING_INDIRECT, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
         let name = self.spa.name.clone();
         let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
         let dir = self.mos.zap(1)?;
-        if let Some(p) = dir.entries.get(DMU_POOL_REMOVING.as_bytes()).and_then(|(_, w)| SpaRemovingPhys::from_words(w).ok()) {
-            if p.state == 1 {
-                return Err(refuse(format!("the removal of vdev {} is in progress", p.removing_vdev)));
-            }
-        }
         if dir.entries.contains_key(DMU_POOL_CONDENSING_INDIRECT.as_bytes()) {
             return Err(refuse("the mapping of a removed vdev is being condensed".into()));
         }
