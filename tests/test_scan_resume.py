@@ -6,18 +6,17 @@ tests slow theirs), held still part-way with zfs_scan_suspend_progress, then the
 scanning, a non-zero bookmark, the bytes examined so far. After the import `zpool status` shows
 those figures again (scanned and issued carry over), and the rest of the scan reads only the rest
 of the pool: the device's scrub reads (`zpool iostat -r`, counted since the import) are well below
-those of a whole scrub. The pool ends as it should: zdb -bcc clean, every file the same, a
-resilvered side complete on its own."""
+those of a whole scrub. The pool ends as it should: zdb -bcc clean, a resilvered side complete on
+its own with every file the same."""
 import os
 import re
-import shutil
 import subprocess
 import time
 
 import manifest as manifest_mod
-from conftest import Oxzfs, diff_manifests, unmount_below
+from conftest import Oxzfs, diff_manifests, fresh_daemon
 from test_resilver import resilvered, status
-from test_scrub import DONE, alone, check_reads, fill, import_rw, new_pool, scan_line, tunable
+from test_scrub import DONE, alone, fill, import_rw, new_pool, scan_line, tunable
 from test_write import ZDB, make_devs, zdb_check
 
 PROGRESS = re.compile(r"\t(\S+) scanned(?: at \S+/s)?, (\S+) issued(?: at \S+/s)?, (\S+) total\n"
@@ -40,9 +39,9 @@ def hold_part_way(oxzfs, pool, at=20.0, limit=60):
         assert time.time() < deadline, f"the scan did not reach {at}% in {limit} s: {scan_line(oxzfs, pool)!r}"
         time.sleep(0.05)
     tunable(oxzfs, "zfs_scan_suspend_progress=1")
-    time.sleep(0.5)
+    time.sleep(0.3)
     held = progress(oxzfs, pool)
-    time.sleep(1.5)  # zfs_txg_timeout=1: the bookmark reaches the disk
+    time.sleep(1.2)  # zfs_txg_timeout=1: the bookmark reaches the disk
     assert progress(oxzfs, pool) == held, "held still, the scan went on"
     assert held[3] < 95.0, f"the scan was nearly done before it could be held: {held}"
     return held
@@ -77,7 +76,7 @@ def delay(oxzfs, dev, pool, ms):
 
 def test_scrub_resumes_from_its_bookmark_after_export_and_import(oxzfs):
     pool = "scanres"
-    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 21)
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 21)
     d0 = os.path.join(vdir, "d0")
     import_rw(oxzfs, vdir, pool, alt)
     tunable(oxzfs, "zfs_txg_timeout=1")
@@ -116,19 +115,14 @@ def test_scrub_resumes_from_its_bookmark_after_export_and_import(oxzfs):
         f"resumed at {held[3]}%, the rest read {rest} blocks of d0, a whole scrub {whole}"
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
-    check_reads(oxzfs, vdir, pool, alt, want)
 
 
 def test_resilver_resumes_after_kill9_and_completes_the_new_side(oxzfs_bin, work_dir):
     """A new mirror side half resilvered when the daemon is killed: the next import goes on
     from the bookmark (its figures carried over, only the rest written), the DTL empties, and
     the new side alone holds the whole pool."""
-    base = os.path.join(work_dir, "run", "resilver-resume")
-    unmount_below(base)
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    ox = Oxzfs(oxzfs_bin, base)
-    ox.start_daemon()
+    ox = fresh_daemon(oxzfs_bin, work_dir, "resilver-resume")
+    base = ox.base
     pool = "rsres"
     vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
     d0, d1 = make_devs(vdir, 2, 64)

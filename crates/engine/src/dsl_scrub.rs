@@ -158,7 +158,7 @@ fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: 
 /// leaf in use misses to the end of the last (vdev_dtl_min, vdev_dtl_max); None when no leaf
 /// in use misses any.
 fn resilver_needed(spa: &Spa) -> Option<(u64, u64)> {
-    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
+    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.out_of_use() && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
     bounds.fold(None, |acc: Option<(u64, u64)>, (a, b)| Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))).map(|(a, b)| (a.saturating_sub(1), b))
 }
 
@@ -356,7 +356,7 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     // vdev_dtl_reassess after a resilver or scrub without errors: the txgs it
                     // covered are on every leaf in use (the DTL space maps go out with this
                     // sync).
-                    for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()) {
+                    for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.out_of_use() && l.dev.is_some()) {
                         l.stats.dtl_clear_below(s.phys.max_txg);
                     }
                 }

@@ -370,7 +370,7 @@ impl PoolW {
         let mut ubs = Vec::new();
         for leaf in root.leaves() {
             // An offline leaf is left as it was (vdev_writeable).
-            let Some(dev) = leaf.dev.as_ref().filter(|_| leaf.state() != crate::vdev::VdevState::Offline) else { continue };
+            let Some(dev) = leaf.dev.as_ref().filter(|_| !leaf.out_of_use()) else { continue };
             let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
             let nslots = VDEV_UBERBLOCK_RING / slot;
             for l in 0..VDEV_LABELS {
