@@ -70,6 +70,9 @@ impl Default for ScanState {
     }
 }
 
+/// zb_objset of a walk with no dataset under way (its end, or its dataset destroyed).
+pub const ZB_DESTROYED_OBJSET: u64 = u64::MAX;
+
 /// Seconds since the epoch (gethrestime_sec).
 pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -105,6 +108,44 @@ impl ScanState {
     /// A copy of the state, for `zpool status`.
     pub fn stat(&self) -> ScanInner {
         self.lock().clone()
+    }
+
+    /// dsl_scan_ds_snapshotted: head `ds` got snapshot `snap` (syncing context, no walk under
+    /// way): where the walk stands in the head, or its place in the queue, is the snapshot's
+    /// now (visiting the snapshot queues the head again from the snapshot's txg).
+    pub fn ds_snapshotted(&self, ds: u64, snap: u64) {
+        let mut s = self.lock();
+        if !s.scanning() {
+            return;
+        }
+        if s.phys.bookmark[0] == ds {
+            s.phys.bookmark[0] = snap;
+        }
+        if let Some(txg) = s.queue.remove(&ds) {
+            s.queue.insert(snap, txg);
+        }
+        s.dirty = true;
+    }
+
+    /// dsl_scan_ds_destroyed: dataset `ds` goes (`next`: the snapshot or head after it, when
+    /// it is a snapshot, which takes its place with the txgs it was to be visited from). A
+    /// walk that stood in it goes on with the queue (a snapshot's next is queued from the
+    /// walk's cur_min_txg: visited again whole, nothing of the destroyed one's is missed).
+    pub fn ds_destroyed(&self, ds: u64, next: Option<u64>) {
+        let mut s = self.lock();
+        if !s.scanning() {
+            return;
+        }
+        let mut requeue = s.queue.remove(&ds);
+        if s.phys.bookmark[0] == ds {
+            s.phys.bookmark = [crate::dsl_scan::ZB_DESTROYED_OBJSET, 0, 0, 0];
+            requeue = Some(s.phys.cur_min_txg);
+        }
+        if let (Some(n), Some(txg)) = (next, requeue) {
+            let t = s.queue.get(&n).map_or(txg, |&t| t.min(txg));
+            s.queue.insert(n, t);
+        }
+        s.dirty = true;
     }
 
     /// The phys and dataset queue to write in this sync, if they changed.

@@ -28,8 +28,10 @@
 //! where the datasets meet them (the `scan` entry keeps the DDT bookmark at zero, so OpenZFS
 //! resuming our walk walks the DDT before going on from our bookmark).
 //!
-//! Datasets destroyed or snapshotted while a scan is under way are not followed: a dataset
-//! that is gone when its turn comes is passed over.
+//! A snapshot taken of the dataset under way, or of one queued, takes its place
+//! (dsl_scan_ds_snapshotted); a destroyed snapshot's place goes to the one after it, a
+//! destroyed head's is dropped (dsl_scan_ds_destroyed): see `dsl_scan`. A dataset that is gone
+//! when its turn comes anyway is passed over.
 
 use crate::dmu::Objset;
 use crate::spa::Spa;
@@ -43,8 +45,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// zb_objset of a walk that reached its end.
-pub const ZB_DESTROYED_OBJSET: u64 = u64::MAX;
+pub use crate::dsl_scan::ZB_DESTROYED_OBJSET;
 /// zb_level of an objset's root block (-1).
 const ZB_ROOT_LEVEL: u64 = u64::MAX;
 /// Added to the level of a meta-dnode block so that it sorts before its objects' blocks.

@@ -300,19 +300,24 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
         }
     }
     loop {
-        let (phys, queue) = {
+        {
             let s = spa.scan.lock();
             if s.request != Request::None || !s.scanning() {
                 return Ok(());
             }
-            (s.phys.clone(), s.queue.clone())
-        };
+        }
         if crate::tunables::scan_suspend_progress() {
             std::thread::sleep(std::time::Duration::from_millis(20));
             continue;
         }
         let stopped = {
             let _hold = h.hold_syncs();
+            // Where the walk stands, read once syncs are held: no snapshot or destroy moves it
+            // until the turn has written it back.
+            let (phys, queue) = {
+                let s = spa.scan.lock();
+                (s.phys.clone(), s.queue.clone())
+            };
             let deadline = std::time::Instant::now() + crate::tunables::scrub_min_time();
             let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress();
             let mut progress = |_: &Zb, asize: u64, ok: bool| {
