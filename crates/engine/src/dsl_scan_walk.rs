@@ -153,8 +153,8 @@ pub struct ScanWalk<'a> {
     pub queue: BTreeMap<u64, u64>,
     /// Asked at each block where the walk may stop, once it visited a block this turn.
     pub stop: &'a dyn Fn() -> bool,
-    /// Hears of each block read: its bookmark, allocated bytes, whether a copy verified.
-    pub progress: &'a mut dyn FnMut(&Zb, u64, bool),
+    /// Hears of each block read: its bookmark and block pointer, whether a copy verified.
+    pub progress: &'a mut dyn FnMut(&Zb, &BlockPointer, bool),
     suspending: bool,
     visited: u64,
 }
@@ -167,7 +167,7 @@ impl<'a> ScanWalk<'a> {
         phys: &oxzfs_format::dsl::DslScanPhys,
         queue: BTreeMap<u64, u64>,
         stop: &'a dyn Fn() -> bool,
-        progress: &'a mut dyn FnMut(&Zb, u64, bool),
+        progress: &'a mut dyn FnMut(&Zb, &BlockPointer, bool),
     ) -> ScanWalk<'a> {
         ScanWalk {
             spa,
@@ -340,7 +340,7 @@ impl<'a> ScanWalk<'a> {
         if r.is_err() {
             self.spa.record_error(zb.objset, zb.object, zb.blkid);
         }
-        (self.progress)(zb, bp.asize_total(), r.is_ok());
+        (self.progress)(zb, bp, r.is_ok());
     }
 
     /// dsl_scan_recurse: the children of an indirect, dnode or objset block.

@@ -320,7 +320,8 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
             };
             let deadline = std::time::Instant::now() + crate::tunables::scrub_min_time();
             let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress();
-            let mut progress = |_: &Zb, asize: u64, ok: bool| {
+            let mut progress = |_: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, ok: bool| {
+                let asize = bp.asize_total();
                 let repaired = mode.repaired.swap(0, Ordering::Relaxed);
                 let mut s = spa.scan.lock();
                 s.phys.examined += asize;
