@@ -91,7 +91,7 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
                 Err(e) => return e,
             },
             'a' | 'A' | 'b' | 'C' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 't' | 'u' => {
-                return fail(format!("option -{c}: oxzfs injects device faults only (-d device [-e] [-T] [-f])"));
+                return fail(format!("option -{c}: oxzfs injects device faults and delays only (-d device [-e] [-T] [-f], -d device -D latency:lanes)"));
             }
             _ => return usage(format!("invalid option '{c}'\n{USAGE}")),
         }
