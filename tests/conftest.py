@@ -408,14 +408,20 @@ def pytest_sessionfinish(session, exitstatus):
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.fixture(scope="module")
-def oxzfs(request, oxzfs_bin, work_dir):
-    base = os.path.join(work_dir, "run", request.module.__name__.rsplit(".", 1)[-1])
+def fresh_daemon(oxzfs_bin, work_dir, tag):
+    """A daemon of its own over an emptied WORK_DIR/run/TAG: its runner (tear it down)."""
+    base = os.path.join(work_dir, "run", tag)
     unmount_below(base)
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
     ox = Oxzfs(oxzfs_bin, base)
     ox.start_daemon()
+    return ox
+
+
+@pytest.fixture(scope="module")
+def oxzfs(request, oxzfs_bin, work_dir):
+    ox = fresh_daemon(oxzfs_bin, work_dir, request.module.__name__.rsplit(".", 1)[-1])
     try:
         yield ox
     finally:

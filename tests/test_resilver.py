@@ -48,6 +48,17 @@ def nice_to_bytes(v):
     return float(v[:-1]) * mult[v[-1]] if v[-1] in mult else float(v)
 
 
+def written_then_reimported(oxzfs, vdir, pool, alt, name, seed, mib):
+    """MIB MiB written to NAME, the pool exported and imported, the resilver the import starts
+    waited for: (status, the manifest of the root file system)."""
+    write_more(alt, pool, name, seed, mib)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    return status(oxzfs, pool), want
+
+
 def resilvered(text):
     m = re.search(r"scan: resilvered (\S+) in (\d+:\d\d:\d\d) with (\d+) errors on ", text)
     assert m, f"no finished resilver in status:\n{text}"
@@ -118,13 +129,8 @@ def test_temporary_offline_ends_at_import_with_a_resilver(oxzfs):
     assert r.returncode == 0, repr(r)
     r = oxzfs.zpool("offline", pool, "d1")
     assert r.returncode == 1 and r.stderr == "cannot offline d1: no valid replicas\n", repr(r)
-    write_more(alt, pool, "while-offline.bin", 2, 2)
-    want = manifest_mod.manifest(os.path.join(alt, pool))
-    assert oxzfs.export(pool).returncode == 0
     # -t is not in the config: back ONLINE at import, which resilvers what d2 missed.
-    import_rw(oxzfs, vdir, pool, alt)
-    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
-    text = status(oxzfs, pool)
+    text, want = written_then_reimported(oxzfs, vdir, pool, alt, "while-offline.bin", 2, 2)
     done, errors = resilvered(text)
     assert errors == 0 and state_of(text, "d2") == "ONLINE", text
     assert oxzfs.export(pool).returncode == 0
@@ -419,3 +425,54 @@ def test_a_missing_side_back_and_onlined_is_resilvered(oxzfs):
     only = alone(oxzfs, vdir, "d1", "rsback")
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_offline_f_faults_a_device_until_clear_or_online(oxzfs):
+    """`zpool offline -f`: the side is FAULTED ("external device fault") and takes no I/O, for
+    good (the config's aux_state, as OpenZFS keeps it) across export and import, until `zpool
+    clear` resilvers what it missed; with -t the fault ends at the next import."""
+    pool = "rsfault"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 23)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+    faulted_row = re.compile(r"^\t    \S*d0 +FAULTED +0 +0 +0  external device fault$", re.M)
+
+    r = oxzfs.zpool("offline", "-f", pool, "d0")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    text = status(oxzfs, pool)
+    assert faulted_row.search(text) and state_of(text, "mirror-0") == "DEGRADED" and " state: DEGRADED" in text, text
+    assert ("status: One or more devices are faulted in response to persistent errors.\n"
+            "\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\n"
+            "action: Replace the faulted device, or use 'zpool clear' to mark the device\n\trepaired.\n") in text, text
+    before = file_hash(d0)
+    write_more(alt, pool, "while-faulted.bin", 2, 2)
+    oxzfs.zpool("sync", pool, check=True)
+    assert file_hash(d0) == before, "a faulted device was written"
+    # Persistent: faulted again after export and import.
+    assert oxzfs.export(pool).returncode == 0
+    import_rw(oxzfs, vdir, pool, alt)
+    assert faulted_row.search(status(oxzfs, pool)), status(oxzfs, pool)
+    assert file_hash(d0) == before, "an import wrote to a faulted device"
+    r = oxzfs.zpool("clear", pool, "d0")
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and state_of(text, "d0") == "ONLINE" and " state: ONLINE" in text, text
+    assert 2 << 20 <= done < 7 << 20, f"resilvered {done} bytes for 2 MiB missed:\n{text}"
+
+    # -t: faulted until the next import, which resilvers what it missed; online lifts it too.
+    r = oxzfs.zpool("offline", "-f", "-t", pool, "d1")
+    assert r.returncode == 0, repr(r)
+    assert state_of(status(oxzfs, pool), "d1") == "FAULTED"
+    text, want = written_then_reimported(oxzfs, vdir, pool, alt, "while-tmp-faulted.bin", 3, 1)
+    assert state_of(text, "d1") == "ONLINE" and resilvered(text)[1] == 0, text
+    assert oxzfs.zpool("offline", "-f", pool, "d1").returncode == 0
+    assert oxzfs.zpool("online", pool, "d1").returncode == 0
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    assert state_of(status(oxzfs, pool), "d1") == "ONLINE"
+    assert oxzfs.export(pool).returncode == 0
+    # Each side alone holds the whole pool; the one faulted for good reads every file back.
+    only0, only1 = alone(oxzfs, vdir, "d0", "rsfault0"), alone(oxzfs, vdir, "d1", "rsfault1")
+    zdb_checks((only0, pool), (only1, pool))
+    check_reads(oxzfs, only0, pool, alt, want)

@@ -16,7 +16,7 @@ import zlib
 
 import manifest as manifest_mod
 import populate as populate_mod
-from conftest import Oxzfs, count, diff_manifests, status_rows, unmount_below, zfs_fuse_imported
+from conftest import Oxzfs, count, diff_manifests, fresh_daemon, status_rows, zfs_fuse_imported
 from test_damage import LABELS_BACK, LABELS_FRONT, SECTOR, rot_sectors
 from test_write import _strip_xattrs, make_devs, zdb_check
 
@@ -311,12 +311,8 @@ def test_scrub_counts_damage_beyond_redundancy(oxzfs):
 def test_scrub_goes_on_after_kill9(oxzfs_bin, work_dir):
     """A scrub under way when the daemon is killed: the pool's MOS says it is scanning, so the
     next read-write import starts it again and it runs to the end; zdb is clean."""
-    base = os.path.join(work_dir, "run", "scrub-kill9")
-    unmount_below(base)
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    ox = Oxzfs(oxzfs_bin, base)
-    ox.start_daemon()
+    ox = fresh_daemon(oxzfs_bin, work_dir, "scrub-kill9")
+    base = ox.base
     pool = "scrubkill"
     vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
     devs = make_devs(vdir, 2, 64)

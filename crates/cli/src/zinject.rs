@@ -4,8 +4,10 @@
 //!   zinject                       list the handlers
 //!   zinject -c <id|all>           remove one, or all
 //!   zinject -d device [-e io|nxio|corrupt] [-T read|write|free|claim|all] [-f frequency] [-q] pool
+//!   zinject -d device -D latency:lanes pool   every I/O of the device takes latency ms, lanes
+//!                                             of them at a time
 //!
-//! Data (-t/-b), label (-L), delay (-D), action (-A), panic (-p) and ignored-write (-I)
+//! Data (-t/-b), label (-L), action (-A), panic (-p) and ignored-write (-I)
 //! injection are OpenZFS's kernel hooks into places oxzfs does not have; they are refused by
 //! name.
 
@@ -15,7 +17,7 @@ use oxzfs::vdev::Vdev;
 use std::fmt::Write;
 use std::sync::Arc;
 
-const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.";
+const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.\n\n\tzinject -d device -D latency:lanes pool\n\n\t\tAdd an artificial delay to IO requests on a particular\n\t\tdevice, such that the requests take a minimum of 'latency'\n\t\tmilliseconds to complete. Each delay has an associated\n\t\tnumber of 'lanes' which defines the number of concurrent\n\t\tIO requests that can be processed.";
 
 fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
     if v.is_leaf() && (v.display_name() == name || v.path.as_deref() == Some(name) || v.guid.to_string() == name || format!("{:x}", v.guid) == name) {
@@ -26,6 +28,7 @@ fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
 
 pub fn zinject(st: &mut State, args: &[String]) -> Out {
     let (mut cancel, mut device, mut error, mut iotype, mut freq, mut quiet) = (None, None, DevError::Nxio, IoType::All, 0u32, false);
+    let (mut delay_ns, mut lanes) = (0u64, 0u64);
     let mut operands = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -79,8 +82,16 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
                 },
                 Err(e) => return e,
             },
-            'a' | 'A' | 'b' | 'C' | 'D' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 't' | 'u' => {
-                return fail(format!("option -{c}: oxzfs injects device faults only (-d device [-e] [-T] [-f])"));
+            'D' => match value(c) {
+                // parse_delay: "%lu:%lu", a latency of zero refused.
+                Ok(v) => match v.split_once(':').map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>())) {
+                    Some((Ok(ms), Ok(n))) if ms != 0 => (delay_ns, lanes) = (ms.saturating_mul(1_000_000), n),
+                    _ => return usage(format!("invalid i/o delay value: '{v}'\n{USAGE}")),
+                },
+                Err(e) => return e,
+            },
+            'a' | 'A' | 'b' | 'C' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 't' | 'u' => {
+                return fail(format!("option -{c}: oxzfs injects device faults and delays only (-d device [-e] [-T] [-f], -d device -D latency:lanes)"));
             }
             _ => return usage(format!("invalid option '{c}'\n{USAGE}")),
         }
@@ -122,7 +133,7 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
         return fail(format!("cannot find device '{dev}' in pool '{pool}'"));
     };
     let guid = leaf.guid;
-    let id = inject::add(Handler { id: 0, pool: pool.clone(), guid, error, iotype, freq_ppm: freq });
+    let id = inject::add(Handler { id: 0, pool: pool.clone(), guid, error, iotype, freq_ppm: freq, delay_ns, lanes });
     if quiet {
         return ok(format!("{id}\n"));
     }
@@ -134,10 +145,23 @@ fn list() -> Out {
     if hs.is_empty() {
         return ok("No handlers registered.\nRun 'zinject -h' for usage information.\n".into());
     }
-    let mut out = format!("{:>3}  {:<15}  {}\n---  ---------------  ----------------\n", "ID", "POOL", "GUID");
-    for h in hs {
-        let _ = writeln!(out, "{:>3}  {:<15}  {:x}", h.id, h.pool, h.guid);
+    // print_all_handlers: the device faults, then the delays, each table followed by a blank line.
+    let mut out = String::new();
+    let (faults, delays): (Vec<_>, Vec<_>) = hs.into_iter().partition(|h| h.delay_ns == 0);
+    if !faults.is_empty() {
+        let _ = write!(out, "{:>3}  {:<15}  {}\n---  ---------------  ----------------\n", "ID", "POOL", "GUID");
+        for h in faults {
+            let _ = writeln!(out, "{:>3}  {:<15}  {:x}", h.id, h.pool, h.guid);
+        }
+        out.push('\n');
     }
-    out.push('\n');
+    if !delays.is_empty() {
+        let _ = writeln!(out, "{:>3}  {:<15}  {:<15}  {:<15}  {}", "ID", "POOL", "DELAY (ms)", "LANES", "GUID");
+        let _ = writeln!(out, "---  ---------------  ---------------  ---------------  ----------------");
+        for h in delays {
+            let _ = writeln!(out, "{:>3}  {:<15}  {:<15}  {:<15}  {:x}", h.id, h.pool, h.delay_ns / 1_000_000, h.lanes, h.guid);
+        }
+        out.push('\n');
+    }
     ok(out)
 }

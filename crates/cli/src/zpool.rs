@@ -418,15 +418,32 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
         return fail(format!("cannot open '{name}': no such pool"));
     };
     let root = &imp.pool.spa.root_vdev;
-    match o.operands.get(1) {
-        None => root.clear_errors(),
+    let target = match o.operands.get(1) {
+        None => None,
         Some(dev) => match root.find(dev) {
-            Some(v) => v.clear_errors(),
+            Some(v) => Some(v.guid),
             None => return fail(format!("cannot clear errors for {dev}: no such device in pool")),
         },
+    };
+    // vdev_clear: faults forced with `offline -f` lifted (a resilver of what they missed).
+    let mut resilver = false;
+    if let Some(h) = &imp.rw {
+        match h.lock().vdev_clear_faults(target) {
+            Ok(stale) => resilver = stale,
+            Err(e) => return fail(format!("cannot clear errors for {name}: {e}")),
+        }
+    }
+    match o.operands.get(1).and_then(|dev| root.find(dev)) {
+        Some(v) => v.clear_errors(),
+        None => root.clear_errors(),
     }
     if let Some(h) = &imp.rw {
         h.lock().log_devices_cleared();
+        if resilver {
+            if let Err(e) = oxzfs::dsl_scrub::resilver(h) {
+                return err_out(e, &format!("cannot resilver '{name}'"));
+            }
+        }
     }
     ok(String::new())
 }
@@ -1503,22 +1520,22 @@ fn find_leaf(imp: &Imported, dev: &str, cwd: &Path) -> Option<u64> {
     root.find(&full.display().to_string()).filter(|v| v.is_leaf()).map(|v| v.guid)
 }
 
-/// `zpool offline [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
+/// `zpool offline [-f] [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
 /// recording what it misses; -t leaves the config alone, so that it is back after an import.
+/// -f faults it instead (FAULTED, "external device fault"; DEGRADED when it holds the only
+/// copy of some data), for good unless -t, until `zpool clear` or `online`.
 pub fn offline(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let o = match getopt(args, "", "ft") {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{OFFLINE_USAGE}")),
     };
-    if o.has('f') {
-        return fail("cannot offline: forcing a device into the faulted state (-f) is not supported");
-    }
     let (_, h, leaves) = match leaf_operands(st, &o, cwd, OFFLINE_USAGE, "cannot offline") {
         Ok(x) => x,
         Err(e) => return e,
     };
     for (dev, guid) in leaves {
-        if let Err(e) = h.lock().vdev_offline(guid, o.has('t'), &dev) {
+        let r = if o.has('f') { h.lock().vdev_fault(guid, o.has('t'), &dev) } else { h.lock().vdev_offline(guid, o.has('t'), &dev) };
+        if let Err(e) = r {
             return fail(e.to_string());
         }
     }

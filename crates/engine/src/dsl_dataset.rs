@@ -293,6 +293,7 @@ impl PoolW {
         self.zil_destroy(ds)?;
         self.sync()?;
         self.datasets.remove(&ds);
+        self.spa.scan.ds_destroyed(ds, None);
         let dp = self.ds_phys(ds)?;
         let mut freed = Vec::new();
         if !dp.bp.is_hole() {

@@ -4,18 +4,20 @@
 //!
 //! ```text
 //!   MOS object directory (object 1): "scan" → dsl_scan_phys_t (24 uint64s, a fat ZAP entry):
-//!     func (scrub), state (scanning / finished / canceled), queue_obj (an empty
-//!     DMU_OT_SCAN_QUEUE ZAP while scanning: OpenZFS frees and remakes it every txg it scans),
-//!     min/max txg, start/end time, to_examine, examined, processed (bytes repaired),
-//!     errors, flags (DSF_SCRUB_PAUSED)
+//!     func (scrub, resilver), state (scanning / finished / canceled), queue_obj (a
+//!     DMU_OT_SCAN_QUEUE ZAP of the datasets still to visit while scanning), min/max txg,
+//!     cur_min/cur_max txg, start/end time, to_examine, examined, processed (bytes repaired),
+//!     errors, ddt bookmark (left zero), bookmark, flags (DSF_SCRUB_PAUSED)
 //! ```
 //!
 //! The phys is what `zpool status` reads after an import; the pass figures (bytes examined
 //! and issued since this import or resume, time spent paused) exist only in memory, as in
-//! OpenZFS. The bookmark written to disk is always zero: a scrub left paused by us (or cut
-//! short by export, a crash) starts its walk again from the beginning wherever it is resumed —
-//! by us or by OpenZFS, whose bookmark order is its own — with its counters kept. Within one
-//! import a pause resumes where it stopped (`resume`).
+//! OpenZFS. Each sync writes where the walk stands: the bookmark (scn_bookmark, with
+//! cur_min/cur_max_txg of the dataset under way) and the datasets still to visit (the entries
+//! of the queue object, "%llx" of the dataset → the txg it was queued with), in OpenZFS's order
+//! (`dsl_scan_walk`): a scan cut short by pause, export or a crash goes on from there, whether
+//! we or OpenZFS resume it, and its figures carry over (an import counts what was examined as
+//! issued before this pass, dsl_scan_init).
 //!
 //! Locking: one mutex (a leaf) over everything; the condvar wakes `zpool wait` and `scrub -w`.
 
@@ -48,8 +50,9 @@ pub struct ScanInner {
     pub request: Request,
     /// A thread is scanning.
     pub running: bool,
-    /// Where a paused walk goes on within this import (none: from the beginning).
-    pub resume: Option<Vec<u64>>,
+    /// The datasets the walk has still to visit, with the txg each was queued with
+    /// (scn_queue; the bookmark and the txg range of the dataset under way are in `phys`).
+    pub queue: std::collections::BTreeMap<u64, u64>,
     /// The thread's last error, for the daemon's log.
     pub last_error: Option<String>,
 }
@@ -66,6 +69,9 @@ impl Default for ScanState {
         ScanState::new(None, crate::dsl_scan::now())
     }
 }
+
+/// zb_objset of a walk with no dataset under way (its end, or its dataset destroyed).
+pub const ZB_DESTROYED_OBJSET: u64 = u64::MAX;
 
 /// Seconds since the epoch (gethrestime_sec).
 pub fn now() -> u64 {
@@ -104,10 +110,48 @@ impl ScanState {
         self.lock().clone()
     }
 
-    /// The phys to write in this sync, if it changed.
-    pub fn take_dirty(&self) -> Option<DslScanPhys> {
+    /// dsl_scan_ds_snapshotted: head `ds` got snapshot `snap` (syncing context, no walk under
+    /// way): where the walk stands in the head, or its place in the queue, is the snapshot's
+    /// now (visiting the snapshot queues the head again from the snapshot's txg).
+    pub fn ds_snapshotted(&self, ds: u64, snap: u64) {
         let mut s = self.lock();
-        std::mem::take(&mut s.dirty).then(|| s.phys.clone())
+        if !s.scanning() {
+            return;
+        }
+        if s.phys.bookmark[0] == ds {
+            s.phys.bookmark[0] = snap;
+        }
+        if let Some(txg) = s.queue.remove(&ds) {
+            s.queue.insert(snap, txg);
+        }
+        s.dirty = true;
+    }
+
+    /// dsl_scan_ds_destroyed: dataset `ds` goes (`next`: the snapshot or head after it, when
+    /// it is a snapshot, which takes its place with the txgs it was to be visited from). A
+    /// walk that stood in it goes on with the queue (a snapshot's next is queued from the
+    /// walk's cur_min_txg: visited again whole, nothing of the destroyed one's is missed).
+    pub fn ds_destroyed(&self, ds: u64, next: Option<u64>) {
+        let mut s = self.lock();
+        if !s.scanning() {
+            return;
+        }
+        let mut requeue = s.queue.remove(&ds);
+        if s.phys.bookmark[0] == ds {
+            s.phys.bookmark = [crate::dsl_scan::ZB_DESTROYED_OBJSET, 0, 0, 0];
+            requeue = Some(s.phys.cur_min_txg);
+        }
+        if let (Some(n), Some(txg)) = (next, requeue) {
+            let t = s.queue.get(&n).map_or(txg, |&t| t.min(txg));
+            s.queue.insert(n, t);
+        }
+        s.dirty = true;
+    }
+
+    /// The phys and dataset queue to write in this sync, if they changed.
+    pub fn take_dirty(&self) -> Option<(DslScanPhys, Vec<(u64, u64)>)> {
+        let mut s = self.lock();
+        std::mem::take(&mut s.dirty).then(|| (s.phys.clone(), s.queue.iter().map(|(&a, &b)| (a, b)).collect()))
     }
 }
 
@@ -126,7 +170,7 @@ fn fresh(phys: Option<DslScanPhys>, now: u64) -> ScanInner {
         pass_scrub_spent_paused: 0,
         request: Request::None,
         running: false,
-        resume: None,
+        queue: Default::default(),
         last_error: None,
     }
 }
@@ -161,7 +205,7 @@ mod tests {
         assert_eq!((s.pass_scrub_pause, s.issued()), (77, 4000));
         assert!(st.take_dirty().is_none());
         st.lock().dirty = true;
-        assert_eq!(st.take_dirty().map(|p| p.examined), Some(5000));
+        assert_eq!(st.take_dirty().map(|p| p.0.examined), Some(5000));
         assert!(st.take_dirty().is_none());
         let none = ScanState::new(None, 1).stat();
         assert!(!none.scanning() && !none.paused());

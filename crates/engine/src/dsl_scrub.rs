@@ -1,5 +1,5 @@
 //! dsl_scrub: `zpool scrub` — the scan of every block of a pool imported read-write, as
-//! OpenZFS's dsl_scan.c runs it (its state is `dsl_scan`'s, its walk `traverse::scan_walk`).
+//! OpenZFS's dsl_scan.c runs it (its state is `dsl_scan`'s, its walk `dsl_scan_walk`'s).
 //!
 //! ```text
 //!   zpool scrub ─► setup (under the pool lock): dsl_scan_phys = {scrub, scanning, max_txg =
@@ -14,8 +14,9 @@
 //!   zpool scrub -p: the thread stops at a block boundary; DSF_SCRUB_PAUSED, synced
 //!   zpool scrub (paused): flag cleared, the thread goes on from the bookmark
 //!   zpool scrub -s: the thread stops; canceled, end time, queue freed, synced
-//!   export: the thread stops; the pool keeps "scanning" on disk and the next read-write
-//!           import starts the walk again from the beginning (see `dsl_scan`)
+//!   export: the thread stops at a block boundary; the pool keeps "scanning" on disk with its
+//!           bookmark and dataset queue, and the next read-write import goes on from there
+//!           (a crash: from what the last sync wrote, see `dsl_scan`)
 //! ```
 //!
 //! Holding syncs off keeps the tree being walked whole: no block of it is freed or reused
@@ -29,11 +30,11 @@
 use crate::dsl_pool::PoolW;
 use crate::dsl_scan::{now, Request};
 use crate::spa::Spa;
-use crate::traverse::{scan_walk, ScanCursor, ScanKey};
+use crate::dsl_scan_walk::{ScanWalk, Zb};
 use crate::txg::PoolHandle;
 use crate::vdev::ReadMode;
 use crate::{Result, ZfsError};
-use oxzfs_format::dsl::{DslScanPhys, DDT_CLASS_DUPLICATE, DMU_POOL_DIRECTORY_OBJECT, DMU_POOL_SCAN, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
+use oxzfs_format::dsl::{DslScanPhys, DDT_CLASS_DUPLICATE, DMU_POOL_DIRECTORY_OBJECT, DSF_SCRUB_PAUSED, DSS_CANCELED, DSS_FINISHED, DSS_SCANNING, POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
 use oxzfs_format::types::{DMU_OT_SCAN_QUEUE, DMU_OT_ZAP_OTHER};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -104,14 +105,17 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
             s.phys.flags |= DSF_SCRUB_PAUSED;
             s.pass_scrub_pause = t;
         }
-        ScrubCmd::Cancel => end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?,
+        ScrubCmd::Cancel => {
+            s.queue.clear();
+            end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?
+        }
     }
     publish(h, g, s, &spa, cmd == ScrubCmd::Start)
 }
 
 /// The scan's new state into the MOS, synced; with `start`, the scan thread started on it.
 fn publish(h: &Arc<PoolHandle>, mut g: impl std::ops::DerefMut<Target = PoolW>, mut s: std::sync::MutexGuard<'_, crate::dsl_scan::ScanInner>, spa: &Arc<Spa>, start: bool) -> Result<()> {
-    write_phys(&mut g, &s.phys)?;
+    write_phys(&mut g, &s)?;
     s.dirty = false;
     if start {
         s.running = true;
@@ -136,14 +140,14 @@ fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: 
         g.mos.free_object(s.phys.queue_obj)?;
     }
     let (_, allocated) = g.ms.lock().space_totals();
-    s.phys = DslScanPhys { func, state: DSS_SCANNING, queue_obj, min_txg, max_txg, start_time: t, to_examine: allocated, ddt_class_max: DDT_CLASS_DUPLICATE, ..Default::default() };
+    s.phys = DslScanPhys { func, state: DSS_SCANNING, queue_obj, min_txg, max_txg, start_time: t, cur_min_txg: min_txg, cur_max_txg: max_txg, to_examine: allocated, ddt_class_max: DDT_CLASS_DUPLICATE, ..Default::default() };
     s.pass_start = t;
     s.pass_exam = 0;
     s.pass_issued = 0;
     s.issued_before_pass = 0;
     s.pass_scrub_pause = 0;
     s.pass_scrub_spent_paused = 0;
-    s.resume = None;
+    s.queue.clear();
     for l in g.spa.root_vdev.leaves() {
         l.stats.scan_processed.store(0, Ordering::Relaxed);
     }
@@ -154,7 +158,7 @@ fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: 
 /// leaf in use misses to the end of the last (vdev_dtl_min, vdev_dtl_max); None when no leaf
 /// in use misses any.
 fn resilver_needed(spa: &Spa) -> Option<(u64, u64)> {
-    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
+    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.out_of_use() && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
     bounds.fold(None, |acc: Option<(u64, u64)>, (a, b)| Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))).map(|(a, b)| (a.saturating_sub(1), b))
 }
 
@@ -177,8 +181,8 @@ pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
     Ok(true)
 }
 
-/// After a read-write import: a scrub the pool was running (not paused) goes on, from the
-/// beginning of its walk (dsl_scan_init leaves it scanning; the next sync resumes it); with
+/// After a read-write import: a scan the pool was running (not paused) goes on from its
+/// bookmark (dsl_scan_init leaves it scanning; the next sync resumes it); with
 /// no scan under way, a leaf in use that misses txgs gets its resilver (spa_load's
 /// vdev_resilver_needed check).
 pub fn resume_after_import(h: &Arc<PoolHandle>) {
@@ -234,10 +238,10 @@ fn stop_thread(spa: &Spa, why: Request) {
     spa.scan.wait_while(|s| s.running);
 }
 
-/// The `scan` entry of the pool directory (dsl_scan_sync_state).
-fn write_phys(g: &mut PoolW, phys: &DslScanPhys) -> Result<()> {
-    g.mos.zap_mut(DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
-    Ok(())
+/// The `scan` entry of the pool directory and the dataset queue (dsl_scan_sync_state).
+fn write_phys(g: &mut PoolW, s: &crate::dsl_scan::ScanInner) -> Result<()> {
+    let queue: Vec<(u64, u64)> = s.queue.iter().map(|(&a, &b)| (a, b)).collect();
+    g.scan_sync_state(&s.phys, &queue)
 }
 
 /// dsl_scan_done: the scan ends as `state`; its queue object and an old-style scrub's entries go.
@@ -283,11 +287,11 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
     let resilvering = spa.scan.lock().phys.func == POOL_SCAN_RESILVER;
     let mode = if resilvering { ReadMode::resilver() } else { ReadMode::new(true, true) };
     {
-        // A walk from the beginning (a new scrub, or one found scanning or paused at import)
-        // examines everything again: the figures of the walk start over, the repairs and
-        // errors found so far stay.
+        // A walk from the beginning (a new scan, or one whose bookmark is at the start) counts
+        // everything again: the figures of the walk start over, the repairs and errors found
+        // so far stay. A walk from a bookmark keeps them.
         let mut s = spa.scan.lock();
-        if s.resume.is_none() {
+        if s.phys.bookmark == [0; 4] && s.queue.is_empty() {
             s.phys.examined = 0;
             s.phys.skipped = 0;
             s.issued_before_pass = 0;
@@ -296,23 +300,28 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
         }
     }
     loop {
-        let (min_txg, max_txg, resume) = {
+        {
             let s = spa.scan.lock();
             if s.request != Request::None || !s.scanning() {
                 return Ok(());
             }
-            let resume: ScanKey = s.resume.as_deref().and_then(|r| r.try_into().ok()).unwrap_or([0; 5]);
-            (s.phys.min_txg, s.phys.max_txg, resume)
-        };
+        }
         if crate::tunables::scan_suspend_progress() {
             std::thread::sleep(std::time::Duration::from_millis(20));
             continue;
         }
         let stopped = {
             let _hold = h.hold_syncs();
+            // Where the walk stands, read once syncs are held: no snapshot or destroy moves it
+            // until the turn has written it back.
+            let (phys, queue) = {
+                let s = spa.scan.lock();
+                (s.phys.clone(), s.queue.clone())
+            };
             let deadline = std::time::Instant::now() + crate::tunables::scrub_min_time();
-            let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None;
-            let mut progress = |asize: u64, ok: bool| {
+            let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress();
+            let mut progress = |_: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, ok: bool| {
+                let asize = bp.asize_total();
                 let repaired = mode.repaired.swap(0, Ordering::Relaxed);
                 let mut s = spa.scan.lock();
                 s.phys.examined += asize;
@@ -322,14 +331,22 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                 if !ok {
                     s.phys.errors += 1;
                 }
-                s.dirty = true;
             };
-            let cur = ScanCursor { mode: &mode, min_txg, max_txg, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
-            scan_walk(spa, cur)
+            let mut walk = ScanWalk::new(spa, &mode, &phys, queue, &stop, &mut progress);
+            let done = walk.visit();
+            // Where the walk stands, for the next turn and the next sync (one with the figures).
+            let (bookmark, cur_min, cur_max, queue) = (walk.bookmark, walk.cur_min_txg, walk.cur_max_txg, std::mem::take(&mut walk.queue));
+            drop(walk);
+            let mut s = spa.scan.lock();
+            s.phys.bookmark = bookmark.words();
+            s.phys.cur_min_txg = cur_min;
+            s.phys.cur_max_txg = cur_max;
+            s.queue = queue;
+            s.dirty = true;
+            (!done).then_some(())
         };
         match stopped {
-            Some(key) => {
-                spa.scan.lock().resume = Some(key.to_vec());
+            Some(()) => {
                 h.sync_if_due()?;
                 // Let a command or the sync thread waiting for the pool have it.
                 std::thread::sleep(std::time::Duration::from_millis(2));
@@ -345,14 +362,14 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     // vdev_dtl_reassess after a resilver or scrub without errors: the txgs it
                     // covered are on every leaf in use (the DTL space maps go out with this
                     // sync).
-                    for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.stats.offline.load(Ordering::Relaxed) && l.dev.is_some()) {
+                    for l in spa.root_vdev.leaves().into_iter().filter(|l| !l.out_of_use() && l.dev.is_some()) {
                         l.stats.dtl_clear_below(s.phys.max_txg);
                     }
                 }
                 end_scan(&mut g, &mut s.phys, DSS_FINISHED, now())?;
-                write_phys(&mut g, &s.phys)?;
+                s.queue.clear();
+                write_phys(&mut g, &s)?;
                 s.dirty = false;
-                s.resume = None;
                 drop(s);
                 return g.sync();
             }

@@ -145,6 +145,7 @@ impl PoolW {
             userrefs_obj: 0,
         };
         mos.set_bonus(snap, &sp.encode())?;
+        self.spa.scan.ds_snapshotted(ds, snap);
         for f in self.ds_features(ds)? {
             self.ds_feature_activate(snap, &f)?;
         }
@@ -219,6 +220,7 @@ impl PoolW {
             prev = Some(sp.prev_snap_obj);
         }
         let next = sp.next_snap_obj;
+        self.spa.scan.ds_destroyed(obj, Some(next));
         let mut np = self.ds_phys(next)?;
         let old_unique = np.unique_bytes;
         np.prev_snap_obj = sp.prev_snap_obj;

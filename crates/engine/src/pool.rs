@@ -684,6 +684,8 @@ fn aux_text(v: &Vdev, imported: bool) -> String {
         } else {
             "  cannot open".into()
         }
+    } else if v.is_leaf() && v.stats.fault_external.load(std::sync::atomic::Ordering::Relaxed) && matches!(v.state(), VdevState::Faulted | VdevState::Degraded) {
+        "  external device fault".into()
     } else if v.is_leaf() && v.state() == VdevState::Faulted {
         "  too many errors".into()
     } else if !v.is_leaf() && matches!(v.state(), VdevState::Unavail | VdevState::Faulted) {

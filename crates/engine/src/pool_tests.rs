@@ -311,34 +311,48 @@ mod vdev_removal_tests {
 }
 
 mod scan_walk_tests {
-    //! traverse's scan walk (pool layer): stopped anywhere and resumed from its key, it reads
-    //! every block exactly once, as one walk does.
+    //! The scan's walk (`dsl_scan_walk`, pool layer): stopped anywhere and resumed from its
+    //! bookmark and dataset queue, it reads every block once, as one walk does — but for the
+    //! accounting objects' blocks, which every walk through their objset reads again.
     use super::test_pool;
-    use crate::traverse::{scan_walk, ScanCursor, ScanKey};
+    use crate::dsl_scan_walk::{ScanWalk, Zb};
     use crate::vdev::ReadMode;
+    use oxzfs_format::dsl::DslScanPhys;
+    use std::collections::BTreeMap;
 
-    /// Walk from `resume` until `budget` blocks were read: (blocks, bytes, where it stopped).
-    fn turn(spa: &std::sync::Arc<crate::spa::Spa>, resume: ScanKey, budget: u64) -> (u64, u64, Option<ScanKey>) {
+    /// Walk on from `phys`/`queue` until `budget` blocks were read: (blocks and bytes read
+    /// outside the accounting objects, those read inside them, whether the walk ended).
+    fn turn(spa: &std::sync::Arc<crate::spa::Spa>, phys: &mut DslScanPhys, queue: &mut BTreeMap<u64, u64>, budget: u64) -> ((u64, u64), u64, bool) {
         let mode = ReadMode::new(false, true);
         let n = std::cell::Cell::new(0u64);
         let stop = || n.get() >= budget;
-        let (mut blocks, mut bytes) = (0, 0);
-        let mut progress = |asize: u64, ok: bool| {
+        let (mut blocks, mut bytes, mut acct) = (0, 0, 0);
+        let mut progress = |zb: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, ok: bool| {
             assert!(ok);
+            let asize = bp.asize_total();
             n.set(n.get() + 1);
-            blocks += 1;
-            bytes += asize;
+            if (zb.object as i64) < 0 {
+                acct += 1;
+            } else {
+                blocks += 1;
+                bytes += asize;
+            }
         };
-        let cur = ScanCursor { mode: &mode, min_txg: 0, max_txg: u64::MAX, resume, stop: &stop, progress: &mut progress, stopped_at: None, visited: 0 };
-        let at = scan_walk(spa, cur);
-        (blocks, bytes, at)
+        let mut w = ScanWalk::new(spa, &mode, phys, std::mem::take(queue), &stop, &mut progress);
+        let done = w.visit();
+        phys.bookmark = w.bookmark.words();
+        phys.cur_min_txg = w.cur_min_txg;
+        phys.cur_max_txg = w.cur_max_txg;
+        *queue = std::mem::take(&mut w.queue);
+        drop(w);
+        ((blocks, bytes), acct, done)
     }
 
     #[test]
     fn a_walk_stopped_anywhere_resumes_without_loss_or_repeat() {
         let (dir, mut pw) = test_pool("scanwalk");
         let ds = pw.find_dataset("scanwalk").unwrap().expect("the root dataset");
-        // Files of many sizes (indirect blocks too), a directory, then a sync.
+        // Files of many sizes (indirect blocks too), a directory, a snapshot, then a sync.
         {
             let os = pw.objset(ds).unwrap();
             let fs = crate::zplw::open_fs(os, 4096).unwrap();
@@ -356,29 +370,125 @@ mod scan_walk_tests {
                 crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
             }
         }
+        // A snapshot, then files changed after it: the walk goes through the snapshot, then
+        // the head from the snapshot's txg (the dataset queue).
+        pw.snapshot(&["scanwalk@one".to_string()], &[]).unwrap();
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..10u64 {
+                let obj = crate::zplw::create(os, fs.root, format!("g{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                crate::zplw::write(os, obj, 0, &vec![i as u8 + 1; 20_000 * i as usize + 1], 4096).unwrap();
+            }
+        }
         pw.sync().unwrap();
         let spa = pw.spa.clone();
-        let whole = turn(&spa, [0; 5], u64::MAX);
-        assert!(whole.0 > 100 && whole.2.is_none(), "one walk: {whole:?}");
+        let start = DslScanPhys { max_txg: u64::MAX - 1, ..Default::default() };
+        let (whole, _, done) = turn(&spa, &mut start.clone(), &mut BTreeMap::new(), u64::MAX);
+        assert!(whole.0 > 100 && done, "one walk: {whole:?}");
         for budget in [1, 7, 64] {
-            let (mut blocks, mut bytes, mut at) = (0, 0, [0u64; 5]);
-            let mut turns = 0;
+            let (mut phys, mut queue) = (start.clone(), BTreeMap::new());
+            let (mut blocks, mut bytes, mut turns) = (0, 0, 0);
             loop {
-                let (b, n, stopped) = turn(&spa, at, budget);
-                assert!(b > 0 && b <= budget, "a turn reads at least one and at most {budget} blocks, read {b}");
+                let ((b, n), _, done) = turn(&spa, &mut phys, &mut queue, budget);
                 blocks += b;
                 bytes += n;
                 turns += 1;
-                match stopped {
-                    Some(k) => {
-                        assert!(k > at, "the walk moves on: {k:?} after {at:?}");
-                        at = k;
-                    }
-                    None => break,
+                assert!(turns < 10 * whole.0, "the walk moves on");
+                if done {
+                    break;
                 }
+                assert_ne!(phys.bookmark, [0; 4], "a walk that stops says where");
             }
-            assert_eq!((blocks, bytes), (whole.0, whole.1), "in turns of {budget} blocks ({turns} turns)");
+            assert_eq!((blocks, bytes), whole, "in turns of {budget} blocks ({turns} turns)");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Write `n` files named PREFIX<i> to the root file system of `pw`'s pool and sync.
+    fn files(pw: &mut crate::dsl_pool::PoolW, ds: u64, prefix: &str, n: u64) {
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..n {
+                let obj = crate::zplw::create(os, fs.root, format!("{prefix}{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                crate::zplw::write(os, obj, 0, &vec![i as u8 + 1; 30_000 * (i as usize % 7) + 1], 4096).unwrap();
+            }
+        }
+        pw.sync().unwrap();
+    }
+
+    /// The first DVA of every block of the pool born by `max_txg` (a whole walk).
+    fn blocks(spa: &std::sync::Arc<crate::spa::Spa>, max_txg: u64) -> std::collections::BTreeSet<(u64, u64)> {
+        let mode = ReadMode::new(false, true);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut progress = |_: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, _: bool| {
+            seen.insert((bp.dva[0].vdev, bp.dva[0].offset));
+        };
+        let stop = || false;
+        let phys = DslScanPhys { max_txg, ..Default::default() };
+        assert!(ScanWalk::new(spa, &mode, &phys, BTreeMap::new(), &stop, &mut progress).visit());
+        seen
+    }
+
+    #[test]
+    fn a_walk_in_turns_follows_snapshots_taken_and_destroyed_meanwhile() {
+        use oxzfs_format::dsl::DSS_SCANNING;
+        let (dir, mut pw) = test_pool("scansnap");
+        let ds = pw.find_dataset("scansnap").unwrap().expect("the root dataset");
+        files(&mut pw, ds, "a", 30);
+        pw.snapshot(&["scansnap@one".to_string()], &[]).unwrap();
+        files(&mut pw, ds, "b", 30);
+        let spa = pw.spa.clone();
+        let max_txg = pw.txg;
+        {
+            let mut s = spa.scan.lock();
+            s.phys = DslScanPhys { state: DSS_SCANNING, max_txg, ..Default::default() };
+            s.queue.clear();
+        }
+        // Turns of 3 blocks, with the scan's state where the hooks find it; meanwhile a new
+        // snapshot, more files, the first snapshot destroyed, a third snapshot.
+        let mut seen = std::collections::BTreeSet::new();
+        let mode = ReadMode::new(false, true);
+        for turn in 0.. {
+            let (mut phys, queue) = {
+                let s = spa.scan.lock();
+                (s.phys.clone(), s.queue.clone())
+            };
+            let n = std::cell::Cell::new(0u64);
+            let stop = || n.get() >= 3;
+            let mut progress = |_: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, _: bool| {
+                n.set(n.get() + 1);
+                seen.insert((bp.dva[0].vdev, bp.dva[0].offset));
+            };
+            let mut w = ScanWalk::new(&spa, &mode, &phys, queue, &stop, &mut progress);
+            let done = w.visit();
+            phys.bookmark = w.bookmark.words();
+            phys.cur_min_txg = w.cur_min_txg;
+            phys.cur_max_txg = w.cur_max_txg;
+            let queue = std::mem::take(&mut w.queue);
+            drop(w);
+            {
+                let mut s = spa.scan.lock();
+                s.phys = phys;
+                s.queue = queue;
+            }
+            if done {
+                assert!(turn > 12, "the walk ended at turn {turn}, before the changes");
+                break;
+            }
+            match turn {
+                4 => pw.snapshot(&["scansnap@two".to_string()], &[]).unwrap(),
+                6 => files(&mut pw, ds, "c", 30),
+                9 => pw.destroy_snapshot("scansnap@one").unwrap(),
+                12 => pw.snapshot(&["scansnap@three".to_string()], &[]).unwrap(),
+                _ => {}
+            }
+            assert!(turn < 100_000, "the walk moves on");
+        }
+        // Every block the pool holds now, of those born before the scan began, was read.
+        let missed: Vec<_> = blocks(&spa, max_txg).difference(&seen).cloned().collect();
+        assert!(missed.is_empty(), "{} blocks of the pool were not read: {:?}", missed.len(), &missed[..missed.len().min(8)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -129,7 +129,7 @@ impl PoolW {
                 let guid = leaf.get_u64("guid").unwrap_or(0);
                 let Some(dev) = self.device(guid) else { continue };
                 // An offline leaf keeps the labels it had (vdev_writeable).
-                if leaf.get_u64("offline").unwrap_or(0) != 0 || self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.state() == crate::vdev::VdevState::Offline) {
+                if leaf.get_u64("offline").unwrap_or(0) != 0 || self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.out_of_use()) {
                     continue;
                 }
                 let mut c = NvList::new();

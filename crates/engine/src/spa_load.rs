@@ -110,7 +110,13 @@ impl Spa {
         *spa.mos.lock().unwrap() = Some((mos.bp.clone(), mos.phys.clone()));
         // The scan's state (dsl_scan_init): a paused or finished scrub shows in status.
         let scan = crate::zap::zap_lookup(&mos, 1, DMU_POOL_SCAN.as_bytes()).ok().flatten().and_then(|e| DslScanPhys::from_words(&e.value_u64s()).ok());
+        let queue_obj = scan.as_ref().map_or(0, |p| p.queue_obj);
         spa.scan.load(scan, crate::dsl_scan::now());
+        if queue_obj != 0 {
+            // The datasets the walk has still to visit (scan_ds_queue_load).
+            let entries = crate::zap::zap_list_u64(&mos, queue_obj).unwrap_or_default();
+            spa.scan.lock().queue = entries.iter().filter_map(|(n, txg)| u64::from_str_radix(n.trim_end_matches(char::from(0)), 16).ok().map(|ds| (ds, *txg))).collect();
+        }
         drop(mos);
         if let Err(e) = spa.check_features() {
             spa.close();

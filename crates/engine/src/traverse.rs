@@ -17,27 +17,11 @@
 //! each counted non-embedded block is read and verified against its bp on every copy path
 //! the vdev layer offers; failures are reported and counted, never fatal.
 //!
-//! A scan (`scan_walk`, the scrub's walk) is the same walk over the pool's synced tree, with
-//! the deferred frees left out (freed blocks are not scrubbed) and the intent log only when it
-//! was claimed (an unclaimed chain of a writable pool is still being written, as OpenZFS's
-//! dsl_scan_zil skips it): every block born by `max_txg` is read through the scan's
-//! `ReadMode` (every copy, repairing), and the walk stops when told to, returning where it
-//! stopped as a `ScanKey`. A later walk from that key — over a newer tree — skips every subtree
-//! that lies wholly before it and reads (without counting again) the indirect and dnode blocks
-//! on the way down to it. Keys order the blocks as the pre-order walk meets them:
-//!
-//! ```text
-//!   [dataset (0: the MOS), object, kind, first level-0 blkid, 63 - level]
-//!   objset block          [ds, 0, 0, 0, 0]
-//!   meta-dnode blocks     [ds, first object they hold, 0, 0, 63 - level]
-//!   object N's blocks     [ds, N, 1, first level-0 blkid below, 63 - level]
-//!   object N's spill      [ds, N, 2, 0, 0]
-//! ```
+//! The scrub's walk is another one, in OpenZFS's scan order: `dsl_scan_walk`.
 
 use crate::dmu::Objset;
 use crate::nicenum::nicenum;
 use crate::spa::{self, Spa};
-use crate::vdev::ReadMode;
 use crate::zio::{self, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
@@ -123,59 +107,6 @@ struct Walker<'a> {
     stats: PoolBlockStats,
     /// metaslab_shift per top-level vdev, for "dittoed blocks in same metaslab".
     ms_shift: Vec<u64>,
-    /// A scan's walk (None: zdb's).
-    scan: Option<ScanCursor<'a>>,
-}
-
-/// A position in the scan's walk (see the module comment).
-pub type ScanKey = [u64; 5];
-
-/// A scan's walk: blocks born by `max_txg` read through `mode`, from `resume` on, until `stop`
-/// says so; `progress` hears of each block read (its allocated bytes, whether a copy verified).
-pub struct ScanCursor<'a> {
-    pub mode: &'a ReadMode,
-    /// Blocks born at or before it are passed over with all they point to (a resilver's
-    /// range starts after the txgs every leaf has).
-    pub min_txg: u64,
-    pub max_txg: u64,
-    pub resume: ScanKey,
-    pub stop: &'a dyn Fn() -> bool,
-    pub progress: &'a mut dyn FnMut(u64, bool),
-    /// Where the walk stopped (None: it reached the end of the pool).
-    pub stopped_at: Option<ScanKey>,
-    /// Blocks read so far: `stop` is asked only after the first, so every walk gets on.
-    pub visited: u64,
-}
-
-/// What the walk knows of the dnode whose blocks it visits: the data block size and the
-/// indirect block shift (for the range of objects or blocks below a block pointer).
-#[derive(Clone, Copy)]
-struct Geom {
-    data_block: u64,
-    ind_shift: u8,
-}
-
-const NO_GEOM: Geom = Geom { data_block: 512, ind_shift: 17 };
-
-/// The keys of a bp's first block and of the first block after its subtree.
-fn scan_keys(ds: u64, bp: &BlockPointer, object: u64, blkid: u64, g: Geom) -> (ScanKey, ScanKey) {
-    let sat = |v: u128| v.min(u64::MAX as u128) as u64;
-    if bp.typ == DMU_OT_OBJSET && object == 0 {
-        return ([ds, 0, 0, 0, 0], [ds.saturating_add(1), 0, 0, 0, 0]);
-    }
-    if blkid == u64::MAX {
-        return ([ds, object, 2, 0, 0], [ds, object, 2, 1, 0]);
-    }
-    let fanout_shift = (g.ind_shift.max(10) as u32 - 7) * bp.level as u32;
-    let first = (blkid as u128).checked_shl(fanout_shift).unwrap_or(u128::MAX);
-    let next = (blkid as u128 + 1).checked_shl(fanout_shift).unwrap_or(u128::MAX);
-    let inv = 63 - (bp.level as u64).min(63);
-    if object == 0 {
-        let per = (g.data_block / DNODE_SIZE as u64).max(1) as u128;
-        ([ds, sat(first.saturating_mul(per)), 0, 0, inv], [ds, sat(next.saturating_mul(per)), 0, 0, 0])
-    } else {
-        ([ds, object, 1, sat(first), inv], [ds, object, 1, sat(next), 0])
-    }
 }
 
 fn highbit(x: u64) -> usize {
@@ -260,29 +191,13 @@ impl<'a> Walker<'a> {
         ZioCtx::new(&self.spa.root_vdev, &self.spa.checksum_salt)
     }
 
-    fn stopped(&self) -> bool {
-        self.scan.as_ref().is_some_and(|s| s.stopped_at.is_some())
-    }
-
     /// Visit one bp (pre-order): count, verify if asked, descend.
-    fn visit_bp(&mut self, bp: &BlockPointer, min_txg: u64, objset: u64, object: u64, blkid: u64, g: Geom) {
+    fn visit_bp(&mut self, bp: &BlockPointer, min_txg: u64, objset: u64, object: u64, blkid: u64) {
         if bp.is_hole() && !bp.embedded {
             return;
         }
-        if bp.birth <= min_txg || self.stopped() || self.scan.as_ref().is_some_and(|sc| bp.birth <= sc.min_txg) {
+        if bp.birth <= min_txg {
             return;
-        }
-        let mut counted = true;
-        if let Some(sc) = self.scan.as_mut() {
-            let (key, end) = scan_keys(objset, bp, object, blkid, g);
-            if end <= sc.resume {
-                return;
-            }
-            counted = key >= sc.resume;
-            if counted && sc.visited > 0 && (sc.stop)() {
-                sc.stopped_at = Some(key);
-                return;
-            }
         }
         let typ = if bp.typ & DMU_OT_NEWTYPE != 0 || bp.typ as usize >= DMU_OT_NUMTYPES {
             ZDB_OT_OTHER
@@ -290,23 +205,10 @@ impl<'a> Walker<'a> {
             bp.typ as usize
         };
         let is_metadata = bp.level > 0 || types::ot_is_metadata(bp.typ);
-        if counted {
-            self.count(bp, typ);
-            if let Some(sc) = self.scan.as_mut() {
-                sc.visited += 1;
-                if !bp.embedded && bp.physical_birth() <= sc.max_txg && bp.physical_birth() > sc.min_txg {
-                    let ctx = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: sc.mode };
-                    let r = zio::read_physical(&ctx, bp);
-                    (sc.progress)(bp.asize_total(), r.is_ok());
-                    if let Err(e) = r {
-                        self.spa.record_error(objset, object, blkid);
-                        self.error(objset, object, bp.level as i64, blkid, &e);
-                    }
-                }
-            } else if !bp.embedded && (self.verify == Verify::All || (self.verify == Verify::Metadata && is_metadata)) {
-                if let Err(e) = zio::read_physical(&self.ctx(), bp) {
-                    self.error(objset, object, bp.level as i64, blkid, &e);
-                }
+        self.count(bp, typ);
+        if !bp.embedded && (self.verify == Verify::All || (self.verify == Verify::Metadata && is_metadata)) {
+            if let Err(e) = zio::read_physical(&self.ctx(), bp) {
+                self.error(objset, object, bp.level as i64, blkid, &e);
             }
         }
         let descend = bp.level > 0 || bp.typ == DMU_OT_DNODE || bp.typ == DMU_OT_OBJSET;
@@ -317,7 +219,7 @@ impl<'a> Walker<'a> {
             Ok(d) => d,
             Err(e) => {
                 // Already reported when verifying this block.
-                if !counted || self.verify == Verify::None || (!is_metadata && self.verify == Verify::Metadata) {
+                if self.verify == Verify::None || (!is_metadata && self.verify == Verify::Metadata) {
                     self.error(objset, object, bp.level as i64, blkid, &e);
                 }
                 return;
@@ -329,7 +231,7 @@ impl<'a> Walker<'a> {
                 match BlockPointer::decode(&data[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE], bp.little_endian) {
                     Ok(child) => {
                         let cblk = blkid.saturating_mul(n as u64).saturating_add(i as u64);
-                        self.visit_bp(&child, min_txg, objset, object, cblk, g)
+                        self.visit_bp(&child, min_txg, objset, object, cblk)
                     }
                     Err(e) => self.error(objset, object, bp.level as i64 - 1, blkid, &ZfsError::from(e)),
                 }
@@ -381,13 +283,12 @@ impl<'a> Walker<'a> {
     }
 
     fn visit_dnode(&mut self, dn: &DnodePhys, min_txg: u64, objset: u64, object: u64) {
-        let g = Geom { data_block: dn.data_block_size(), ind_shift: dn.indblkshift };
         for (i, bp) in dn.blkptr.iter().enumerate() {
-            self.visit_bp(bp, min_txg, objset, object, i as u64, g);
+            self.visit_bp(bp, min_txg, objset, object, i as u64);
         }
         if dn.flags & DNODE_FLAG_SPILL_BLKPTR != 0 {
             if let Some(sp) = &dn.spill {
-                self.visit_bp(sp, min_txg, objset, object, u64::MAX, g);
+                self.visit_bp(sp, min_txg, objset, object, u64::MAX);
             }
         }
     }
@@ -483,7 +384,7 @@ impl<'a> Walker<'a> {
 
 /// Traverse the whole pool, counting as zdb -b does.
 pub fn block_stats(spa: &Arc<Spa>, verify: Verify) -> Result<PoolBlockStats> {
-    let mut w = Walker::new(spa, verify, None);
+    let mut w = Walker::new(spa, verify);
     let mos = spa.mos();
     // Deferred frees first, as zdb does.
     if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, "sync_bplist") {
@@ -498,37 +399,19 @@ pub fn block_stats(spa: &Arc<Spa>, verify: Verify) -> Result<PoolBlockStats> {
     Ok(w.stats)
 }
 
-/// A scan's walk over the pool's synced tree (see the module comment): returns where it
-/// stopped (`cur.stopped_at`), None when it reached the end.
-pub fn scan_walk<'a>(spa: &'a Arc<Spa>, cur: ScanCursor<'a>) -> Option<ScanKey> {
-    let mut w = Walker::new(spa, Verify::None, Some(cur));
-    let mos = spa.mos();
-    let rootbp = mos.bp.clone();
-    w.walk(&mos, &rootbp);
-    w.scan.and_then(|s| s.stopped_at)
-}
-
 impl<'a> Walker<'a> {
-    fn new(spa: &'a Arc<Spa>, verify: Verify, scan: Option<ScanCursor<'a>>) -> Walker<'a> {
+    fn new(spa: &'a Arc<Spa>, verify: Verify) -> Walker<'a> {
         let ms_shift = spa.root_vdev.children.iter().map(|v| v.metaslab_shift).collect();
-        Walker { spa, verify, stats: PoolBlockStats::new(), ms_shift, scan }
+        Walker { spa, verify, stats: PoolBlockStats::new(), ms_shift }
     }
 
     /// The MOS from `rootbp`, then every dataset (its intent log, then its objset).
     fn walk(&mut self, mos: &Objset, rootbp: &BlockPointer) {
         let spa = self.spa;
-        self.visit_bp(rootbp, 0, 0, 0, 0, NO_GEOM);
+        self.visit_bp(rootbp, 0, 0, 0, 0);
         let md = mos.phys.meta_dnode.clone();
         let per_block = (md.data_block_size() / DNODE_SIZE as u64).max(1);
         for blkid in 0..=md.maxblkid {
-            if self.stopped() {
-                return;
-            }
-            if let Some(sc) = &self.scan {
-                if (blkid + 1).saturating_mul(per_block) <= sc.resume[0] {
-                    continue; // every dataset this block holds was scanned
-                }
-            }
             let block = match mos.read_block(&md, 0, blkid) {
                 Ok(Some(b)) => b,
                 Ok(None) => continue,
@@ -552,16 +435,13 @@ impl<'a> Walker<'a> {
                 let Ok(ds) = DslDatasetPhys::decode(&dn.bonus, le) else { continue };
                 let min_txg = ds.prev_snap_txg;
                 let is_snapshot = ds.num_children != 0;
-                let fresh = self.scan.as_ref().map_or(true, |sc| sc.resume <= [obj, 0, 0, 0, 0]);
-                if !is_snapshot && !ds.bp.is_hole() && fresh {
+                if !is_snapshot && !ds.bp.is_hole() {
                     if let Ok(os) = Objset::open_id(spa, &ds.bp, obj) {
                         let zh = os.phys.zil_header.clone();
-                        if self.scan.is_none() || zh.claim_txg != 0 {
-                            self.visit_zil(&zh.log, zh.claim_txg, obj);
-                        }
+                        self.visit_zil(&zh.log, zh.claim_txg, obj);
                     }
                 }
-                self.visit_bp(&ds.bp, min_txg, obj, 0, 0, NO_GEOM);
+                self.visit_bp(&ds.bp, min_txg, obj, 0, 0);
             }
         }
     }

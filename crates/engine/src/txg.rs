@@ -79,6 +79,17 @@ pub(crate) struct SyncEnv {
 
 
 impl PoolW {
+    /// dsl_scan_sync_state: the scan's phys into the pool directory's "scan" entry and the
+    /// datasets still to visit into its queue object ("%llx" of the dataset → its txg).
+    pub(crate) fn scan_sync_state(&mut self, phys: &oxzfs_format::dsl::DslScanPhys, queue: &[(u64, u64)]) -> Result<()> {
+        self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
+        if phys.queue_obj != 0 && self.mos.exists(phys.queue_obj) {
+            let z = self.mos.zap_mut(phys.queue_obj)?;
+            z.entries = queue.iter().map(|&(ds, txg)| (format!("{ds:x}").into_bytes(), (8u8, vec![txg]))).collect();
+        }
+        Ok(())
+    }
+
     // -------------------------------------------------------------------------------- create
 
     // ---------------------------------------------------------------------------------- open
@@ -300,8 +311,8 @@ impl PoolW {
             self.free_bp(&bp, txg)?;
         }
         // The scan's progress (dsl_scan_sync_state), when it changed.
-        if let Some(phys) = spa.scan.take_dirty() {
-            self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?.entries.insert(DMU_POOL_SCAN.as_bytes().to_vec(), (8, phys.words()));
+        if let Some((phys, queue)) = spa.scan.take_dirty() {
+            self.scan_sync_state(&phys, &queue)?;
         }
         // The leaves' DTLs (vdev_dtl_sync), which may name a new object in the config.
         self.dtl_sync(txg)?;
@@ -359,7 +370,7 @@ impl PoolW {
         let mut ubs = Vec::new();
         for leaf in root.leaves() {
             // An offline leaf is left as it was (vdev_writeable).
-            let Some(dev) = leaf.dev.as_ref().filter(|_| leaf.state() != crate::vdev::VdevState::Offline) else { continue };
+            let Some(dev) = leaf.dev.as_ref().filter(|_| !leaf.out_of_use()) else { continue };
             let slot = uberblock_slot_size(leaf_ashift(&root, leaf) as u64) as u64;
             let nslots = VDEV_UBERBLOCK_RING / slot;
             for l in 0..VDEV_LABELS {

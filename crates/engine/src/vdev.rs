@@ -188,6 +188,12 @@ pub struct VdevStats {
     /// Leaves: taken offline by `zpool offline` (the `offline` config nvpair when not -t):
     /// OFFLINE, neither read nor written.
     pub offline: std::sync::atomic::AtomicBool,
+    /// Leaves: faulted or degraded by `zpool offline -f` (VDEV_AUX_EXTERNAL, "external device
+    /// fault"): with `faulted`, out of use as an offline leaf is; `degraded` (the fault would
+    /// have left its top-level vdev without the data) keeps it in use. Kept across imports by
+    /// the `aux_state` "external" config nvpair unless -t; until `zpool clear` or `online`.
+    pub fault_external: std::sync::atomic::AtomicBool,
+    pub degraded: std::sync::atomic::AtomicBool,
     /// Leaves: the DTL (DTL_MISSING), txg ranges [start, end) whose blocks this leaf lacks,
     /// with the MOS space map object that keeps it (`DTL` in the leaf's config, 0: none yet)
     /// and whether it changed since that object was last written (see `vdev_dtl`).
@@ -383,6 +389,16 @@ impl Vdev {
         let stats = VdevStats::default();
         if matches!(kind, VdevKind::Leaf { .. }) {
             stats.offline.store(nv.get_u64("offline").unwrap_or(0) != 0, Ordering::Relaxed);
+            // vdev_alloc and vdev_load: a fault forced with `offline -f` (not -t) persists.
+            if nv.get_str("aux_state") == Some("external") {
+                let degraded = nv.get_u64("degraded").unwrap_or(0) != 0 && nv.get_u64("faulted").unwrap_or(0) == 0;
+                stats.fault_external.store(true, Ordering::Relaxed);
+                if degraded {
+                    stats.degraded.store(true, Ordering::Relaxed);
+                } else {
+                    stats.faulted.store(true, Ordering::Relaxed);
+                }
+            }
             stats.dtl_object.store(nv.get_u64("DTL").unwrap_or(0), Ordering::Relaxed);
         }
         let indirect = (kind == VdevKind::Indirect).then(|| {
@@ -462,6 +478,8 @@ impl Vdev {
                     VdevState::Unavail
                 } else if self.stats.faulted.load(Ordering::Relaxed) {
                     VdevState::Faulted
+                } else if self.stats.degraded.load(Ordering::Relaxed) {
+                    VdevState::Degraded
                 } else {
                     VdevState::Online
                 }
@@ -553,9 +571,15 @@ impl Vdev {
         }
     }
 
+    /// A leaf taken out of use by a command: offline, or faulted by `zpool offline -f` (it
+    /// is neither read nor written; each txg it misses goes into its DTL).
+    pub fn out_of_use(&self) -> bool {
+        self.stats.offline.load(Ordering::Relaxed) || (self.stats.fault_external.load(Ordering::Relaxed) && self.stats.faulted.load(Ordering::Relaxed))
+    }
+
     /// Raw write to a leaf, after the front labels.
     pub fn write_leaf(&self, offset: u64, data: &[u8]) -> Result<()> {
-        if self.stats.offline.load(Ordering::Relaxed) {
+        if self.out_of_use() {
             // Not an error of the device: its DTL records what it misses.
             return Err(ZfsError::Unavailable(format!("{} is offline", self.display_name())));
         }
@@ -680,7 +704,7 @@ impl Vdev {
         let mut bad = Vec::new();
         // Children that lack some txgs (a DTL not empty) are read last, only when no
         // up-to-date child gave the block (vdev_mirror_dtl_check); a resilver writes them.
-        let usable = |c: &&Arc<Vdev>| !matches!(c.state(), VdevState::Unavail | VdevState::Offline);
+        let usable = |c: &&Arc<Vdev>| !matches!(c.state(), VdevState::Unavail | VdevState::Offline) && !c.out_of_use();
         let fresh: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| !c.is_stale()).collect();
         let stale: Vec<&Arc<Vdev>> = self.children.iter().filter(usable).filter(|c| c.is_stale()).collect();
         // A resilver (and a repairing scrub, which covers every txg) reads a stale child only

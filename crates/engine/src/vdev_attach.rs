@@ -1,5 +1,6 @@
 //! vdev_attach: changes to the leaves of a pool's vdev tree while it is imported —
-//! `zpool offline` / `online` (vdev_offline, vdev_online in OpenZFS's vdev.c), `zpool attach`,
+//! `zpool offline [-f]` / `online` / `clear` (vdev_offline, vdev_fault, vdev_online,
+//! vdev_clear in OpenZFS's vdev.c), `zpool attach`,
 //! `replace` and `detach` (spa_vdev_attach, spa_vdev_detach in spa.c).
 //!
 //! ```text
@@ -7,8 +8,15 @@
 //!                 without it; else it takes no reads or writes, each txg synced meanwhile
 //!                 goes into its DTL (`vdev_dtl`), and unless temporary (-t) its config gets
 //!                 `offline = 1`, so that it stays offline across export and import
-//!   online LEAF:  back in use for writes, `offline` out of its config; reads avoid it until a
-//!                 resilver (`dsl_scrub::resilver`) has rewritten the txgs its DTL names
+//!   offline -f LEAF: FAULTED with "external device fault" (vdev_fault): out of use as an
+//!                 offline leaf, its config `faulted = 1` and, unless -t, `aux_state =
+//!                 "external"`, which alone brings the fault back at import; when the leaf
+//!                 holds the only copy of some data it is DEGRADED instead (`degraded = 1`)
+//!                 and stays in use
+//!   online LEAF:  back in use for writes, `offline` (and a forced fault) out of its config;
+//!                 reads avoid it until a resilver (`dsl_scrub::resilver`) has rewritten the
+//!                 txgs its DTL names
+//!   clear [LEAF]: forced faults at or below it lifted the same way (vdev_clear)
 //! ```
 //!
 //! ```text
@@ -71,6 +79,66 @@ impl PoolW {
         self.sync()
     }
 
+    /// vdev_fault of the leaf `guid` (`zpool offline -f`; `temporary`: -t, gone at the next
+    /// import): FAULTED, out of use, unless its top-level vdev would be left without the data —
+    /// then DEGRADED and still in use, as OpenZFS backs off. Either way "external device fault".
+    pub fn vdev_fault(&mut self, guid: u64, temporary: bool, name: &str) -> Result<()> {
+        let root = self.spa.root_vdev.clone();
+        let Some(leaf) = root.leaves().into_iter().find(|l| l.guid == guid) else {
+            return Err(ZfsError::Posix(libc::ENODEV, format!("cannot fault {name}: no such device in pool")));
+        };
+        let top = top_of(&root, guid).ok_or_else(|| ZfsError::Posix(libc::ENODEV, format!("cannot fault {name}: no such device in pool")))?;
+        leaf.stats.fault_external.store(true, Ordering::Relaxed);
+        leaf.stats.degraded.store(false, Ordering::Relaxed);
+        leaf.stats.faulted.store(true, Ordering::Relaxed);
+        // vdev_dtl_required: the only copy of some data stays readable (a log device, whose
+        // records the pool can do without, is faulted anyway).
+        let parent = parent_of(&root, guid).filter(|p| matches!(p.kind, VdevKind::Mirror | VdevKind::ReplacingOrSpare(_)));
+        let others_whole = parent.map_or(true, |p| p.children.iter().any(|c| c.guid != guid && c.state() == VdevState::Online && !c.is_stale()));
+        let required = !top.is_log && (std::ptr::eq(top, leaf) || matches!(top.state(), VdevState::Unavail | VdevState::Faulted) || !others_whole);
+        if required {
+            leaf.stats.faulted.store(false, Ordering::Relaxed);
+            leaf.stats.degraded.store(true, Ordering::Relaxed);
+        }
+        let faulted = !required;
+        edit_leaf(&mut self.config_nv, guid, &mut |nv| {
+            nv.remove("faulted");
+            nv.remove("degraded");
+            nv.add_u64(if faulted { "faulted" } else { "degraded" }, 1);
+            if temporary {
+                nv.remove("aux_state");
+            } else {
+                nv.add_str("aux_state", "external");
+            }
+        });
+        self.config_dirty = true;
+        self.sync()
+    }
+
+    /// vdev_clear's part for faults forced with `offline -f`: every such leaf at or below
+    /// `guid` (None: the whole pool) back in use, the config keys gone. True when one of them
+    /// misses txgs (a resilver is needed).
+    pub fn vdev_clear_faults(&mut self, guid: Option<u64>) -> Result<bool> {
+        let root = self.spa.root_vdev.clone();
+        let below: Vec<&Vdev> = match guid {
+            None => root.leaves(),
+            Some(g) => root.leaves().into_iter().filter(|l| l.guid == g || parent_chain_has(&root, l.guid, g)).collect(),
+        };
+        let mut stale = false;
+        let mut changed = false;
+        for leaf in below.into_iter().filter(|l| l.stats.fault_external.load(Ordering::Relaxed)) {
+            unfault(leaf);
+            edit_leaf(&mut self.config_nv, leaf.guid, &mut drop_fault_keys);
+            stale |= leaf.stats.stale();
+            changed = true;
+        }
+        if changed {
+            self.config_dirty = true;
+            self.sync()?;
+        }
+        Ok(stale)
+    }
+
     /// vdev_online of the leaf `guid`: true when its DTL is not empty (a resilver is needed).
     pub fn vdev_online(&mut self, guid: u64, name: &str) -> Result<bool> {
         let root = self.spa.root_vdev.clone();
@@ -81,8 +149,12 @@ impl PoolW {
             return Err(ZfsError::Posix(libc::ENXIO, format!("cannot online {name}: no such device or address")));
         }
         leaf.stats.offline.store(false, Ordering::Relaxed);
+        if leaf.stats.fault_external.load(Ordering::Relaxed) {
+            unfault(leaf);
+        }
         edit_leaf(&mut self.config_nv, guid, &mut |nv| {
             nv.remove("offline");
+            drop_fault_keys(nv);
         });
         self.config_dirty = true;
         self.sync()?;
@@ -320,6 +392,32 @@ impl PoolW {
         }
         out
     }
+}
+
+/// A leaf's forced fault lifted (vdev_clear, vdev_online: faulted and degraded cleared).
+fn unfault(leaf: &Vdev) {
+    leaf.stats.fault_external.store(false, Ordering::Relaxed);
+    leaf.stats.faulted.store(false, Ordering::Relaxed);
+    leaf.stats.degraded.store(false, Ordering::Relaxed);
+}
+
+/// The config nvpairs of a forced fault.
+fn drop_fault_keys(nv: &mut NvList) {
+    nv.remove("faulted");
+    nv.remove("degraded");
+    nv.remove("aux_state");
+}
+
+/// Whether vdev `anc` is above leaf `guid`.
+fn parent_chain_has(root: &Vdev, guid: u64, anc: u64) -> bool {
+    let mut g = guid;
+    while let Some(p) = parent_of(root, g) {
+        if p.guid == anc {
+            return true;
+        }
+        g = p.guid;
+    }
+    false
 }
 
 /// The vdev whose child leaf `guid` is (None: a top-level leaf, or no such leaf).

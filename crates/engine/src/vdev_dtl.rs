@@ -41,7 +41,7 @@ impl PoolW {
         let mut changed: Vec<&Vdev> = Vec::new();
         for top in root.children.iter().filter(|t| redundant(t)) {
             for leaf in top.leaves() {
-                if matches!(leaf.state(), VdevState::Offline | VdevState::Unavail) {
+                if matches!(leaf.state(), VdevState::Offline | VdevState::Unavail) || leaf.out_of_use() {
                     leaf.stats.dtl_add(txg, txg + 1);
                 }
             }

@@ -353,7 +353,7 @@ fn read_col(vd: &Vdev, col: &RaidzCol, mode: &ReadMode) -> Option<Vec<u8>> {
     let child = vd.children.get(col.devidx)?;
     // Offline leaves, and leaves lacking txgs (a DTL not empty), are rebuilt from parity; a
     // replacing child is read through (its whole side), a resilver writing its new side.
-    if matches!(child.state(), VdevState::Unavail | VdevState::Offline) || (child.is_leaf() && child.is_stale()) {
+    if matches!(child.state(), VdevState::Unavail | VdevState::Offline) || child.out_of_use() || (child.is_leaf() && child.is_stale()) {
         return None;
     }
     let inner = if mode.resilver { mode } else { &crate::vdev::READ_PLAIN };
@@ -507,7 +507,7 @@ fn settle(vd: &Vdev, map: &RaidzMap, cols: &[Vec<u8>], failed: &[bool], mut good
     generate_parity(map, &mut good);
     for (c, col) in map.cols.iter().enumerate() {
         let wrong = if failed[c] {
-            vd.children.get(col.devidx).is_some_and(|ch| !matches!(ch.state(), VdevState::Unavail | VdevState::Offline))
+            vd.children.get(col.devidx).is_some_and(|ch| !matches!(ch.state(), VdevState::Unavail | VdevState::Offline) && !ch.out_of_use())
         } else if cols[c].is_empty() {
             false // parity not read (a read whose data verified at once)
         } else if cols[c] != good[c] {
