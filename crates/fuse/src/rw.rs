@@ -147,7 +147,7 @@ pub struct RwFs {
     /// Jobs queued or running per change worker (only session threads add to them).
     pending: Vec<Arc<AtomicUsize>>,
     readers: SyncSender<Job>,
-    /// Session threads (see `SESSION_THREADS`).
+    /// Session threads (see `session_threads`).
     threads: usize,
     /// `.zfs/snapshot`: the read-only view of the dataset's snapshots (None when it cannot be
     /// opened). Its inodes (control directories, snapshot objects) are all at or above 2^48,
@@ -156,12 +156,15 @@ pub struct RwFs {
 }
 
 /// Threads reading requests from /dev/fuse, each on its own clone of the device
-/// (FUSE_DEV_IOC_CLONE): requests from several processes are taken, and the short ones
-/// answered, side by side. `OXZFS_FUSE_THREADS` overrides the number (for benchmarks).
-const SESSION_THREADS: usize = 4;
+/// (FUSE_DEV_IOC_CLONE): one per CPU, at most 4. Measured on 2 CPUs (bench/results/
+/// 2026-11-25-transport.md): against one thread, two make a lone creator 36% faster and four
+/// fsyncing writers 58% faster, four creators 17% slower (more threads than CPUs contend for
+/// the pool lock). `OXZFS_FUSE_THREADS` overrides the number (for benchmarks).
+const SESSION_THREADS_MAX: usize = 4;
 
 fn session_threads() -> usize {
-    std::env::var("OXZFS_FUSE_THREADS").ok().and_then(|v| v.parse().ok()).filter(|&n| (1..=64).contains(&n)).unwrap_or(SESSION_THREADS)
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::var("OXZFS_FUSE_THREADS").ok().and_then(|v| v.parse().ok()).filter(|&n| (1..=64).contains(&n)).unwrap_or(cpus.clamp(1, SESSION_THREADS_MAX))
 }
 /// Workers that take changes (each its own queue) and reads (one queue for all).
 const CHANGE_WORKERS: usize = 4;
