@@ -613,6 +613,13 @@ pub fn read(os: &mut ObjsetW, obj: u64, offset: u64, size: u64) -> Result<Vec<u8
 }
 
 pub fn write(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u64) -> Result<usize> {
+    write_as(os, obj, offset, data, recordsize, None)
+}
+
+/// `write` by a caller without CAP_FSETID when `kill` is given (`kill(gid)`: is the caller in
+/// group `gid`): the write takes the set-ID bits away (see `killed_mode`), as zfs_write's
+/// zfs_clear_setid_bits_if_necessary does, logged as TX_SETATTR of the mode before the write.
+pub fn write_as(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u64, kill: Option<&dyn Fn(u64) -> bool>) -> Result<usize> {
     let mut z = get(os, obj)?;
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EISDIR, "is a directory"));
@@ -620,6 +627,13 @@ pub fn write(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u
     let end = offset + data.len() as u64;
     if end > (1u64 << 63) {
         return Err(posix(libc::EFBIG, "file too large"));
+    }
+    if let Some(in_group) = kill {
+        let m = killed_mode(z.mode, z.gid, in_group);
+        if m != z.mode {
+            z.mode = m;
+            crate::zfs_log::setattr(os, obj, Some(m), None, None, None, None, None);
+        }
     }
     grow_blocksize(os, obj, end.max(z.size), recordsize)?;
     os.write(obj, offset, data)?;
@@ -665,31 +679,12 @@ fn killed_mode(mode: u64, gid: u64, in_group: &dyn Fn(u64) -> bool) -> u64 {
     m
 }
 
-/// A write by a caller without CAP_FSETID takes the set-ID bits away (see `killed_mode`), as
-/// zfs_write's zfs_clear_setid_bits_if_necessary does; logged as TX_SETATTR of the mode.
-/// Returns whether the mode changed.
-pub fn kill_suidgid(os: &mut ObjsetW, obj: u64, in_group: &dyn Fn(u64) -> bool) -> Result<bool> {
-    let mut z = get(os, obj)?;
-    if z.mode & (libc::S_ISUID | libc::S_ISGID) as u64 == 0 {
-        return Ok(false);
-    }
-    let m = killed_mode(z.mode, z.gid, in_group);
-    if m == z.mode {
-        return Ok(false);
-    }
-    z.mode = m;
-    z.ctime = now_ts();
-    put(os, obj, &z)?;
-    crate::zfs_log::setattr(os, obj, Some(m), None, None, None, None, None);
-    Ok(true)
-}
-
 pub fn setattr(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64) -> Result<Attr> {
     setattr_as(os, obj, s, recordsize, &|_| true)
 }
 
 /// `setattr` for a caller: `in_group(gid)` says whether the caller is in group `gid` or
-/// privileged (for `kill_suidgid`).
+/// privileged (for `SetAttr::kill_suidgid`).
 pub fn setattr_as(os: &mut ObjsetW, obj: u64, s: &SetAttr, recordsize: u64, in_group: &dyn Fn(u64) -> bool) -> Result<Attr> {
     let mut z = get(os, obj)?;
     let old_gid = z.gid;

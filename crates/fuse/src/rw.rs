@@ -822,11 +822,9 @@ impl Filesystem for RwFs {
         let kill = (wf & WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0).then(|| Caller::of(_req));
         fn write(s: &Inner, ino: u64, offset: i64, data: &[u8], kill: Option<Caller>, reply: ReplyWrite) {
             let obj = obj_of(s.root, ino);
+            let in_group = kill.map(|c| move |gid| c.in_group(gid));
             let r = s.pool.with_fs_space(s.dsobj, data.len() as u64, |os, _| {
-                if let Some(c) = kill {
-                    zplw::kill_suidgid(os, obj, &|gid| c.in_group(gid))?;
-                }
-                zplw::write(os, obj, offset.max(0) as u64, data, os.props.recordsize)
+                zplw::write_as(os, obj, offset.max(0) as u64, data, os.props.recordsize, in_group.as_ref().map(|f| f as &dyn Fn(u64) -> bool))
             });
             match s.durable(r) {
                 Ok(n) => reply.written(n as u32),
