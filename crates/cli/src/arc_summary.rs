@@ -87,44 +87,57 @@ impl Report {
     }
 }
 
+/// arc_summary's options, long and short as its argparse declares them.
+#[derive(clap::Parser, Debug)]
+#[command(no_binary_name = true, disable_help_flag = true, disable_version_flag = true, args_override_self = true)]
 struct Opts {
+    #[arg(short = 'a', long = "alternate")]
     alt: bool,
+    #[arg(short = 'd', long = "description")]
     desc: bool,
+    #[arg(short = 'g', long = "graph")]
     graph: bool,
+    #[arg(short = 'r', long = "raw")]
     raw: bool,
+    #[arg(short = 'h', long = "help")]
+    help: bool,
+    #[arg(short = 's', long = "section", allow_hyphen_values = true)]
     section: Option<String>,
+    #[arg(short = 'p', long = "page", allow_hyphen_values = true)]
+    page: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, Out> {
-    let mut o = Opts { alt: false, desc: false, graph: false, raw: false, section: None };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-a" | "--alternate" => o.alt = true,
-            "-d" | "--description" => o.desc = true,
-            "-g" | "--graph" => o.graph = true,
-            "-r" | "--raw" => o.raw = true,
-            "-h" | "--help" => return Err(ok(format!("{USAGE}\n"))),
-            "-s" | "--section" => match it.next() {
-                Some(s) => o.section = Some(s.clone()),
-                None => return Err(usage(format!("{USAGE}\narc_summary: error: argument -s/--section: expected one argument"))),
-            },
-            "-p" | "--page" => {
-                let page = it.next().and_then(|p| p.parse::<u32>().ok());
-                let name = match page {
-                    Some(1) => "arc",
-                    Some(2) => "archits",
-                    Some(3) => "l2arc",
-                    Some(4) => "dmu",
-                    Some(5) => "vdev",
-                    Some(6) => "tunables",
-                    Some(p) => return Err(fail(format!("Error: Page \"{p}\" not supported"))),
-                    None => return Err(usage(format!("{USAGE}\narc_summary: error: argument -p/--page: expected an integer"))),
-                };
-                o.section = Some(name.into());
-            }
-            x => return Err(usage(format!("{USAGE}\narc_summary: error: unrecognized arguments: {x}"))),
-        }
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::Parser;
+    let mut o = Opts::try_parse_from(args).map_err(|e| {
+        let arg = match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        // argparse's wording of the same mistakes.
+        let why = match e.kind() {
+            ErrorKind::InvalidValue | ErrorKind::WrongNumberOfValues | ErrorKind::TooFewValues if arg.contains("page") || arg.starts_with("-p") => "argument -p/--page: expected an integer".to_string(),
+            ErrorKind::InvalidValue | ErrorKind::WrongNumberOfValues | ErrorKind::TooFewValues => "argument -s/--section: expected one argument".to_string(),
+            _ => format!("unrecognized arguments: {}", arg.split('=').next().unwrap_or(&arg)),
+        };
+        usage(format!("{USAGE}\narc_summary: error: {why}"))
+    })?;
+    if o.help {
+        return Err(ok(format!("{USAGE}\n")));
+    }
+    if let Some(p) = o.page.take() {
+        let name = match p.parse::<u32>() {
+            Ok(1) => "arc",
+            Ok(2) => "archits",
+            Ok(3) => "l2arc",
+            Ok(4) => "dmu",
+            Ok(5) => "vdev",
+            Ok(6) => "tunables",
+            Ok(p) => return Err(fail(format!("Error: Page \"{p}\" not supported"))),
+            Err(_) => return Err(usage(format!("{USAGE}\narc_summary: error: argument -p/--page: expected an integer"))),
+        };
+        o.section = Some(name.into());
     }
     Ok(o)
 }
@@ -386,5 +399,23 @@ mod tests {
         assert!(out.lines().filter(|l| l.starts_with(INDENT) && l.trim_start().starts_with("Target size")).all(|l| l.len() == 72));
         let (_, err, code) = run(&["-s".into(), "nope".into()], &stats, &[]);
         assert_eq!((err.as_str(), code), ("Error: Section \"nope\" unknown\n", 1));
+    }
+
+    #[test]
+    fn command_line_as_argparse_words_it() {
+        let stats = [("size", 1u64 << 20), ("c", 2 << 20), ("c_max", 4 << 20), ("c_min", 1 << 20)];
+        let run_s = |a: &[&str]| run(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &stats, &[]);
+        let tail = |o: Out| (o.1.lines().last().unwrap_or("").to_string(), o.2);
+        assert_eq!(tail(run_s(&["-s"])), ("arc_summary: error: argument -s/--section: expected one argument".into(), 2));
+        assert_eq!(tail(run_s(&["-p"])), ("arc_summary: error: argument -p/--page: expected an integer".into(), 2));
+        assert_eq!(tail(run_s(&["-p", "x"])), ("arc_summary: error: argument -p/--page: expected an integer".into(), 2));
+        assert_eq!(tail(run_s(&["-x"])), ("arc_summary: error: unrecognized arguments: -x".into(), 2));
+        assert_eq!(tail(run_s(&["bogus"])), ("arc_summary: error: unrecognized arguments: bogus".into(), 2));
+        assert_eq!(run_s(&["-p", "9"]).1, "Error: Page \"9\" not supported\n");
+        assert_eq!(run_s(&["-h"]), (format!("{USAGE}\n"), String::new(), 0));
+        let (out, _, code) = run_s(&["--section=arc", "-r"]);
+        assert_eq!(code, 0);
+        assert!(!out.is_empty());
+        assert_eq!(run_s(&["--page", "1"]).2, 0);
     }
 }

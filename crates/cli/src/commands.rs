@@ -148,15 +148,23 @@ fn arc_limits() -> (u64, u64) {
     (max, tunables::arc_min().unwrap_or_else(|| oxzfs::arc::AdaptiveCache::default_min(max)))
 }
 
+crate::opts::verb_opts!(
+    /// `oxzfs arcstats`'s options: -j prints JSON.
+    ArcstatsOpts {
+    #[arg(short = 'j')]
+    json: bool,
+});
+
 /// `oxzfs arcstats [-j]`: the ARC's and L2ARC's counters as OpenZFS's
 /// /proc/spl/kstat/zfs/arcstats shows them (`name type data`, type 4 for a counter): the ARC's
 /// summed over the imported pools (each has its own ARC), the L2ARC's counters since the daemon
 /// started; `-j` as a JSON object of name: value.
 fn arcstats(st: &State, args: &[String]) -> Out {
-    let json = match args {
-        [] => false,
-        [j] if j == "-j" => true,
-        _ => return usage("usage: oxzfs arcstats [-j]"),
+    const USAGE: &str = "usage: oxzfs arcstats [-j]";
+    let json = match crate::opts::parse::<ArcstatsOpts>(args) {
+        Ok(o) if o.operands.is_empty() => o.json,
+        Ok(_) => return usage(format!("too many arguments\n{USAGE}")),
+        Err(e) => return usage(format!("{e}\n{USAGE}")),
     };
     let rows = arcstat_rows(st);
     if json {

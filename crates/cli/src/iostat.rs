@@ -11,7 +11,7 @@
 //! I/O is issued at once with no queue before it, so the total wait is the disk wait, the
 //! queue waits have no samples ("-") and no request is aggregated.
 
-use crate::opts::getopt;
+use crate::opts::verb_opts;
 use crate::verb::{fail, ok, usage, Out, State};
 use oxzfs::nicenum::{nicenum, nicetime};
 use oxzfs::vdev::iostat::{IoClass, IoStatsSnap, L_HISTO_BUCKETS, RQ_HISTO_BUCKETS};
@@ -61,34 +61,69 @@ fn is_number(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') && !s.ends_with('.')
 }
 
+verb_opts!(
+    /// `zpool iostat`'s options.
+    IostatOpts {
+    #[arg(short = 'c')]
+    scripts: Vec<String>,
+    #[arg(short = 'T')]
+    timestamp: Vec<String>,
+    #[arg(short = 'g')]
+    guid: bool,
+    #[arg(short = 'L')]
+    follow_links: bool,
+    #[arg(short = 'P')]
+    full_paths: bool,
+    #[arg(short = 'v')]
+    verbose: bool,
+    #[arg(short = 'y')]
+    omit_since_boot: bool,
+    #[arg(short = 'h')]
+    help: bool,
+    #[arg(short = 'p')]
+    literal: bool,
+    #[arg(short = 'l')]
+    latency: bool,
+    #[arg(short = 'q')]
+    queues: bool,
+    #[arg(short = 'r')]
+    rq_histo: bool,
+    #[arg(short = 'w')]
+    l_histo: bool,
+    #[arg(short = 'n')]
+    headers_once: bool,
+    #[arg(short = 'H')]
+    scripted: bool,
+});
+
 /// Parse the words after `iostat`.
 pub fn parse(args: &[String]) -> Result<Args, Out> {
-    let o = match getopt(args, "cT", "gLPvyhplqrwnH") {
+    let o = match crate::opts::parse::<IostatOpts>(args) {
         Ok(o) => o,
         Err(e) => return Err(usage(format!("{e}\n{USAGE}"))),
     };
-    if o.has('h') {
+    if o.help {
         return Err(usage(USAGE));
     }
-    if o.has('c') {
+    if !o.scripts.is_empty() {
         return Err(fail("Can't run -c with root privileges unless ZPOOL_SCRIPTS_AS_ROOT is set."));
     }
     let mut a = Args {
-        verbose: o.has('v'),
-        scripted: o.has('H'),
-        literal: o.has('p'),
-        latency: o.has('l'),
-        queues: o.has('q'),
-        l_histo: o.has('w'),
-        rq_histo: o.has('r'),
-        omit_since_boot: o.has('y'),
-        headers_once: o.has('n'),
-        guid: o.has('g'),
-        follow_links: o.has('L'),
+        verbose: o.verbose,
+        scripted: o.scripted,
+        literal: o.literal,
+        latency: o.latency,
+        queues: o.queues,
+        l_histo: o.l_histo,
+        rq_histo: o.rq_histo,
+        omit_since_boot: o.omit_since_boot,
+        headers_once: o.headers_once,
+        guid: o.guid,
+        follow_links: o.follow_links,
         // -P (full paths) changes nothing: vdev names are their full paths already.
         ..Default::default()
     };
-    if let Some(t) = o.values('T').last() {
+    if let Some(t) = o.timestamp.last() {
         match t.as_str() {
             "u" => a.timestamp = Some('u'),
             "d" => a.timestamp = Some('d'),

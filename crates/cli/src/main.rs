@@ -16,6 +16,7 @@ mod props;
 mod table;
 mod vdevspec;
 mod verb;
+mod zdb;
 mod zinject;
 mod zfs;
 mod zpool;
@@ -83,7 +84,7 @@ fn run(args: &[String]) -> i32 {
     // Each family is handed the words unchanged (the daemon protocol carries the argv as typed).
     let rest = &args[1..];
     match family {
-        Family::Zdb => oxzfs::traverse::zdb_main(rest),
+        Family::Zdb => zdb::main(rest),
         Family::Daemon => daemon::main(rest),
         // Tunables and the ARC live in the daemon's process, where the pools are.
         Family::Tunable | Family::Arcstats | Family::ArcSummary | Family::Zinject => {

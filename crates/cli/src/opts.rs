@@ -1,80 +1,83 @@
-//! Option parsing for the zpool and zfs verbs in the syntax of getopt(3) as OpenZFS's commands
-//! use it: short flags that combine (`-Hp`, `-rf`), values attached or in the next word (`-ofoo`,
-//! `-o foo`), repeated options (`-o a=1 -o b=2`, `-d DIR -d DIR`), `--` ending the options, and
-//! options after operands (GNU order), so trailing vdev specs and dataset names are operands
-//! wherever the flags fall. clap does the parsing; its errors are turned into OpenZFS's wording
-//! ("invalid option 'x'", "missing argument for 'o' option") and never printed as clap's own.
+//! Option parsing for the zpool and zfs verbs. Each verb declares its options as a struct with
+//! clap's derive (`#[derive(Parser)]`, one field per option letter, `operands` for the rest);
+//! `parse` reads the words after the verb into it in the syntax of getopt(3) as OpenZFS's
+//! commands use it: short flags that combine (`-Hp`, `-rf`), values attached or in the next word
+//! (`-ofoo`, `-o foo`, `-o -x`), repeated options (`-o a=1 -o b=2`, `-d DIR -d DIR`, `-vv`), `--`
+//! ending the options, and options after operands (GNU order), so trailing vdev specs and
+//! dataset names are operands wherever the flags fall. clap's errors are turned into OpenZFS's
+//! wording ("invalid option 'x'", "missing argument for 'o' option") and never printed as
+//! clap's own; `-h`, `--help` and `--version` are not clap's either (the verb's usage is printed
+//! by the caller, as OpenZFS's commands do).
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
 
-/// Parsed short options: flags in order (with their value, for options taking one) and operands.
-#[derive(Debug)]
-pub struct Opts {
-    pub flags: Vec<(char, Option<String>)>,
-    pub operands: Vec<String>,
+/// A verb's argument struct: its options, and the operands left after them.
+pub trait VerbArgs: CommandFactory + FromArgMatches {
+    fn operands(&self) -> &[String];
 }
 
-const OPERANDS: &str = "operands";
+/// Declare the argument struct of a verb: `verb_opts!(Name { fields })` derives clap's parser
+/// for it with a trailing `operands: Vec<String>` and implements `VerbArgs`.
+macro_rules! verb_opts {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(clap::Parser, Debug, Default)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+            /// Everything that is not an option, in order.
+            pub operands: Vec<String>,
+        }
+        impl $crate::opts::VerbArgs for $name {
+            fn operands(&self) -> &[String] {
+                &self.operands
+            }
+        }
+    };
+}
+pub(crate) use verb_opts;
 
-/// The clap command for one verb: `with_value` lists the options taking a value, `plain` the
-/// others; everything else is an operand.
-fn command(with_value: &str, plain: &str) -> Command {
-    let mut cmd = Command::new("verb")
+/// The clap command of `T` with getopt's rules (see the module comment).
+fn command<T: CommandFactory>() -> Command {
+    T::command()
         .no_binary_name(true)
         .disable_help_flag(true)
         .disable_version_flag(true)
         .disable_help_subcommand(true)
-        .arg(Arg::new(OPERANDS).num_args(0..).action(ArgAction::Append));
-    // A letter listed twice (or in both lists) is the first's, as getopt reads its optstring.
-    let mut seen = String::new();
-    for c in with_value.chars().filter(|&c| first_time(&mut seen, c)) {
-        cmd = cmd.arg(Arg::new(c.to_string()).short(c).num_args(1).action(ArgAction::Append).allow_hyphen_values(true));
-    }
-    for c in plain.chars().filter(|&c| first_time(&mut seen, c)) {
-        cmd = cmd.arg(Arg::new(c.to_string()).short(c).action(ArgAction::Count));
-    }
-    cmd
+        .args_override_self(true)
+        .mut_args(|a| if a.get_action().takes_values() && a.get_short().is_some() { a.allow_hyphen_values(true) } else { a })
 }
 
-fn first_time(seen: &mut String, c: char) -> bool {
-    let new = !seen.contains(c);
-    seen.push(c);
-    new
+/// Parse `args` (the words after the verb) into `T`.
+pub fn parse<T: VerbArgs>(args: &[String]) -> Result<T, String> {
+    parse_matches::<T>(args).map(|(t, _)| t)
 }
 
-/// Parse `args` (the words after the verb). See the module comment for the syntax.
-pub fn getopt(args: &[String], with_value: &str, plain: &str) -> Result<Opts, String> {
-    let m = command(with_value, plain).try_get_matches_from(args).map_err(|e| openzfs_message(&e, with_value))?;
-    // Flags in the order given (`zfs list -s a -S b` sorts by a, then b).
-    let mut flags: Vec<(usize, char, Option<String>)> = Vec::new();
-    let mut seen = String::new();
-    let with_value: Vec<char> = with_value.chars().filter(|&c| first_time(&mut seen, c)).collect();
-    let plain: Vec<char> = plain.chars().filter(|&c| first_time(&mut seen, c)).collect();
-    for &c in &with_value {
-        let id = c.to_string();
-        if let (Some(idx), Some(vals)) = (m.indices_of(&id), m.get_many::<String>(&id)) {
-            flags.extend(idx.zip(vals).map(|(i, v)| (i, c, Some(v.clone()))));
+/// `parse`, with clap's matches kept for the order in which options were given.
+pub fn parse_matches<T: VerbArgs>(args: &[String]) -> Result<(T, ArgMatches), String> {
+    let cmd = command::<T>();
+    let with_value: String = cmd.get_arguments().filter(|a| a.get_action().takes_values()).filter_map(|a| a.get_short()).collect();
+    let m = cmd.try_get_matches_from(args).map_err(|e| openzfs_message(&e, &with_value))?;
+    let t = T::from_arg_matches(&m).map_err(|e| openzfs_message(&e, &with_value))?;
+    Ok((t, m))
+}
+
+/// The values of the options `ids` (field names) in the order they were given, each with the
+/// id of its option (`zfs list -s a -S b` sorts by a, then b).
+pub fn in_order<'a>(m: &ArgMatches, ids: &[&'a str]) -> Vec<(&'a str, String)> {
+    let mut all: Vec<(usize, &'a str, String)> = Vec::new();
+    for &id in ids {
+        if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) {
+            all.extend(idx.zip(vals).map(|(i, v)| (i, id, v.clone())));
         }
     }
-    for &c in &plain {
-        flags.extend(flag_indices(&m, c).into_iter().map(|i| (i, c, None)));
-    }
-    flags.sort_by_key(|&(i, _, _)| i);
-    let operands = m.get_many::<String>(OPERANDS).map(|v| v.cloned().collect()).unwrap_or_default();
-    Ok(Opts { flags: flags.into_iter().map(|(_, c, v)| (c, v)).collect(), operands })
+    all.sort_by_key(|&(i, _, _)| i);
+    all.into_iter().map(|(_, id, v)| (id, v)).collect()
 }
 
-/// Where a plain flag was given: one index per use (`-v -v` counts twice).
-fn flag_indices(m: &ArgMatches, c: char) -> Vec<usize> {
-    let id = c.to_string();
-    let n = m.get_count(&id) as usize;
-    let mut idx: Vec<usize> = m.indices_of(&id).map(|i| i.collect()).unwrap_or_default();
-    while idx.len() < n {
-        idx.push(idx.last().copied().unwrap_or(0));
-    }
-    idx.truncate(n);
-    idx
+/// The values of a repeatable comma-list option, split (`-o name,size -o used`).
+pub fn comma_list(values: &[String]) -> Vec<String> {
+    values.iter().flat_map(|v| v.split(',')).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 /// clap's error as OpenZFS's commands word it.
@@ -96,19 +99,6 @@ fn openzfs_message(e: &clap::Error, with_value: &str) -> String {
     }
 }
 
-impl Opts {
-    pub fn has(&self, c: char) -> bool {
-        self.flags.iter().any(|(f, _)| *f == c)
-    }
-    pub fn values(&self, c: char) -> Vec<String> {
-        self.flags.iter().filter(|(f, _)| *f == c).filter_map(|(_, v)| v.clone()).collect()
-    }
-    /// Values of a repeatable comma-list option, split.
-    pub fn list(&self, c: char) -> Vec<String> {
-        self.values(c).iter().flat_map(|v| v.split(',').map(|s| s.to_string()).collect::<Vec<_>>()).filter(|s| !s.is_empty()).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,20 +107,58 @@ mod tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
+    verb_opts!(ListLike {
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(short = 'v', action = clap::ArgAction::Count)]
+        verbose: u8,
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(short = 'o')]
+        fields: Vec<String>,
+        #[arg(short = 'd')]
+        dirs: Vec<String>,
+        #[arg(short = 's')]
+        sort: Vec<String>,
+        #[arg(short = 'S')]
+        sort_desc: Vec<String>,
+        #[arg(short = 't')]
+        types: Vec<String>,
+    });
+
+    verb_opts!(Plain {
+        #[arg(short = 'H')]
+        scripted: bool,
+    });
+
+    verb_opts!(CreateLike {
+        #[arg(short = 'f')]
+        force: bool,
+        #[arg(short = 'n')]
+        dry_run: bool,
+        #[arg(short = 'o')]
+        props: Vec<String>,
+        #[arg(short = 'O')]
+        fs_props: Vec<String>,
+    });
+
     #[test]
     fn getopt_like_zpool() {
-        let o = getopt(&v(&["-Hp", "-o", "name,size", "tank", "-v"]), "o", "Hpv").unwrap();
-        assert!(o.has('H') && o.has('p') && o.has('v'));
-        assert_eq!(o.values('o'), vec!["name,size"]);
+        let o: ListLike = parse(&v(&["-Hp", "-o", "name,size", "tank", "-v"])).unwrap();
+        assert!(o.scripted && o.parsable && o.verbose == 1);
+        assert_eq!(o.fields, vec!["name,size"]);
         assert_eq!(o.operands, vec!["tank"]);
-        let o = getopt(&v(&["-oname", "-d", "/a", "-d/b", "--", "-x"]), "od", "").unwrap();
-        assert_eq!(o.values('d'), vec!["/a", "/b"]);
-        assert_eq!(o.list('o'), vec!["name"]);
+        let o: ListLike = parse(&v(&["-oname", "-d", "/a", "-d/b", "--", "-x"])).unwrap();
+        assert_eq!(o.dirs, vec!["/a", "/b"]);
+        assert_eq!(comma_list(&o.fields), vec!["name"]);
         assert_eq!(o.operands, vec!["-x"]);
-        assert_eq!(getopt(&v(&["-Hz"]), "", "H").unwrap_err(), "invalid option 'z'");
-        assert_eq!(getopt(&v(&["-d"]), "d", "").unwrap_err(), "missing argument for 'd' option");
-        // A lone "-" is an operand.
-        assert_eq!(getopt(&v(&["-"]), "", "").unwrap().operands, vec!["-"]);
+        assert_eq!(parse::<Plain>(&v(&["-Hz"])).unwrap_err(), "invalid option 'z'");
+        assert_eq!(parse::<ListLike>(&v(&["-d"])).unwrap_err(), "missing argument for 'd' option");
+        // A lone "-" is an operand; a flag given twice is no error.
+        assert_eq!(parse::<Plain>(&v(&["-"])).unwrap().operands, vec!["-"]);
+        assert!(parse::<Plain>(&v(&["-H", "-HH"])).unwrap().scripted);
     }
 
     #[test]
@@ -138,10 +166,10 @@ mod tests {
         use crate::vdevspec::{self, Group};
         // `zpool create -f -o ashift=12 tank mirror /a /b special mirror /c /d log /e cache /f -O compression=lz4 -o comment=x`
         let args = v(&["-f", "-o", "ashift=12", "tank", "mirror", "/a", "/b", "special", "mirror", "/c", "/d", "log", "/e", "cache", "/f", "-O", "compression=lz4", "-o", "comment=x"]);
-        let o = getopt(&args, "oOmR", "fnd").unwrap();
-        assert!(o.has('f') && !o.has('n'));
-        assert_eq!(o.values('o'), vec!["ashift=12", "comment=x"]);
-        assert_eq!(o.values('O'), vec!["compression=lz4"]);
+        let o: CreateLike = parse(&args).unwrap();
+        assert!(o.force && !o.dry_run);
+        assert_eq!(o.props, vec!["ashift=12", "comment=x"]);
+        assert_eq!(o.fs_props, vec!["compression=lz4"]);
         assert_eq!(o.operands, v(&["tank", "mirror", "/a", "/b", "special", "mirror", "/c", "/d", "log", "/e", "cache", "/f"]));
         // The operands after the pool name are the vdev grammar's.
         let spec = vdevspec::parse(&o.operands[1..], std::path::Path::new("/"), false).unwrap();
@@ -150,24 +178,21 @@ mod tests {
         assert_eq!(spec.log, vec![Group::Disk("/e".into())]);
         assert_eq!(spec.cache, vec![std::path::PathBuf::from("/f")]);
         // `-o` without its value at the end is getopt's missing argument.
-        assert_eq!(getopt(&v(&["tank", "-o"]), "o", "f").unwrap_err(), "missing argument for 'o' option");
+        assert_eq!(parse::<CreateLike>(&v(&["tank", "-o"])).unwrap_err(), "missing argument for 'o' option");
     }
 
     #[test]
     fn comma_lists_order_and_counts() {
-        let o = getopt(&v(&["-Hp", "-o", "name,used", "-s", "used", "-t", "snap,fs", "-S", "name", "-r", "tank", "-d", "2"]), "ostSd", "Hpr").unwrap();
-        assert_eq!(o.list('o'), vec!["name", "used"]);
-        assert_eq!(o.list('t'), vec!["snap", "fs"]);
-        let sorts: Vec<_> = o.flags.iter().filter(|(c, _)| matches!(c, 's' | 'S')).map(|(c, v)| (*c, v.clone().unwrap())).collect();
-        assert_eq!(sorts, vec![('s', "used".to_string()), ('S', "name".to_string())]);
-        assert_eq!(o.values('d'), vec!["2"]);
-        assert_eq!(o.flags.iter().filter(|(c, _)| *c == 'v').count(), 0);
-        let o = getopt(&v(&["-vv", "tank", "-v"]), "", "v").unwrap();
-        assert_eq!(o.flags.iter().filter(|(c, _)| *c == 'v').count(), 3);
+        let (o, m) = parse_matches::<ListLike>(&v(&["-Hp", "-o", "name,used", "-s", "used", "-t", "snap,fs", "-S", "name", "-s", "avail", "-r", "tank"])).unwrap();
+        assert_eq!(comma_list(&o.fields), vec!["name", "used"]);
+        assert_eq!(comma_list(&o.types), vec!["snap", "fs"]);
+        assert_eq!(in_order(&m, &["sort", "sort_desc"]), vec![("sort", "used".to_string()), ("sort_desc", "name".to_string()), ("sort", "avail".to_string())]);
+        assert_eq!(o.verbose, 0);
+        assert_eq!(parse::<ListLike>(&v(&["-vv", "tank", "-v"])).unwrap().verbose, 3);
         // A value may start with '-'; a long option is named whole, as glibc's getopt does.
-        assert_eq!(getopt(&v(&["-o", "-x"]), "o", "").unwrap().values('o'), vec!["-x"]);
-        assert_eq!(getopt(&v(&["--bogus"]), "", "H").unwrap_err(), "invalid option '--bogus'");
-        assert_eq!(getopt(&v(&["tank", "-rZ"]), "", "r").unwrap_err(), "invalid option 'Z'");
-        assert_eq!(getopt(&v(&["-h"]), "o", "H").unwrap_err(), "invalid option 'h'");
+        assert_eq!(parse::<ListLike>(&v(&["-o", "-x"])).unwrap().fields, vec!["-x"]);
+        assert_eq!(parse::<Plain>(&v(&["--bogus"])).unwrap_err(), "invalid option '--bogus'");
+        assert_eq!(parse::<ListLike>(&v(&["tank", "-rZ"])).unwrap_err(), "invalid option 'Z'");
+        assert_eq!(parse::<ListLike>(&v(&["-h"])).unwrap_err(), "invalid option 'h'");
     }
 }

@@ -1,9 +1,9 @@
 //! What every zpool and zfs verb shares: the daemon's state (imported pools, their mounts and
 //! write handles), the verb result `Out` = (stdout, stderr, exit status) with OpenZFS's exit codes
-//! (usage errors 2, other failures 1), option parsing in getopt(3)'s syntax, and the lookups of a
+//! (usage errors 2, other failures 1), a verb's options parsed or answered with its usage, and the lookups of a
 //! dataset's pool. It sits below the verb families (`zpool`, `zfs`) and imports neither.
 
-use crate::opts::{getopt, Opts};
+use crate::opts::{parse, VerbArgs};
 use oxzfs::pool::Pool;
 use oxzfs::txg::PoolHandle;
 use oxzfs::ZfsError;
@@ -94,9 +94,9 @@ pub fn err_out(e: ZfsError, ctx: &str) -> Out {
 
 /// The `-o prop=val` options of a zfs verb as (prop, val) pairs; a missing '=' is a usage
 /// error followed by `usage`.
-pub fn dash_o_props(o: &Opts, usage: &str) -> Result<Vec<(String, String)>, Out> {
-    o.values('o')
-        .into_iter()
+pub fn dash_o_props(values: &[String], usage: &str) -> Result<Vec<(String, String)>, Out> {
+    values
+        .iter()
         .map(|p| match p.split_once('=') {
             Some((k, v)) => Ok((k.to_string(), v.to_string())),
             None => Err((String::new(), format!("missing '=' for property=value argument\n{usage}"), 2)),
@@ -104,16 +104,16 @@ pub fn dash_o_props(o: &Opts, usage: &str) -> Result<Vec<(String, String)>, Out>
         .collect()
 }
 
-/// `getopt`, a bad option answered with the verb's usage (exit 2).
-pub fn getopt_or_usage(args: &[String], with_value: &str, plain: &str, usage: &str) -> Result<Opts, Out> {
-    getopt(args, with_value, plain).map_err(|e| (String::new(), format!("{e}\n{usage}"), 2))
+/// A verb's options parsed (`opts::parse`), a bad option answered with the verb's usage (exit 2).
+pub fn parse_or_usage<T: VerbArgs>(args: &[String], usage: &str) -> Result<T, Out> {
+    parse(args).map_err(|e| (String::new(), format!("{e}\n{usage}"), 2))
 }
 
-/// `getopt_or_usage` for a verb of exactly `missing.len()` operands: too few answered with
+/// `parse_or_usage` for a verb of exactly `missing.len()` operands: too few answered with
 /// `missing[n]`, too many with "too many arguments", each with the usage.
-pub fn verb_args(args: &[String], with_value: &str, plain: &str, usage: &str, missing: &[&str]) -> Result<Opts, Out> {
-    let o = getopt_or_usage(args, with_value, plain, usage)?;
-    let n = o.operands.len();
+pub fn verb_args<T: VerbArgs>(args: &[String], usage: &str, missing: &[&str]) -> Result<T, Out> {
+    let o: T = parse_or_usage(args, usage)?;
+    let n = o.operands().len();
     if n < missing.len() {
         return Err((String::new(), format!("{}\n{usage}", missing[n]), 2));
     }

@@ -7,8 +7,8 @@ use oxzfs_fuse::MountHandle;
 use crate::props;
 use clap::ValueEnum;
 use crate::table::{self, Col};
-use crate::opts::getopt;
-use crate::verb::{fail, getopt_or_usage, imported_rw, ok, pool_of, rw_of, usage, verb_args, dash_o_props, err_out, Out, State};
+use crate::opts::{comma_list, in_order, parse, parse_matches, verb_opts};
+use crate::verb::{fail, parse_or_usage, imported_rw, ok, pool_of, rw_of, usage, verb_args, dash_o_props, err_out, Out, State};
 use oxzfs::dsl::{DatasetInfo, DatasetKind, PropValue};
 use oxzfs::pool::Pool;
 use std::fmt::Write;
@@ -173,25 +173,48 @@ pub fn select_from<T: Clone>(
     Ok(out)
 }
 
+verb_opts!(
+    /// `zfs list`'s options.
+    ListOpts {
+    #[arg(short = 'o')]
+    fields: Vec<String>,
+    #[arg(short = 'd')]
+    depth: Vec<String>,
+    #[arg(short = 't')]
+    types: Vec<String>,
+    #[arg(short = 's')]
+    sort: Vec<String>,
+    #[arg(short = 'S')]
+    sort_desc: Vec<String>,
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'r')]
+    recursive: bool,
+    #[arg(short = 'F')]
+    fixed_width: bool,
+});
+
 pub fn list(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "odtsS", "HprF") {
-        Ok(o) => o,
+    let (o, m) = match parse_matches::<ListOpts>(args) {
+        Ok(om) => om,
         Err(e) => return usage(format!("{e}\n{ZFS_LIST_USAGE}")),
     };
-    let types = match parse_types(&o.list('t')) {
+    let types = match parse_types(&comma_list(&o.types)) {
         Ok(t) => t,
         Err(e) => return usage(format!("{e}\n{ZFS_LIST_USAGE}")),
     };
-    let depth = match o.values('d').pop().map(|d| d.parse::<usize>()) {
+    let depth = match o.depth.last().cloned().map(|d| d.parse::<usize>()) {
         Some(Ok(d)) => Some(d),
-        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_LIST_USAGE}", o.values('d').pop().unwrap_or_default())),
+        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_LIST_USAGE}", o.depth.last().cloned().unwrap_or_default())),
         None => None,
     };
-    let typed = o.list('o');
+    let typed = comma_list(&o.fields);
     let typed = if typed.is_empty() { vec!["name".into(), "used".into(), "available".into(), "referenced".into(), "mountpoint".into()] } else { typed };
     // "space" stands for the space columns (zprop_get_list); alone and without -t it leaves
     // snapshots out.
-    let types = if typed == ["space"] && o.list('t').is_empty() { types.into_iter().filter(|k| *k != DatasetKind::Snapshot).collect() } else { types };
+    let types = if typed == ["space"] && comma_list(&o.types).is_empty() { types.into_iter().filter(|k| *k != DatasetKind::Snapshot).collect() } else { types };
     let typed: Vec<String> = typed
         .into_iter()
         .flat_map(|c| if c == "space" { ["name", "avail", "used", "usedbysnapshots", "usedbydataset", "usedbyrefreservation", "usedbychildren"].map(String::from).to_vec() } else { vec![c] })
@@ -204,27 +227,23 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
         }
     }
     let mut sorts = Vec::new();
-    for (flag, desc) in o.flags.iter().filter_map(|(f, v)| match f {
-        's' => Some((v.clone().unwrap_or_default(), false)),
-        'S' => Some((v.clone().unwrap_or_default(), true)),
-        _ => None,
-    }) {
+    for (flag, desc) in in_order(&m, &["sort", "sort_desc"]).into_iter().map(|(id, v)| (v, id == "sort_desc")) {
         match props::zfs_prop(&flag) {
             Some(n) => sorts.push((n, desc)),
             None => return usage(format!("invalid property '{flag}'\n{ZFS_LIST_USAGE}")),
         }
     }
-    let sel = match select(st, &o.operands, o.has('r'), depth, &types) {
+    let sel = match select(st, &o.operands, o.recursive, depth, &types) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
     if sel.is_empty() {
-        if o.operands.is_empty() && !o.has('H') {
+        if o.operands.is_empty() && !o.scripted {
             return (String::new(), "no datasets available\n".to_string(), 0);
         }
         return ok(String::new());
     }
-    let p = o.has('p');
+    let p = o.parsable;
     let mut rows: Vec<(Vec<String>, Vec<PropValue>)> = Vec::new();
     for (pool, d) in &sel {
         let pv = pool.props(&d.name).unwrap_or_default();
@@ -261,7 +280,7 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
             Col { header, right, min }
         })
         .collect();
-    ok(table::render(&spec, &rows, o.has('H'), true))
+    ok(table::render(&spec, &rows, o.scripted, true))
 }
 
 pub fn list_value(d: &DatasetInfo, pv: &[PropValue], prop: &str, parsable: bool) -> String {
@@ -293,15 +312,34 @@ pub fn source_matches(source: &str, kinds: &[String]) -> bool {
     kinds.iter().any(|k| k == kind)
 }
 
+verb_opts!(
+    /// `zfs get`'s options.
+    GetOpts {
+    #[arg(short = 'o')]
+    fields: Vec<String>,
+    #[arg(short = 'd')]
+    depth: Vec<String>,
+    #[arg(short = 't')]
+    types: Vec<String>,
+    #[arg(short = 's')]
+    sources: Vec<String>,
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'r')]
+    recursive: bool,
+});
+
 pub fn get(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "odts", "Hpr") {
+    let o = match parse::<GetOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ZFS_GET_USAGE}")),
     };
     let Some(propspec) = o.operands.first().cloned() else {
         return usage(format!("missing property argument\n{ZFS_GET_USAGE}"));
     };
-    let mut t = o.list('t');
+    let mut t = comma_list(&o.types);
     if t.is_empty() {
         t.push("all".into());
     }
@@ -309,19 +347,19 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
         Ok(t) => t,
         Err(e) => return usage(format!("{e}\n{ZFS_GET_USAGE}")),
     };
-    let depth = match o.values('d').pop().map(|d| d.parse::<usize>()) {
+    let depth = match o.depth.last().cloned().map(|d| d.parse::<usize>()) {
         Some(Ok(d)) => Some(d),
-        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_GET_USAGE}", o.values('d').pop().unwrap_or_default())),
+        Some(Err(_)) => return usage(format!("invalid depth '{}'\n{ZFS_GET_USAGE}", o.depth.last().cloned().unwrap_or_default())),
         None => None,
     };
-    let sources = o.list('s');
+    let sources = comma_list(&o.sources);
     for s in &sources {
         if !["local", "default", "inherited", "temporary", "received", "none"].contains(&s.as_str()) {
             return usage(format!("invalid source '{s}'\n{ZFS_GET_USAGE}"));
         }
     }
     let fields: Vec<String> = {
-        let f = o.list('o');
+        let f = comma_list(&o.fields);
         if f.is_empty() {
             vec!["name".into(), "property".into(), "value".into(), "source".into()]
         } else if f == ["all"] {
@@ -346,7 +384,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
             None => return usage(format!("bad property list: invalid property '{w}'\n{ZFS_GET_USAGE}")),
         }
     }
-    let sel = match select(st, &o.operands[1..], o.has('r'), depth, &types) {
+    let sel = match select(st, &o.operands[1..], o.recursive, depth, &types) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -375,7 +413,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
                 .map(|f| match f.as_str() {
                     "name" => d.name.clone(),
                     "property" => p.name.clone(),
-                    "value" => if o.has('p') { p.raw.clone() } else { p.value.clone() },
+                    "value" => if o.parsable { p.raw.clone() } else { p.value.clone() },
                     "received" => "-".into(),
                     _ => p.source.clone(),
                 })
@@ -384,15 +422,32 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
         }
     }
     let cols: Vec<Col> = fields.iter().map(|f| Col::left(&f.to_uppercase())).collect();
-    ok(table::render(&cols, &rows, o.has('H'), true))
+    ok(table::render(&cols, &rows, o.scripted, true))
 }
 
+verb_opts!(
+    /// `zfs mount`'s options.
+    MountOpts {
+    #[arg(short = 'o')]
+    options: Vec<String>,
+    #[arg(short = 'v')]
+    verbose: bool,
+    #[arg(short = 'l')]
+    load_keys: bool,
+    #[arg(short = 'a')]
+    all: bool,
+    #[arg(short = 'O')]
+    overlay: bool,
+    #[arg(short = 'f')]
+    force: bool,
+});
+
 pub fn mount(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "o", "vlaOf") {
+    let o = match parse::<MountOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{MOUNT_USAGE}")),
     };
-    if o.operands.is_empty() && !o.has('a') {
+    if o.operands.is_empty() && !o.all {
         let mut s = String::new();
         for imp in st.pools.values() {
             for h in &imp.mounts {
@@ -403,7 +458,7 @@ pub fn mount(st: &mut State, args: &[String]) -> Out {
     }
     let mut err = String::new();
     let mut failures = 0;
-    if o.has('a') {
+    if o.all {
         for imp in st.pools.values_mut() {
             let rw = imp.rw.clone();
             failures += mount_all(&imp.pool, rw.as_ref(), &mut imp.mounts, &mut err);
@@ -433,16 +488,27 @@ pub fn mount(st: &mut State, args: &[String]) -> Out {
     (String::new(), err, (failures > 0) as i32)
 }
 
+verb_opts!(
+    /// `zfs unmount`'s options.
+    UnmountOpts {
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'a')]
+    all: bool,
+    #[arg(short = 'u')]
+    unload_keys: bool,
+});
+
 /// `zfs unmount [-f] <-a | filesystem | mountpoint>`
 pub fn unmount(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "fau") {
+    let o = match parse::<UnmountOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{UNMOUNT_USAGE}")),
     };
-    if o.operands.is_empty() && !o.has('a') {
+    if o.operands.is_empty() && !o.all {
         return usage(format!("missing filesystem argument\n{UNMOUNT_USAGE}"));
     }
-    let wanted = |m: &MountHandle| o.has('a') || o.operands.iter().any(|x| *x == m.dataset || Path::new(x) == m.mountpoint);
+    let wanted = |m: &MountHandle| o.all || o.operands.iter().any(|x| *x == m.dataset || Path::new(x) == m.mountpoint);
     let mut err = String::new();
     let mut code = 0;
     let mut found: Vec<String> = Vec::new();
@@ -454,7 +520,7 @@ pub fn unmount(st: &mut State, args: &[String]) -> Out {
             let ds = m.dataset.clone();
             found.push(ds.clone());
             found.push(m.mountpoint.display().to_string());
-            match m.unmount(o.has('f')) {
+            match m.unmount(o.force) {
                 Ok(()) => {
                     imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
                 }
@@ -478,9 +544,20 @@ pub fn unmount(st: &mut State, args: &[String]) -> Out {
 
 const ZFS_CREATE_USAGE: &str = "usage:\n\tcreate [-Pnpuv] [-o property=value] ... <filesystem>\n\tcreate [-Pnpsv] [-b blocksize] [-o property=value] ... -V <size> <volume>";
 
+verb_opts!(
+    /// `zfs create`'s options.
+    CreateOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'p')]
+    parents: bool,
+    #[arg(short = 'u')]
+    no_mount: bool,
+});
+
 /// `zfs create [-p] [-o prop=val]... FS`
 pub fn create(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "o", "pu") {
+    let o = match parse::<CreateOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{ZFS_CREATE_USAGE}\n"), 2),
     };
@@ -488,7 +565,7 @@ pub fn create(st: &mut State, args: &[String]) -> Out {
         return (String::new(), format!("{} filesystem argument\n{ZFS_CREATE_USAGE}\n", if o.operands.is_empty() { "missing" } else { "too many" }), 2);
     }
     let name = o.operands[0].clone();
-    let props = match dash_o_props(&o, &format!("{ZFS_CREATE_USAGE}\n")) {
+    let props = match dash_o_props(&o.props, &format!("{ZFS_CREATE_USAGE}\n")) {
         Ok(p) => p,
         Err(out) => return out,
     };
@@ -502,19 +579,36 @@ pub fn create(st: &mut State, args: &[String]) -> Out {
     };
     let r = {
         let mut w = h.lock();
-        w.create_dataset(&name, &props, o.has('p')).and_then(|_| w.sync())
+        w.create_dataset(&name, &props, o.parents).and_then(|_| w.sync())
     };
     if let Err(e) = r {
         return err_out(e, &format!("cannot create '{name}'"));
     }
     let mut err = String::new();
-    let code = if !o.has('u') && mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
+    let code = if !o.no_mount && mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
     (String::new(), err, code)
 }
 
+verb_opts!(
+    /// `zfs destroy`'s options.
+    DestroyOpts {
+    #[arg(short = 'r')]
+    recursive: bool,
+    #[arg(short = 'R')]
+    recursive_dependents: bool,
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'n')]
+    dry_run: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'v')]
+    verbose: bool,
+});
+
 /// `zfs destroy [-r] [-f] FS`
 pub fn destroy(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "rRfnpv") {
+    let o = match parse::<DestroyOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{DESTROY_USAGE}"), 2),
     };
@@ -547,7 +641,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
     // OpenZFS's refusals: the pool's root file system is not destroyed (-r takes its
     // descendants), and a file system with children needs -r.
     let is_root = !name.contains('/');
-    if is_root && !o.has('r') {
+    if is_root && !o.recursive {
         return (
             String::new(),
             format!(
@@ -556,7 +650,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
             1,
         );
     }
-    if !children.is_empty() && !o.has('r') && !o.has('R') {
+    if !children.is_empty() && !o.recursive && !o.recursive_dependents {
         let list: String = children.iter().map(|c| format!("{c}\n")).collect();
         return (String::new(), format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:\n{list}"), 1);
     }
@@ -571,7 +665,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         // Unmount first.
         if let Some(i) = imp.mounts.iter().position(|m| &m.dataset == v) {
             let m = imp.mounts.remove(i);
-            if let Err((m, e)) = m.unmount(o.has('f')) {
+            if let Err((m, e)) = m.unmount(o.force) {
                 imp.mounts.insert(i, m);
                 return (String::new(), format!("cannot unmount '{}': {e}\n", v), 1);
             }
@@ -596,12 +690,23 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
     (String::new(), String::new(), 0)
 }
 
+verb_opts!(
+    /// `zfs rollback`'s options.
+    RollbackOpts {
+    #[arg(short = 'r')]
+    recursive: bool,
+    #[arg(short = 'R')]
+    recursive_clones: bool,
+    #[arg(short = 'f')]
+    force: bool,
+});
+
 const ZFS_ROLLBACK_USAGE: &str = "usage:\n\trollback [-rRf] <snapshot>\n";
 
 /// `zfs rollback [-rRf] FS@SNAP`: with -r the newer snapshots are destroyed first; the file
 /// system is unmounted around the change and mounted again.
 pub fn rollback(st: &mut State, args: &[String]) -> Out {
-    let o = match verb_args(args, "", "rRf", ZFS_ROLLBACK_USAGE, &["missing dataset argument"]) {
+    let o = match verb_args::<RollbackOpts>(args, ZFS_ROLLBACK_USAGE, &["missing dataset argument"]) {
         Ok(o) => o,
         Err(out) => return out,
     };
@@ -625,7 +730,7 @@ pub fn rollback(st: &mut State, args: &[String]) -> Out {
         Ok(n) => n,
         Err(e) => return err_out(e, &format!("cannot rollback to '{name}'")),
     };
-    if !newer.is_empty() && !o.has('r') && !o.has('R') {
+    if !newer.is_empty() && !o.recursive && !o.recursive_clones {
         let list: String = newer.iter().rev().map(|n| format!("{n}\n")).collect();
         return (
             String::new(),
@@ -641,7 +746,7 @@ pub fn rollback(st: &mut State, args: &[String]) -> Out {
     }
     if let Some(i) = imp.mounts.iter().position(|m| m.dataset == fs) {
         let m = imp.mounts.remove(i);
-        if let Err((m, e)) = m.unmount(o.has('f')) {
+        if let Err((m, e)) = m.unmount(o.force) {
             imp.mounts.insert(i, m);
             return (String::new(), format!("cannot unmount '{fs}': {e}\n"), 1);
         }
@@ -657,16 +762,25 @@ pub fn rollback(st: &mut State, args: &[String]) -> Out {
     (String::new(), err, code)
 }
 
+verb_opts!(
+    /// `zfs clone`'s options.
+    CloneOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'p')]
+    parents: bool,
+});
+
 const ZFS_CLONE_USAGE: &str = "usage:\n\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n";
 
 /// `zfs clone [-p] [-o prop=val]... FS@SNAP NEWFS`
 pub fn clone(st: &mut State, args: &[String]) -> Out {
-    let o = match verb_args(args, "o", "p", ZFS_CLONE_USAGE, &["missing source dataset argument", "missing target dataset argument"]) {
+    let o = match verb_args::<CloneOpts>(args, ZFS_CLONE_USAGE, &["missing source dataset argument", "missing target dataset argument"]) {
         Ok(o) => o,
         Err(out) => return out,
     };
     let (src, target) = (o.operands[0].clone(), o.operands[1].clone());
-    let props = match dash_o_props(&o, ZFS_CLONE_USAGE) {
+    let props = match dash_o_props(&o.props, ZFS_CLONE_USAGE) {
         Ok(p) => p,
         Err(out) => return out,
     };
@@ -684,7 +798,7 @@ pub fn clone(st: &mut State, args: &[String]) -> Out {
     let r = {
         let mut w = h.lock();
         match w.find_snapshot(&src) {
-            Ok(Some(snap)) => w.create_dataset_from(&target, &props, o.has('p'), Some(snap)).and_then(|_| w.sync()),
+            Ok(Some(snap)) => w.create_dataset_from(&target, &props, o.parents, Some(snap)).and_then(|_| w.sync()),
             Ok(None) => return (String::new(), format!("cannot open '{src}': dataset does not exist\n"), 1),
             Err(e) => Err(e),
         }
@@ -697,11 +811,20 @@ pub fn clone(st: &mut State, args: &[String]) -> Out {
     (String::new(), err, code)
 }
 
+verb_opts!(
+    /// `zfs snapshot`'s options.
+    SnapshotOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'r')]
+    recursive: bool,
+});
+
 const ZFS_SNAPSHOT_USAGE: &str = "usage:\n\tsnapshot [-r] [-o property=value] ... <filesystem|volume>@<snap> ...\n";
 
 /// `zfs snapshot [-r] [-o prop=val]... FS@SNAP...`: every snapshot in one txg, or none.
 pub fn snapshot(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt_or_usage(args, "o", "r", ZFS_SNAPSHOT_USAGE) {
+    let o = match parse_or_usage::<SnapshotOpts>(args, ZFS_SNAPSHOT_USAGE) {
         Ok(o) => o,
         Err(out) => return out,
     };
@@ -709,7 +832,7 @@ pub fn snapshot(st: &mut State, args: &[String]) -> Out {
         return (String::new(), format!("missing snapshot argument\n{ZFS_SNAPSHOT_USAGE}"), 2);
     }
     let mut props = Vec::new();
-    for p in o.values('o') {
+    for p in &o.props {
         match p.split_once('=') {
             Some((k, _)) if !k.contains(':') => {
                 return (String::new(), format!("cannot create snapshot '{}': property '{k}' cannot be set on snapshots\n", o.operands[0]), 1);
@@ -718,7 +841,7 @@ pub fn snapshot(st: &mut State, args: &[String]) -> Out {
             None => return (String::new(), format!("missing '=' for property=value argument\n{ZFS_SNAPSHOT_USAGE}"), 2),
         }
     }
-    let multiple = o.has('r') || o.operands.len() > 1;
+    let multiple = o.recursive || o.operands.len() > 1;
     let mut names = Vec::new();
     let mut pool_name = None;
     for a in &o.operands {
@@ -741,7 +864,7 @@ pub fn snapshot(st: &mut State, args: &[String]) -> Out {
             return (String::new(), "cannot create snapshots : cross-pool snapshots are not allowed\n".into(), 1);
         }
         names.push(format!("{fs}@{snap}"));
-        if o.has('r') {
+        if o.recursive {
             let mut below: Vec<&String> = all.iter().filter(|n| n.starts_with(&format!("{fs}/"))).collect();
             below.sort();
             names.extend(below.into_iter().map(|n| format!("{n}@{snap}")));
@@ -838,9 +961,18 @@ pub fn set(st: &mut State, args: &[String]) -> Out {
     (String::new(), String::new(), 0)
 }
 
+verb_opts!(
+    /// `zfs inherit`'s options.
+    InheritOpts {
+    #[arg(short = 'r')]
+    recursive: bool,
+    #[arg(short = 'S')]
+    received: bool,
+});
+
 /// `zfs inherit [-r] prop FS...`
 pub fn inherit(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "rS") {
+    let o = match parse::<InheritOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{INHERIT_USAGE}"), 2),
     };
@@ -861,7 +993,7 @@ pub fn inherit(st: &mut State, args: &[String]) -> Out {
             Err(o) => return o,
         };
         let mut names = vec![t.clone()];
-        if o.has('r') {
+        if o.recursive {
             if let Ok(l) = imp.pool.datasets() {
                 names.extend(l.into_iter().map(|d| d.name).filter(|n| n.starts_with(&format!("{t}/"))));
             }
@@ -886,10 +1018,23 @@ pub fn inherit(st: &mut State, args: &[String]) -> Out {
 
 const ZFS_RENAME_USAGE: &str = "usage:\n\trename [-f] <filesystem|volume|snapshot> <filesystem|volume|snapshot>\n\trename -p [-f] <filesystem|volume> <filesystem|volume>\n\trename -u [-f] <filesystem> <filesystem>\n\trename -r <snapshot> <snapshot>\n";
 
+verb_opts!(
+    /// `zfs rename`'s options.
+    RenameOpts {
+    #[arg(short = 'p')]
+    parents: bool,
+    #[arg(short = 'r')]
+    recursive: bool,
+    #[arg(short = 'u')]
+    no_remount: bool,
+    #[arg(short = 'f')]
+    force: bool,
+});
+
 /// `zfs rename [-p] [-f] FS NEWFS`: the file system and everything below it take the new
 /// name; those mounted are unmounted first and mounted again where their mountpoints now are.
 pub fn rename(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "pruf") {
+    let o = match parse::<RenameOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{ZFS_RENAME_USAGE}"), 2),
     };
@@ -900,20 +1045,20 @@ pub fn rename(st: &mut State, args: &[String]) -> Out {
         2 => {}
         _ => return bad("too many arguments"),
     }
-    if o.has('r') && o.has('p') {
+    if o.recursive && o.parents {
         return bad("-p and -r options are mutually exclusive");
     }
-    if o.has('u') && o.has('p') {
+    if o.no_remount && o.parents {
         return bad("-u and -p options are mutually exclusive");
     }
     let (old, new) = (o.operands[0].clone(), o.operands[1].clone());
-    if o.has('r') && !old.contains('@') {
+    if o.recursive && !old.contains('@') {
         return bad("source dataset for recursive rename must be a snapshot");
     }
     if old.contains('@') || new.contains('@') {
         return (String::new(), format!("cannot rename '{old}': renaming snapshots is not supported yet by the writer\n"), 1);
     }
-    if o.has('u') {
+    if o.no_remount {
         return (String::new(), format!("cannot rename '{old}': renaming without unmounting (-u) is not supported yet\n"), 1);
     }
     let imp = match pool_of(st, &old) {
@@ -941,7 +1086,7 @@ pub fn rename(st: &mut State, args: &[String]) -> Out {
     let derived = derived_mountpoints(&imp.pool, &gone.iter().collect::<Vec<_>>());
     for m in gone {
         let ds = m.dataset.clone();
-        match m.unmount(o.has('f')) {
+        match m.unmount(o.force) {
             Ok(()) => {
                 imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
             }
@@ -958,7 +1103,7 @@ pub fn rename(st: &mut State, args: &[String]) -> Out {
         remove_mountpoints(&derived, &imp.mounts);
         let mut w = h.lock();
         // Synced first: the quota check sees what the file systems hold on disk.
-        w.sync().and_then(|_| w.rename_dataset(&old, &new, o.has('p'))).and_then(|_| w.sync())
+        w.sync().and_then(|_| w.rename_dataset(&old, &new, o.parents)).and_then(|_| w.sync())
     };
     imp.pool.forget_fs(&old);
     let failed = match r {

@@ -8,7 +8,7 @@ use crate::props;
 use clap::ValueEnum;
 use crate::table::{self, Col};
 use crate::vdevspec::{self, Group};
-use crate::opts::{getopt, Opts};
+use crate::opts::{comma_list, parse, verb_opts};
 use crate::verb::{abs, err_out, fail, line, ok, usage, Imported, Out, State};
 use oxzfs::pool::{import_listing, ImportOptions, Pool};
 use oxzfs::spa;
@@ -115,23 +115,58 @@ const ZPOOL_LIST_USAGE: &str = "usage:\n\tlist [-gHLpPv] [-o property[,...]] [-T
 
 const ZPOOL_GET_USAGE: &str = "usage:\n\tget [-Hp] [-o \"all\" | field[,...]] <\"all\" | property[,...]> <pool> ...";
 
-const IMPORT_VALUE_OPTS: &str = "dRocT";
-
-const IMPORT_FLAGS: &str = "fNFnDamlsXtP";
+verb_opts!(
+    /// `zpool import`'s options.
+    ImportOpts {
+    #[arg(short = 'd')]
+    dirs: Vec<String>,
+    #[arg(short = 'R')]
+    altroot: Vec<String>,
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'c')]
+    cachefile: Vec<String>,
+    #[arg(short = 'T')]
+    txg: Vec<String>,
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'N')]
+    no_mount: bool,
+    #[arg(short = 'F')]
+    rewind: bool,
+    #[arg(short = 'n')]
+    dry_run: bool,
+    #[arg(short = 'D')]
+    destroyed: bool,
+    #[arg(short = 'a')]
+    all: bool,
+    #[arg(short = 'm')]
+    missing_log: bool,
+    #[arg(short = 'l')]
+    load_keys: bool,
+    #[arg(short = 's')]
+    scan: bool,
+    #[arg(short = 'X')]
+    extreme_rewind: bool,
+    #[arg(short = 't')]
+    temp_name: bool,
+    #[arg(short = 'P')]
+    full_paths: bool,
+});
 
 /// `zpool import [-d dir]...` with no pool named and no -a: only lists, needs no daemon.
 pub fn import_is_listing(args: &[String]) -> bool {
-    match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
-        Ok(o) => o.operands.is_empty() && !o.has('a'),
+    match parse::<ImportOpts>(args) {
+        Ok(o) => o.operands.is_empty() && !o.all,
         Err(_) => true, // the usage error is reported locally too
     }
 }
 
 /// Where `zpool import` looks: the -d directories (or /dev), or with `-c FILE` the leaf devices
 /// of the pools in that cache file (no directory is scanned).
-pub fn search_dirs(o: &Opts, cwd: &Path) -> Result<Vec<PathBuf>, Out> {
-    let d: Vec<PathBuf> = o.values('d').iter().map(|d| abs(cwd, d)).collect();
-    if let Some(c) = o.values('c').pop() {
+pub fn search_dirs(o: &ImportOpts, cwd: &Path) -> Result<Vec<PathBuf>, Out> {
+    let d: Vec<PathBuf> = o.dirs.iter().map(|d| abs(cwd, d)).collect();
+    if let Some(c) = o.cachefile.last().cloned() {
         if !d.is_empty() {
             return Err(usage(format!("-c is incompatible with -d\n{IMPORT_USAGE}")));
         }
@@ -150,14 +185,14 @@ pub fn search_dirs(o: &Opts, cwd: &Path) -> Result<Vec<PathBuf>, Out> {
 /// `zpool import` listing the pools that could be imported (run without the daemon).
 pub fn run_local(args: &[String], cwd: &Path) -> Out {
     let rest = args.get(2..).unwrap_or(&[]);
-    let o = match getopt(rest, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+    let o = match parse::<ImportOpts>(rest) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
     };
     import_list(&o, cwd)
 }
 
-pub fn import_list(o: &Opts, cwd: &Path) -> Out {
+pub fn import_list(o: &ImportOpts, cwd: &Path) -> Out {
     let dirs = match search_dirs(o, cwd) {
         Ok(d) => d,
         Err(e) => return e,
@@ -174,14 +209,14 @@ pub fn import_list(o: &Opts, cwd: &Path) -> Out {
 }
 
 pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, IMPORT_VALUE_OPTS, IMPORT_FLAGS) {
+    let o = match parse::<ImportOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{IMPORT_USAGE}")),
     };
-    if o.operands.is_empty() && !o.has('a') {
+    if o.operands.is_empty() && !o.all {
         return import_list(&o, cwd);
     }
-    if o.has('a') && !o.operands.is_empty() {
+    if o.all && !o.operands.is_empty() {
         return usage(format!("too many arguments\n{IMPORT_USAGE}"));
     }
     if o.operands.len() > 2 {
@@ -196,7 +231,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
     }
     let mut readonly = false;
     let mut cachefile = None;
-    for p in o.values('o') {
+    for p in o.props.clone() {
         match p.split_once('=') {
             Some(("cachefile", v)) => match oxzfs::spa_config::validate(v) {
                 Ok(()) => cachefile = oxzfs::spa_config::setting(v),
@@ -215,12 +250,12 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Ok(d) => d,
         Err(e) => return e,
     };
-    let altroot = o.values('R').pop().map(|r| abs(cwd, &r));
-    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+    let altroot = o.altroot.last().cloned().map(|r| abs(cwd, &r));
+    if altroot.is_some() && !o.props.iter().any(|p| p.starts_with("cachefile=")) {
         // zpool import -R implies cachefile=none (add_prop_list_default).
         cachefile = Some("none".to_string());
     }
-    let which: Vec<String> = if o.has('a') {
+    let which: Vec<String> = if o.all {
         let scan = spa::scan(&dirs);
         let names: Vec<String> = scan.pools.iter().map(|p| p.name.clone()).filter(|n| !st.pools.contains_key(n)).collect();
         if names.is_empty() {
@@ -253,7 +288,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                 continue;
             }
         }
-        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.has('f'), arc_max: None, new_name: new_name.clone(), missing_log: o.has('m') };
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.force, arc_max: None, new_name: new_name.clone(), missing_log: o.missing_log };
         if !readonly {
             match import_rw(&dirs, &which, &opts) {
                 Ok((pool, h)) => {
@@ -261,7 +296,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     oxzfs::vdev_removal_thread::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
-                    if !o.has('N') && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
+                    if !o.no_mount && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
                         out.2 = 1;
                     }
                     st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
@@ -282,7 +317,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         };
         let mut mounts = Vec::new();
-        if !o.has('N') && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
+        if !o.no_mount && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
             out.2 = 1;
         }
         st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None, since: std::time::Instant::now() });
@@ -303,12 +338,21 @@ impl State {
     }
 }
 
+verb_opts!(
+    /// `zpool export`'s options.
+    ExportOpts {
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'a')]
+    all: bool,
+});
+
 pub fn export(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "fa") {
+    let o = match parse::<ExportOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{EXPORT_USAGE}")),
     };
-    let names: Vec<String> = if o.has('a') { st.pools.keys().cloned().collect() } else { o.operands.clone() };
+    let names: Vec<String> = if o.all { st.pools.keys().cloned().collect() } else { o.operands.clone() };
     if names.is_empty() {
         return usage(format!("missing pool argument\n{EXPORT_USAGE}"));
     }
@@ -325,7 +369,7 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
         let derived = derived_mountpoints(&imp.pool, &imp.mounts.iter().collect::<Vec<_>>());
         while let Some(h) = imp.mounts.pop() {
             let (ds, mp) = (h.dataset.clone(), h.mountpoint.clone());
-            match h.unmount(o.has('f')) {
+            match h.unmount(o.force) {
                 Ok(()) => {
                     imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
                 }
@@ -372,8 +416,37 @@ pub fn find_pools<'a>(st: &'a State, names: &[String]) -> Result<Vec<&'a Importe
     Ok(v)
 }
 
+verb_opts!(
+    /// `zpool status`'s options.
+    StatusOpts {
+    #[arg(short = 'T')]
+    timestamp: Vec<String>,
+    #[arg(short = 'c')]
+    scripts: Vec<String>,
+    #[arg(short = 'v')]
+    verbose: bool,
+    #[arg(short = 'x')]
+    only_unhealthy: bool,
+    #[arg(short = 'P')]
+    full_paths: bool,
+    #[arg(short = 'L')]
+    follow_links: bool,
+    #[arg(short = 'g')]
+    guids: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'D')]
+    dedup: bool,
+    #[arg(short = 't')]
+    trim: bool,
+    #[arg(short = 'i')]
+    initialize: bool,
+    #[arg(short = 's')]
+    slow_ios: bool,
+});
+
 pub fn status(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "Tc", "vxPLgpDtisi") {
+    let o = match parse::<StatusOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{STATUS_USAGE}")),
     };
@@ -384,7 +457,7 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
     if pools.is_empty() {
         return (String::new(), "no pools available\n".into(), 0);
     }
-    let shown: Vec<&&Imported> = if o.has('x') {
+    let shown: Vec<&&Imported> = if o.only_unhealthy {
         pools.iter().filter(|p| p.pool.health() != oxzfs::vdev::VdevState::Online || !p.pool.spa.errors().is_empty()).collect()
     } else {
         pools.iter().collect()
@@ -396,15 +469,21 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
             o.operands.iter().map(|n| format!("pool '{n}' is healthy\n")).collect()
         });
     }
-    ok(shown.iter().map(|p| p.pool.status_text(o.has('v'))).collect::<Vec<_>>().join("\n"))
+    ok(shown.iter().map(|p| p.pool.status_text(o.verbose)).collect::<Vec<_>>().join("\n"))
 }
 
 const CLEAR_USAGE: &str = "usage:\n\tclear <pool> [device]";
 
+verb_opts!(
+    /// `zpool clear` takes no options.
+    ClearOpts {
+
+});
+
 /// `zpool clear POOL [DEVICE]` (zpool_do_clear): the error counts of the pool's vdevs, or of
 /// DEVICE and what is below it, back to zero.
 pub fn clear(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "") {
+    let o = match parse::<ClearOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{CLEAR_USAGE}")),
     };
@@ -451,15 +530,26 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
 const SCRUB_USAGE: &str = "usage:\n\tscrub [-s | -p] [-w] <pool> ...";
 const WAIT_USAGE: &str = "usage:\n\twait [-t <activity>[,...]] <pool>";
 
+verb_opts!(
+    /// `zpool scrub`'s options.
+    ScrubOpts {
+    #[arg(short = 's')]
+    stop: bool,
+    #[arg(short = 'p')]
+    pause: bool,
+    #[arg(short = 'w')]
+    wait: bool,
+});
+
 /// `zpool scrub [-s | -p] [-w] POOL...` (zpool_do_scrub): start, resume, pause or cancel the
 /// scrub of pools imported read-write; -w waits for it after the daemon's lock is let go.
 pub fn scrub(st: &mut State, args: &[String]) -> Out {
     use oxzfs::dsl_scrub::{self, ScrubCmd};
-    let o = match getopt(args, "", "spw") {
+    let o = match parse::<ScrubOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{SCRUB_USAGE}")),
     };
-    let (cancel, pause, wait) = (o.has('s'), o.has('p'), o.has('w'));
+    let (cancel, pause, wait) = (o.stop, o.pause, o.wait);
     if cancel && pause {
         return usage(format!("invalid option combination: -s and -p are mutually exclusive\n{SCRUB_USAGE}"));
     }
@@ -496,19 +586,26 @@ pub fn scrub(st: &mut State, args: &[String]) -> Out {
     (String::new(), err, code)
 }
 
+verb_opts!(
+    /// `zpool wait`'s options.
+    WaitOpts {
+    #[arg(short = 't')]
+    activities: Vec<String>,
+});
+
 /// `zpool wait [-t ACTIVITY[,...]] POOL` (zpool_do_wait): returns once no activity named is
 /// under way. Of OpenZFS's activities a scrub, a resilver and a device removal can run here;
 /// the others are never in progress.
 pub fn wait(st: &mut State, args: &[String]) -> Out {
     const ACTIVITIES: [&str; 8] = ["discard", "free", "initialize", "replace", "remove", "resilver", "scrub", "trim"];
-    let o = match getopt(args, "t", "") {
+    let o = match parse::<WaitOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{WAIT_USAGE}")),
     };
-    let mut scrub = o.values('t').is_empty();
+    let mut scrub = o.activities.clone().is_empty();
     let mut resilver = false;
-    let mut remove = o.values('t').is_empty();
-    for list in o.values('t') {
+    let mut remove = o.activities.clone().is_empty();
+    for list in o.activities.clone() {
         for a in list.split(',') {
             if !ACTIVITIES.contains(&a) {
                 return usage(format!("invalid activity '{a}'\n{WAIT_USAGE}"));
@@ -540,9 +637,18 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     ok(String::new())
 }
 
+verb_opts!(
+    /// `zpool history`'s options.
+    HistoryOpts {
+    #[arg(short = 'i')]
+    internal: bool,
+    #[arg(short = 'l')]
+    long: bool,
+});
+
 /// `zpool history [pool]...`
 pub fn history(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "il") {
+    let o = match parse::<HistoryOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{HISTORY_USAGE}")),
     };
@@ -575,8 +681,8 @@ pub fn nice(n: u64, parsable: bool) -> String {
 }
 
 /// Columns of `zpool list` from `-o` (default: OpenZFS's), canonical names.
-pub fn zpool_list_columns(o: &Opts) -> Result<Vec<String>, String> {
-    let spec = o.list('o');
+pub fn zpool_list_columns(fields: &[String]) -> Result<Vec<String>, String> {
+    let spec = comma_list(fields);
     if spec.is_empty() {
         return Ok(["name", "size", "allocated", "free", "checkpoint", "expandsize", "fragmentation", "capacity", "dedupratio", "health", "altroot"]
             .iter()
@@ -645,12 +751,33 @@ pub fn feature_state(imp: &Imported, name: &str) -> String {
     .into()
 }
 
+verb_opts!(
+    /// `zpool list`'s options.
+    ListOpts {
+    #[arg(short = 'o')]
+    fields: Vec<String>,
+    #[arg(short = 'T')]
+    timestamp: Vec<String>,
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'v')]
+    verbose: bool,
+    #[arg(short = 'g')]
+    guids: bool,
+    #[arg(short = 'L')]
+    follow_links: bool,
+    #[arg(short = 'P')]
+    full_paths: bool,
+});
+
 pub fn list(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "oT", "HpvgLP") {
+    let o = match parse::<ListOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
     };
-    let cols = match zpool_list_columns(&o) {
+    let cols = match zpool_list_columns(&o.fields) {
         Ok(c) => c,
         Err(e) => return usage(format!("{e}\n{ZPOOL_LIST_USAGE}")),
     };
@@ -661,11 +788,11 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
     if pools.is_empty() {
         return (String::new(), "no pools available\n".into(), 0);
     }
-    let p = o.has('p');
+    let p = o.parsable;
     let mut rows: Vec<Vec<String>> = Vec::new();
     for imp in &pools {
         rows.push(cols.iter().map(|c| zpool_value(imp, c, p)).collect());
-        if o.has('v') {
+        if o.verbose {
             // One row per vdev below the pool, as `zpool list -v` prints them.
             for row in imp.pool.list_vdev_rows() {
                 let heading = row.health.is_empty();
@@ -706,11 +833,22 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
             Col { header, right, min }
         })
         .collect();
-    ok(table::render(&spec, &rows, o.has('H'), true))
+    ok(table::render(&spec, &rows, o.scripted, true))
 }
 
+verb_opts!(
+    /// `zpool get`'s options.
+    GetOpts {
+    #[arg(short = 'o')]
+    fields: Vec<String>,
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+});
+
 pub fn get(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "o", "Hp") {
+    let o = match parse::<GetOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ZPOOL_GET_USAGE}")),
     };
@@ -743,7 +881,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
     let mut rows = Vec::new();
     for imp in pools {
         for n in &wanted {
-            let v = zpool_value(imp, n, o.has('p'));
+            let v = zpool_value(imp, n, o.parsable);
             let source = match n.as_str() {
                 "altroot" => if v == "-" { "default" } else { "local" },
                 "readonly" => "-",
@@ -767,7 +905,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
     }
     // -o: the columns to show, in order (name, property, value, source; "all").
     let fields = ["name", "property", "value", "source"];
-    let sel: Vec<usize> = match o.values('o').pop() {
+    let sel: Vec<usize> = match o.fields.last().cloned() {
         None => (0..4).collect(),
         Some(list) if list == "all" => (0..4).collect(),
         Some(list) => {
@@ -783,7 +921,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
     };
     let cols: Vec<Col> = sel.iter().map(|&i| Col::left(["NAME", "PROPERTY", "VALUE", "SOURCE"][i])).collect();
     let rows: Vec<Vec<String>> = rows.into_iter().map(|r| sel.iter().map(|&i| r[i].clone()).collect()).collect();
-    ok(table::render(&cols, &rows, o.has('H'), true))
+    ok(table::render(&cols, &rows, o.scripted, true))
 }
 
 const CREATE_USAGE: &str = "usage:\n\tcreate [-fnd] [-o property=value] ... \n\t    [-O file-system-property=value] ... \n\t    [-m mountpoint] [-R root] <pool> <vdev> ...";
@@ -859,8 +997,27 @@ pub fn layout_text(name: &str, spec: &vdevspec::Spec) -> String {
     s
 }
 
+verb_opts!(
+    /// `zpool create`'s options.
+    CreateOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'O')]
+    fs_props: Vec<String>,
+    #[arg(short = 'm')]
+    mountpoint: Vec<String>,
+    #[arg(short = 'R')]
+    altroot: Vec<String>,
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'n')]
+    dry_run: bool,
+    #[arg(short = 'd')]
+    no_features: bool,
+});
+
 pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, "oOmR", "fnd") {
+    let o = match parse::<CreateOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{CREATE_USAGE}\n"), 2),
     };
@@ -874,18 +1031,18 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if let Err(e) = check_pool_name(&name, "create") {
         return (String::new(), format!("{e}\n"), 1);
     }
-    let force = o.has('f');
+    let force = o.force;
     let spec = match vdevspec::parse(&o.operands[1..], cwd, force) {
         Ok(s) => s,
         Err(e) => return (String::new(), format!("{e}\n"), 1),
     };
     let mut cs = CreateSpec { name: name.clone(), hostname: hostname(), fs_init: Some(oxzfs::zplw::init_fs), ..Default::default() };
-    if o.has('d') {
+    if o.no_features {
         // -d: no features enabled (they may be enabled one by one with -o feature@...=enabled).
         cs.disabled = oxzfs::spa_feature::DEFAULT_FEATURES.iter().map(|f| f.1.to_string()).collect();
     }
     let mut cachefile = None;
-    for p in o.values('o') {
+    for p in o.props.clone() {
         let Some((k, v)) = p.split_once('=') else {
             return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
         };
@@ -926,13 +1083,13 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
             _ => return (String::new(), format!("property '{k}' is not a valid pool property\n"), 1),
         }
     }
-    for p in o.values('O') {
+    for p in o.fs_props.clone() {
         let Some((k, v)) = p.split_once('=') else {
             return (String::new(), format!("missing '=' for property=value argument\n{CREATE_USAGE}\n"), 2);
         };
         cs.fs_props.push((k.to_string(), v.to_string()));
     }
-    if let Some(m) = o.values('m').pop() {
+    if let Some(m) = o.mountpoint.last().cloned() {
         cs.fs_props.push(("mountpoint".into(), m));
     }
     // Every device must exist and not belong to a pool.
@@ -960,7 +1117,7 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     if st.pools.contains_key(&name) {
         return (String::new(), format!("cannot create '{name}': pool already exists\n"), 1);
     }
-    if o.has('n') {
+    if o.dry_run {
         return (layout_text(&name, &spec), String::new(), 0);
     }
     for (class, groups) in [(VdevClass::Normal, &spec.data), (VdevClass::Special, &spec.special), (VdevClass::Dedup, &spec.dedup), (VdevClass::Log, &spec.log)] {
@@ -987,8 +1144,8 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
             return (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("cannot create '{name}': {m}") }), 1);
         }
     };
-    let altroot = o.values('R').pop().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
-    if altroot.is_some() && !o.values('o').iter().any(|p| p.starts_with("cachefile=")) {
+    let altroot = o.altroot.last().cloned().map(|r| if Path::new(&r).is_absolute() { PathBuf::from(r) } else { cwd.join(r) });
+    if altroot.is_some() && !o.props.clone().iter().any(|p| p.starts_with("cachefile=")) {
         // zpool create -R implies cachefile=none (add_prop_list_default).
         cachefile = Some("none".to_string());
     }
@@ -1050,9 +1207,16 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<
     Ok((Pool::from_spa(spa, altroot, dirs), h))
 }
 
+verb_opts!(
+    /// `zpool destroy`'s options.
+    DestroyOpts {
+    #[arg(short = 'f')]
+    force: bool,
+});
+
 /// `zpool destroy [-f] POOL`: unmount, mark the labels destroyed.
 pub fn destroy(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "f") {
+    let o = match parse::<DestroyOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{DESTROY_USAGE}"), 2),
     };
@@ -1067,7 +1231,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         return (String::new(), format!("cannot destroy '{name}': pool is read-only\n"), 1);
     };
     let mut args = vec![name.clone()];
-    if o.has('f') {
+    if o.force {
         args.insert(0, "-f".into());
     }
     // Export (unmount, sync, labels) then mark destroyed.
@@ -1083,9 +1247,26 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
 
 const ADD_USAGE: &str = "usage:\n\tadd [-fgLnP] [-o property=value] <pool> <vdev> ...";
 
+verb_opts!(
+    /// `zpool add`'s options.
+    AddOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 'g')]
+    guids: bool,
+    #[arg(short = 'L')]
+    follow_links: bool,
+    #[arg(short = 'n')]
+    dry_run: bool,
+    #[arg(short = 'P')]
+    full_paths: bool,
+});
+
 /// `zpool add [-f] [-n] [-o ashift=N] POOL VDEV...`
 pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, "o", "fgLnP") {
+    let o = match parse::<AddOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{ADD_USAGE}\n"), 2),
     };
@@ -1097,7 +1278,7 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
     }
     let name = o.operands[0].clone();
     let mut ashift = None;
-    for p in o.values('o') {
+    for p in o.props.clone() {
         match p.split_once('=') {
             Some(("ashift", v)) => match ashift_option(v) {
                 Ok(a) => ashift = (a != 0).then_some(a),
@@ -1113,7 +1294,7 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
         operands.insert(0, "/dev/null".into());
         data_missing = true;
     }
-    let mut spec = match vdevspec::parse(&operands, cwd, o.has('f')) {
+    let mut spec = match vdevspec::parse(&operands, cwd, o.force) {
         Ok(s) => s,
         Err(e) => return (String::new(), format!("{e}\n"), 1),
     };
@@ -1127,7 +1308,7 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return (String::new(), format!("cannot add to '{name}': pool is read-only\n"), 1);
     };
     // Replication level of new data vdevs against the pool's (needs -f to differ).
-    if !o.has('f') {
+    if !o.force {
         let pool_kind: Vec<String> = imp
             .pool
             .spa
@@ -1164,12 +1345,12 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         if let Ok(p) = spa::probe(&d) {
             let pname = p.config.get_str("name").unwrap_or("").to_string();
-            if p.state == 0 || (p.state == 1 && !o.has('f')) {
+            if p.state == 0 || (p.state == 1 && !o.force) {
                 return (String::new(), format!("invalid vdev specification\n{} is part of {} pool '{pname}'\n", d.display(), if p.state == 0 { "active" } else { "exported" }), 1);
             }
         }
     }
-    if o.has('n') {
+    if o.dry_run {
         return (layout_text(&name, &spec).replace("would create", "would update"), String::new(), 0);
     }
     let mut vdevs = Vec::new();
@@ -1237,10 +1418,16 @@ fn reopen(imp: &mut Imported, h: &Arc<PoolHandle>, dirs: &[PathBuf]) -> Result<(
 
 const SYNC_USAGE: &str = "usage:\n\tsync [pool] ...\n";
 
+verb_opts!(
+    /// `zpool sync` takes no options.
+    SyncOpts {
+
+});
+
 /// `zpool sync [POOL]...`: every change made so far is written in a txg (all imported pools
 /// when none is named), as OpenZFS's spa_sync through zpool_sync_one.
 pub fn sync(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "") {
+    let o = match parse::<SyncOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{SYNC_USAGE}"), 2),
     };
@@ -1260,18 +1447,31 @@ pub fn sync(st: &mut State, args: &[String]) -> Out {
 
 const REMOVE_USAGE: &str = "usage:\n\tremove [-npsw] <pool> <device> ...\n\tremove -s <pool>\n";
 
+verb_opts!(
+    /// `zpool remove`'s options.
+    RemoveOpts {
+    #[arg(short = 'n')]
+    dry_run: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 's')]
+    stop: bool,
+    #[arg(short = 'w')]
+    wait: bool,
+});
+
 /// `zpool remove [-npw] POOL DEVICE...`, `zpool remove -s POOL`: log, cache and spare devices
 /// at once; a data, special or dedup vdev by an evacuation that runs in the background (-w
 /// waits for it; -s cancels it).
 pub fn remove(st: &mut State, args: &[String]) -> Out {
-    let o = match getopt(args, "", "npsw") {
+    let o = match parse::<RemoveOpts>(args) {
         Ok(o) => o,
         Err(e) => return (String::new(), format!("{e}\n{REMOVE_USAGE}"), 2),
     };
     let Some(name) = o.operands.first().cloned() else {
         return (String::new(), format!("missing pool name argument\n{REMOVE_USAGE}"), 2);
     };
-    if o.has('s') {
+    if o.stop {
         // zpool_vdev_remove_cancel (spa_vdev_remove_cancel).
         let Some(imp) = st.pools.get_mut(&name) else {
             return (String::new(), format!("cannot open '{name}': no such pool\n"), 1);
@@ -1301,7 +1501,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         let base = |p: &str| Path::new(p).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         // A hot spare not in use goes at once (spa_vdev_remove_aux).
         if let Some(guid) = imp.pool.spare_device_guid(dev) {
-            if o.has('n') {
+            if o.dry_run {
                 continue;
             }
             if let Err(e) = h.lock().remove_spare_device(guid) {
@@ -1311,7 +1511,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
         }
         // A cache device goes at once (spa_vdev_remove_aux).
         if let Some(guid) = imp.pool.cache_device_guid(dev) {
-            if o.has('n') {
+            if o.dry_run {
                 continue;
             }
             if let Err(e) = h.lock().remove_cache_device(guid) {
@@ -1330,7 +1530,7 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             // must be the top-level vdev itself, not a side of a mirror.
             let names_top = top.display_name() == *dev || top.guid.to_string() == *dev || (top.is_leaf() && top.find(dev).is_some());
             // -n only estimates, as zpool_do_remove does (the checks are the kernel's).
-            if o.has('n') {
+            if o.dry_run {
                 let size = h.lock().removal_mapping_estimate(top.id);
                 out.push_str(&format!("Memory that will be used after removing {dev}: {}\n", oxzfs::nicenum::nicebytes(size)));
                 continue;
@@ -1344,10 +1544,10 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             if let Err(e) = oxzfs::vdev_removal_thread::start(&h, top.id) {
                 return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
             }
-            wait_for = o.has('w').then(|| h.clone());
+            wait_for = o.wait.then(|| h.clone());
             continue;
         }
-        if o.has('n') {
+        if o.dry_run {
             continue;
         }
         let id = top.id;
@@ -1485,21 +1685,21 @@ type LeafOperands<'a> = (&'a Imported, Arc<PoolHandle>, Vec<(String, u64)>);
 /// The pool a vdev verb names, imported read-write, and the guid of each leaf named after it
 /// (zpool_find_vdev: a path, a file name or a guid). Errors as libzfs words them, `what`
 /// ("cannot offline") in front.
-fn leaf_operands<'a>(st: &'a State, o: &Opts, cwd: &Path, usage_text: &str, what: &str) -> Result<LeafOperands<'a>, Out> {
-    let Some(name) = o.operands.first() else {
+fn leaf_operands<'a>(st: &'a State, operands: &[String], cwd: &Path, usage_text: &str, what: &str) -> Result<LeafOperands<'a>, Out> {
+    let Some(name) = operands.first() else {
         return Err(usage(format!("missing pool name\n{usage_text}")));
     };
-    if o.operands.len() < 2 {
+    if operands.len() < 2 {
         return Err(usage(format!("missing device name\n{usage_text}")));
     }
     let Some(imp) = st.pools.get(name) else {
         return Err(fail(format!("cannot open '{name}': no such pool")));
     };
     let Some(h) = imp.rw.clone() else {
-        return Err(fail(format!("{what} {}: pool is read-only", o.operands[1])));
+        return Err(fail(format!("{what} {}: pool is read-only", operands[1])));
     };
     let mut out = Vec::new();
-    for dev in &o.operands[1..] {
+    for dev in &operands[1..] {
         match find_leaf(imp, dev, cwd) {
             Some(guid) => out.push((dev.clone(), guid)),
             None => return Err(fail(format!("{what} {dev}: no such device in pool"))),
@@ -1520,21 +1720,30 @@ fn find_leaf(imp: &Imported, dev: &str, cwd: &Path) -> Option<u64> {
     root.find(&full.display().to_string()).filter(|v| v.is_leaf()).map(|v| v.guid)
 }
 
+verb_opts!(
+    /// `zpool offline`'s options.
+    OfflineOpts {
+    #[arg(short = 'f')]
+    fault: bool,
+    #[arg(short = 't')]
+    temporary: bool,
+});
+
 /// `zpool offline [-f] [-t] POOL DEVICE...` (zpool_do_offline): each leaf out of use, its DTL
 /// recording what it misses; -t leaves the config alone, so that it is back after an import.
 /// -f faults it instead (FAULTED, "external device fault"; DEGRADED when it holds the only
 /// copy of some data), for good unless -t, until `zpool clear` or `online`.
 pub fn offline(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, "", "ft") {
+    let o = match parse::<OfflineOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{OFFLINE_USAGE}")),
     };
-    let (_, h, leaves) = match leaf_operands(st, &o, cwd, OFFLINE_USAGE, "cannot offline") {
+    let (_, h, leaves) = match leaf_operands(st, &o.operands, cwd, OFFLINE_USAGE, "cannot offline") {
         Ok(x) => x,
         Err(e) => return e,
     };
     for (dev, guid) in leaves {
-        let r = if o.has('f') { h.lock().vdev_fault(guid, o.has('t'), &dev) } else { h.lock().vdev_offline(guid, o.has('t'), &dev) };
+        let r = if o.fault { h.lock().vdev_fault(guid, o.temporary, &dev) } else { h.lock().vdev_offline(guid, o.temporary, &dev) };
         if let Err(e) = r {
             return fail(e.to_string());
         }
@@ -1542,14 +1751,21 @@ pub fn offline(st: &mut State, args: &[String], cwd: &Path) -> Out {
     ok(String::new())
 }
 
+verb_opts!(
+    /// `zpool online`'s options.
+    OnlineOpts {
+    #[arg(short = 'e')]
+    expand: bool,
+});
+
 /// `zpool online POOL DEVICE...` (zpool_do_online): each leaf back in use, and a resilver of
 /// the txgs it missed when its DTL names any.
 pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, "", "e") {
+    let o = match parse::<OnlineOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{ONLINE_USAGE}")),
     };
-    let (name, h, leaves) = match leaf_operands(st, &o, cwd, ONLINE_USAGE, "cannot online") {
+    let (name, h, leaves) = match leaf_operands(st, &o.operands, cwd, ONLINE_USAGE, "cannot online") {
         Ok((_, h, leaves)) => (o.operands[0].clone(), h, leaves),
         Err(e) => return e,
     };
@@ -1597,16 +1813,29 @@ fn device_dirs(imp: &Imported, extra: &[&Path]) -> Vec<PathBuf> {
     dirs
 }
 
+verb_opts!(
+    /// `zpool attach` and `zpool replace`'s options.
+    AttachOpts {
+    #[arg(short = 'o')]
+    props: Vec<String>,
+    #[arg(short = 'f')]
+    force: bool,
+    #[arg(short = 's')]
+    sequential: bool,
+    #[arg(short = 'w')]
+    wait: bool,
+});
+
 /// `zpool attach [-fw] POOL DEVICE NEW` / `zpool replace [-fw] POOL OLD [NEW]`
 /// (zpool_do_attach_or_replace): NEW joins DEVICE's mirror (a disk becomes a mirror) or takes
 /// OLD's place, and a resilver writes every block to it; -w waits for the resilver.
 pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing: bool) -> Out {
     let usage_text = if replacing { REPLACE_USAGE } else { ATTACH_USAGE };
-    let o = match getopt(args, "o", "fsw") {
+    let o = match parse::<AttachOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{usage_text}")),
     };
-    if o.has('s') {
+    if o.sequential {
         return fail("sequential reconstruction (-s) is not supported");
     }
     let (name, old) = match (o.operands.first(), o.operands.get(1)) {
@@ -1649,7 +1878,7 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
         let pname = p.config.get_str("name").unwrap_or("").to_string();
         // A device of this very pool is in use whatever its labels' state says.
         let ours = p.pool_guid == imp.pool.spa.guid;
-        if ours || p.state == 0 || (p.state == 1 && !o.has('f')) {
+        if ours || p.state == 0 || (p.state == 1 && !o.force) {
             let how = if ours || p.state == 0 { "active" } else { "exported" };
             return fail(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of {how} pool '{pname}'", new_path.display()));
         }
@@ -1666,15 +1895,21 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
     if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
         return err_out(e, &format!("cannot resilver '{name}'"));
     }
-    if o.has('w') {
+    if o.wait {
         st.resilver_waits.push(imp.pool.spa.clone());
     }
     ok(String::new())
 }
 
+verb_opts!(
+    /// `zpool detach` takes no options.
+    DetachOpts {
+
+});
+
 /// `zpool detach POOL DEVICE` (zpool_do_detach): DEVICE leaves its mirror or replacing vdev.
 pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
-    let o = match getopt(args, "", "") {
+    let o = match parse::<DetachOpts>(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{DETACH_USAGE}")),
     };

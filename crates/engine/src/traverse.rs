@@ -571,74 +571,23 @@ fn type_row_name(t: usize) -> &'static str {
     }
 }
 
-/// `oxzfs zdb -e -p DIR [-p DIR]... [-b|-bb|-bbb] [-c|-cc] [-d] [-L] POOL`.
-/// Opens the pool read-only from its devices (no daemon), like OpenZFS's zdb -e.
-pub fn zdb_main(args: &[String]) -> i32 {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let (mut b, mut c, mut d) = (0u32, 0u32, 0u32);
-    let mut exported = false;
-    let mut pool: Option<String> = None;
-    let (mut cachefile, mut config) = (None, false);
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if a == "-U" {
-            i += 1;
-            match args.get(i) {
-                Some(p) => cachefile = Some(PathBuf::from(p)),
-                None => return usage("option requires an argument -- 'U'"),
-            }
-        } else if a == "-p" {
-            i += 1;
-            match args.get(i) {
-                Some(p) => dirs.push(PathBuf::from(p)),
-                None => return usage("option requires an argument -- 'p'"),
-            }
-        } else if let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) {
-            for ch in flags.chars() {
-                match ch {
-                    'b' => b += 1,
-                    'c' => c += 1,
-                    'd' => d += 1,
-                    'e' => exported = true,
-                    'C' => config = true,
-                    'L' | 'P' | 'A' | 'F' | 'X' | 's' | 'v' | 'V' => {}
-                    'p' => {
-                        i += 1;
-                        match args.get(i) {
-                            Some(p) => dirs.push(PathBuf::from(p)),
-                            None => return usage("option requires an argument -- 'p'"),
-                        }
-                    }
-                    other => return usage(&format!("invalid option -- '{other}'")),
-                }
-            }
-        } else if pool.is_none() {
-            pool = Some(a.clone());
-        } else {
-            // Object numbers after the dataset (zdb -d POOL OBJ): accepted, not yet used.
-        }
-        i += 1;
-    }
-    if config && pool.is_none() {
-        // zdb -C [-U FILE]: the cache file, as dump_cachefile prints it.
-        let Some(file) = cachefile else { return usage("oxzfs zdb -C needs -U FILE (no default cache file)") };
-        return match std::fs::read(&file).map_err(|e| e.to_string()).and_then(|b| oxzfs_format::nvlist::NvList::decode_packed(&b).map_err(|e| e.to_string())) {
-            Ok(nvl) => {
-                print!("{}", nvl.fmt_tree());
-                0
-            }
-            Err(e) => {
-                eprintln!("zdb: cannot read cache file '{}': {e}", file.display());
-                1
-            }
-        };
-    }
-    let Some(pool) = pool else { return usage("missing pool name") };
-    if !exported {
-        eprintln!("zdb: only exported pools are supported; use -e -p DIR");
-        return 2;
-    }
+/// What `zdb -e -p DIR... [-b..] [-c..] [-d] POOL` asks for (the command line is the CLI's).
+pub struct ZdbRequest {
+    /// Where to look for the pool's devices (/dev when empty).
+    pub dirs: Vec<PathBuf>,
+    /// The pool's name or guid (a dataset name's pool part counts).
+    pub pool: String,
+    /// How many times -b, -c and -d were given.
+    pub b: u32,
+    pub c: u32,
+    pub d: u32,
+}
+
+/// `zdb -e`: opens the pool read-only from its devices (no daemon), as OpenZFS's zdb -e does,
+/// prints what `req` asks for and returns the exit status.
+pub fn zdb_pool(req: &ZdbRequest) -> i32 {
+    let (b, c, d, pool) = (req.b, req.c, req.d, req.pool.as_str());
+    let mut dirs = req.dirs.clone();
     if dirs.is_empty() {
         dirs.push(PathBuf::from("/dev"));
     }
@@ -688,12 +637,6 @@ pub fn zdb_main(args: &[String]) -> i32 {
     print!("{out}");
     spa.close();
     code
-}
-
-fn usage(msg: &str) -> i32 {
-    eprintln!("zdb: {msg}");
-    eprintln!("Usage: oxzfs zdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL");
-    2
 }
 
 /// `zdb -d`: one line per dataset, as zdb prints it.
