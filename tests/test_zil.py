@@ -368,6 +368,14 @@ def test_missing_log_device_import_m(runner):
     devs = make_devs(vdir, 3, 256)
     snaps = crash_after_fsyncs(ox, pool, alt, [devs[2]], 6, layout=("mirror", devs[0], devs[1], "log"))
     os.unlink(devs[2])
+    # The listing, as OpenZFS's show_import prints a pool whose log device's labels are gone:
+    # the guid sum comes up short (ZFS-8000-6X), the root is "missing device".
+    r = ox.run("zpool", "import", "-d", vdir)
+    assert r.returncode == 0, repr(r)
+    assert "  state: UNAVAIL\nstatus: One or more devices are missing from the system.\n action: The pool cannot be imported. Attach the missing\n\tdevices and try again.\n" in r.stdout, r.stdout
+    assert "   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-6X\n" in r.stdout, r.stdout
+    assert re.search(rf"\t{pool} +UNAVAIL  missing device\n\t  mirror-0 +ONLINE\n", r.stdout), r.stdout
+    assert "\tAdditional devices are known to be part of this pool, though their\n\texact configuration cannot be determined.\n" in r.stdout, r.stdout
     for ro in ((), ("-o", "readonly=on")):
         r = ox.run("zpool", "import", *ro, "-d", vdir, "-R", alt, pool)
         assert r.returncode != 0, repr(r)

@@ -848,7 +848,15 @@ pub fn import_listing(scan: &ScanResult) -> String {
         }
         let _ = writeln!(s, " config:\n");
         let width = tree_width(&c.root, 0, false).max(c.name.len()).max(10);
-        let _ = writeln!(s, "\t{:<width$}  {}{}", c.name, state, if state == "UNAVAIL" { "  insufficient replicas" } else { "" });
+        // The root's aux state: a top-level vdev whose labels were not found (a log device,
+        // say) leaves the guid sum short (VDEV_AUX_BAD_GUID_SUM, "missing device"); leaves
+        // missing from a top-level vdev leave it without replicas.
+        let aux = match state {
+            "UNAVAIL" if missing_top => "  missing device",
+            "UNAVAIL" => "  insufficient replicas",
+            _ => "",
+        };
+        let _ = writeln!(s, "\t{:<width$}  {}{}", c.name, state, aux);
         for top in c.root.children.iter().filter(|t| top_class(t) == "") {
             import_tree(&mut s, top, 2, width);
         }
