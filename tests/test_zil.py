@@ -178,6 +178,46 @@ def test_fsync_survives_kill9_through_the_log(runner):
     assert zdb_intent_log(vdir, pool)[0] == {}, "the replayed log was not freed"
 
 
+def test_fsync_commits_its_own_file_only(runner):
+    """zil_commit(zilog, foid): an fsync of one file logs the namespace's changes and that
+    file's writes, not the bytes another file is being written with (OpenZFS keeps those on
+    the other file's list until its own fsync or its txg). Checked on the chain OpenZFS's zdb
+    reads after kill -9, and by what the replay brings back."""
+    ox, base = runner("perobj")
+    pool, alt, vdir = "zlogobj", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 1, 256)
+    r = ox.zpool("create", "-R", alt, pool, *devs)
+    assert r.returncode == 0, repr(r)
+    assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+    root = os.path.join(alt, pool)
+    streaming = os.urandom(3 << 20)
+    small = os.urandom(4096)
+    with open(os.path.join(root, "streaming"), "wb") as big:
+        big.write(streaming)
+        big.flush()
+        with open(os.path.join(root, "small"), "wb") as f:
+            f.write(small)
+            f.flush()
+            os.fsync(f.fileno())
+    ox.kill9()
+    unmount_below(alt)
+    counts, text = zdb_intent_log(vdir, pool)
+    # Both creates (namespace), one write: the small file's 4K.
+    assert counts.get("TX_CREATE") == 2 and counts.get("TX_WRITE") == 1, text[-3000:]
+    zdb_check(vdir, pool)
+    ox2, _ = runner("perobj-replay")
+    r = ox2.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox2.imported.append(pool)
+    with open(os.path.join(root, "small"), "rb") as f:
+        assert f.read() == small
+    # The streaming file was never fsync'd: its create is back, its bytes were not logged.
+    assert os.path.exists(os.path.join(root, "streaming"))
+    assert os.path.getsize(os.path.join(root, "streaming")) < len(streaming)
+    assert ox2.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
 @pytest.mark.parametrize("logdev", [False, True], ids=["pool", "throughput"])
 def test_large_writes_logged_indirect(runner, logdev):
     """A write of zfs_immediate_write_sz or more goes to its final block and the log record

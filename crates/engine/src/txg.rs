@@ -142,7 +142,7 @@ impl PoolW {
 
     /// What a commit of dataset `dsobj`'s intent log has to do (`zil::Zilog::prepare`), under
     /// the write state: its records packed into blocks allocated in the open txg.
-    pub fn zil_prepare(&mut self, dsobj: u64) -> Result<crate::zil::Prepared> {
+    pub fn zil_prepare(&mut self, dsobj: u64, target: Option<&[u64]>) -> Result<crate::zil::Prepared> {
         self.check_suspended()?;
         let (txg, synced, version) = (self.txg, self.synced_txg, self.version);
         let ms = self.ms.clone();
@@ -158,7 +158,7 @@ impl PoolW {
         let mut hdr = os.phys.zil_header.clone();
         let tp = os.props.logbias_throughput;
         let mut src = FsSource { os, ms: &ms, root: &root, txg, env, written: Vec::new() };
-        let r = zil.prepare(&ctx, &mut hdr, tp, &mut src);
+        let r = zil.prepare(&ctx, &mut hdr, tp, target, &mut src);
         let FsSource { os, written, .. } = src;
         os.zil = zil;
         os.phys.zil_header = hdr;
@@ -196,7 +196,7 @@ impl PoolW {
     pub fn zil_commit(&mut self, dsobj: u64) -> Result<()> {
         use crate::zil::Prepared;
         loop {
-            match self.zil_prepare(dsobj)? {
+            match self.zil_prepare(dsobj, None)? {
                 Prepared::Nothing => return Ok(()),
                 Prepared::Sync => return self.sync(),
                 Prepared::Create => self.sync()?,
@@ -593,6 +593,9 @@ pub struct PoolHandle {
     /// takes all that queued: group commit). Quiesce takes it too, so a txg in which log
     /// blocks were allocated waits for them to be written (see `zil`).
     commit: std::sync::Mutex<()>,
+    /// The (dataset, object) of each fsync waiting for the commit lock: the commit that gets
+    /// it takes their objects' changes too, so they find nothing left to do.
+    fsync_waiters: std::sync::Mutex<Vec<(u64, u64)>>,
     stop: std::sync::atomic::AtomicBool,
     /// Wakes the sync thread early (dirty data past the sync threshold).
     kick: std::sync::Mutex<bool>,
@@ -648,6 +651,7 @@ impl PoolHandle {
             w: std::sync::Mutex::new(pw),
             sync: std::sync::Mutex::new(()),
             commit: std::sync::Mutex::new(()),
+            fsync_waiters: std::sync::Mutex::new(Vec::new()),
             stop: std::sync::atomic::AtomicBool::new(false),
             kick: std::sync::Mutex::new(false),
             kick_cv: std::sync::Condvar::new(),
@@ -785,12 +789,37 @@ impl PoolHandle {
     /// records written to the intent log and the log's devices flushed; a txg sync where the
     /// log cannot say it (see `zil`). sync=disabled: nothing to do.
     pub fn zil_commit(&self, dsobj: u64) -> Result<()> {
+        self.zil_commit_for(dsobj, None)
+    }
+
+    /// `zil_commit` for an fsync of object `foid`: the namespace's changes and `foid`'s (and
+    /// those of the objects other fsyncs wait on meanwhile), not every file's.
+    pub fn zil_commit_obj(&self, dsobj: u64, foid: u64) -> Result<()> {
+        unpoison(self.fsync_waiters.lock()).push((dsobj, foid));
+        self.zil_commit_for(dsobj, Some(foid))
+    }
+
+    fn zil_commit_for(&self, dsobj: u64, foid: Option<u64>) -> Result<()> {
         use crate::zil::Prepared;
         loop {
             let commit = unpoison(self.commit.lock());
+            // Group commit: the objects of every fsync queued behind this lock.
+            let target: Option<Vec<u64>> = foid.map(|f| {
+                let mut w = unpoison(self.fsync_waiters.lock());
+                let mut objs = vec![f];
+                w.retain(|&(d, o)| {
+                    if d == dsobj {
+                        objs.push(o);
+                    }
+                    d != dsobj
+                });
+                objs.sort_unstable();
+                objs.dedup();
+                objs
+            });
             let (step, root) = {
                 let mut w = self.lock_open();
-                (w.zil_prepare(dsobj)?, w.spa.root_vdev.clone())
+                (w.zil_prepare(dsobj, target.as_deref())?, w.spa.root_vdev.clone())
             };
             match step {
                 Prepared::Nothing => return Ok(()),

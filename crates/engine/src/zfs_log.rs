@@ -109,9 +109,10 @@ pub fn setattr(os: &mut ObjsetW, obj: u64, mode: Option<u64>, uid: Option<u64>, 
     rec(os, zil::TX_SETATTR, body);
 }
 
-/// A change no record describes: the next commit syncs the txg.
-pub fn sync(os: &mut ObjsetW) {
+/// A change no record describes, of object `foid` (None: of the namespace): the next commit
+/// that takes it syncs the txg.
+pub fn sync(os: &mut ObjsetW, foid: Option<u64>) {
     if on(os) {
-        os.zil.itx(Itx::Sync);
+        os.zil.itx(Itx::Sync { foid });
     }
 }

@@ -31,6 +31,12 @@
 //! record, `WR_COPIED`, in pieces of at most `ZIL_MAX_COPIED`), TRUNCATE, SETATTR. A change
 //! with no record (xattrs, ACLs: OpenZFS 2.1 logs none for SA xattrs) is an `Itx::Sync`: an
 //! fsync after it syncs the txg instead, as does a commit of more than `ZIL_COMMIT_MAX` bytes.
+//!
+//! Per-object commit (zil_commit(zilog, foid)): changes of the namespace (create, remove,
+//! link, rename, …) are taken by every commit; writes, truncations, setattrs and unrecorded
+//! changes of one object only by a commit for that object (an fsync of it, or a commit of
+//! everything: sync=always after a namespace change, the crash harness). A commit for one
+//! file thus writes none of the bytes another process is streaming into another file.
 
 use crate::metaslab::{PoolAlloc, SharedMs};
 use crate::vdev::Vdev;
@@ -56,8 +62,32 @@ pub enum Itx {
     Rec { txtype: u64, body: LrBody },
     /// A write, whose bytes are read from the file when it is committed (WR_NEED_COPY).
     Write { foid: u64, offset: u64, length: u64 },
-    /// A change no record describes: a commit after it syncs the txg.
-    Sync,
+    /// A change no record describes: a commit that takes it syncs the txg. Of one object
+    /// (an xattr), or of the namespace (None).
+    Sync { foid: Option<u64> },
+}
+
+impl Itx {
+    /// The object of an asynchronous itx (a write, truncate, setattr, or a change of one
+    /// object's that no record describes): a commit for another object leaves it waiting, as
+    /// OpenZFS keeps such itxs on per-object lists until an fsync of their object
+    /// (zil_async_to_sync). None: a change of the namespace, which every commit takes.
+    pub fn async_foid(&self) -> Option<u64> {
+        match self {
+            Itx::Write { foid, .. } => Some(*foid),
+            Itx::Sync { foid } => *foid,
+            Itx::Rec { body: LrBody::Truncate { foid, .. } | LrBody::Setattr { foid, .. } | LrBody::SetSaXattr { foid, .. } | LrBody::Acl { foid, .. }, .. } => Some(*foid),
+            Itx::Rec { .. } => None,
+        }
+    }
+
+    /// Whether a commit for `target` takes this itx (None: a commit of everything).
+    fn taken_by(&self, target: Option<&[u64]>) -> bool {
+        match (target, self.async_foid()) {
+            (None, _) | (_, None) => true,
+            (Some(objs), Some(f)) => objs.contains(&f),
+        }
+    }
 }
 
 /// A log block written (or being written) and not yet freed.
@@ -170,7 +200,12 @@ impl Zilog {
 
     /// Whether a change waits for a commit.
     pub fn pending(&self) -> bool {
-        !self.open.is_empty() || self.older.iter().any(|(_, v)| !v.is_empty())
+        self.pending_for(None)
+    }
+
+    /// Whether a change waits for a commit for `target` (None: any commit).
+    pub fn pending_for(&self, target: Option<&[u64]>) -> bool {
+        self.open.iter().chain(self.older.iter().flat_map(|(_, v)| v.iter())).any(|i| i.taken_by(target))
     }
 
     /// Whether this Zilog has a chain on disk (header pointing at it).
@@ -242,18 +277,20 @@ impl Zilog {
         self.dirty = true;
     }
 
-    /// Plan a commit of everything waiting (under the pool's write state). `read` returns the
-    /// current bytes of a file range (None: the file is gone, nothing to log for it).
-    pub fn prepare(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, logbias_throughput: bool, src: &mut dyn CommitSource) -> Result<Prepared> {
+    /// Plan a commit (under the pool's write state) of what `target` needs: every change of
+    /// the namespace and the asynchronous changes of the objects it names (None: of every
+    /// object), as zil_commit(zilog, foid) does; the other objects' changes wait for their
+    /// own fsync or their txg. `src` reads the current bytes of a file range.
+    pub fn prepare(&mut self, ctx: &CommitCtx, header: &mut ZilHeaderPhys, logbias_throughput: bool, target: Option<&[u64]>, src: &mut dyn CommitSource) -> Result<Prepared> {
         let synced = ctx.synced;
         self.older.retain(|(t, _)| *t > synced);
-        if !self.pending() {
+        if !self.pending_for(target) {
             return Ok(Prepared::Nothing);
         }
         if self.foreign {
             return Ok(Prepared::Sync);
         }
-        let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).collect();
+        let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).filter(|(_, i)| i.taken_by(target)).collect();
         // zfs_log_write's choice: a write of zfs_immediate_write_sz or more goes to its final
         // blocks, which its records point at (WR_INDIRECT), when there is no log device, and
         // any write under logbias=throughput. Such a write of a txg already quiescing syncs
@@ -264,7 +301,7 @@ impl Zilog {
         let mut bytes = 0u64;
         for (txg, itx) in &itxs {
             bytes += match itx {
-                Itx::Sync => return Ok(Prepared::Sync),
+                Itx::Sync { .. } => return Ok(Prepared::Sync),
                 Itx::Write { length, .. } if indirect(*length) && *txg != ctx.txg => return Ok(Prepared::Sync),
                 Itx::Write { length, .. } if indirect(*length) => 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
                 Itx::Write { length, .. } => length + 200 * length.div_ceil(ZIL_MAX_COPIED).max(1),
@@ -338,7 +375,7 @@ impl Zilog {
                         off += n;
                     }
                 }
-                Itx::Sync => unreachable!("checked above"),
+                Itx::Sync { .. } => unreachable!("checked above"),
             }
         }
         // Into blocks: the tail first, more as needed, a new tail named by the last.
@@ -401,8 +438,12 @@ impl Zilog {
         self.lr_seq = seq;
         self.last_bytes = total;
         self.tail = Some(tail);
-        self.open.clear();
-        self.older.clear();
+        // What this commit took is logged; the rest waits.
+        self.open.retain(|i| !i.taken_by(target));
+        for (_, v) in &mut self.older {
+            v.retain(|i| !i.taken_by(target));
+        }
+        self.older.retain(|(_, v)| !v.is_empty());
         self.dirty = true;
         Ok(Prepared::Write(commit))
     }

@@ -911,7 +911,7 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         touch_dir(os, sdir, 0, 0)?;
         touch_dir(os, ddir, 0, 0)?;
         // TX_RENAME_EXCHANGE is OpenZFS 2.2's (a feature 2.1 and zfs-fuse do not know).
-        crate::zfs_log::sync(os);
+        crate::zfs_log::sync(os, None);
         return Ok(());
     }
     if let Some(t) = target {
@@ -1052,8 +1052,9 @@ fn set_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], txg: u64
 /// is removed (zpl_xattr_set).
 pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
     let r = setxattr_impl(os, obj, name, value, flags, txg);
-    // OpenZFS 2.1 logs no record for an xattr change: an fsync after it syncs the txg.
-    crate::zfs_log::sync(os);
+    // OpenZFS 2.1 logs no record for an xattr change: an fsync of the file after it syncs the
+    // txg.
+    crate::zfs_log::sync(os, Some(obj));
     r
 }
 
@@ -1095,7 +1096,7 @@ fn remove_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<()> {
 
 pub fn removexattr(os: &mut ObjsetW, fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
     let r = removexattr_impl(os, fs, obj, name);
-    crate::zfs_log::sync(os);
+    crate::zfs_log::sync(os, Some(obj));
     r
 }
 

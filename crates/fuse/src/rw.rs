@@ -858,15 +858,16 @@ impl Filesystem for RwFs {
     }
 
     /// fsync, fdatasync (and the kernel's fsync after an O_SYNC/O_DSYNC write): the intent
-    /// log's commit (zil_commit), on the file's worker, after its writes.
+    /// log's commit for this file (zil_commit(zilog, foid): the namespace's changes and the
+    /// file's own, not other files'), on the file's worker, after its writes.
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let ino = ino.0;
-        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
+        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit_obj(s.dsobj, obj_of(s.root, ino)), reply));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let ino = ino.0;
-        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit(s.dsobj), reply));
+        self.change_waiting(ino, move |s| reply_empty(s.pool.zil_commit_obj(s.dsobj, obj_of(s.root, ino)), reply));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
