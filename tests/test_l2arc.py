@@ -93,6 +93,15 @@ def reimport_and_read(ox, vdir, alt, pool, want):
     return before, arcstats(ox)
 
 
+def kstat(ox, name):
+    """`oxzfs kstat NAME` as {row: value} (the kernel's kstat layout)."""
+    r = ox.run("kstat", name)
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["name", "type", "data"], r.stdout
+    return {n: int(v) for n, _, v in (l.split() for l in lines[2:])}
+
+
 def zdb_l2arc(cache):
     r = subprocess.run([ZDB, "-lll", cache], capture_output=True, text=True, errors="replace", timeout=120)
     return r, r.stdout + r.stderr
@@ -128,7 +137,14 @@ def test_feed_persist_rebuild_corrupt_remove(oxzfs):
     assert addresses, text[-3000:]
 
     # Re-imported: rebuilt from the log blocks, the first read is served by the cache device.
+    zf = kstat(oxzfs, "zfetchstats")
     before, after = reimport_and_read(oxzfs, vdir, alt, pool, want)
+    # That read was sequential: the prefetcher followed it (zfetchstats, and arc_summary's DMU
+    # section from the same counters).
+    zf2 = kstat(oxzfs, "zfetchstats")
+    assert zf2["hits"] - zf["hits"] >= 16 and zf2["misses"] >= zf["misses"], (zf, zf2)
+    dmu = oxzfs.run("arc_summary", "-s", "dmu").stdout
+    assert re.search(r"^DMU prefetch efficiency:\s+\S+$", dmu, re.M) and "Hit ratio:" in dmu, dmu
     assert after["l2_hits"] - before["l2_hits"] >= 32, (before, after)
     assert after["l2_cksum_bad"] == before["l2_cksum_bad"], after
     _, reads, _, rbytes, _ = cache_row(oxzfs, pool, cache)

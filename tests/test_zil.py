@@ -92,6 +92,15 @@ def zdb_intent_log(vdir, pool):
     return counts, r.stdout
 
 
+def zil_kstat(ox):
+    """`oxzfs kstat zil`, as {name: value}; the layout is the kernel's kstat file."""
+    r = ox.run("kstat", "zil")
+    assert r.returncode == 0, repr(r)
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["name", "type", "data"], r.stdout
+    return {n: int(v) for n, t, v in (l.split() for l in lines[2:])}
+
+
 def zdb_blocks(vdir, pool):
     """The log blocks zdb -iivvvvv lists: [(seq, vdev, offset)]."""
     r = subprocess.run([ZDB, "-e", "-p", vdir, "-iiivvvvv", pool], capture_output=True, text=True, errors="replace", timeout=600)
@@ -377,6 +386,17 @@ def test_log_device_added_and_removed(runner):
     assert "logs" in st and os.path.basename(devs[2]) in st, st
     root = os.path.join(alt, pool)
     want = logged_workload(root, 5, nfiles=12)[-1]
+    # The intent log's kstat (OpenZFS's /proc/spl/kstat/zfs/zil rows): every fsync asked for
+    # a commit, and the records went to the log device.
+    zil = zil_kstat(ox)
+    assert zil["zil_commit_count"] >= 16 and zil["zil_commit_writer_count"] >= 1, zil
+    assert zil["zil_itx_metaslab_slog_count"] >= 16 and zil["zil_itx_metaslab_slog_bytes"] > 12 * 100, zil
+    assert zil["zil_itx_count"] == zil["zil_itx_metaslab_slog_count"] + zil["zil_itx_metaslab_normal_count"], zil
+    r = ox.run("kstat", "bogus")
+    assert r.returncode == 2 and r.stderr.startswith("unknown kstat 'bogus'\nusage: oxzfs kstat [-j] <arcstats|zfetchstats|zil>"), repr(r)
+    summary = ox.run("arc_summary", "-s", "zil")
+    assert summary.returncode == 0, repr(summary)
+    assert re.search(r"^\s+Commit requests:\s+\d+$", summary.stdout, re.M) and "Transactions to SLOG storage pool:" in summary.stdout, summary.stdout
     r = ox.zpool("remove", pool, "mirror-0")
     assert r.returncode == 1 and r.stderr == "cannot remove mirror-0: out of space\n", repr(r)
     r = ox.zpool("remove", pool, "mirror-1")
@@ -388,6 +408,16 @@ def test_log_device_added_and_removed(runner):
         f.flush()
         os.fsync(f.fileno())
     want["after-removal"] = ("f", 0o644, b"still logged")
+    # Without a log device, the records go to the pool's normal class (once the new chain's
+    # first block is synced: the fsync that starts a chain syncs the txg instead).
+    with open(os.path.join(root, "after-removal-2"), "wb") as f:
+        f.write(b"logged in the pool")
+        f.flush()
+        os.fsync(f.fileno())
+    want["after-removal-2"] = ("f", 0o644, b"logged in the pool")
+    after = zil_kstat(ox)
+    assert after["zil_itx_metaslab_normal_count"] > zil["zil_itx_metaslab_normal_count"], (zil, after)
+    assert after["zil_itx_metaslab_slog_count"] == zil["zil_itx_metaslab_slog_count"], (zil, after)
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
     r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)

@@ -143,7 +143,16 @@ fn parse(args: &[String]) -> Result<Opts, Out> {
 }
 
 /// The report. `stats`: the arcstats rows; `tunables`: (name, value, description).
-pub fn run(args: &[String], stats: &[(&'static str, u64)], tunables: &[(String, String, String)]) -> Out {
+/// The kstats the report reads, each as (name, value) rows.
+#[derive(Default)]
+pub struct Kstats<'a> {
+    pub arcstats: &'a [(&'static str, u64)],
+    pub zfetchstats: &'a [(&'static str, u64)],
+    pub zil: &'a [(&'static str, u64)],
+}
+
+pub fn run(args: &[String], ks: &Kstats, tunables: &[(String, String, String)]) -> Out {
+    let stats = ks.arcstats;
     let o = match parse(args) {
         Ok(o) => o,
         Err(e) => return e,
@@ -157,12 +166,15 @@ pub fn run(args: &[String], stats: &[(&'static str, u64)], tunables: &[(String, 
     }
     header(&mut r);
     if o.raw {
-        r.line("");
-        r.line("ARCSTATS:");
-        let mut rows: Vec<_> = stats.to_vec();
-        rows.sort();
-        for (n, v) in rows {
-            r.raw(n, &v.to_string(), o.alt);
+        // Every kstat, by name (print_raw).
+        for (name, rows) in [("ARCSTATS", stats), ("ZFETCHSTATS", ks.zfetchstats), ("ZIL", ks.zil)] {
+            r.line("");
+            r.line(&format!("{name}:"));
+            let mut rows: Vec<_> = rows.to_vec();
+            rows.sort();
+            for (n, v) in rows {
+                r.raw(n, &v.to_string(), o.alt);
+            }
         }
         r.line("");
         section_tunables(&mut r, tunables, &o);
@@ -180,6 +192,8 @@ pub fn run(args: &[String], stats: &[(&'static str, u64)], tunables: &[(String, 
             "l2arc" => section_l2arc(&mut r, &g),
             "tunables" => section_tunables(&mut r, tunables, &o),
             "vdev" => r.line("VDEV cache disabled, skipping section\n"),
+            "dmu" => section_dmu(&mut r, ks.zfetchstats),
+            "zil" => section_zil(&mut r, ks.zil),
             // Kept by OpenZFS's kernel module only.
             other if o.section.is_some() => return (r.out, format!("ERROR: Data on {other} not available\n"), 1),
             _ => {}
@@ -365,6 +379,31 @@ fn section_l2arc(r: &mut Report, g: &dyn Fn(&str) -> u64) {
     r.line("");
 }
 
+fn kget(rows: &[(&'static str, u64)], name: &str) -> u64 {
+    rows.iter().find(|(n, _)| *n == name).map_or(0, |r| r.1)
+}
+
+/// The DMU's prefetcher (zfetchstats).
+fn section_dmu(r: &mut Report, zf: &[(&'static str, u64)]) {
+    let (hits, misses) = (kget(zf, "hits"), kget(zf, "misses"));
+    let total = hits + misses;
+    r.prt_1("DMU prefetch efficiency:", &f_hits(total));
+    r.prt_i2("Hit ratio:", &f_perc(hits, total), &f_hits(hits));
+    r.prt_i2("Miss ratio:", &f_perc(misses, total), &f_hits(misses));
+    r.line("");
+}
+
+/// The intent log (zil kstat).
+fn section_zil(r: &mut Report, z: &[(&'static str, u64)]) {
+    let g = |n: &str| kget(z, n);
+    r.prt_1("ZIL committed transactions:", &f_hits(g("zil_itx_count")));
+    r.prt_i1("Commit requests:", &f_hits(g("zil_commit_count")));
+    r.prt_i1("Flushes to stable storage:", &f_hits(g("zil_commit_writer_count")));
+    r.prt_i2("Transactions to SLOG storage pool:", &f_bytes(g("zil_itx_metaslab_slog_bytes")), &f_hits(g("zil_itx_metaslab_slog_count")));
+    r.prt_i2("Transactions to non-SLOG storage pool:", &f_bytes(g("zil_itx_metaslab_normal_bytes")), &f_hits(g("zil_itx_metaslab_normal_count")));
+    r.line("");
+}
+
 fn section_tunables(r: &mut Report, tunables: &[(String, String, String)], o: &Opts) {
     r.line("Tunables:");
     let mut t: Vec<_> = tunables.iter().collect();
@@ -392,19 +431,19 @@ mod tests {
     #[test]
     fn lines_are_72_columns() {
         let stats = [("size", 1u64 << 20), ("c", 2 << 20), ("c_max", 4 << 20), ("c_min", 1 << 20), ("mfu_size", 1 << 19), ("mru_size", 1 << 19)];
-        let (out, _, code) = run(&["-s".into(), "arc".into()], &stats, &[]);
+        let (out, _, code) = run(&["-s".into(), "arc".into()], &Kstats { arcstats: &stats, ..Default::default() }, &[]);
         assert_eq!(code, 0);
         let l = out.lines().find(|l| l.starts_with("ARC size (current):")).unwrap();
         assert_eq!(l, "ARC size (current):                                    25.0 %    1.0 MiB");
         assert!(out.lines().filter(|l| l.starts_with(INDENT) && l.trim_start().starts_with("Target size")).all(|l| l.len() == 72));
-        let (_, err, code) = run(&["-s".into(), "nope".into()], &stats, &[]);
+        let (_, err, code) = run(&["-s".into(), "nope".into()], &Kstats { arcstats: &stats, ..Default::default() }, &[]);
         assert_eq!((err.as_str(), code), ("Error: Section \"nope\" unknown\n", 1));
     }
 
     #[test]
     fn command_line_as_argparse_words_it() {
         let stats = [("size", 1u64 << 20), ("c", 2 << 20), ("c_max", 4 << 20), ("c_min", 1 << 20)];
-        let run_s = |a: &[&str]| run(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &stats, &[]);
+        let run_s = |a: &[&str]| run(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &Kstats { arcstats: &stats, ..Default::default() }, &[]);
         let tail = |o: Out| (o.1.lines().last().unwrap_or("").to_string(), o.2);
         assert_eq!(tail(run_s(&["-s"])), ("arc_summary: error: argument -s/--section: expected one argument".into(), 2));
         assert_eq!(tail(run_s(&["-p"])), ("arc_summary: error: argument -p/--page: expected an integer".into(), 2));

@@ -22,14 +22,18 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         return tunable(st, &argv[1..]);
     }
     if cmd == "arcstats" {
-        return arcstats(st, &argv[1..]);
+        return kstat(st, &argv[1..], Some("arcstats"));
+    }
+    if cmd == "kstat" {
+        return kstat(st, &argv[1..], None);
     }
     if cmd == "zinject" {
         return crate::zinject::zinject(st, &argv[1..]);
     }
     if cmd == "arc_summary" {
         let tunables: Vec<(String, String, String)> = oxzfs::tunables::all().iter().map(|t| (t.name.to_string(), t.get().to_string(), t.desc.to_string())).collect();
-        return crate::arc_summary::run(&argv[1..], &arcstat_rows(st), &tunables);
+        let (arc, zf, zil) = (arcstat_rows(st), oxzfs_fuse::rw::zfetch_rows(), oxzfs::zil::ZIL_STATS.rows());
+        return crate::arc_summary::run(&argv[1..], &crate::arc_summary::Kstats { arcstats: &arc, zfetchstats: &zf, zil: &zil }, &tunables);
     }
     let Some(verb) = argv.get(1) else {
         return usage(format!("usage: {cmd} command args ..."));
@@ -149,24 +153,39 @@ fn arc_limits() -> (u64, u64) {
 }
 
 crate::opts::verb_opts!(
-    /// `oxzfs arcstats`'s options: -j prints JSON.
-    ArcstatsOpts {
+    /// `oxzfs kstat`'s and `oxzfs arcstats`'s options: -j prints JSON.
+    KstatOpts {
     #[arg(short = 'j')]
     json: bool,
 });
 
-/// `oxzfs arcstats [-j]`: the ARC's and L2ARC's counters as OpenZFS's
-/// /proc/spl/kstat/zfs/arcstats shows them (`name type data`, type 4 for a counter): the ARC's
-/// summed over the imported pools (each has its own ARC), the L2ARC's counters since the daemon
-/// started; `-j` as a JSON object of name: value.
-fn arcstats(st: &State, args: &[String]) -> Out {
-    const USAGE: &str = "usage: oxzfs arcstats [-j]";
-    let json = match crate::opts::parse::<ArcstatsOpts>(args) {
-        Ok(o) if o.operands.is_empty() => o.json,
-        Ok(_) => return usage(format!("too many arguments\n{USAGE}")),
-        Err(e) => return usage(format!("{e}\n{USAGE}")),
+/// The kstats `oxzfs kstat` prints, by their names under /proc/spl/kstat/zfs.
+const KSTATS: [&str; 3] = ["arcstats", "zfetchstats", "zil"];
+
+/// `oxzfs kstat [-j] NAME` (NAME: arcstats, zfetchstats, zil) and `oxzfs arcstats [-j]`: the
+/// daemon's counters as OpenZFS's /proc/spl/kstat/zfs/NAME shows them (`name type data`, type
+/// 4 for a counter): the shared ARC's and the L2ARC's since the daemon started, the
+/// prefetcher's, the intent log's; `-j` as a JSON object of name: value.
+fn kstat(st: &State, args: &[String], fixed: Option<&str>) -> Out {
+    let usage_text = match fixed {
+        Some(_) => "usage: oxzfs arcstats [-j]".to_string(),
+        None => format!("usage: oxzfs kstat [-j] <{}>", KSTATS.join("|")),
     };
-    let rows = arcstat_rows(st);
+    let (json, name) = match crate::opts::parse::<KstatOpts>(args) {
+        Ok(o) => match (fixed, o.operands.as_slice()) {
+            (Some(n), []) => (o.json, n.to_string()),
+            (None, [n]) if KSTATS.contains(&n.as_str()) => (o.json, n.clone()),
+            (None, [n]) => return usage(format!("unknown kstat '{n}'\n{usage_text}")),
+            (None, []) => return usage(format!("missing kstat name\n{usage_text}")),
+            _ => return usage(format!("too many arguments\n{usage_text}")),
+        },
+        Err(e) => return usage(format!("{e}\n{usage_text}")),
+    };
+    let rows = match name.as_str() {
+        "zfetchstats" => oxzfs_fuse::rw::zfetch_rows(),
+        "zil" => oxzfs::zil::ZIL_STATS.rows(),
+        _ => arcstat_rows(st),
+    };
     if json {
         let m: serde_json::Map<String, serde_json::Value> = rows.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
         return ok(format!("{}\n", serde_json::Value::Object(m)));

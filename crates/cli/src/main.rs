@@ -52,12 +52,13 @@ enum Family {
     Daemon,
     Tunable,
     Arcstats,
+    Kstat,
     #[value(name = "arc_summary")]
     ArcSummary,
     Zinject,
 }
 
-const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]\n\tarc_summary [-adgr] [-s SECTION]\n\tzinject [-c ID|all] [-d DEV [-e ERR] [-T TYPE] [-f FREQ] POOL]";
+const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]\n\tkstat [-j] arcstats|zfetchstats|zil\n\tarc_summary [-adgr] [-s SECTION]\n\tzinject [-c ID|all] [-d DEV [-e ERR] [-T TYPE] [-f FREQ] POOL]";
 
 fn usage() -> i32 {
     eprintln!("{USAGE}");
@@ -87,7 +88,7 @@ fn run(args: &[String]) -> i32 {
         Family::Zdb => zdb::main(rest),
         Family::Daemon => daemon::main(rest),
         // Tunables and the ARC live in the daemon's process, where the pools are.
-        Family::Tunable | Family::Arcstats | Family::ArcSummary | Family::Zinject => {
+        Family::Tunable | Family::Arcstats | Family::Kstat | Family::ArcSummary | Family::Zinject => {
             if !client::is_running() {
                 eprintln!("cannot reach the oxzfs daemon at {}: it is not running (tunables are the daemon's: `oxzfs daemon start -o NAME=VALUE`)", client::socket_path().display());
                 return 1;

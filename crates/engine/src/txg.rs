@@ -800,7 +800,8 @@ impl PoolHandle {
     }
 
     fn zil_commit_for(&self, dsobj: u64, foid: Option<u64>) -> Result<()> {
-        use crate::zil::Prepared;
+        use crate::zil::{Prepared, ZIL_STATS};
+        ZIL_STATS.commit_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         loop {
             let commit = unpoison(self.commit.lock());
             // Group commit: the objects of every fsync queued behind this lock.
@@ -832,6 +833,7 @@ impl PoolHandle {
                     self.sync_now()?;
                 }
                 Prepared::Write(writes) => {
+                    ZIL_STATS.commit_writer_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Err((top, e)) = crate::zil::write_commit(&root, &writes) else { return Ok(()) };
                     self.lock_open().zil_write_failed(dsobj, top, &e);
                     drop(commit);

@@ -46,6 +46,72 @@ use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::objset::ZilHeaderPhys;
 use oxzfs_format::zil::{self, LogRecord, LrBody, LrCommon, ZIL_CHAIN_SIZE, ZIL_MIN_BLKSZ, ZIL_ZC_SEQ};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The intent log's counters, for every pool of the process, as OpenZFS's zil kstat keeps
+/// them (zil_stats, /proc/spl/kstat/zfs/zil).
+#[derive(Default)]
+pub struct ZilStats {
+    /// zil_commit calls (fsync, fsyncdir, sync=always).
+    pub commit_count: AtomicU64,
+    /// Commits that wrote log blocks (and flushed their devices).
+    pub commit_writer_count: AtomicU64,
+    /// Records written.
+    pub itx_count: AtomicU64,
+    /// Writes whose records point at their final blocks (WR_INDIRECT).
+    pub itx_indirect_count: AtomicU64,
+    pub itx_indirect_bytes: AtomicU64,
+    /// Writes whose bytes were copied into the log at commit (WR_NEED_COPY).
+    pub itx_needcopy_count: AtomicU64,
+    pub itx_needcopy_bytes: AtomicU64,
+    /// Records (and their bytes) in log blocks of the normal class and of log devices.
+    pub itx_metaslab_normal_count: AtomicU64,
+    pub itx_metaslab_normal_bytes: AtomicU64,
+    pub itx_metaslab_slog_count: AtomicU64,
+    pub itx_metaslab_slog_bytes: AtomicU64,
+}
+
+pub static ZIL_STATS: ZilStats = ZilStats {
+    commit_count: AtomicU64::new(0),
+    commit_writer_count: AtomicU64::new(0),
+    itx_count: AtomicU64::new(0),
+    itx_indirect_count: AtomicU64::new(0),
+    itx_indirect_bytes: AtomicU64::new(0),
+    itx_needcopy_count: AtomicU64::new(0),
+    itx_needcopy_bytes: AtomicU64::new(0),
+    itx_metaslab_normal_count: AtomicU64::new(0),
+    itx_metaslab_normal_bytes: AtomicU64::new(0),
+    itx_metaslab_slog_count: AtomicU64::new(0),
+    itx_metaslab_slog_bytes: AtomicU64::new(0),
+};
+
+impl ZilStats {
+    /// The rows of OpenZFS's zil kstat, in its order (zil_kstat_values). zil_itx_copied_*
+    /// (bytes copied when the write was made, for O_SYNC writes) stay 0: every write here is
+    /// copied at commit.
+    pub fn rows(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("zil_commit_count", g(&self.commit_count)),
+            ("zil_commit_writer_count", g(&self.commit_writer_count)),
+            ("zil_itx_count", g(&self.itx_count)),
+            ("zil_itx_indirect_count", g(&self.itx_indirect_count)),
+            ("zil_itx_indirect_bytes", g(&self.itx_indirect_bytes)),
+            ("zil_itx_copied_count", 0),
+            ("zil_itx_copied_bytes", 0),
+            ("zil_itx_needcopy_count", g(&self.itx_needcopy_count)),
+            ("zil_itx_needcopy_bytes", g(&self.itx_needcopy_bytes)),
+            ("zil_itx_metaslab_normal_count", g(&self.itx_metaslab_normal_count)),
+            ("zil_itx_metaslab_normal_bytes", g(&self.itx_metaslab_normal_bytes)),
+            ("zil_itx_metaslab_slog_count", g(&self.itx_metaslab_slog_count)),
+            ("zil_itx_metaslab_slog_bytes", g(&self.itx_metaslab_slog_bytes)),
+        ]
+    }
+}
+
+fn bump(a: &AtomicU64, n: u64) {
+    a.fetch_add(n, Ordering::Relaxed);
+}
 
 /// The largest log block (zil_maxblocksize).
 pub const ZIL_MAX_BLKSZ: u64 = 128 << 10;
@@ -347,6 +413,8 @@ impl Zilog {
                                 }
                                 let body = LrBody::Write { foid: *foid, offset: off, length: n, blkoff: off % bs, blkptr: bp, data: Vec::new() };
                                 push(*txg, zil::TX_WRITE, body, &mut recs);
+                                bump(&ZIL_STATS.itx_indirect_count, 1);
+                                bump(&ZIL_STATS.itx_indirect_bytes, n);
                             }
                             // Not a block to point at (all zeros, tiny, deduplicated, no
                             // room): its bytes go into the log.
@@ -355,6 +423,8 @@ impl Zilog {
                                 while o < off + n {
                                     let k = (off + n - o).min(ZIL_MAX_COPIED);
                                     let Some(data) = src.read(*foid, o, k)? else { break };
+                                    bump(&ZIL_STATS.itx_needcopy_count, 1);
+                                    bump(&ZIL_STATS.itx_needcopy_bytes, k);
                                     let body = LrBody::Write { foid: *foid, offset: o, length: k, blkoff: 0, blkptr: BlockPointer::hole(), data };
                                     push(*txg, zil::TX_WRITE, body, &mut recs);
                                     o += k;
@@ -370,6 +440,8 @@ impl Zilog {
                     while off < end {
                         let n = (end - off).min(ZIL_MAX_COPIED);
                         let Some(data) = src.read(*foid, off, n)? else { break };
+                        bump(&ZIL_STATS.itx_needcopy_count, 1);
+                        bump(&ZIL_STATS.itx_needcopy_bytes, n);
                         let body = LrBody::Write { foid: *foid, offset: off, length: n, blkoff: 0, blkptr: BlockPointer::hole(), data };
                         push(*txg, zil::TX_WRITE, body, &mut recs);
                         off += n;
@@ -435,6 +507,10 @@ impl Zilog {
             self.lwbs.push_back(Lwb { bp: bp.clone(), alloc_txg: ctx.txg, max_txg });
             self.live_bytes += bp.lsize;
         }
+        let (count, bytes) = if slog { (&ZIL_STATS.itx_metaslab_slog_count, &ZIL_STATS.itx_metaslab_slog_bytes) } else { (&ZIL_STATS.itx_metaslab_normal_count, &ZIL_STATS.itx_metaslab_normal_bytes) };
+        bump(count, recs.len() as u64);
+        bump(bytes, total);
+        bump(&ZIL_STATS.itx_count, recs.len() as u64);
         self.lr_seq = seq;
         self.last_bytes = total;
         self.tail = Some(tail);

@@ -200,6 +200,16 @@ impl Caller {
     }
 }
 
+/// The prefetcher's counters, as OpenZFS's zfetchstats kstat names them: reads that continued
+/// a stream (hits), reads that did not (misses), and times the stream table was full
+/// (max_streams).
+pub static ZFETCH_STATS: [std::sync::atomic::AtomicU64; 3] = [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+
+/// `ZFETCH_STATS` as the kstat's rows.
+pub fn zfetch_rows() -> Vec<(&'static str, u64)> {
+    ["hits", "misses", "max_streams"].into_iter().zip(ZFETCH_STATS.iter().map(|a| a.load(std::sync::atomic::Ordering::Relaxed))).collect()
+}
+
 fn obj_of(root: u64, ino: u64) -> u64 {
     if ino == 1 {
         root
@@ -434,13 +444,16 @@ impl Inner {
             let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
             if streams.len() > 1024 && !streams.contains_key(&obj) {
                 streams.clear();
+                ZFETCH_STATS[2].fetch_add(1, Ordering::Relaxed);
             }
             let s = streams.entry(obj).or_default();
             if offset.abs_diff(s.next) > PREFETCH_SLACK {
                 // Not sequential: a new stream starts here (prefetch from its next read).
                 *s = Stream { next: end, ahead: end, window: 0 };
+                ZFETCH_STATS[1].fetch_add(1, Ordering::Relaxed);
                 return;
             }
+            ZFETCH_STATS[0].fetch_add(1, Ordering::Relaxed);
             s.next = s.next.max(end);
             s.window = (s.window * 2).clamp(PREFETCH_MIN, PREFETCH_MAX);
             let to = (s.next + s.window).min((dn.maxblkid + 1) * bs);
