@@ -149,6 +149,11 @@ def test_feed_persist_rebuild_corrupt_remove(oxzfs):
     assert after["l2_cksum_bad"] == before["l2_cksum_bad"], after
     _, reads, _, rbytes, _ = cache_row(oxzfs, pool, cache)
     assert rbytes >= 4 << 20, rbytes
+    # Its reads and the feed's writes are timed: iostat -l's wait columns (ns with -p) and
+    # -w's histograms count them on the cache device's row.
+    r = oxzfs.zpool("iostat", "-Hpvl", pool)
+    row = next((ln.split("\t") for ln in r.stdout.splitlines() if ln.split("\t")[0] == cache), None)
+    assert row and row[7].isdigit() and int(row[7]) > 0 and row[9].isdigit() and int(row[9]) > 0, r.stdout
 
     # Corrupt the blocks on the cache device (not its log blocks): read from the pool, counted.
     assert oxzfs.export(pool).returncode == 0

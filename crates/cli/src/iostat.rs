@@ -208,17 +208,25 @@ fn vdev_counters(v: &Vdev) -> ([u64; 2], [u64; 2], Vec<Vec<u64>>, IoStatsSnap) {
         bytes[0] += s.read_bytes.load(Relaxed);
         bytes[1] += s.write_bytes.load(Relaxed);
         let e = s.ex.snapshot();
-        for (c, h) in e.lat.iter().enumerate() {
-            // By type, as vsx_total_histo is: a scrub's repair writes count as writes only
-            // in the scrub's own columns.
-            let t = usize::from(c == IoClass::SyncWrite as usize || c == IoClass::AsyncWrite as usize);
-            for (a, b) in lat[t].iter_mut().zip(h) {
-                *a += b;
-            }
+        for (a, b) in lat.iter_mut().flatten().zip(by_type(&e).iter().flatten()) {
+            *a += b;
         }
         ex.add(&e);
     }
     (ops, bytes, lat, ex)
+}
+
+/// The latency histograms of `e` by type (read, write), as vsx_total_histo is: a scrub's
+/// repair writes count as writes only in the scrub's own columns.
+fn by_type(e: &IoStatsSnap) -> Vec<Vec<u64>> {
+    let mut lat = vec![vec![0u64; L_HISTO_BUCKETS]; 2];
+    for (c, h) in e.lat.iter().enumerate() {
+        let t = usize::from(c == IoClass::SyncWrite as usize || c == IoClass::AsyncWrite as usize);
+        for (a, b) in lat[t].iter_mut().zip(h) {
+            *a += b;
+        }
+    }
+    lat
 }
 
 fn vdev_name(v: &Vdev, a: &Args) -> String {
@@ -338,7 +346,10 @@ pub fn snapshot(st: &State, a: &Args) -> Result<Snapshot, Out> {
                             None => (None, [0; 2], [0; 2]),
                         },
                     };
-                    let (lat, rq, active) = empty_ex();
+                    let (lat, rq, active) = match used {
+                        Some(d) => (by_type(&d.ex), d.ex.rq.clone(), d.ex.active.clone()),
+                        None => empty_ex(),
+                    };
                     rows.push(Row { name: path, depth: 2, heading: false, space, ops, bytes, lat, rq, active });
                 }
             }

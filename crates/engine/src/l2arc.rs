@@ -139,6 +139,10 @@ pub struct DevIo {
     pub write_bytes: AtomicU64,
     pub read_errors: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Latency and request-size histograms, I/Os in flight (`zpool iostat -l/-w/-r/-q`): the
+    /// reads are demand reads (sync read), the feed's writes async writes, as OpenZFS issues
+    /// them.
+    pub ex: crate::vdev::iostat::IoStatsEx,
 }
 
 /// A cache device's ring and log state (l2arc_dev_t's).
@@ -231,6 +235,7 @@ pub struct L2DevReport {
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub faulted: bool,
+    pub ex: crate::vdev::iostat::IoStatsSnap,
 }
 
 /// The L2ARC of one pool.
@@ -542,7 +547,10 @@ impl L2Arc {
             return None;
         }
         let mut b = vec![0u8; buf.asize as usize];
-        if let Err(e) = dev.dev.read_at(&mut b, buf.daddr) {
+        let timer = dev.io.ex.begin(false, buf.asize);
+        let r = dev.dev.read_at(&mut b, buf.daddr);
+        drop(timer);
+        if let Err(e) = r {
             self.count(|s| &s.io_error, 1);
             drop_entry();
             if dev.io.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_READ_ERRORS {
@@ -643,7 +651,10 @@ impl L2Arc {
             return 0;
         }
         self.count(|s| &s.writes_sent, 1);
-        if let Err(e) = d.dev.write_at(&batch, batch_start) {
+        let timer = d.io.ex.begin(true, batch.len() as u64);
+        let r = d.dev.write_at(&batch, batch_start);
+        drop(timer);
+        if let Err(e) = r {
             self.count(|s| &s.writes_error, 1);
             bump(&d.io.write_errors, 1);
             st.hand = batch_start;
@@ -761,6 +772,7 @@ impl L2Arc {
                     read_bytes: d.io.read_bytes.load(Ordering::Relaxed),
                     write_bytes: d.io.write_bytes.load(Ordering::Relaxed),
                     faulted: d.faulted.load(Ordering::Relaxed),
+                    ex: d.io.ex.snapshot(),
                 }
             })
             .collect()
