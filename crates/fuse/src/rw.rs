@@ -556,7 +556,19 @@ impl Filesystem for RwFs {
         Ok(())
     }
 
+    /// The session is over (fuser calls this once every session thread has ended): changes
+    /// still queued on the workers run to their end; then files unlinked while open whose
+    /// last close never arrived are freed — an unmount aborts the kernel's RELEASE requests
+    /// not yet read (a close(2) does not wait for its RELEASE), as evicting the inodes at
+    /// unmount frees them in OpenZFS (zfs_zinactive); then a sync.
     fn destroy(&mut self) {
+        while self.pending.iter().any(|p| p.load(Ordering::Acquire) != 0) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let orphans: Vec<u64> = self.inner.orphans.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for obj in orphans {
+            let _ = self.inner.with_fs_info(|os, fs| zplw::release(os, fs, obj));
+        }
         let _ = self.inner.pool.sync_now();
     }
 
