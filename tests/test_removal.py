@@ -21,7 +21,21 @@ import pytest
 
 from conftest import parse_zdb
 import oracle_pools
-from test_write import make_devs, zdb_check
+from test_write import make_devs
+import test_write
+
+
+def zdb_check(vdir, pool):
+    """test_write's zdb -bcc -d check, and what zdb verifies of removed vdevs: the feature
+    refcounts of device_removal and obsolete_counts (their objects counted), the space map
+    refcount (obsolete space maps included), and the obsolete counts of every mapping entry
+    (the bytes no block references any more) where they are precise."""
+    text = test_write.zdb_check(vdir, pool)
+    bad = [ln for ln in text.splitlines() if "mismatch" in ln or "does not match" in ln or "cannot verify" in ln]
+    assert not bad, f"zdb found problems with {pool}'s removed vdevs:\n" + "\n".join(bad[:20])
+    if "indirect" in text or "Verified device_removal" in text:
+        assert "Verified indirect_refcount feature refcount" in text, text[-3000:]
+    return text
 
 ZTEST = os.path.join(oracle_pools.OPENZFS_BIN, "ztest")
 ZDB = os.path.join(oracle_pools.OPENZFS_BIN, "zdb")

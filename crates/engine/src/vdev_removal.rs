@@ -215,6 +215,76 @@ pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev
     Ok(())
 }
 
+/// The feature that counts obsolete space of removed vdevs precisely.
+pub const OBSOLETE_COUNTS: &str = "com.delphix:obsolete_counts";
+/// The top-level vdev ZAP key saying its obsolete counts are precise (set when its removal
+/// started with obsolete_counts enabled).
+pub const VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE: &str = "com.delphix:obsolete_counts_are_precise";
+/// zfs_vdev_standard_sm_blksz: the block size of an obsolete space map.
+const OBSOLETE_SM_BLKSZ: u64 = 128 << 10;
+
+impl PoolW {
+    /// The top-level vdev ZAP of vdev `top` as the config names it.
+    fn top_zap(&self, top: u64) -> Option<u64> {
+        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")).filter(|&z| z != 0)
+    }
+
+    /// Append the ranges of removed vdev `top` marked obsolete in this sync pass to its
+    /// obsolete space map (vdev_indirect_sync_obsolete): ALLOC entries in bytes (the map's
+    /// shift is 0) after a debug entry, the map created on first use and named in the vdev's
+    /// top-level ZAP (com.delphix:indirect_obsolete_sm), which takes a reference of
+    /// obsolete_counts (and of spacemap_histogram, as every space map does).
+    pub(crate) fn write_obsolete_sm(&mut self, top: u64, segs: &[(u64, u64)], txg: u64, pass: u64) -> Result<()> {
+        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
+        use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
+        use oxzfs_format::types::{DMU_OT_SPACE_MAP, DMU_OT_SPACE_MAP_HEADER};
+        let Some(zap) = self.top_zap(top) else {
+            return Err(ZfsError::Invalid(format!("pool '{}': removed vdev {top} has no top-level ZAP for its obsolete space map", self.spa.name)));
+        };
+        let mut sm = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.unwrap_or(0);
+        if sm == 0 {
+            let histogram = self.feature_enabled("com.delphix:spacemap_histogram");
+            sm = self.mos.alloc_object(DMU_OT_SPACE_MAP, OBSOLETE_SM_BLKSZ, DMU_OT_SPACE_MAP_HEADER, if histogram { 320 } else { 24 }, 1)?;
+            if histogram {
+                self.feature_incr("com.delphix:spacemap_histogram", 1)?;
+            }
+            self.mos.zap_add_u64(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, sm)?;
+            self.feature_incr(OBSOLETE_COUNTS, 1)?;
+        }
+        let dn = self.mos.dnode(sm)?;
+        let mut phys = SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("obsolete space map {sm} of vdev {top}"), e))?;
+        let mut ents = vec![SmEntry::Debug { action: 0, syncpass: pass, txg }];
+        for &(s, l) in segs {
+            ents.push(SmEntry::Range { free: false, offset: s, run: l, vdev: None });
+            phys.alloc += l as i64;
+        }
+        let words = encode_entries(&ents, false);
+        let mut bytes = Vec::with_capacity(words.len() * 8);
+        for w in &words {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        self.mos.write(sm, phys.length, &bytes)?;
+        phys.length += bytes.len() as u64;
+        phys.object = sm;
+        self.mos.set_bonus(sm, &phys.encode(dn.bonuslen as usize))?;
+        Ok(())
+    }
+
+    /// Free removed vdev `top`'s obsolete space map, if it has one (a canceled removal).
+    fn free_obsolete_sm(&mut self, top: u64) -> Result<()> {
+        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
+        let Some(zap) = self.top_zap(top) else { return Ok(()) };
+        let Some(sm) = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.filter(|&o| o != 0) else { return Ok(()) };
+        let full = self.mos.dnode(sm)?.bonuslen as usize >= 320;
+        self.mos.free_object(sm)?;
+        if full {
+            self.feature_incr("com.delphix:spacemap_histogram", -1)?;
+        }
+        self.mos.zap_remove(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?;
+        self.feature_incr(OBSOLETE_COUNTS, -1)
+    }
+}
+
 /// libzfs's words for an EINVAL from spa_vdev_remove_top_check (zpool_vdev_remove).
 pub const REMOVE_INVALID_CONFIG: &str = "invalid config; all top-level vdevs must have the same sector size and not be raidz.";
 
@@ -463,9 +533,23 @@ impl PoolW {
         }
         // 2. The removal's objects and record.
         let to_copy: u64 = self.ms.lock().allocated_segments(top).iter().map(|s| s.1).sum();
-        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, oxzfs_format::removal::MAPPING_PHYS_SIZE_V0, 1)?;
-        let phys = IndirectMappingPhys::default();
-        self.mos.set_bonus(mapping_obj, &phys.encode()[..oxzfs_format::removal::MAPPING_PHYS_SIZE_V0])?;
+        // With obsolete_counts (vdev_remove_initiate_sync, vdev_indirect_mapping_alloc): the
+        // vdev's counts are precise (a reference and a key in its top-level ZAP), and the
+        // mapping has a counts object (another reference) named in its longer bonus.
+        let precise = self.feature_enabled(OBSOLETE_COUNTS);
+        self.ms.lock().obsolete_counts = precise;
+        let mut phys = IndirectMappingPhys::default();
+        let bonus_len = if precise { oxzfs_format::removal::MAPPING_PHYS_SIZE } else { oxzfs_format::removal::MAPPING_PHYS_SIZE_V0 };
+        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, bonus_len, 1)?;
+        if precise {
+            if let Some(zap) = self.top_zap(top) {
+                self.feature_incr(OBSOLETE_COUNTS, 1)?;
+                self.mos.zap_add_u64(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE, 1)?;
+            }
+            phys.counts_object = self.mos.alloc_object(oxzfs_format::types::DMU_OTN_UINT32_METADATA, 128 << 10, oxzfs_format::types::DMU_OT_NONE, 0, 1)?;
+            self.feature_incr(OBSOLETE_COUNTS, 1)?;
+        }
+        self.mos.set_bonus(mapping_obj, &phys.encode()[..bonus_len])?;
         let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
         self.mos.set_bonus(births_obj, &0u64.to_le_bytes())?;
         let prev = self.removing_phys()?.map_or(u64::MAX, |p| p.prev_indirect_vdev);
@@ -483,29 +567,16 @@ impl PoolW {
 
     /// After a read-write import: an evacuation the pool was in goes on from the mapping on
     /// disk (spa_remove_init): the vdev allocates nothing, frees of what was copied free the
-    /// copies too. Refused (the import then fails) for what oxzfs does not keep: obsolete
-    /// counts (OpenZFS's removals with the obsolete_counts feature enabled).
+    /// copies too (and are marked obsolete when the pool counts obsolete space).
     pub(crate) fn load_removal(&mut self) -> Result<()> {
-        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
         let Some(top) = self.removing_vdev()? else { return Ok(()) };
         let name = self.spa.name.clone();
-        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: the removal of vdev {top} is in progress and {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
         let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
         let (mapping_object, births_object) = (nv.get_u64("com.delphix:indirect_object").unwrap_or(0), nv.get_u64("com.delphix:indirect_births").unwrap_or(0));
         if mapping_object == 0 || !self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_concrete()) {
             return Err(ZfsError::Invalid(format!("pool '{name}': the removal of vdev {top} is in progress but the vdev has no mapping object")));
         }
-        if let Some(zap) = nv.get_u64("com.delphix:vdev_zap_top") {
-            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
-                if self.mos.zap_lookup(zap, key)?.is_some() {
-                    return Err(refuse(format!("it counts its obsolete space ({key})")));
-                }
-            }
-        }
         let m = read_mapping(&self.spa.mos(), mapping_object, births_object, &name, top)?;
-        if m.phys.counts_object != 0 {
-            return Err(refuse("it counts its obsolete space (a counts object)".into()));
-        }
         let copied_to = m.phys.max_offset;
         let remaining: u64 = {
             let mut ms = self.ms.lock();
@@ -625,7 +696,14 @@ impl PoolW {
                 raw.extend_from_slice(&e.encode());
             }
             self.mos.write(mapping_obj, (first * MAPPING_ENTRY_SIZE) as u64, &raw)?;
-            self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
+            if phys.counts_object != 0 {
+                // Each new entry's obsolete count: what it covers that was never allocated.
+                let counts: Vec<u8> = entries.iter().flat_map(|_| 0u32.to_le_bytes()).collect();
+                self.mos.write(phys.counts_object, (first * 4) as u64, &counts)?;
+                self.mos.set_bonus(mapping_obj, &phys.encode())?;
+            } else {
+                self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
+            }
             let b = births[birth_index];
             let mut raw = Vec::with_capacity(BIRTH_ENTRY_SIZE);
             raw.extend_from_slice(&b.offset.to_le_bytes());
@@ -739,7 +817,7 @@ impl PoolW {
         };
         let top = rec.removing_vdev;
         let txg = self.txg;
-        {
+        let counts_object = {
             let mut ms = self.ms.lock();
             let Some(r) = ms.take_removing(top) else { return Err(ZfsError::Invalid(format!("vdev {top} is not being removed"))) };
             let copied_to = r.mapping.phys.max_offset;
@@ -753,6 +831,20 @@ impl PoolW {
                 }
             }
             ms.unretire_group(top);
+            ms.clear_obsolete(top);
+            r.mapping.phys.counts_object
+        };
+        // The obsolete counts go with the removal (spa_vdev_remove_cancel_sync).
+        if let Some(zap) = self.top_zap(top) {
+            if self.mos.zap_lookup(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE)?.is_some() {
+                self.mos.zap_remove(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE)?;
+                self.feature_incr(OBSOLETE_COUNTS, -1)?;
+            }
+        }
+        self.free_obsolete_sm(top)?;
+        if counts_object != 0 {
+            self.mos.free_object(counts_object)?;
+            self.feature_incr(OBSOLETE_COUNTS, -1)?;
         }
         let old = self.edit_top_config(top, |nv| {
             nv.remove("removing");
@@ -814,29 +906,16 @@ fn read_mapping(mos: &crate::dmu::Objset, mapping_object: u64, births_object: u6
 
 impl PoolW {
     /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: a
-    /// condensing of a mapping under way, or a removed vdev whose obsolete space is counted precisely
-    /// (an obsolete space map, or counts OpenZFS promised precise): frees of its blocks would
-    /// have to add to them, which oxzfs does not do yet. Such pools import read-only. (An
-    /// evacuation in progress is `load_removal`'s to judge.)
+    /// condensing of a mapping under way (spa_condense_indirect_*), which oxzfs does not do
+    /// yet. Such pools import read-only. (An evacuation in progress is `load_removal`'s.)
     pub(crate) fn check_removals_writable(&mut self) -> Result<()> {
-        use oxzfs_format::removal::{DMU_POOL_CONDENSING_INDIRECT, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
+        use oxzfs_format::removal::DMU_POOL_CONDENSING_INDIRECT;
         let name = self.spa.name.clone();
-        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
         let dir = self.mos.zap(1)?;
         if dir.entries.contains_key(DMU_POOL_CONDENSING_INDIRECT.as_bytes()) {
-            return Err(refuse("the mapping of a removed vdev is being condensed".into()));
-        }
-        let root = self.spa.root_vdev.clone();
-        for t in root.children.iter().filter(|t| t.indirect.is_some()) {
-            let Some(zap) = self.config_nv.get_nvlist("vdev_tree").and_then(|tree| tree.get_nvlist_array("children")).and_then(|c| c.get(t.id as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")) else { continue };
-            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
-                if self.mos.zap_lookup(zap, key)?.is_some() {
-                    return Err(refuse(format!("removed vdev {} counts its obsolete space ({key})", t.id)));
-                }
-            }
-            if t.indirect.as_ref().and_then(|c| c.mapping.get()).is_some_and(|m| m.phys.counts_object != 0) {
-                return Err(refuse(format!("removed vdev {} counts its obsolete space (a counts object)", t.id)));
-            }
+            return Err(ZfsError::Unsupported(format!(
+                "cannot import '{name}' read-write: the mapping of a removed vdev is being condensed, which oxzfs does not keep yet (import with -o readonly=on)"
+            )));
         }
         Ok(())
     }
