@@ -644,6 +644,80 @@ def test_removal_resumes_after_export_and_kill(oxzfs):
     assert (state, vdev, prev) == (2, 1, 1) and start <= end and to_copy == copied > 0, m.group(0)
 
 
+ZHACK = os.path.join(oracle_pools.OPENZFS_BIN, "zhack")
+
+
+def zhack_rw(vdir, *args):
+    """OpenZFS's zhack on the exported pool in VDIR, read-write: libzpool imports the pool
+    (resuming a removal in progress, as spa_load does), makes the change, syncs and lets the
+    pool go. Without the kernel module: a private mount namespace whose /dev holds the usual
+    character devices and a dummy /dev/zfs (libzpool opens it to ask whether a pool is
+    active; its ioctl then fails, which means not active)."""
+    # /etc/zfs private too: the cache file zhack's import writes there would make the pool
+    # known to every later zdb run on the machine.
+    setup = ("mount -t tmpfs tmpfs /dev && mknod -m 666 /dev/null c 1 3 && mknod -m 666 /dev/zero c 1 5 && "
+             "mknod -m 666 /dev/random c 1 8 && mknod -m 666 /dev/urandom c 1 9 && touch /dev/zfs && "
+             "mkdir -p /etc/zfs && mount -t tmpfs tmpfs /etc/zfs && exec \"$@\"")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "zhack",
+                        ZHACK, "-d", vdir, *args], capture_output=True, text=True, errors="replace", timeout=300)
+    assert r.returncode == 0 and "cannot" not in r.stderr, repr(r)
+    return r
+
+
+def feature_refcount(vdir, pool, feature):
+    r = subprocess.run([ZHACK, "-d", vdir, "feature", "stat", pool], capture_output=True, text=True,
+                       errors="replace", timeout=120)
+    m = re.search(rf"^\t{re.escape(feature)} = (\d+)$", r.stdout, re.M)
+    return int(m.group(1)) if m else None
+
+
+def test_removal_round_trips_through_openzfs(oxzfs):
+    """OpenZFS's libzpool (zhack) takes over a pool we left in the middle of a removal with
+    files freed on both sides of the copied offset: it imports it read-write (its removal
+    thread resumes from our mapping, obsolete counts and space map), changes it (a feature
+    enabled) and lets it go; we import what it left read-write, finish the removal, free more
+    files through the mapping, and OpenZFS's zdb -bcc -d is clean, the precise obsolete
+    counts of every mapping entry checked. Then zhack opens the finished pool read-write
+    again, and we read every file back from what it wrote."""
+    pool = "rmzh"
+    devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "zhack")
+    try:
+        r = oxzfs.zpool("remove", pool, devs[1])
+        assert r.returncode == 0, repr(r)
+        let_removal_run(oxzfs, pool, 0.3)
+        assert 0 < progress(oxzfs.zpool("status", pool, check=True).stdout)[2] < 100
+        delete_some(root, want, [f"f{i}" for i in range(0, 48, 5)])
+        oxzfs.zpool("sync", pool, check=True)
+        assert oxzfs.export(pool).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")
+    # The removal's counts as we left them: precise, a counts object, an obsolete space map
+    # for the frees of what was copied; device_removal held by the removing vdev.
+    assert feature_refcount(vdir, pool, "com.delphix:obsolete_counts") in (2, 3)
+    assert feature_refcount(vdir, pool, "com.delphix:device_removal") == 1
+    zhack_rw(vdir, "feature", "enable", pool, "com.example:removal_midway")
+    assert feature_refcount(vdir, pool, "com.example:removal_midway") == 0
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    assert oxzfs.zpool("wait", "-t", "remove", pool).returncode == 0
+    st = oxzfs.zpool("status", pool, check=True).stdout
+    assert re.search(rf"^remove: Removal of vdev 1 copied \S+ in \d+h\d+m, completed on {DATE}$", st, re.M), st
+    assert tree_sums(root) == want
+    delete_some(root, want, [f"f{i}" for i in range(1, 48, 4)])
+    assert oxzfs.export(pool).returncode == 0
+    # Finished by us, opened and changed by OpenZFS, read back by us.
+    zhack_rw(vdir, "feature", "enable", pool, "com.example:removal_done")
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+    text = zdb_check(vdir, pool)
+    assert re.search(r"indirect vdev id 1 has \d+ segments", text), text[-3000:]
+    assert feature_refcount(vdir, pool, "com.delphix:obsolete_counts") == 3
+
+
 @pytest.mark.nightly
 def test_evacuation_rate(oxzfs):
     """A 320M data disk evacuated onto a new one with the default tunables: the copy's rate

@@ -257,6 +257,12 @@ impl Metaslabs {
         self.groups.get_mut(vdev as usize).and_then(|g| g.removing.as_deref_mut())
     }
 
+    /// The bytes freed past the copied part of the vdev being evacuated since the last call
+    /// (they need no copy: done), taken.
+    pub fn take_freed_unvisited(&mut self) -> u64 {
+        self.groups.iter_mut().filter_map(|g| g.removing.as_deref_mut()).map(|r| std::mem::take(&mut r.freed_unvisited)).sum()
+    }
+
     /// The evacuation of `vdev` ends (finished or canceled): its state is handed back.
     pub fn take_removing(&mut self, vdev: u64) -> Option<Removing> {
         self.groups.get_mut(vdev as usize).and_then(|g| g.removing.take()).map(|b| *b)

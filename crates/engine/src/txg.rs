@@ -327,6 +327,7 @@ impl PoolW {
         let mut pass = 1u32;
         let rootbp;
         loop {
+            self.removal_sync_progress()?;
             let mut mos = std::mem::replace(&mut self.mos, ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default()));
             let r = self.sync_objset(&mut mos, pass, true, txg);
             self.mos = mos;

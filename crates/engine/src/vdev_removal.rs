@@ -487,6 +487,19 @@ impl PoolW {
         Ok(())
     }
 
+    /// svr_sync, in every sync pass: what was freed past the copied part of the vdev being
+    /// evacuated counts as copied in the txg of the free (OpenZFS, which may finish the
+    /// removal, adds only what it copies itself to sr_copied on disk).
+    pub(crate) fn removal_sync_progress(&mut self) -> Result<()> {
+        let freed = self.ms.lock().take_freed_unvisited();
+        if freed == 0 {
+            return Ok(());
+        }
+        let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else { return Ok(()) };
+        rec.copied += freed;
+        self.put_removing_phys(&rec)
+    }
+
     /// The top-level vdev being evacuated, if a removal is in progress.
     pub fn removing_vdev(&mut self) -> Result<Option<u64>> {
         Ok(self.removing_phys()?.filter(|p| p.state == DSS_SCANNING).map(|p| p.removing_vdev))
