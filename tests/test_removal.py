@@ -486,6 +486,17 @@ def let_removal_run(oxzfs, pool, seconds):
     oxzfs.zpool("sync", pool, check=True)
 
 
+def remove_partway(oxzfs, pool, dev):
+    """Start the removal of DEV with the copy held, let it go for a moment: the percent done,
+    checked to be part of the way."""
+    r = oxzfs.zpool("remove", pool, dev)
+    assert r.returncode == 0, repr(r)
+    let_removal_run(oxzfs, pool, 0.3)
+    pct = progress(oxzfs.zpool("status", pool, check=True).stdout)[2]
+    assert 0 < pct < 100, pct
+    return pct
+
+
 def progress(st):
     """(copied text, total text, percent) of the in-progress `remove:` lines; asserts their form."""
     m = re.search(r"^\t(\S+) copied out of (\S+) at \S+/s, (\d+\.\d\d)% done, "
@@ -593,11 +604,7 @@ def test_removal_resumes_after_export_and_kill(oxzfs):
     pool = "rmres"
     devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "resume")
     try:
-        r = oxzfs.zpool("remove", pool, devs[1])
-        assert r.returncode == 0, repr(r)
-        let_removal_run(oxzfs, pool, 0.3)
-        first = progress(oxzfs.zpool("status", pool, check=True).stdout)[2]
-        assert 0 < first < 100, first
+        first = remove_partway(oxzfs, pool, devs[1])
         delete_some(root, want, [f"f{i}" for i in range(0, 48, 5)])
         assert oxzfs.export(pool).returncode == 0
         zdb_check(vdir, pool)
@@ -682,10 +689,7 @@ def test_removal_round_trips_through_openzfs(oxzfs):
     pool = "rmzh"
     devs, vdir, alt, root, want = slow_removal_pool(oxzfs, pool, "zhack")
     try:
-        r = oxzfs.zpool("remove", pool, devs[1])
-        assert r.returncode == 0, repr(r)
-        let_removal_run(oxzfs, pool, 0.3)
-        assert 0 < progress(oxzfs.zpool("status", pool, check=True).stdout)[2] < 100
+        remove_partway(oxzfs, pool, devs[1])
         delete_some(root, want, [f"f{i}" for i in range(0, 48, 5)])
         oxzfs.zpool("sync", pool, check=True)
         assert oxzfs.export(pool).returncode == 0
