@@ -529,7 +529,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     };
     if remove {
         if let Some(h) = &imp.rw {
-            st.removal_waits.push(h.clone());
+            st.removal_waits.push((h.clone(), None));
         }
     }
     if scrub {
@@ -1341,10 +1341,11 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             }
             // The evacuation goes on in the background (spa_vdev_remove_thread); -w waits
             // for it once the daemon's lock is let go.
-            if let Err(e) = oxzfs::vdev_removal_thread::start(&h, top.id) {
-                return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
-            }
-            wait_for = o.has('w').then(|| h.clone());
+            let run = match oxzfs::vdev_removal_thread::start(&h, top.id) {
+                Ok(run) => run,
+                Err(e) => return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1),
+            };
+            wait_for = o.has('w').then(|| (h.clone(), Some(run)));
             continue;
         }
         if o.has('n') {

@@ -449,7 +449,10 @@ pub enum RemovalRequest {
 pub struct RemovalRun {
     pub running: bool,
     pub request: RemovalRequest,
-    pub last_error: Option<String>,
+    /// Runs of the thread started so far (the id of the latest).
+    pub runs: u64,
+    /// The error that stopped run `.0`, if one did.
+    pub last_error: Option<(u64, String)>,
 }
 
 #[derive(Default)]
@@ -642,6 +645,7 @@ impl PoolW {
         };
         let mut entries: Vec<MappingEntryPhys> = Vec::new();
         let mut copied = 0u64;
+        let mut thismax = max_segment;
         let undo = |pw: &mut PoolW, entries: &[MappingEntryPhys], e: ZfsError| -> ZfsError {
             let mut ms = pw.ms.lock();
             for en in entries {
@@ -657,15 +661,16 @@ impl PoolW {
                 if copied >= budget {
                     break 'segs;
                 }
-                // Whole sectors (the segments are), at least one.
-                let mut want = ((end - at).min(max_segment).min(budget - copied) / sector * sector).max(sector.min(end - at));
+                // Whole sectors (the segments are), at least one. On ENOSPC the step goes on
+                // with half the size (spa_vdev_copy_impl's thismax), down to one sector.
                 let got = loop {
+                    let want = ((end - at).min(thismax).min(budget - copied) / sector * sector).max(sector.min(end - at));
                     let mut ms = self.ms.lock();
                     let a = ms.alloc(class, &|_| want, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| want, txg, &[]));
                     if a.is_some() || want <= sector {
                         break a;
                     }
-                    want = (want / 2).div_ceil(sector) * sector;
+                    thismax = (want / 2).div_ceil(sector) * sector;
                 };
                 let Some((dv, doff, dsize)) = got else {
                     return Err(undo(self, &entries, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
