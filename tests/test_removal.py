@@ -446,10 +446,25 @@ def test_second_removal_goes_through_the_first_mapping(oxzfs):
     assert f"\t{nicenum(24 * sum(int(n) for n in segs.values()))} memory used for removed device mappings\n" in st, st
     cfg = zdb_config(vdir, pool)
     assert re.search(r"id: 1\n(?:.*\n){0,12}?\s+com.delphix:prev_indirect_vdev: 0\n", cfg), cfg
+    # The internal history records as OpenZFS writes them (spa_history_log_internal's
+    # nvlist, in its order), read by OpenZFS's zdb -hh.
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-hh", pool], capture_output=True, text=True, errors="replace", timeout=300)
+    events = [(t, n, m) for m, n, t in re.findall(
+        r"^  history internal str: '(.*)'\n  internal_name: '(vdev remove \w+)'\n  history txg: (\d+)\n  history time: \d+\n"
+        r"  history hostname: '.*'$", r.stdout, re.M)]
+    assert [(e[1], e[2]) for e in events] == [
+        ("vdev remove started", f"{pool} vdev 0 {devs[0]}"), ("vdev remove completed", f"{pool} vdev 0"),
+        ("vdev remove started", f"{pool} vdev 1 {devs[1]}"), ("vdev remove completed", f"{pool} vdev 1"),
+    ], r.stdout
+    assert int(events[0][0]) < int(events[1][0]) < int(events[2][0]) < int(events[3][0]), events
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
     assert r.returncode == 0, repr(r)
     oxzfs.imported.append(pool)
     assert tree_sums(root) == want
+    hist = oxzfs.zpool("history", "-i", pool, check=True).stdout
+    ours = re.findall(r"^\S+ \[txg:(\d+)\] (vdev remove \w+ .*)$", hist, re.M)
+    assert ours == [(t, f"{n} {m}") for t, n, m in events], hist
+    assert "[txg:" not in oxzfs.zpool("history", pool, check=True).stdout
     assert oxzfs.export(pool).returncode == 0
 
 
@@ -555,6 +570,9 @@ def test_removal_runs_in_background_and_cancels(oxzfs):
         assert "(removing)" not in st and "Evacuation" not in st, st
         r = oxzfs.zpool("remove", "-s", pool)
         assert r.returncode == 1 and r.stderr == "cannot cancel removal: operation is not in progress\n", repr(r)
+        hist = oxzfs.zpool("history", "-i", pool, check=True).stdout
+        assert re.findall(r"\[txg:\d+\] (vdev remove \w+ .*)$", hist, re.M) == [
+            f"vdev remove started {pool} vdev 1 {devs[1]}", f"vdev remove canceled {pool} vdev 1 {devs[1]}"], hist
     finally:
         tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")
     # The vdev takes data again.

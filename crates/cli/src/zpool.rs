@@ -555,8 +555,17 @@ pub fn history(st: &mut State, args: &[String]) -> Out {
         let _ = writeln!(out, "History for '{}':", imp.pool.name());
         match imp.pool.history() {
             Ok(recs) => {
-                for (t, cmd) in recs {
-                    let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(t));
+                for rec in recs {
+                    match rec {
+                        oxzfs::pool::HistoryRecord::Command { time, cmd } => {
+                            let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(time));
+                        }
+                        // print_history_records: "[txg:T] NAME MSG", with -i only.
+                        oxzfs::pool::HistoryRecord::Internal { time, txg, name, msg } if o.has('i') => {
+                            let _ = writeln!(out, "{} [txg:{txg}] {name} {msg}", oxzfs::dsl::history_time(time));
+                        }
+                        oxzfs::pool::HistoryRecord::Internal { .. } => {}
+                    }
                 }
             }
             Err(e) => return fail(format!("cannot read history of '{}': {e}", imp.pool.name())),

@@ -96,6 +96,9 @@ impl PoolW {
             }
         }
         self.sync()?;
+        // spa_vdev_remove's record, in the next txg.
+        let msg = format!("{name} vdev (log) {}", if tv.is_leaf() { tv.path.clone().unwrap_or_else(|| "-".into()) } else { "-".into() });
+        self.log_history_internal("vdev remove", &msg)?;
         Ok(paths)
     }
 }
@@ -151,7 +154,10 @@ impl PoolW {
         self.put_aux_list(key, list)?;
         self.config_dirty = true;
         self.sync()?;
-        Ok(gone.get_str("path").unwrap_or("").to_string())
+        let path = gone.get_str("path").unwrap_or("").to_string();
+        let kind = if key == "l2cache" { "l2cache" } else { "spare" };
+        self.log_history_internal("vdev remove", &format!("{name} vdev ({kind}) {path}"))?;
+        Ok(path)
     }
 }
 
@@ -578,7 +584,15 @@ impl PoolW {
             nv.add_u64("com.delphix:indirect_births", births_obj);
         })?;
         self.ms.lock().start_removing(top, crate::vdev::indirect::IndirectMapping { phys, entries: Vec::new(), births: Vec::new() });
+        let msg = format!("{} vdev {top} {}", self.spa.name, self.top_path(top));
+        self.log_history_internal("vdev remove started", &msg)?;
         self.sync()
+    }
+
+    /// vdev_path of top-level vdev `top` as the history records name it: a disk's path, "-"
+    /// for a mirror.
+    fn top_path(&self, top: u64) -> String {
+        self.spa.root_vdev.children.get(top as usize).filter(|t| t.is_leaf()).and_then(|t| t.path.clone()).unwrap_or_else(|| "-".into())
     }
 
     /// After a read-write import: an evacuation the pool was in goes on from the mapping on
@@ -816,6 +830,8 @@ impl PoolW {
             ind.add_u64("com.delphix:vdev_zap_top", z);
         }
         self.edit_top_config(top, |nv| *nv = ind)?;
+        let msg = format!("{} vdev {top}", self.spa.name);
+        self.log_history_internal("vdev remove completed", &msg)?;
         self.sync()?;
         for leaf in tv.leaves() {
             if let Some(dev) = &leaf.dev {
@@ -878,6 +894,8 @@ impl PoolW {
         rec.state = DSS_CANCELED;
         rec.end_time = crate::dsl_scan::now();
         self.put_removing_phys(&rec)?;
+        let msg = format!("{} vdev {top} {}", self.spa.name, self.top_path(top));
+        self.log_history_internal("vdev remove canceled", &msg)?;
         self.sync()
     }
 
