@@ -658,45 +658,95 @@ impl PoolW {
             (from, ms.allocated_segments_from(top, from, budget.max(1)))
         };
         let mut entries: Vec<MappingEntryPhys> = Vec::new();
+        // Each new entry's obsolete count: the free gaps it covers.
+        let mut counts: Vec<u32> = Vec::new();
+        // The destination ranges holding copied bytes (what a failed step gives back).
+        let mut held: Vec<(u64, u64, u64)> = Vec::new();
         let mut copied = 0u64;
         let mut thismax = max_segment;
-        let undo = |pw: &mut PoolW, entries: &[MappingEntryPhys], e: ZfsError| -> ZfsError {
+        let max_span = crate::tunables::removal_max_span();
+        let ms_shift = tv.metaslab_shift.clamp(1, 63);
+        let undo = |pw: &mut PoolW, held: &[(u64, u64, u64)], e: ZfsError| -> ZfsError {
             let mut ms = pw.ms.lock();
-            for en in entries {
-                ms.free(en.dst.vdev, en.dst.offset, en.dst.asize, txg, txg);
+            for &(v, off, len) in held {
+                ms.free(v, off, len, txg, txg);
             }
             e
         };
-        'segs: for (start, len) in segs {
-            debug_assert!(start >= from);
-            let end = start + len;
-            let mut at = start;
-            while at < end {
-                if copied >= budget {
-                    break 'segs;
+        let mut queue: std::collections::VecDeque<(u64, u64)> = segs.into_iter().collect();
+        while copied < budget {
+            // The unit copied next (spa_vdev_copy_impl): the first range (at most
+            // zfs_remove_max_segment of it), then the following ones while the free gap
+            // before each is at most vdev_removal_max_span and the whole stays within
+            // zfs_remove_max_segment and one metaslab.
+            let Some((s0, l0)) = queue.pop_front() else { break };
+            debug_assert!(s0 >= from);
+            let mut unit = std::collections::VecDeque::from([(s0, l0.min(max_segment))]);
+            if l0 > max_segment {
+                queue.push_front((s0 + max_segment, l0 - max_segment));
+            } else {
+                while let Some(&(s, l)) = queue.front() {
+                    let end = unit.back().map_or(s0, |u| u.0 + u.1);
+                    if s - end > max_span || s + l - s0 > max_segment || s >> ms_shift != s0 >> ms_shift {
+                        break;
+                    }
+                    unit.push_back((s, l));
+                    queue.pop_front();
                 }
-                // Whole sectors (the segments are), at least one. On ENOSPC the step goes on
-                // with half the size (spa_vdev_copy_impl's thismax), down to one sector.
+            }
+            // Its allocations (spa_vdev_copy_segment): the whole span, or when that is more
+            // than thismax, up to the end of the last range that fits in it. On ENOSPC the
+            // step goes on with half the size, down to one sector.
+            while let Some(&(start, _)) = unit.front() {
+                let span = unit.back().map_or(0, |u| u.0 + u.1) - start;
                 let got = loop {
-                    let want = ((end - at).min(thismax).min(budget - copied) / sector * sector).max(sector.min(end - at));
+                    let size = if span <= thismax {
+                        span
+                    } else {
+                        unit.iter().rev().map(|u| u.0 + u.1).find(|&e| e <= start + thismax).map_or(thismax, |e| e - start)
+                    };
                     let mut ms = self.ms.lock();
-                    let a = ms.alloc(class, &|_| want, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| want, txg, &[]));
-                    if a.is_some() || want <= sector {
+                    let a = ms.alloc(class, &|_| size, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| size, txg, &[]));
+                    if a.is_some() || size <= sector {
                         break a;
                     }
-                    thismax = (want / 2).div_ceil(sector) * sector;
+                    thismax = (span.min(thismax) / 2).div_ceil(sector) * sector;
                 };
-                let Some((dv, doff, dsize)) = got else {
-                    return Err(undo(self, &entries, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
+                let Some((dv, doff, size)) = got else {
+                    return Err(undo(self, &held, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
                 };
                 let dst = root.children[dv as usize].clone();
-                if let Err(e) = tv.read_mode(at, dsize, &|_| true, &crate::vdev::READ_PLAIN).and_then(|d| dst.write(doff, &d)) {
-                    self.ms.lock().free(dv, doff, dsize, txg, txg);
-                    return Err(undo(self, &entries, e));
+                if let Err(e) = tv.read_mode(start, size, &|_| true, &crate::vdev::READ_PLAIN).and_then(|d| dst.write(doff, &d)) {
+                    self.ms.lock().free(dv, doff, size, txg, txg);
+                    return Err(undo(self, &held, e));
                 }
-                entries.push(MappingEntryPhys { src: at, mark: false, dst: oxzfs_format::blkptr::Dva { vdev: dv, offset: doff, asize: dsize, gang: false } });
-                copied += dsize;
-                at += dsize;
+                // The ranges of [start, start + size) leave the unit; the gaps between them
+                // are freed at the destination (unalloc_seg) and counted obsolete.
+                let end = start + size;
+                let mut at = start;
+                let mut gaps = 0u64;
+                let mut ms = self.ms.lock();
+                while let Some(&(s, l)) = unit.front() {
+                    if s >= end {
+                        break;
+                    }
+                    if s > at {
+                        ms.free(dv, doff + (at - start), s - at, txg, txg);
+                        gaps += s - at;
+                    }
+                    let take = l.min(end - s);
+                    held.push((dv, doff + (s - start), take));
+                    copied += take;
+                    at = s + take;
+                    if take == l {
+                        unit.pop_front();
+                    } else {
+                        unit[0] = (s + take, l - take);
+                    }
+                }
+                drop(ms);
+                entries.push(MappingEntryPhys { src: start, mark: false, dst: oxzfs_format::blkptr::Dva { vdev: dv, offset: doff, asize: size, gang: false } });
+                counts.push(gaps as u32);
             }
         }
         // The new entries into the in-core mapping (frees of them free the copies from now
@@ -710,7 +760,7 @@ impl PoolW {
             m.entries.extend_from_slice(&entries);
             if let Some(last) = entries.last() {
                 m.phys.max_offset = last.src + last.size();
-                m.phys.bytes_mapped += copied;
+                m.phys.bytes_mapped += entries.iter().map(|e| e.size()).sum::<u64>();
                 m.phys.num_entries = m.entries.len() as u64;
                 match m.births.last_mut() {
                     Some(b) if b.phys_birth_txg == txg => b.offset = m.phys.max_offset,
@@ -730,7 +780,7 @@ impl PoolW {
             self.mos.write(mapping_obj, (first * MAPPING_ENTRY_SIZE) as u64, &raw)?;
             if phys.counts_object != 0 {
                 // Each new entry's obsolete count: what it covers that was never allocated.
-                let counts: Vec<u8> = entries.iter().flat_map(|_| 0u32.to_le_bytes()).collect();
+                let counts: Vec<u8> = counts.iter().flat_map(|c| c.to_le_bytes()).collect();
                 self.mos.write(phys.counts_object, (first * 4) as u64, &counts)?;
                 self.mos.set_bonus(mapping_obj, &phys.encode())?;
             } else {
