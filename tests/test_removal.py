@@ -779,7 +779,7 @@ def test_evacuation_rate(oxzfs):
     zdb_check(vdir, pool)
 
 
-def ztest_pool_removing(base, pool, attempts=3):
+def ztest_pool_removing(base, pool, attempts=6):
     """Run ztest with OpenZFS's removals held (zfs_removal_suspend_progress) and every pass
     killed, until the pool it leaves has a removal in progress; keep only that pool's
     devices. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
@@ -794,6 +794,7 @@ def ztest_pool_removing(base, pool, attempts=3):
     with open(env["ZDB_PATH"], "w") as f:
         f.write(f"#!/bin/sh\nexport LD_LIBRARY_PATH={lib}:{libdir}\nexec /opt/openzfs/sbin/zdb \"$@\"\n")
     os.chmod(env["ZDB_PATH"], 0o755)
+    why = []
     for _ in range(attempts):
         work = os.path.join(base, "ztest")
         shutil.rmtree(work, ignore_errors=True)
@@ -802,10 +803,18 @@ def ztest_pool_removing(base, pool, attempts=3):
                             "-d", "2", "-t", "3", "-T", "60", "-P", "20", "-k", "100", "-C", "special=on",
                             "-o", "zfs_removal_suspend_progress=1", "-f", work, "-p", pool],
                            env=env, capture_output=True, text=True, errors="replace", timeout=900)
-        if r.returncode != 0:
+        # A pass after the one that started the (held) removal is often aborted by ztest's
+        # own check: its attach test expects success, but the removal a killed pass left in
+        # progress makes spa_vdev_attach return ENOTSUP (95), and only the pass that started
+        # a removal knows to skip that test. The pool such an abort leaves is as good as a
+        # killed pass's: kept when zdb reads a removal in progress from it.
+        known_abort = re.search(r"^ztest: attach \(.*\) returned 95, expected 0$", r.stdout + r.stderr, re.M)
+        if r.returncode != 0 and not known_abort:
+            why.append(f"ztest exited {r.returncode}: {(r.stdout + r.stderr)[-300:]!r}")
             continue
         cfg = zdb_config(work, pool)
         if "removing: 1" not in cfg:
+            why.append(f"ztest exited {r.returncode}, no removal in progress")
             continue
         vdir = os.path.join(base, "vdevs")
         shutil.rmtree(vdir, ignore_errors=True)
@@ -813,7 +822,7 @@ def ztest_pool_removing(base, pool, attempts=3):
         for p in re.findall(r"path: '([^']+)'", cfg):
             shutil.copy(p, os.path.join(vdir, os.path.basename(p)))
         return vdir
-    pytest.fail(f"ztest left no pool with a removal in progress in {attempts} runs")
+    pytest.fail(f"ztest left no pool with a removal in progress in {attempts} runs:\n" + "\n".join(why))
 
 
 @pytest.mark.nightly

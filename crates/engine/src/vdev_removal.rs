@@ -716,7 +716,7 @@ impl PoolW {
                     return Err(undo(self, &held, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
                 };
                 let dst = root.children[dv as usize].clone();
-                if let Err(e) = tv.read_mode(start, size, &|_| true, &crate::vdev::READ_PLAIN).and_then(|d| dst.write(doff, &d)) {
+                if let Err(e) = copy_range(&tv, start, &dst, doff, size) {
                     self.ms.lock().free(dv, doff, size, txg, txg);
                     return Err(undo(self, &held, e));
                 }
@@ -957,6 +957,40 @@ impl PoolW {
         while !self.removal_step(u64::MAX)? {}
         self.complete_removal()
     }
+}
+
+/// Bytes a copy reads and writes at a time.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// Copy `size` bytes at `from` of top-level vdev `src` to `to` of `dst`: chunks read by one
+/// thread and written by another, so the read of the next chunk goes on during the write of
+/// the last (OpenZFS issues a copy's read and its writes as zios in flight together). A read
+/// or write error ends the copy with that error.
+fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<()> {
+    if size <= COPY_CHUNK {
+        return dst.write(to, &src.read_mode(from, size, &|_| true, &crate::vdev::READ_PLAIN)?);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(2);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut at = 0;
+            while at < size {
+                let n = COPY_CHUNK.min(size - at);
+                let r = src.read_mode(from + at, n, &|_| true, &crate::vdev::READ_PLAIN).map(|d| (at, d));
+                let failed = r.is_err();
+                if tx.send(r).is_err() || failed {
+                    return;
+                }
+                at += n;
+            }
+        });
+        // Dropping the receiver on an error stops the reader at its next send.
+        for chunk in rx {
+            let (at, data) = chunk?;
+            dst.write(to + at, &data)?;
+        }
+        Ok(())
+    })
 }
 
 /// Read the mapping and births objects of vdev `id` from the MOS (vdev_indirect_mapping_open,
