@@ -25,10 +25,20 @@
 //! ```
 //!
 //! While the vdev is being evacuated its frees are split at the copied offset (metaslab's
-//! `Removing`): below it the copies are freed as well, above it the space simply leaves
-//! what is to be copied (OpenZFS's free_from_removing_vdev). Each step runs while no txg
-//! syncs, so a copy, its entries and the frees that meet them land in the same txgs: a crash
-//! resumes from the mapping on disk, with nothing leaked.
+//! `Removing`): below it the copies are freed as well and the range is marked obsolete, above
+//! it the space simply leaves what is to be copied and counts as copied in that txg
+//! (OpenZFS's free_from_removing_vdev and svr_sync). Each step runs while no txg syncs, so a
+//! copy, its entries and the frees that meet them land in the same txgs: a crash resumes from
+//! the mapping on disk, with nothing leaked.
+//!
+//! Obsolete counts (feature obsolete_counts, on when the removal starts): the vdev's
+//! top-level ZAP says `com.delphix:obsolete_counts_are_precise`; the mapping has a counts
+//! object (a u32 per entry: the free gaps a step copied along, vdev_removal_max_span) and the
+//! vdev an obsolete space map (`com.delphix:indirect_obsolete_sm`, ALLOC entries in bytes)
+//! that every free of a copied or removed range is appended to; the two together are the
+//! bytes of each entry no block references, which OpenZFS's zdb checks. Each of the three
+//! takes a reference of obsolete_counts. A mapping being condensed
+//! (spa_condense_indirect_*) is not kept: such pools import read-only.
 
 use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
