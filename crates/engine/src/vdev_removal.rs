@@ -255,7 +255,10 @@ impl PoolW {
         use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
         use oxzfs_format::types::{DMU_OT_SPACE_MAP, DMU_OT_SPACE_MAP_HEADER};
         let Some(zap) = self.top_zap(top) else {
-            return Err(ZfsError::Invalid(format!("pool '{}': removed vdev {top} has no top-level ZAP for its obsolete space map", self.spa.name)));
+            // A vdev of a pool from before per-vdev ZAPs: nowhere to name the map (OpenZFS
+            // gives every vdev one first). Its counts stay imprecise, as they were.
+            tracing::warn!("pool '{}': removed vdev {top} has no top-level ZAP; its obsolete space is not recorded", self.spa.name);
+            return Ok(());
         };
         let mut sm = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.unwrap_or(0);
         if sm == 0 {
