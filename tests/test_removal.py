@@ -782,7 +782,9 @@ def test_evacuation_rate(oxzfs):
 def ztest_pool_removing(base, pool, attempts=6):
     """Run ztest with OpenZFS's removals held (zfs_removal_suspend_progress) and every pass
     killed, until the pool it leaves has a removal in progress; keep only that pool's
-    devices. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
+    devices. Whether one does is ztest's chance: a removal must start in some pass (ztest
+    tries one every 10 s or so, and spa_vdev_remove often refuses its pick: out of space on
+    its small devices, a special vdev), so six passes a run and up to six runs. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
     it to the zdb it runs), which the installed library lacks under that name: a link to
     it in a private dir, and a zdb wrapper that sees it too."""
     lib = os.path.join(base, "lib")
@@ -800,7 +802,7 @@ def ztest_pool_removing(base, pool, attempts=6):
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         r = subprocess.run(["/opt/openzfs/sbin/ztest", "-v", "2", "-s", "96M", "-a", "12", "-m", "2", "-r", "1", "-K", "raidz",
-                            "-d", "2", "-t", "3", "-T", "60", "-P", "20", "-k", "100", "-C", "special=on",
+                            "-d", "2", "-t", "3", "-T", "120", "-P", "20", "-k", "100", "-C", "special=on",
                             "-o", "zfs_removal_suspend_progress=1", "-f", work, "-p", pool],
                            env=env, capture_output=True, text=True, errors="replace", timeout=900)
         # A pass after the one that started the (held) removal is often aborted by ztest's
@@ -810,11 +812,12 @@ def ztest_pool_removing(base, pool, attempts=6):
         # killed pass's: kept when zdb reads a removal in progress from it.
         known_abort = re.search(r"^ztest: attach \(.*\) returned 95, expected 0$", r.stdout + r.stderr, re.M)
         if r.returncode != 0 and not known_abort:
-            why.append(f"ztest exited {r.returncode}: {(r.stdout + r.stderr)[-300:]!r}")
+            said = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("ztest:")]
+            why.append(f"ztest exited {r.returncode}: {said[:2] or (r.stdout + r.stderr)[-300:]!r}")
             continue
         cfg = zdb_config(work, pool)
         if "removing: 1" not in cfg:
-            why.append(f"ztest exited {r.returncode}, no removal in progress")
+            why.append(f"ztest exited {r.returncode}, no removal in progress (none of its removals started, or one finished)")
             continue
         vdir = os.path.join(base, "vdevs")
         shutil.rmtree(vdir, ignore_errors=True)
