@@ -698,7 +698,11 @@ def zhack_rw(vdir, *args):
              "mkdir -p /etc/zfs && mount -t tmpfs tmpfs /etc/zfs && exec \"$@\"")
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "zhack",
                         ZHACK, "-d", vdir, *args], capture_output=True, text=True, errors="replace", timeout=300)
-    assert r.returncode == 0 and "cannot" not in r.stderr, repr(r)
+    # zhack lets libzpool go without stopping the removal thread the import resumed: now and
+    # then its teardown destroys a mutex that thread holds and aborts, after the change was
+    # synced (the callers check it is there). The pool is then as after a crash.
+    teardown = r.returncode == -6 and re.fullmatch(r"pthread_mutex_destroy\(.*\) == 0 \(0x10 == 0\)\nASSERT at kernel\.c:\d+:mutex_destroy\(\)\n?", r.stderr)
+    assert (r.returncode == 0 or teardown) and "cannot" not in r.stderr, repr(r)
     return r
 
 
