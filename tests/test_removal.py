@@ -787,8 +787,9 @@ def ztest_pool_removing(base, pool, attempts=6):
     """Run ztest with OpenZFS's removals held (zfs_removal_suspend_progress) and every pass
     killed, until the pool it leaves has a removal in progress; keep only that pool's
     devices. Whether one does is ztest's chance: a removal must start in some pass (ztest
-    tries one every 10 s or so, and spa_vdev_remove often refuses its pick: out of space on
-    its small devices, a special vdev), so six passes a run and up to six runs. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
+    tries one every 10 s or so, and spa_vdev_remove often refuses its pick), which on a loaded
+    machine (fewer operations a pass) most runs of three passes do not: up to six runs. More
+    passes a run make ztest abort itself as overdue when its zdb checks are slow. Returns the vdev dir. ztest sets the variable through libzpool.so (and passes
     it to the zdb it runs), which the installed library lacks under that name: a link to
     it in a private dir, and a zdb wrapper that sees it too."""
     lib = os.path.join(base, "lib")
@@ -806,7 +807,7 @@ def ztest_pool_removing(base, pool, attempts=6):
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         r = subprocess.run(["/opt/openzfs/sbin/ztest", "-v", "2", "-s", "96M", "-a", "12", "-m", "2", "-r", "1", "-K", "raidz",
-                            "-d", "2", "-t", "3", "-T", "120", "-P", "20", "-k", "100", "-C", "special=on",
+                            "-d", "2", "-t", "3", "-T", "60", "-P", "20", "-k", "100", "-C", "special=on",
                             "-o", "zfs_removal_suspend_progress=1", "-f", work, "-p", pool],
                            env=env, capture_output=True, text=True, errors="replace", timeout=900)
         # A pass after the one that started the (held) removal is often aborted by ztest's
