@@ -268,8 +268,13 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                     let out = commands::execute(&mut st, &argv, &cwd);
                     (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits))
                 };
-                for h in removal_waits {
-                    oxzfs::vdev_removal_thread::wait(&h);
+                // An evacuation that stopped on an error fails the command waiting for it.
+                let mut out = out;
+                for (h, run) in removal_waits {
+                    if let Some(e) = oxzfs::vdev_removal_thread::wait(&h, run) {
+                        out.1.push_str(&format!("{e}\n"));
+                        out.2 = 1;
+                    }
                 }
                 for spa in waits {
                     oxzfs::dsl_scrub::wait(&spa);

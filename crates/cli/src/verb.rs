@@ -33,7 +33,9 @@ pub struct State {
     pub resilver_waits: Vec<Arc<oxzfs::spa::Spa>>,
     /// Pools whose device removal the request waits for (`zpool remove -w`, `zpool wait -t
     /// remove`).
-    pub removal_waits: Vec<Arc<PoolHandle>>,
+    /// Pools whose removal a command waits for, with the thread's run it started (`zpool
+    /// remove -w`) or None (`zpool wait`).
+    pub removal_waits: Vec<(Arc<PoolHandle>, Option<u64>)>,
 }
 
 pub type Out = (String, String, i32);

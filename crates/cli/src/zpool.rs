@@ -626,7 +626,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     };
     if remove {
         if let Some(h) = &imp.rw {
-            st.removal_waits.push(h.clone());
+            st.removal_waits.push((h.clone(), None));
         }
     }
     if scrub {
@@ -661,8 +661,17 @@ pub fn history(st: &mut State, args: &[String]) -> Out {
         let _ = writeln!(out, "History for '{}':", imp.pool.name());
         match imp.pool.history() {
             Ok(recs) => {
-                for (t, cmd) in recs {
-                    let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(t));
+                for rec in recs {
+                    match rec {
+                        oxzfs::pool::HistoryRecord::Command { time, cmd } => {
+                            let _ = writeln!(out, "{} {cmd}", oxzfs::dsl::history_time(time));
+                        }
+                        // print_history_records: "[txg:T] NAME MSG", with -i only.
+                        oxzfs::pool::HistoryRecord::Internal { time, txg, name, msg } if o.internal => {
+                            let _ = writeln!(out, "{} [txg:{txg}] {name} {msg}", oxzfs::dsl::history_time(time));
+                        }
+                        oxzfs::pool::HistoryRecord::Internal { .. } => {}
+                    }
                 }
             }
             Err(e) => return fail(format!("cannot read history of '{}': {e}", imp.pool.name())),
@@ -1541,10 +1550,11 @@ pub fn remove(st: &mut State, args: &[String]) -> Out {
             }
             // The evacuation goes on in the background (spa_vdev_remove_thread); -w waits
             // for it once the daemon's lock is let go.
-            if let Err(e) = oxzfs::vdev_removal_thread::start(&h, top.id) {
-                return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1);
-            }
-            wait_for = o.wait.then(|| h.clone());
+            let run = match oxzfs::vdev_removal_thread::start(&h, top.id) {
+                Ok(run) => run,
+                Err(e) => return (out, format!("cannot remove {dev}: {}\n", posix_text(&e)), 1),
+            };
+            wait_for = o.wait.then(|| (h.clone(), Some(run)));
             continue;
         }
         if o.dry_run {

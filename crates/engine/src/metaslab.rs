@@ -14,6 +14,12 @@
 //! A top-level vdev being removed allocates nothing: while it is evacuated (`Removing`, the
 //! mapping of what was copied) its frees also free the copies of the part already copied;
 //! once evacuated its frees go through the mapping to the copies only.
+//!
+//! Obsolete space (feature obsolete_counts, OpenZFS's vdev_indirect_mark_obsolete): a free of
+//! a range of a removed vdev, or of the part of a vdev being evacuated that was copied
+//! already, also marks that range obsolete on the vdev (a destination that is itself removed
+//! is marked too, on the way down). The marks of a txg are handed to the sync
+//! (`take_obsolete`), which appends them to the vdev's obsolete space map.
 use crate::vdev::Vdev;
 use crate::zio::{AllocClass, DvaAllocator};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
@@ -91,6 +97,9 @@ struct Group {
     /// its space maps; a free below the mapping's max offset also frees the copy, a free
     /// above it is counted as done (the copy will not visit it).
     removing: Option<Box<Removing>>,
+    /// Ranges of this removed (or being removed) vdev marked obsolete since the last sync
+    /// pass took them (vdev_obsolete_segments).
+    obsolete: Vec<(u64, u64)>,
     ashift: u8,
     ms_shift: u64,
     ms: Vec<Ms>,
@@ -110,6 +119,8 @@ pub struct Removing {
 pub struct Metaslabs {
     groups: Vec<Group>,
     rotor: usize,
+    /// The pool has obsolete_counts enabled: frees of removed ranges are marked obsolete.
+    pub obsolete_counts: bool,
 }
 
 impl Metaslabs {
@@ -137,10 +148,13 @@ impl Metaslabs {
                         _ => AllocClass::Normal,
                     }
                 };
-                Group { class, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: top.ashift, ms_shift: shift, ms }
+                // A removed vdev's frees go through its mapping (loaded with the MOS).
+                let mapping = top.indirect.as_ref().and_then(|c| c.mapping.get().cloned());
+                let evacuated = mapping.is_some();
+                Group { class, retired: evacuated, evacuated, late_frees: Vec::new(), mapping, removing: None, obsolete: Vec::new(), ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
-        Metaslabs { groups, rotor: 0 }
+        Metaslabs { groups, rotor: 0, obsolete_counts: false }
     }
 
     /// Whether some top-level vdev belongs to `class` (and takes allocations).
@@ -243,6 +257,12 @@ impl Metaslabs {
         self.groups.get_mut(vdev as usize).and_then(|g| g.removing.as_deref_mut())
     }
 
+    /// The bytes freed past the copied part of the vdev being evacuated since the last call
+    /// (they need no copy: done), taken.
+    pub fn take_freed_unvisited(&mut self) -> u64 {
+        self.groups.iter_mut().filter_map(|g| g.removing.as_deref_mut()).map(|r| std::mem::take(&mut r.freed_unvisited)).sum()
+    }
+
     /// The evacuation of `vdev` ends (finished or canceled): its state is handed back.
     pub fn take_removing(&mut self, vdev: u64) -> Option<Removing> {
         self.groups.get_mut(vdev as usize).and_then(|g| g.removing.take()).map(|b| *b)
@@ -260,12 +280,61 @@ impl Metaslabs {
             return;
         }
         let pieces = r.mapping.remap(offset, below).unwrap_or_default();
+        if !pieces.is_empty() {
+            self.mark_obsolete(vdev, offset, below);
+        }
         for p in pieces {
             if held {
                 self.free_held(p.vdev, p.offset, p.len);
             } else {
                 self.free(p.vdev, p.offset, p.len, txg, birth);
             }
+        }
+    }
+
+    /// `[offset, offset + len)` of removed (or being removed) vdev `vdev` is referenced no
+    /// more (vdev_indirect_mark_obsolete): kept for the obsolete space map when the pool
+    /// counts obsolete space.
+    fn mark_obsolete(&mut self, vdev: u64, offset: u64, len: u64) {
+        if self.obsolete_counts && len > 0 {
+            self.groups[vdev as usize].obsolete.push((offset, len));
+        }
+    }
+
+    /// The obsolete marks made since the last call, per vdev, sorted with adjacent ranges
+    /// joined (what the sync appends to each vdev's obsolete space map).
+    pub fn take_obsolete(&mut self) -> Vec<(u64, Vec<(u64, u64)>)> {
+        let mut out = Vec::new();
+        for (i, g) in self.groups.iter_mut().enumerate() {
+            if g.obsolete.is_empty() {
+                continue;
+            }
+            let mut segs = std::mem::take(&mut g.obsolete);
+            segs.sort_unstable();
+            let mut joined: Vec<(u64, u64)> = Vec::with_capacity(segs.len());
+            for (s, l) in segs {
+                match joined.last_mut() {
+                    Some(last) if last.0 + last.1 == s => last.1 += l,
+                    // A range freed twice (two block pointers naming one block: damage) is
+                    // counted once.
+                    Some(last) if last.0 + last.1 > s => {
+                        tracing::error!("removed vdev {i}: {s:#x}+{l:#x} marked obsolete twice");
+                        let end = (s + l).max(last.0 + last.1);
+                        last.1 = end - last.0;
+                    }
+                    Some(_) => joined.push((s, l)),
+                    None => joined.push((s, l)),
+                }
+            }
+            out.push((i as u64, joined));
+        }
+        out
+    }
+
+    /// Forget the obsolete marks of `vdev` not yet synced (a canceled removal).
+    pub fn clear_obsolete(&mut self, vdev: u64) {
+        if let Some(g) = self.groups.get_mut(vdev as usize) {
+            g.obsolete.clear();
         }
     }
 
@@ -294,6 +363,7 @@ impl Metaslabs {
         for (off, len) in late {
             match mapping.remap(off, len) {
                 Ok(pieces) => {
+                    self.mark_obsolete(vdev, off, len);
                     for p in pieces {
                         self.free(p.vdev, p.offset, p.len, txg, txg);
                     }
@@ -370,7 +440,13 @@ impl Metaslabs {
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
             if let Some(m) = g.mapping.clone() {
-                for p in m.remap(offset, asize).unwrap_or_default() {
+                // A range the mapping does not cover (a bogus free) is not marked: OpenZFS
+                // asserts every obsolete range is mapped.
+                let pieces = m.remap(offset, asize).unwrap_or_default();
+                if !pieces.is_empty() {
+                    self.mark_obsolete(vdev, offset, asize);
+                }
+                for p in pieces {
                     self.free(p.vdev, p.offset, p.len, txg, birth);
                 }
             } else {
@@ -400,7 +476,11 @@ impl Metaslabs {
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
             if let Some(m) = g.mapping.clone() {
-                for p in m.remap(offset, asize).unwrap_or_default() {
+                let pieces = m.remap(offset, asize).unwrap_or_default();
+                if !pieces.is_empty() {
+                    self.mark_obsolete(vdev, offset, asize);
+                }
+                for p in pieces {
                     self.free_held(p.vdev, p.offset, p.len);
                 }
             } else {
@@ -662,7 +742,7 @@ mod tests {
     fn one_metaslab() -> Metaslabs {
         let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
         m.free.insert(0, 1 << 20);
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0 }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, obsolete: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0, obsolete_counts: false }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {

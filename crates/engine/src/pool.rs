@@ -127,8 +127,9 @@ impl Pool {
         &self.spa.name
     }
 
-    /// `zpool history`: every record's (time, command) from the MOS history object.
-    pub fn history(&self) -> Result<Vec<(u64, String)>> {
+    /// `zpool history`: every record from the MOS history object, commands and (for `-i`)
+    /// internal events.
+    pub fn history(&self) -> Result<Vec<HistoryRecord>> {
         let mos = self.spa.mos();
         let Some(obj) = crate::zap::zap_lookup_u64(&mos, 1, "history")? else { return Ok(Vec::new()) };
         let (dn, le) = mos.dnode_with_order(obj)?;
@@ -168,8 +169,13 @@ impl Pool {
             }
             let rec = read(off + 8, len)?;
             if let Ok(nv) = NvList::decode_packed(&rec) {
+                let time = nv.get_u64("history time").unwrap_or(0);
                 if let Some(cmd) = nv.get_str("history command") {
-                    out.push((nv.get_u64("history time").unwrap_or(0), cmd.to_string()));
+                    out.push(HistoryRecord::Command { time, cmd: cmd.to_string() });
+                } else if let Some(name) = nv.get_str("internal_name") {
+                    let txg = nv.get_u64("history txg").unwrap_or(0);
+                    let msg = nv.get_str("history internal str").unwrap_or("").to_string();
+                    out.push(HistoryRecord::Internal { time, txg, name: name.to_string(), msg });
                 }
             }
             off += 8 + len;
@@ -1145,4 +1151,13 @@ mod removal_status_tests {
         let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0);
         assert_eq!(s, "remove: Removal of mirror-1 canceled on Wed Nov 25 15:07:05 2026\n");
     }
+}
+
+/// One record of a pool's history (spa_history.c's nvlists).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HistoryRecord {
+    /// A command as the user gave it.
+    Command { time: u64, cmd: String },
+    /// An internal event (spa_history_log_internal): its txg, operation and message.
+    Internal { time: u64, txg: u64, name: String, msg: String },
 }

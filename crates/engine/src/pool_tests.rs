@@ -266,6 +266,104 @@ mod vdev_removal_tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Out of space for the copies: a step goes on with halved allocations (spa_vdev_copy_impl)
+    /// where the destination has only small holes, and fails with ENOSPC, nothing kept, when
+    /// not even one sector is free; once space is back the step goes on, and the pool is
+    /// clean after a cancel.
+    #[test]
+    fn evacuation_step_halves_then_fails_on_enospc() {
+        let dir = std::env::temp_dir().join(format!("oxzfs-evacnospc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
+        for d in &devs {
+            std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
+        }
+        let spec = CreateSpec {
+            name: "evacnospc".into(),
+            vdevs: devs.iter().map(|d| (VdevClass::Normal, VdevSpec::File(d.clone()))).collect(),
+            fs_init: Some(crate::zplw::init_fs),
+            ..Default::default()
+        };
+        let mut pw = PoolW::create(&spec, 64 << 20).unwrap();
+        // Some data on both vdevs, some of it to copy.
+        let ds = pw.find_dataset("evacnospc").unwrap().expect("the root dataset");
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..40u64 {
+                let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let data: Vec<u8> = (0..300_000)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
+            }
+        }
+        pw.sync().unwrap();
+        pw.start_removal(1).unwrap();
+        let txg = pw.txg;
+        // Vdev 0 filled, but for 8K holes every 16K.
+        let mut fills = Vec::new();
+        {
+            let mut ms = pw.ms.lock();
+            while let Some((v, off, size)) = ms.alloc(crate::zio::AllocClass::Normal, &|_| 4096, txg, &[]) {
+                assert_eq!(v, 0);
+                fills.push((off, size));
+            }
+            let mut kept = Vec::new();
+            for (i, f) in fills.drain(..).enumerate() {
+                if i % 4 < 2 && f.0 % 16384 < 8192 {
+                    ms.free(0, f.0, f.1, txg, txg);
+                } else {
+                    kept.push(f);
+                }
+            }
+            fills = kept;
+        }
+        assert!(!pw.removal_step(64 << 10).unwrap());
+        {
+            let mut ms = pw.ms.lock();
+            let r = ms.removing_mut(1).unwrap();
+            assert!(!r.mapping.entries.is_empty());
+            assert!(r.mapping.entries.iter().all(|e| e.size() <= 8192), "{:?}", r.mapping.entries);
+        }
+        // Nothing free at all: ENOSPC, and what the step had allocated is given back.
+        {
+            let mut ms = pw.ms.lock();
+            for unit in [8192, 512] {
+                while let Some((_, off, size)) = ms.alloc(crate::zio::AllocClass::Normal, &|_| unit, txg, &[]) {
+                    fills.push((off, size));
+                }
+            }
+        }
+        let before = pw.ms.lock().removing_mut(1).unwrap().mapping.entries.len();
+        match pw.removal_step(256 << 10) {
+            Err(crate::ZfsError::Posix(libc::ENOSPC, _)) => {}
+            other => panic!("a step with no space left: {other:?}"),
+        }
+        assert_eq!(pw.ms.lock().removing_mut(1).unwrap().mapping.entries.len(), before);
+        assert!(pw.ms.lock().alloc(crate::zio::AllocClass::Normal, &|_| 512, txg, &[]).is_none(), "the failed step kept no space");
+        {
+            let mut ms = pw.ms.lock();
+            for (off, size) in fills.drain(..) {
+                ms.free(0, off, size, txg, txg);
+            }
+        }
+        assert!(!pw.removal_step(256 << 10).unwrap());
+        pw.sync().unwrap();
+        pw.cancel_removal().unwrap();
+        pw.export().unwrap();
+        drop(pw);
+        zdb_clean(&dir, "evacnospc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// `zpool remove` of a log device: the pool reopens from its labels with a hole where the
     /// device was, every other vdev keeps its id, and OpenZFS's zdb finds the pool clean.
     #[test]

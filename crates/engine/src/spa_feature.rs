@@ -29,6 +29,7 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("org.illumos:skein", "skein", true, "Skein hash algorithm.", false),
     ("org.illumos:edonr", "edonr", true, "Edon-R hash algorithm.", false),
     ("com.delphix:device_removal", "device_removal", true, "Top-level vdevs can be removed, reducing logical pool size.", false),
+    ("com.delphix:obsolete_counts", "obsolete_counts", false, "Reduce memory used by removed devices when their blocks are freed or remapped.", false),
     ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
     ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
     ("org.freebsd:zstd_compress", "zstd_compress", true, "zstd compression algorithm support.", false),

@@ -278,6 +278,7 @@ impl PoolW {
         pw.check_writable()?;
         pw.check_removals_writable()?;
         pw.load_features()?;
+        pw.ms.lock().obsolete_counts = pw.feature_enabled(crate::vdev_removal::OBSOLETE_COUNTS);
         pw.load_metaslabs()?;
         pw.load_removal()?;
         pw.dtl_load()?;

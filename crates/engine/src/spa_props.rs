@@ -74,6 +74,28 @@ impl PoolW {
     /// nvlists, each after its u64 length, with the offsets in the bonus). The object is made on
     /// first use; when it is full, records are counted as lost (no ring wrap yet).
     pub fn log_history(&mut self, cmd: &str) -> Result<()> {
+        let mut nv = NvList::new();
+        nv.add_u64("history time", now());
+        nv.add_str("history command", cmd);
+        nv.add_u64("history who", unsafe { libc::getuid() } as u64);
+        nv.add_str("history hostname", &self.hostname);
+        self.history_append(&nv)
+    }
+
+    /// Append an internal event to the pool's history (spa_history_log_internal: what the
+    /// pool did, in the open txg, shown by `zpool history -i` as "[txg:T] OPERATION MSG").
+    pub fn log_history_internal(&mut self, operation: &str, msg: &str) -> Result<()> {
+        let mut nv = NvList::new();
+        nv.add_str("history internal str", msg);
+        nv.add_str("internal_name", operation);
+        nv.add_u64("history txg", self.txg);
+        nv.add_u64("history time", now());
+        nv.add_str("history hostname", &self.hostname);
+        self.history_append(&nv)
+    }
+
+    /// Append one packed record to the history object.
+    fn history_append(&mut self, nv: &NvList) -> Result<()> {
         const MAX: u64 = 1 << 20;
         let obj = match self.mos.zap_lookup(1, "history")? {
             Some(o) => o,
@@ -89,11 +111,6 @@ impl PoolW {
         let bonus = self.mos.bonus(obj)?;
         let w = |i: usize| u64::from_le_bytes(bonus[i * 8..i * 8 + 8].try_into().expect("8"));
         let (mut create_len, max, mut bof, mut eof, mut lost) = (w(0), w(1), w(2), w(3), w(4));
-        let mut nv = NvList::new();
-        nv.add_u64("history time", now());
-        nv.add_str("history command", cmd);
-        nv.add_u64("history who", unsafe { libc::getuid() } as u64);
-        nv.add_str("history hostname", &self.hostname);
         let packed = nv.encode_xdr();
         let mut rec = (packed.len() as u64).to_le_bytes().to_vec();
         rec.extend_from_slice(&packed);

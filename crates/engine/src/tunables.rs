@@ -25,6 +25,8 @@
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
 //!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
 //!                           big syncs the txg instead of copying the bytes into the log
+//!   vdev_removal_max_span   free gaps up to this size between allocated ranges are copied
+//!                           with them by a device removal, one mapping entry for the lot
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
 //!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
 //!                           each step; rounded up to the pool's largest sector)
@@ -57,7 +59,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 23] = [
+static TUNABLES: [Tunable; 24] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -69,6 +71,7 @@ static TUNABLES: [Tunable; 23] = [
     tunable("l2arc_write_boost", "Extra bytes the L2ARC feed writes while the ARC is cold", 8 << 20, 0, 1 << 40, None),
     tunable("l2arc_write_max", "Bytes the L2ARC feed writes to a cache device per interval", 8 << 20, 512, 1 << 40, None),
     tunable("metaslab_force_ganging", "Blocks at least this big are written as gang blocks (testing)", u64::MAX, 512, u64::MAX, Some("OXZFS_FORCE_GANGING")),
+    tunable("vdev_removal_max_span", "Free gaps up to this size between allocated ranges are copied along with them by a device removal (one mapping entry for the lot), bytes", 32 << 10, 0, 1 << 30, None),
     tunable("zfs_arc_max", "Largest size of the ARC the imported pools share, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
     tunable("zfs_arc_sys_free", "Memory the ARC leaves the system: below this much available it shrinks, bytes (0: 1/32 of memory plus three times min_free_kbytes)", 0, 1, u64::MAX, None),
@@ -166,18 +169,19 @@ const L2ARC_REBUILD_ENABLED: usize = 7;
 const L2ARC_WRITE_BOOST: usize = 8;
 const L2ARC_WRITE_MAX: usize = 9;
 const FORCE_GANGING: usize = 10;
-const ARC_MAX: usize = 11;
-const ARC_MIN: usize = 12;
-const ARC_SYS_FREE: usize = 13;
-const DIRTY_DATA_MAX: usize = 14;
-const IMMEDIATE_WRITE_SZ: usize = 15;
-const MAX_RECORDSIZE: usize = 16;
-const REMOVAL_SUSPEND_PROGRESS: usize = 17;
-const REMOVE_MAX_SEGMENT: usize = 18;
-const SCAN_SUSPEND_PROGRESS: usize = 19;
-const SCRUB_MIN_TIME_MS: usize = 20;
-const TXG_TIMEOUT: usize = 21;
-const ZIL_SLOG_BULK: usize = 22;
+const REMOVAL_MAX_SPAN: usize = 11;
+const ARC_MAX: usize = 12;
+const ARC_MIN: usize = 13;
+const ARC_SYS_FREE: usize = 14;
+const DIRTY_DATA_MAX: usize = 15;
+const IMMEDIATE_WRITE_SZ: usize = 16;
+const MAX_RECORDSIZE: usize = 17;
+const REMOVAL_SUSPEND_PROGRESS: usize = 18;
+const REMOVE_MAX_SEGMENT: usize = 19;
+const SCAN_SUSPEND_PROGRESS: usize = 20;
+const SCRUB_MIN_TIME_MS: usize = 21;
+const TXG_TIMEOUT: usize = 22;
+const ZIL_SLOG_BULK: usize = 23;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -190,6 +194,10 @@ pub fn removal_suspend_progress() -> bool {
 
 pub fn remove_max_segment() -> u64 {
     TUNABLES[REMOVE_MAX_SEGMENT].get()
+}
+
+pub fn removal_max_span() -> u64 {
+    TUNABLES[REMOVAL_MAX_SPAN].get()
 }
 
 pub fn scan_suspend_progress() -> bool {
@@ -292,6 +300,7 @@ mod tests {
             ("l2arc_write_boost", L2ARC_WRITE_BOOST),
             ("l2arc_write_max", L2ARC_WRITE_MAX),
             ("metaslab_force_ganging", FORCE_GANGING),
+            ("vdev_removal_max_span", REMOVAL_MAX_SPAN),
             ("zfs_arc_max", ARC_MAX),
             ("zfs_arc_min", ARC_MIN),
             ("zfs_arc_sys_free", ARC_SYS_FREE),

@@ -276,7 +276,7 @@ impl PoolW {
             // zil_sync: log blocks whose records this txg holds.
             for zbp in std::mem::take(&mut job.zil_free) {
                 let mut dvas = Vec::new();
-                crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&root, &spa.checksum_salt), &zbp, &mut dvas)?;
+                crate::zio::bp_frees(&crate::zio::ZioCtx::new(&root, &spa.checksum_salt), &zbp, &mut dvas)?;
                 let mut ms = self.ms.lock();
                 for d in dvas {
                     ms.free_held(d.vdev, d.offset, d.asize);
@@ -327,6 +327,7 @@ impl PoolW {
         let mut pass = 1u32;
         let rootbp;
         loop {
+            self.removal_sync_progress()?;
             let mut mos = std::mem::replace(&mut self.mos, ObjsetW::create(&spa, 0, DMU_OST_META, OsProps::default()));
             let r = self.sync_objset(&mut mos, pass, true, txg);
             self.mos = mos;
@@ -335,13 +336,20 @@ impl PoolW {
             self.mos_delta.dsize += d.dsize;
             self.mos_delta.psize += d.psize;
             self.mos_delta.lsize += d.lsize;
-            let syncs = self.ms.lock().sync(txg, pass as u64);
-            if syncs.is_empty() {
+            let (syncs, obsolete) = {
+                let mut ms = self.ms.lock();
+                ms.obsolete_counts = self.feature_enabled(crate::vdev_removal::OBSOLETE_COUNTS);
+                (ms.sync(txg, pass as u64), ms.take_obsolete())
+            };
+            if syncs.is_empty() && obsolete.is_empty() {
                 rootbp = bp;
                 break;
             }
             for s in syncs {
                 self.write_space_map(s)?;
+            }
+            for (vdev, segs) in obsolete {
+                self.write_obsolete_sm(vdev, &segs, txg, pass as u64)?;
             }
             pass += 1;
             if pass > 100 {
@@ -501,7 +509,7 @@ pub(crate) fn free_bp_in(spa: &Spa, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, bp
         return Ok(());
     }
     let mut dvas = Vec::new();
-    crate::zio::bp_allocations(&crate::zio::ZioCtx::new(&spa.root_vdev, &spa.checksum_salt), bp, &mut dvas)?;
+    crate::zio::bp_frees(&crate::zio::ZioCtx::new(&spa.root_vdev, &spa.checksum_salt), bp, &mut dvas)?;
     for d in dvas {
         ms.lock().free(d.vdev, d.offset, d.asize, txg, bp.birth);
     }

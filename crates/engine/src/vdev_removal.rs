@@ -25,10 +25,20 @@
 //! ```
 //!
 //! While the vdev is being evacuated its frees are split at the copied offset (metaslab's
-//! `Removing`): below it the copies are freed as well, above it the space simply leaves
-//! what is to be copied (OpenZFS's free_from_removing_vdev). Each step runs while no txg
-//! syncs, so a copy, its entries and the frees that meet them land in the same txgs: a crash
-//! resumes from the mapping on disk, with nothing leaked.
+//! `Removing`): below it the copies are freed as well and the range is marked obsolete, above
+//! it the space simply leaves what is to be copied and counts as copied in that txg
+//! (OpenZFS's free_from_removing_vdev and svr_sync). Each step runs while no txg syncs, so a
+//! copy, its entries and the frees that meet them land in the same txgs: a crash resumes from
+//! the mapping on disk, with nothing leaked.
+//!
+//! Obsolete counts (feature obsolete_counts, on when the removal starts): the vdev's
+//! top-level ZAP says `com.delphix:obsolete_counts_are_precise`; the mapping has a counts
+//! object (a u32 per entry: the free gaps a step copied along, vdev_removal_max_span) and the
+//! vdev an obsolete space map (`com.delphix:indirect_obsolete_sm`, ALLOC entries in bytes)
+//! that every free of a copied or removed range is appended to; the two together are the
+//! bytes of each entry no block references, which OpenZFS's zdb checks. Each of the three
+//! takes a reference of obsolete_counts. A mapping being condensed
+//! (spa_condense_indirect_*) is not kept: such pools import read-only.
 
 use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
@@ -96,6 +106,9 @@ impl PoolW {
             }
         }
         self.sync()?;
+        // spa_vdev_remove's record, in the next txg.
+        let msg = format!("{name} vdev (log) {}", if tv.is_leaf() { tv.path.clone().unwrap_or_else(|| "-".into()) } else { "-".into() });
+        self.log_history_internal("vdev remove", &msg)?;
         Ok(paths)
     }
 }
@@ -151,7 +164,10 @@ impl PoolW {
         self.put_aux_list(key, list)?;
         self.config_dirty = true;
         self.sync()?;
-        Ok(gone.get_str("path").unwrap_or("").to_string())
+        let path = gone.get_str("path").unwrap_or("").to_string();
+        let kind = if key == "l2cache" { "l2cache" } else { "spare" };
+        self.log_history_internal("vdev remove", &format!("{name} vdev ({kind}) {path}"))?;
+        Ok(path)
     }
 }
 
@@ -213,6 +229,79 @@ pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev
         todo = left;
     }
     Ok(())
+}
+
+/// The feature that counts obsolete space of removed vdevs precisely.
+pub const OBSOLETE_COUNTS: &str = "com.delphix:obsolete_counts";
+/// The top-level vdev ZAP key saying its obsolete counts are precise (set when its removal
+/// started with obsolete_counts enabled).
+pub const VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE: &str = "com.delphix:obsolete_counts_are_precise";
+/// zfs_vdev_standard_sm_blksz: the block size of an obsolete space map.
+const OBSOLETE_SM_BLKSZ: u64 = 128 << 10;
+
+impl PoolW {
+    /// The top-level vdev ZAP of vdev `top` as the config names it.
+    fn top_zap(&self, top: u64) -> Option<u64> {
+        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")).filter(|&z| z != 0)
+    }
+
+    /// Append the ranges of removed vdev `top` marked obsolete in this sync pass to its
+    /// obsolete space map (vdev_indirect_sync_obsolete): ALLOC entries in bytes (the map's
+    /// shift is 0) after a debug entry, the map created on first use and named in the vdev's
+    /// top-level ZAP (com.delphix:indirect_obsolete_sm), which takes a reference of
+    /// obsolete_counts (and of spacemap_histogram, as every space map does).
+    pub(crate) fn write_obsolete_sm(&mut self, top: u64, segs: &[(u64, u64)], txg: u64, pass: u64) -> Result<()> {
+        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
+        use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
+        use oxzfs_format::types::{DMU_OT_SPACE_MAP, DMU_OT_SPACE_MAP_HEADER};
+        let Some(zap) = self.top_zap(top) else {
+            // A vdev of a pool from before per-vdev ZAPs: nowhere to name the map (OpenZFS
+            // gives every vdev one first). Its counts stay imprecise, as they were.
+            tracing::warn!("pool '{}': removed vdev {top} has no top-level ZAP; its obsolete space is not recorded", self.spa.name);
+            return Ok(());
+        };
+        let mut sm = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.unwrap_or(0);
+        if sm == 0 {
+            let histogram = self.feature_enabled("com.delphix:spacemap_histogram");
+            sm = self.mos.alloc_object(DMU_OT_SPACE_MAP, OBSOLETE_SM_BLKSZ, DMU_OT_SPACE_MAP_HEADER, if histogram { 320 } else { 24 }, 1)?;
+            if histogram {
+                self.feature_incr("com.delphix:spacemap_histogram", 1)?;
+            }
+            self.mos.zap_add_u64(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, sm)?;
+            self.feature_incr(OBSOLETE_COUNTS, 1)?;
+        }
+        let dn = self.mos.dnode(sm)?;
+        let mut phys = SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("obsolete space map {sm} of vdev {top}"), e))?;
+        let mut ents = vec![SmEntry::Debug { action: 0, syncpass: pass, txg }];
+        for &(s, l) in segs {
+            ents.push(SmEntry::Range { free: false, offset: s, run: l, vdev: None });
+            phys.alloc += l as i64;
+        }
+        let words = encode_entries(&ents, false);
+        let mut bytes = Vec::with_capacity(words.len() * 8);
+        for w in &words {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        self.mos.write(sm, phys.length, &bytes)?;
+        phys.length += bytes.len() as u64;
+        phys.object = sm;
+        self.mos.set_bonus(sm, &phys.encode(dn.bonuslen as usize))?;
+        Ok(())
+    }
+
+    /// Free removed vdev `top`'s obsolete space map, if it has one (a canceled removal).
+    fn free_obsolete_sm(&mut self, top: u64) -> Result<()> {
+        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
+        let Some(zap) = self.top_zap(top) else { return Ok(()) };
+        let Some(sm) = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.filter(|&o| o != 0) else { return Ok(()) };
+        let full = self.mos.dnode(sm)?.bonuslen as usize >= 320;
+        self.mos.free_object(sm)?;
+        if full {
+            self.feature_incr("com.delphix:spacemap_histogram", -1)?;
+        }
+        self.mos.zap_remove(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?;
+        self.feature_incr(OBSOLETE_COUNTS, -1)
+    }
 }
 
 /// libzfs's words for an EINVAL from spa_vdev_remove_top_check (zpool_vdev_remove).
@@ -379,7 +468,10 @@ pub enum RemovalRequest {
 pub struct RemovalRun {
     pub running: bool,
     pub request: RemovalRequest,
-    pub last_error: Option<String>,
+    /// Runs of the thread started so far (the id of the latest).
+    pub runs: u64,
+    /// The error that stopped run `.0`, if one did.
+    pub last_error: Option<(u64, String)>,
 }
 
 #[derive(Default)]
@@ -415,6 +507,19 @@ impl PoolW {
         use oxzfs_format::removal::DMU_POOL_REMOVING;
         self.mos.zap_mut(1)?.entries.insert(DMU_POOL_REMOVING.as_bytes().to_vec(), (8, p.to_words().to_vec()));
         Ok(())
+    }
+
+    /// svr_sync, in every sync pass: what was freed past the copied part of the vdev being
+    /// evacuated counts as copied in the txg of the free (OpenZFS, which may finish the
+    /// removal, adds only what it copies itself to sr_copied on disk).
+    pub(crate) fn removal_sync_progress(&mut self) -> Result<()> {
+        let freed = self.ms.lock().take_freed_unvisited();
+        if freed == 0 {
+            return Ok(());
+        }
+        let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else { return Ok(()) };
+        rec.copied += freed;
+        self.put_removing_phys(&rec)
     }
 
     /// The top-level vdev being evacuated, if a removal is in progress.
@@ -463,9 +568,23 @@ impl PoolW {
         }
         // 2. The removal's objects and record.
         let to_copy: u64 = self.ms.lock().allocated_segments(top).iter().map(|s| s.1).sum();
-        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, oxzfs_format::removal::MAPPING_PHYS_SIZE_V0, 1)?;
-        let phys = IndirectMappingPhys::default();
-        self.mos.set_bonus(mapping_obj, &phys.encode()[..oxzfs_format::removal::MAPPING_PHYS_SIZE_V0])?;
+        // With obsolete_counts (vdev_remove_initiate_sync, vdev_indirect_mapping_alloc): the
+        // vdev's counts are precise (a reference and a key in its top-level ZAP), and the
+        // mapping has a counts object (another reference) named in its longer bonus.
+        let precise = self.feature_enabled(OBSOLETE_COUNTS);
+        self.ms.lock().obsolete_counts = precise;
+        let mut phys = IndirectMappingPhys::default();
+        let bonus_len = if precise { oxzfs_format::removal::MAPPING_PHYS_SIZE } else { oxzfs_format::removal::MAPPING_PHYS_SIZE_V0 };
+        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, bonus_len, 1)?;
+        if precise {
+            if let Some(zap) = self.top_zap(top) {
+                self.feature_incr(OBSOLETE_COUNTS, 1)?;
+                self.mos.zap_add_u64(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE, 1)?;
+            }
+            phys.counts_object = self.mos.alloc_object(oxzfs_format::types::DMU_OTN_UINT32_METADATA, 128 << 10, oxzfs_format::types::DMU_OT_NONE, 0, 1)?;
+            self.feature_incr(OBSOLETE_COUNTS, 1)?;
+        }
+        self.mos.set_bonus(mapping_obj, &phys.encode()[..bonus_len])?;
         let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
         self.mos.set_bonus(births_obj, &0u64.to_le_bytes())?;
         let prev = self.removing_phys()?.map_or(u64::MAX, |p| p.prev_indirect_vdev);
@@ -478,34 +597,29 @@ impl PoolW {
             nv.add_u64("com.delphix:indirect_births", births_obj);
         })?;
         self.ms.lock().start_removing(top, crate::vdev::indirect::IndirectMapping { phys, entries: Vec::new(), births: Vec::new() });
+        let msg = format!("{} vdev {top} {}", self.spa.name, self.top_path(top));
+        self.log_history_internal("vdev remove started", &msg)?;
         self.sync()
+    }
+
+    /// vdev_path of top-level vdev `top` as the history records name it: a disk's path, "-"
+    /// for a mirror.
+    fn top_path(&self, top: u64) -> String {
+        self.spa.root_vdev.children.get(top as usize).filter(|t| t.is_leaf()).and_then(|t| t.path.clone()).unwrap_or_else(|| "-".into())
     }
 
     /// After a read-write import: an evacuation the pool was in goes on from the mapping on
     /// disk (spa_remove_init): the vdev allocates nothing, frees of what was copied free the
-    /// copies too. Refused (the import then fails) for what oxzfs does not keep: obsolete
-    /// counts (OpenZFS's removals with the obsolete_counts feature enabled).
+    /// copies too (and are marked obsolete when the pool counts obsolete space).
     pub(crate) fn load_removal(&mut self) -> Result<()> {
-        use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
         let Some(top) = self.removing_vdev()? else { return Ok(()) };
         let name = self.spa.name.clone();
-        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: the removal of vdev {top} is in progress and {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
         let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
         let (mapping_object, births_object) = (nv.get_u64("com.delphix:indirect_object").unwrap_or(0), nv.get_u64("com.delphix:indirect_births").unwrap_or(0));
         if mapping_object == 0 || !self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_concrete()) {
             return Err(ZfsError::Invalid(format!("pool '{name}': the removal of vdev {top} is in progress but the vdev has no mapping object")));
         }
-        if let Some(zap) = nv.get_u64("com.delphix:vdev_zap_top") {
-            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
-                if self.mos.zap_lookup(zap, key)?.is_some() {
-                    return Err(refuse(format!("it counts its obsolete space ({key})")));
-                }
-            }
-        }
         let m = read_mapping(&self.spa.mos(), mapping_object, births_object, &name, top)?;
-        if m.phys.counts_object != 0 {
-            return Err(refuse("it counts its obsolete space (a counts object)".into()));
-        }
         let copied_to = m.phys.max_offset;
         let remaining: u64 = {
             let mut ms = self.ms.lock();
@@ -557,43 +671,95 @@ impl PoolW {
             (from, ms.allocated_segments_from(top, from, budget.max(1)))
         };
         let mut entries: Vec<MappingEntryPhys> = Vec::new();
+        // Each new entry's obsolete count: the free gaps it covers.
+        let mut counts: Vec<u32> = Vec::new();
+        // The destination ranges holding copied bytes (what a failed step gives back).
+        let mut held: Vec<(u64, u64, u64)> = Vec::new();
         let mut copied = 0u64;
-        let undo = |pw: &mut PoolW, entries: &[MappingEntryPhys], e: ZfsError| -> ZfsError {
+        let mut thismax = max_segment;
+        let max_span = crate::tunables::removal_max_span();
+        let ms_shift = tv.metaslab_shift.clamp(1, 63);
+        let undo = |pw: &mut PoolW, held: &[(u64, u64, u64)], e: ZfsError| -> ZfsError {
             let mut ms = pw.ms.lock();
-            for en in entries {
-                ms.free(en.dst.vdev, en.dst.offset, en.dst.asize, txg, txg);
+            for &(v, off, len) in held {
+                ms.free(v, off, len, txg, txg);
             }
             e
         };
-        'segs: for (start, len) in segs {
-            debug_assert!(start >= from);
-            let end = start + len;
-            let mut at = start;
-            while at < end {
-                if copied >= budget {
-                    break 'segs;
+        let mut queue: std::collections::VecDeque<(u64, u64)> = segs.into_iter().collect();
+        while copied < budget {
+            // The unit copied next (spa_vdev_copy_impl): the first range (at most
+            // zfs_remove_max_segment of it), then the following ones while the free gap
+            // before each is at most vdev_removal_max_span and the whole stays within
+            // zfs_remove_max_segment and one metaslab.
+            let Some((s0, l0)) = queue.pop_front() else { break };
+            debug_assert!(s0 >= from);
+            let mut unit = std::collections::VecDeque::from([(s0, l0.min(max_segment))]);
+            if l0 > max_segment {
+                queue.push_front((s0 + max_segment, l0 - max_segment));
+            } else {
+                while let Some(&(s, l)) = queue.front() {
+                    let end = unit.back().map_or(s0, |u| u.0 + u.1);
+                    if s - end > max_span || s + l - s0 > max_segment || s >> ms_shift != s0 >> ms_shift {
+                        break;
+                    }
+                    unit.push_back((s, l));
+                    queue.pop_front();
                 }
-                // Whole sectors (the segments are), at least one.
-                let mut want = ((end - at).min(max_segment).min(budget - copied) / sector * sector).max(sector.min(end - at));
+            }
+            // Its allocations (spa_vdev_copy_segment): the whole span, or when that is more
+            // than thismax, up to the end of the last range that fits in it. On ENOSPC the
+            // step goes on with half the size, down to one sector.
+            while let Some(&(start, _)) = unit.front() {
+                let span = unit.back().map_or(0, |u| u.0 + u.1) - start;
                 let got = loop {
+                    let size = if span <= thismax {
+                        span
+                    } else {
+                        unit.iter().rev().map(|u| u.0 + u.1).find(|&e| e <= start + thismax).map_or(thismax, |e| e - start)
+                    };
                     let mut ms = self.ms.lock();
-                    let a = ms.alloc(class, &|_| want, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| want, txg, &[]));
-                    if a.is_some() || want <= sector {
+                    let a = ms.alloc(class, &|_| size, txg, &[]).or_else(|| ms.alloc(crate::zio::AllocClass::Normal, &|_| size, txg, &[]));
+                    if a.is_some() || size <= sector {
                         break a;
                     }
-                    want = (want / 2).div_ceil(sector) * sector;
+                    thismax = (span.min(thismax) / 2).div_ceil(sector) * sector;
                 };
-                let Some((dv, doff, dsize)) = got else {
-                    return Err(undo(self, &entries, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
+                let Some((dv, doff, size)) = got else {
+                    return Err(undo(self, &held, ZfsError::Posix(libc::ENOSPC, "out of space".into())));
                 };
                 let dst = root.children[dv as usize].clone();
-                if let Err(e) = tv.read_mode(at, dsize, &|_| true, &crate::vdev::READ_PLAIN).and_then(|d| dst.write(doff, &d)) {
-                    self.ms.lock().free(dv, doff, dsize, txg, txg);
-                    return Err(undo(self, &entries, e));
+                if let Err(e) = copy_range(&tv, start, &dst, doff, size) {
+                    self.ms.lock().free(dv, doff, size, txg, txg);
+                    return Err(undo(self, &held, e));
                 }
-                entries.push(MappingEntryPhys { src: at, mark: false, dst: oxzfs_format::blkptr::Dva { vdev: dv, offset: doff, asize: dsize, gang: false } });
-                copied += dsize;
-                at += dsize;
+                // The ranges of [start, start + size) leave the unit; the gaps between them
+                // are freed at the destination (unalloc_seg) and counted obsolete.
+                let end = start + size;
+                let mut at = start;
+                let mut gaps = 0u64;
+                let mut ms = self.ms.lock();
+                while let Some(&(s, l)) = unit.front() {
+                    if s >= end {
+                        break;
+                    }
+                    if s > at {
+                        ms.free(dv, doff + (at - start), s - at, txg, txg);
+                        gaps += s - at;
+                    }
+                    let take = l.min(end - s);
+                    held.push((dv, doff + (s - start), take));
+                    copied += take;
+                    at = s + take;
+                    if take == l {
+                        unit.pop_front();
+                    } else {
+                        unit[0] = (s + take, l - take);
+                    }
+                }
+                drop(ms);
+                entries.push(MappingEntryPhys { src: start, mark: false, dst: oxzfs_format::blkptr::Dva { vdev: dv, offset: doff, asize: size, gang: false } });
+                counts.push(gaps as u32);
             }
         }
         // The new entries into the in-core mapping (frees of them free the copies from now
@@ -607,7 +773,7 @@ impl PoolW {
             m.entries.extend_from_slice(&entries);
             if let Some(last) = entries.last() {
                 m.phys.max_offset = last.src + last.size();
-                m.phys.bytes_mapped += copied;
+                m.phys.bytes_mapped += entries.iter().map(|e| e.size()).sum::<u64>();
                 m.phys.num_entries = m.entries.len() as u64;
                 match m.births.last_mut() {
                     Some(b) if b.phys_birth_txg == txg => b.offset = m.phys.max_offset,
@@ -625,7 +791,14 @@ impl PoolW {
                 raw.extend_from_slice(&e.encode());
             }
             self.mos.write(mapping_obj, (first * MAPPING_ENTRY_SIZE) as u64, &raw)?;
-            self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
+            if phys.counts_object != 0 {
+                // Each new entry's obsolete count: what it covers that was never allocated.
+                let counts: Vec<u8> = counts.iter().flat_map(|c| c.to_le_bytes()).collect();
+                self.mos.write(phys.counts_object, (first * 4) as u64, &counts)?;
+                self.mos.set_bonus(mapping_obj, &phys.encode())?;
+            } else {
+                self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
+            }
             let b = births[birth_index];
             let mut raw = Vec::with_capacity(BIRTH_ENTRY_SIZE);
             raw.extend_from_slice(&b.offset.to_le_bytes());
@@ -720,6 +893,8 @@ impl PoolW {
             ind.add_u64("com.delphix:vdev_zap_top", z);
         }
         self.edit_top_config(top, |nv| *nv = ind)?;
+        let msg = format!("{} vdev {top}", self.spa.name);
+        self.log_history_internal("vdev remove completed", &msg)?;
         self.sync()?;
         for leaf in tv.leaves() {
             if let Some(dev) = &leaf.dev {
@@ -739,7 +914,7 @@ impl PoolW {
         };
         let top = rec.removing_vdev;
         let txg = self.txg;
-        {
+        let counts_object = {
             let mut ms = self.ms.lock();
             let Some(r) = ms.take_removing(top) else { return Err(ZfsError::Invalid(format!("vdev {top} is not being removed"))) };
             let copied_to = r.mapping.phys.max_offset;
@@ -753,6 +928,20 @@ impl PoolW {
                 }
             }
             ms.unretire_group(top);
+            ms.clear_obsolete(top);
+            r.mapping.phys.counts_object
+        };
+        // The obsolete counts go with the removal (spa_vdev_remove_cancel_sync).
+        if let Some(zap) = self.top_zap(top) {
+            if self.mos.zap_lookup(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE)?.is_some() {
+                self.mos.zap_remove(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE)?;
+                self.feature_incr(OBSOLETE_COUNTS, -1)?;
+            }
+        }
+        self.free_obsolete_sm(top)?;
+        if counts_object != 0 {
+            self.mos.free_object(counts_object)?;
+            self.feature_incr(OBSOLETE_COUNTS, -1)?;
         }
         let old = self.edit_top_config(top, |nv| {
             nv.remove("removing");
@@ -768,6 +957,8 @@ impl PoolW {
         rec.state = DSS_CANCELED;
         rec.end_time = crate::dsl_scan::now();
         self.put_removing_phys(&rec)?;
+        let msg = format!("{} vdev {top} {}", self.spa.name, self.top_path(top));
+        self.log_history_internal("vdev remove canceled", &msg)?;
         self.sync()
     }
 
@@ -779,6 +970,40 @@ impl PoolW {
         while !self.removal_step(u64::MAX)? {}
         self.complete_removal()
     }
+}
+
+/// Bytes a copy reads and writes at a time.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// Copy `size` bytes at `from` of top-level vdev `src` to `to` of `dst`: chunks read by one
+/// thread and written by another, so the read of the next chunk goes on during the write of
+/// the last (OpenZFS issues a copy's read and its writes as zios in flight together). A read
+/// or write error ends the copy with that error.
+fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<()> {
+    if size <= COPY_CHUNK {
+        return dst.write(to, &src.read_mode(from, size, &|_| true, &crate::vdev::READ_PLAIN)?);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(2);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut at = 0;
+            while at < size {
+                let n = COPY_CHUNK.min(size - at);
+                let r = src.read_mode(from + at, n, &|_| true, &crate::vdev::READ_PLAIN).map(|d| (at, d));
+                let failed = r.is_err();
+                if tx.send(r).is_err() || failed {
+                    return;
+                }
+                at += n;
+            }
+        });
+        // Dropping the receiver on an error stops the reader at its next send.
+        for chunk in rx {
+            let (at, data) = chunk?;
+            dst.write(to + at, &data)?;
+        }
+        Ok(())
+    })
 }
 
 /// Read the mapping and births objects of vdev `id` from the MOS (vdev_indirect_mapping_open,
@@ -814,29 +1039,16 @@ fn read_mapping(mos: &crate::dmu::Objset, mapping_object: u64, births_object: u6
 
 impl PoolW {
     /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: a
-    /// condensing of a mapping under way, or a removed vdev whose obsolete space is counted precisely
-    /// (an obsolete space map, or counts OpenZFS promised precise): frees of its blocks would
-    /// have to add to them, which oxzfs does not do yet. Such pools import read-only. (An
-    /// evacuation in progress is `load_removal`'s to judge.)
+    /// condensing of a mapping under way (spa_condense_indirect_*), which oxzfs does not do
+    /// yet. Such pools import read-only. (An evacuation in progress is `load_removal`'s.)
     pub(crate) fn check_removals_writable(&mut self) -> Result<()> {
-        use oxzfs_format::removal::{DMU_POOL_CONDENSING_INDIRECT, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
+        use oxzfs_format::removal::DMU_POOL_CONDENSING_INDIRECT;
         let name = self.spa.name.clone();
-        let refuse = |why: String| ZfsError::Unsupported(format!("cannot import '{name}' read-write: {why}, which oxzfs does not keep yet (import with -o readonly=on)"));
         let dir = self.mos.zap(1)?;
         if dir.entries.contains_key(DMU_POOL_CONDENSING_INDIRECT.as_bytes()) {
-            return Err(refuse("the mapping of a removed vdev is being condensed".into()));
-        }
-        let root = self.spa.root_vdev.clone();
-        for t in root.children.iter().filter(|t| t.indirect.is_some()) {
-            let Some(zap) = self.config_nv.get_nvlist("vdev_tree").and_then(|tree| tree.get_nvlist_array("children")).and_then(|c| c.get(t.id as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")) else { continue };
-            for key in [VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM, "com.delphix:obsolete_counts_are_precise"] {
-                if self.mos.zap_lookup(zap, key)?.is_some() {
-                    return Err(refuse(format!("removed vdev {} counts its obsolete space ({key})", t.id)));
-                }
-            }
-            if t.indirect.as_ref().and_then(|c| c.mapping.get()).is_some_and(|m| m.phys.counts_object != 0) {
-                return Err(refuse(format!("removed vdev {} counts its obsolete space (a counts object)", t.id)));
-            }
+            return Err(ZfsError::Unsupported(format!(
+                "cannot import '{name}' read-write: the mapping of a removed vdev is being condensed, which oxzfs does not keep yet (import with -o readonly=on)"
+            )));
         }
         Ok(())
     }

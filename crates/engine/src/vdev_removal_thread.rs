@@ -13,8 +13,13 @@
 //!            or write error of a copy cancels the removal in the same way
 //!   export ─► the thread stops; the removal stays in progress on disk, and the next
 //!            read-write import goes on from the mapping it has (resume_after_import)
-//!   zpool remove -w, zpool wait -t remove ─► wait while the thread runs
+//!   zpool remove -w, zpool wait -t remove ─► wait while the thread runs; the error that
+//!            stopped it, if one did, is theirs to print (and exit 1)
 //! ```
+//!
+//! Out of space: a step halves its allocations down to one sector (spa_vdev_copy_impl); when
+//! even that fails the thread has up to three txgs synced (deferred frees come back) and
+//! tries again, then stops with the error, the removal left in progress.
 //!
 //! zfs_removal_suspend_progress=1 holds the thread between steps (tests).
 //!
@@ -31,11 +36,11 @@ use std::sync::Arc;
 /// resumable): OpenZFS bounds what is in flight by zfs_remove_max_copy_bytes, 64M.
 pub const REMOVE_TXG_BYTES: u64 = 64 << 20;
 
-/// Begin the evacuation of top-level vdev `top` and leave it to the thread.
-pub fn start(h: &Arc<PoolHandle>, top: u64) -> Result<()> {
+/// Begin the evacuation of top-level vdev `top` and leave it to the thread. Returns the id
+/// of the thread's run (for `wait`).
+pub fn start(h: &Arc<PoolHandle>, top: u64) -> Result<u64> {
     h.lock().start_removal(top)?;
-    spawn(h);
-    Ok(())
+    Ok(spawn(h))
 }
 
 /// After a read-write import (or a reopen): an evacuation in progress goes on.
@@ -67,25 +72,39 @@ pub fn cancel(h: &Arc<PoolHandle>) -> Result<()> {
 }
 
 /// Wait while the pool evacuates a vdev (`zpool remove -w`, `zpool wait -t remove`).
-pub fn wait(h: &PoolHandle) {
+/// Returns the error that stopped the evacuation, when it stopped on one: that of run `run`
+/// (the one `zpool remove -w` started), or with no run named, that of a run which was going
+/// when the wait began or which left the removal in progress.
+pub fn wait(h: &PoolHandle, run: Option<u64>) -> Option<String> {
+    let (was_running, current) = {
+        let r = h.removal.lock();
+        (r.running, r.runs)
+    };
     h.removal.wait_while(|r| r.running);
+    let (failed_run, err) = h.removal.lock().last_error.clone()?;
+    let report = match run {
+        Some(id) => id == failed_run,
+        None => (was_running && failed_run == current) || h.lock().removing_vdev().ok().flatten().is_some(),
+    };
+    report.then_some(err)
 }
 
 /// The error that stopped the last run of the thread, if any.
 pub fn last_error(h: &PoolHandle) -> Option<String> {
-    h.removal.lock().last_error.clone()
+    h.removal.lock().last_error.as_ref().map(|e| e.1.clone())
 }
 
-fn spawn(h: &Arc<PoolHandle>) {
-    {
+fn spawn(h: &Arc<PoolHandle>) -> u64 {
+    let id = {
         let mut r = h.removal.lock();
         if r.running {
-            return;
+            return r.runs;
         }
         r.running = true;
         r.request = RemovalRequest::None;
-        r.last_error = None;
-    }
+        r.runs += 1;
+        r.runs
+    };
     let h2 = h.clone();
     let name = format!("remove {}", h.name());
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
@@ -103,7 +122,7 @@ fn spawn(h: &Arc<PoolHandle>) {
         }
         let mut r = h2.removal.lock();
         if let Err(e) = res {
-            r.last_error = Some(e.to_string());
+            r.last_error = Some((id, e.to_string()));
         }
         r.running = false;
         r.request = RemovalRequest::None;
@@ -114,13 +133,18 @@ fn spawn(h: &Arc<PoolHandle>) {
         h.removal.lock().running = false;
         h.removal.notify();
     }
+    id
 }
 
 fn stop_asked(h: &PoolHandle) -> bool {
     h.removal.lock().request != RemovalRequest::None
 }
 
+/// Syncs the thread waits through when a step finds no space, before it gives up.
+const ENOSPC_SYNCS: u32 = 3;
+
 fn run(h: &Arc<PoolHandle>) -> Result<()> {
+    let mut enospc_syncs = 0u32;
     let mut since_sync = 0u64;
     let mut last_synced = 0u64;
     loop {
@@ -141,7 +165,27 @@ fn run(h: &Arc<PoolHandle>) -> Result<()> {
                 last_synced = g.synced_txg;
                 since_sync = 0;
             }
-            let done = g.removal_step(budget)?;
+            let done = match g.removal_step(budget) {
+                // Out of space for the copies at one sector (the step halved its
+                // allocations down to that, as spa_vdev_copy_impl does): space freed in
+                // the last txgs is still deferred; a few syncs give it back.
+                Err(ZfsError::Posix(libc::ENOSPC, _)) if enospc_syncs < ENOSPC_SYNCS => {
+                    drop(g);
+                    enospc_syncs += 1;
+                    h.sync_now()?;
+                    continue;
+                }
+                Err(ZfsError::Posix(libc::ENOSPC, _)) => {
+                    let name = h.name();
+                    let top = g.removing_vdev()?.unwrap_or(u64::MAX);
+                    return Err(ZfsError::Posix(
+                        libc::ENOSPC,
+                        format!("pool '{name}': the evacuation of vdev {top} stopped: out of space for its copies; the removal stays in progress ('zpool remove -s {name}' cancels it, an export and import goes on with it)"),
+                    ));
+                }
+                r => r?,
+            };
+            enospc_syncs = 0;
             if done {
                 g.complete_removal()?;
             }

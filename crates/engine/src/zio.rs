@@ -714,10 +714,17 @@ fn concrete_dvas(root: &Vdev, d: Dva, out: &mut Vec<Dva>, depth: usize) -> Resul
 /// their mappings put them): its DVAs (a gang DVA
 /// counts only its header) and, for a gang block, those of every child down the tree.
 pub fn bp_allocations(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>) -> Result<()> {
-    bp_allocations_at(ctx, bp, out, 0)
+    bp_allocations_at(ctx, bp, out, 0, true)
 }
 
-fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth: usize) -> Result<()> {
+/// Every allocation behind `bp` as its block pointers name them, those on removed vdevs left
+/// as they are: what a free hands the allocator, which sends them through the mappings and
+/// marks them obsolete on the way (metaslab_free_impl).
+pub fn bp_frees(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>) -> Result<()> {
+    bp_allocations_at(ctx, bp, out, 0, false)
+}
+
+fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth: usize, remap: bool) -> Result<()> {
     if depth > MAX_GANG_DEPTH {
         return Err(ZfsError::Invalid(format!("gang tree deeper than {MAX_GANG_DEPTH} at {bp}")));
     }
@@ -728,11 +735,16 @@ fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth:
         } else {
             *d
         };
-        concrete_dvas(ctx.root, d, out, 0)?;
+        if remap {
+            concrete_dvas(ctx.root, d, out, 0)?;
+        } else {
+            ctx.root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA names vdev {} which the pool does not have", d.vdev)))?;
+            out.push(d);
+        }
     }
     if bp.is_gang() {
         for child in gang_children(ctx, bp)?.iter().filter(|c| !c.is_hole()) {
-            bp_allocations_at(ctx, child, out, depth + 1)?;
+            bp_allocations_at(ctx, child, out, depth + 1, remap)?;
         }
     }
     Ok(())
