@@ -28,6 +28,12 @@
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
 //!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
 //!                           each step; rounded up to the pool's largest sector)
+//!   zfs_scan_legacy         1: the scan reads blocks as its walk meets them (0: sorted, see
+//!                           dsl_scan_queue); zfs_scan_mem_lim_fact: its queues' memory is
+//!                           at most physical memory / this; zfs_scan_issue_strategy (0, 1:
+//!                           by address; 2: best-filled extents first), zfs_scan_max_ext_gap,
+//!                           zfs_scan_fill_weight: how queued blocks make and rank extents
+//!   zfs_scan_vdev_limit     the largest range a sorted scan reads from a leaf at once
 //!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
 //!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
 //!                           syncs off meanwhile; read at each turn)
@@ -57,7 +63,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 23] = [
+static TUNABLES: [Tunable; 29] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -77,7 +83,13 @@ static TUNABLES: [Tunable; 23] = [
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
     tunable("zfs_removal_suspend_progress", "1: a device removal makes no progress (it stays in progress; testing)", 0, 0, 1, None),
     tunable("zfs_remove_max_segment", "Largest range a device removal copies at once (one mapping entry), bytes", 16 << 20, 512, 1 << 30, None),
+    tunable("zfs_scan_fill_weight", "How much a sorted scan prefers extents well filled with blocks over large ones (zfs_scan_issue_strategy 2)", 3, 0, 1000, None),
+    tunable("zfs_scan_issue_strategy", "Order a sorted scan reads its queued blocks in: 0 automatic (by address), 1 by address, 2 the best-filled extents first", 0, 0, 2, None),
+    tunable("zfs_scan_legacy", "1: scans read each block as the walk meets it, unsorted (0: gathered and read in address order)", 0, 0, 1, None),
+    tunable("zfs_scan_max_ext_gap", "Largest gap between two queued blocks of a sorted scan that still makes one extent, bytes", 2 << 20, 0, 1 << 40, None),
+    tunable("zfs_scan_mem_lim_fact", "A sorted scan's queues may take physical memory / this (at least 16M, at most 1/20 of the pool's allocated bytes)", 20, 1, 1 << 20, None),
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
+    tunable("zfs_scan_vdev_limit", "Largest read a sorted scan makes of a leaf at once: adjacent queued blocks read as one range, bytes", 4 << 20, 128 << 10, 64 << 20, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
     tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
@@ -174,10 +186,16 @@ const IMMEDIATE_WRITE_SZ: usize = 15;
 const MAX_RECORDSIZE: usize = 16;
 const REMOVAL_SUSPEND_PROGRESS: usize = 17;
 const REMOVE_MAX_SEGMENT: usize = 18;
-const SCAN_SUSPEND_PROGRESS: usize = 19;
-const SCRUB_MIN_TIME_MS: usize = 20;
-const TXG_TIMEOUT: usize = 21;
-const ZIL_SLOG_BULK: usize = 22;
+const SCAN_FILL_WEIGHT: usize = 19;
+const SCAN_ISSUE_STRATEGY: usize = 20;
+const SCAN_LEGACY: usize = 21;
+const SCAN_MAX_EXT_GAP: usize = 22;
+const SCAN_MEM_LIM_FACT: usize = 23;
+const SCAN_SUSPEND_PROGRESS: usize = 24;
+const SCAN_VDEV_LIMIT: usize = 25;
+const SCRUB_MIN_TIME_MS: usize = 26;
+const TXG_TIMEOUT: usize = 27;
+const ZIL_SLOG_BULK: usize = 28;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -194,6 +212,30 @@ pub fn remove_max_segment() -> u64 {
 
 pub fn scan_suspend_progress() -> bool {
     TUNABLES[SCAN_SUSPEND_PROGRESS].get() != 0
+}
+
+pub fn scan_fill_weight() -> u64 {
+    TUNABLES[SCAN_FILL_WEIGHT].get()
+}
+
+pub fn scan_issue_strategy() -> u64 {
+    TUNABLES[SCAN_ISSUE_STRATEGY].get()
+}
+
+pub fn scan_legacy() -> bool {
+    TUNABLES[SCAN_LEGACY].get() != 0
+}
+
+pub fn scan_max_ext_gap() -> u64 {
+    TUNABLES[SCAN_MAX_EXT_GAP].get()
+}
+
+pub fn scan_mem_lim_fact() -> u64 {
+    TUNABLES[SCAN_MEM_LIM_FACT].get()
+}
+
+pub fn scan_vdev_limit() -> u64 {
+    TUNABLES[SCAN_VDEV_LIMIT].get()
 }
 
 pub fn scrub_min_time() -> std::time::Duration {
@@ -300,7 +342,13 @@ mod tests {
             ("zfs_max_recordsize", MAX_RECORDSIZE),
             ("zfs_removal_suspend_progress", REMOVAL_SUSPEND_PROGRESS),
             ("zfs_remove_max_segment", REMOVE_MAX_SEGMENT),
+            ("zfs_scan_fill_weight", SCAN_FILL_WEIGHT),
+            ("zfs_scan_issue_strategy", SCAN_ISSUE_STRATEGY),
+            ("zfs_scan_legacy", SCAN_LEGACY),
+            ("zfs_scan_max_ext_gap", SCAN_MAX_EXT_GAP),
+            ("zfs_scan_mem_lim_fact", SCAN_MEM_LIM_FACT),
             ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
+            ("zfs_scan_vdev_limit", SCAN_VDEV_LIMIT),
             ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),
             ("zil_slog_bulk", ZIL_SLOG_BULK),

@@ -101,6 +101,11 @@ fn draw() -> u32 {
     (x % 1_000_000) as u32
 }
 
+/// Some handler is registered (the leaf I/O path then asks `check` for each I/O).
+pub fn any() -> bool {
+    ANY.load(Ordering::Acquire)
+}
+
 /// The fault, if any, a read (`write` false) or write of the leaf `guid` meets now; a delay
 /// handler of the leaf first holds the caller until its I/O would complete.
 pub fn check(guid: u64, write: bool) -> Option<DevError> {
