@@ -187,6 +187,38 @@ def test_scrub_repairs_a_rotten_mirror_side(oxzfs):
     check_reads(oxzfs, only, pool, alt, want)
 
 
+def range_reads(oxzfs, pool, dev):
+    """Scrub reads of DEV of 1M and more (`zpool iostat -r`): ranges of several blocks."""
+    out = oxzfs.zpool("iostat", "-rHp", pool, dev, check=True).stdout
+    rows = [ln.split("\t") for ln in out.splitlines()]
+    return sum(int(c[9]) + int(c[10]) for c in rows if len(c) == 13 and c[0].isdigit() and int(c[0]) >= 1 << 20)
+
+
+def test_sorted_scrub_reads_ranges_and_legacy_scrub_blocks(oxzfs):
+    """The sorted scan reads adjacent blocks as one range (scrub reads of 1M and more in
+    `zpool iostat -r`); with zfs_scan_legacy=1 it reads block by block, and repairs a rotten
+    side all the same; the rotten side alone then holds the whole pool."""
+    pool = "scrubsorted"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 9)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert range_reads(oxzfs, pool, d0) > 0 and range_reads(oxzfs, pool, d1) > 0, "the sorted scrub read no ranges"
+    assert oxzfs.export(pool).returncode == 0
+    assert rot_sectors(d1, seed=zlib.crc32(pool.encode())) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    tunable(oxzfs, "zfs_scan_legacy=1")
+    try:
+        repaired, errors = scrub_done(oxzfs, pool)
+        assert repaired != "0B" and errors == 0, (repaired, errors)
+        assert range_reads(oxzfs, pool, d0) == 0, "the legacy scrub read ranges"
+    finally:
+        tunable(oxzfs, "zfs_scan_legacy=0")
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(alone(oxzfs, vdir, "d1", pool), pool)
+
+
 def test_scrub_repairs_a_rotten_raidz_column(oxzfs):
     pool = "scrubraidz"
     vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["raidz1"] + d, 3, 8, "-o", "ashift=12")

@@ -311,13 +311,14 @@ fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_
         let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt, mode };
         let limit = crate::tunables::scan_vdev_limit();
         let mut bytes = 0;
+        let mut bufs = Vec::new();
         let mut i = 0;
         while i < ios.len() {
             if spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress() {
                 return (bytes, true);
             }
             // A run: the blocks after this one that are read with it as one range.
-            let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().len() == 1 && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
+            let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
             let mut j = i + 1;
             if runnable(&ios[i].bp) {
                 let start = ios[i].bp.dva[0].offset;
@@ -333,7 +334,7 @@ fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_
             }
             let run = &ios[i..j];
             let done = if j - i > 1 {
-                crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>())
+                crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>(), &mut bufs)
             } else {
                 vec![false]
             };

@@ -214,7 +214,8 @@ fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec
 /// the others are for `read_physical` (a copy that failed, fault injection, a failed large
 /// read or write, or a vdev this does not cover: raidz, nested mirrors, sides missing,
 /// offline or faulted, a scrub with stale sides), which counts and repairs as it always does.
-pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer]) -> Vec<bool> {
+/// `bufs` holds the range buffers from one call to the next (grown as needed, never shrunk).
+pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Vec<u8>>) -> Vec<bool> {
     let mut done = vec![false; bps.len()];
     let Some(tv) = ctx.root.children.get(top as usize) else { return done };
     if bps.is_empty() || crate::vdev::inject::any() {
@@ -245,18 +246,25 @@ pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer]) -> Vec<bool> {
     let mut end = start;
     for bp in bps {
         let d = at(bp);
-        if bp.dvas().len() != 1 || d.gang || d.vdev != top || d.offset < end {
+        if bp.dvas().iter().filter(|d| !d.is_empty()).count() != 1 || d.is_empty() || d.gang || d.vdev != top || d.offset < end {
             return done; // not what a run is made of: the caller's mistake, read them one by one
         }
         end = d.offset + bp.psize;
     }
-    let mut bufs = Vec::with_capacity(sources.len());
-    for l in &sources {
-        match l.read_leaf(start, end - start) {
-            Ok(b) => bufs.push(b),
-            Err(_) => return done,
+    let len = (end - start) as usize;
+    if len > 64 << 20 {
+        return done;
+    }
+    bufs.resize_with(bufs.len().max(sources.len()), Vec::new);
+    for (l, b) in sources.iter().zip(bufs.iter_mut()) {
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        if l.read_leaf_into(start, &mut b[..len]).is_err() {
+            return done;
         }
     }
+    let bufs = &bufs[..sources.len()];
     for (i, bp) in bps.iter().enumerate() {
         let o = (at(bp).offset - start) as usize;
         done[i] = bufs.iter().all(|b| verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt));
