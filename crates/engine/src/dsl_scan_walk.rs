@@ -350,7 +350,8 @@ impl<'a> ScanWalk<'a> {
             }
         }
         let ctx = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: self.mode };
-        let r = zio::read_physical(&ctx, bp);
+        let injected = crate::vdev::inject::data_fault(&self.spa.name, zb.objset, zb.object, zb.level, zb.blkid).is_some();
+        let r = if injected { Err(crate::ZfsError::Checksum { context: "injected".into() }) } else { zio::read_physical(&ctx, bp) };
         if r.is_err() {
             self.spa.record_error(zb.objset, zb.object, zb.blkid);
         }

@@ -115,7 +115,10 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
         }
         ScrubCmd::Cancel => {
             s.queue.clear();
-            end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?
+            end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?;
+            drop(s);
+            spa.errlog_rotate(false);
+            s = spa.scan.lock();
         }
     }
     publish(h, g, s, &spa, cmd == ScrubCmd::Start)
@@ -343,7 +346,8 @@ fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_
                 if ok {
                     continue;
                 }
-                if crate::zio::read_physical(&ctx, &sio.bp).is_err() {
+                let injected = crate::vdev::inject::data_fault(&spa.name, sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid).is_some();
+                if injected || crate::zio::read_physical(&ctx, &sio.bp).is_err() {
                     spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.blkid);
                     errors += 1;
                 }
@@ -504,6 +508,9 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     }
                 }
                 end_scan(&mut g, &mut s.phys, DSS_FINISHED, now())?;
+                drop(s);
+                spa.errlog_rotate(true);
+                let mut s = spa.scan.lock();
                 s.queue.clear();
                 write_phys(&mut g, &s)?;
                 s.dirty = false;
