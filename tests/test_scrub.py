@@ -189,14 +189,15 @@ def test_scrub_repairs_a_rotten_mirror_side(oxzfs):
 
 
 def range_reads(oxzfs, pool, dev):
-    """Scrub reads of DEV of 1M and more (`zpool iostat -r`): ranges of several blocks."""
+    """Scrub reads of DEV of 256K and more (`zpool iostat -r`): ranges of several blocks (no
+    block of these pools is larger than 128K)."""
     out = oxzfs.zpool("iostat", "-rHp", pool, dev, check=True).stdout
     rows = [ln.split("\t") for ln in out.splitlines()]
-    return sum(int(c[9]) + int(c[10]) for c in rows if len(c) == 13 and c[0].isdigit() and int(c[0]) >= 1 << 20)
+    return sum(int(c[9]) + int(c[10]) for c in rows if len(c) == 13 and c[0].isdigit() and int(c[0]) >= 256 << 10)
 
 
 def test_sorted_scrub_reads_ranges_and_legacy_scrub_blocks(oxzfs):
-    """The sorted scan reads adjacent blocks as one range (scrub reads of 1M and more in
+    """The sorted scan reads adjacent blocks as one range (scrub reads of 256K and more in
     `zpool iostat -r`); with zfs_scan_legacy=1 it reads block by block, and repairs a rotten
     side all the same; the rotten side alone then holds the whole pool."""
     pool = "scrubsorted"

@@ -306,13 +306,13 @@ const RUN_GAP: u64 = 32 << 10;
 /// scan_io_queues_run: read the queued blocks, each top-level vdev's in its own thread, in
 /// the queues' order, as the walk would have (every copy checked, bad ones rewritten, errors
 /// counted and logged). Blocks next to each other (gaps up to RUN_GAP, ranges up to
-/// zfs_scan_vdev_limit) are read as one range (`zio::scan_run`), what fails there one by one.
+/// zfs_vdev_aggregation_limit) are read as one range (`zio::scan_run`), what fails there one by one.
 /// A request (pause, cancel, export) or zfs_scan_suspend_progress cuts it short. The bytes
 /// read, and whether it was cut short.
 fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_queue::ScanIo>)>) -> (u64, bool) {
     let one = |vdev: u64, ios: Vec<crate::dsl_scan_queue::ScanIo>| {
         let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt, mode };
-        let limit = crate::tunables::scan_vdev_limit();
+        let limit = crate::tunables::vdev_aggregation_limit();
         let mut bytes = 0;
         let mut bufs = Vec::new();
         let mut i = 0;

@@ -33,8 +33,9 @@
 //!                           at most physical memory / this; zfs_scan_issue_strategy (0, 1:
 //!                           by address; 2: best-filled extents first), zfs_scan_max_ext_gap,
 //!                           zfs_scan_fill_weight: how queued blocks make and rank extents
-//!   zfs_scan_vdev_limit     the largest range a sorted scan reads from a leaf at once
 //!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
+//!   zfs_vdev_aggregation_limit  the largest range of adjacent blocks read at once (the
+//!                           sorted scan's)
 //!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
 //!                           syncs off meanwhile; read at each turn)
 //! ```
@@ -89,9 +90,9 @@ static TUNABLES: [Tunable; 29] = [
     tunable("zfs_scan_max_ext_gap", "Largest gap between two queued blocks of a sorted scan that still makes one extent, bytes", 2 << 20, 0, 1 << 40, None),
     tunable("zfs_scan_mem_lim_fact", "A sorted scan's queues may take physical memory / this (at least 16M, at most 1/20 of the pool's allocated bytes)", 20, 1, 1 << 20, None),
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
-    tunable("zfs_scan_vdev_limit", "Largest read a sorted scan makes of a leaf at once: adjacent queued blocks read as one range, bytes", 4 << 20, 128 << 10, 64 << 20, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
+    tunable("zfs_vdev_aggregation_limit", "Largest read made of adjacent blocks at once (the sorted scan's ranges), bytes", 1 << 20, 128 << 10, 16 << 20, None),
     tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
 ];
 
@@ -192,9 +193,9 @@ const SCAN_LEGACY: usize = 21;
 const SCAN_MAX_EXT_GAP: usize = 22;
 const SCAN_MEM_LIM_FACT: usize = 23;
 const SCAN_SUSPEND_PROGRESS: usize = 24;
-const SCAN_VDEV_LIMIT: usize = 25;
-const SCRUB_MIN_TIME_MS: usize = 26;
-const TXG_TIMEOUT: usize = 27;
+const SCRUB_MIN_TIME_MS: usize = 25;
+const TXG_TIMEOUT: usize = 26;
+const VDEV_AGGREGATION_LIMIT: usize = 27;
 const ZIL_SLOG_BULK: usize = 28;
 
 /// Values the code reads.
@@ -234,8 +235,8 @@ pub fn scan_mem_lim_fact() -> u64 {
     TUNABLES[SCAN_MEM_LIM_FACT].get()
 }
 
-pub fn scan_vdev_limit() -> u64 {
-    TUNABLES[SCAN_VDEV_LIMIT].get()
+pub fn vdev_aggregation_limit() -> u64 {
+    TUNABLES[VDEV_AGGREGATION_LIMIT].get()
 }
 
 pub fn scrub_min_time() -> std::time::Duration {
@@ -348,9 +349,9 @@ mod tests {
             ("zfs_scan_max_ext_gap", SCAN_MAX_EXT_GAP),
             ("zfs_scan_mem_lim_fact", SCAN_MEM_LIM_FACT),
             ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
-            ("zfs_scan_vdev_limit", SCAN_VDEV_LIMIT),
             ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),
+            ("zfs_vdev_aggregation_limit", VDEV_AGGREGATION_LIMIT),
             ("zil_slog_bulk", ZIL_SLOG_BULK),
         ];
         for (name, i) in names {
