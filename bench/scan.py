@@ -4,9 +4,9 @@
     sudo python3 bench/scan.py [--data-mib 1024] [--runs 3] [--work /var/tmp] [--bin A --bin B ...]
 
 The pool: one file vdev (twice --data-mib, sparse) holding --data-mib of incompressible data, half
-of it a file written front to back, half a file whose 128K records were written in random order
-(so the blocks of that file lie on the disk in an order the walk does not visit them in: what the
-sorted scan is for). Then, for each binary (--bin, repeatable; default target/release/oxzfs), in
+of it a file written front to back, half a file written whole and then rewritten in eight txgs of
+a random eighth of its 128K records each (so the blocks of that file lie on the disk in an order
+the walk does not visit them in: what the sorted scan is for). Then, for each binary (--bin, repeatable; default target/release/oxzfs), in
 turns (old, new, old, new, ... so the shared machine's noise falls on both alike):
 
   scrub      the pool exported, the page cache dropped, imported, `zpool scrub -w`: allocated
@@ -17,6 +17,12 @@ turns (old, new, old, new, ... so the shared machine's noise falls on both alike
              fio writing --data-mib to a new file in the same directory (1 MiB writes, fsync at
              the end); the side is detached again afterwards
 
+  order      (--trace) one more scrub per binary under strace (pread64 of the daemon): how many
+             reads of the vdev file, their mean size, the share that start where the one before
+             ended, and the distance the reads jump in all (what a disk head would travel) —
+             how sequential the scrub's reads are, whatever the storage below the file does
+             with random reads
+
 Targets (issue 13): scrub >= 80% of fio's sequential read, resilver >= 80% of fio's sequential
 write. Needs root (drop_caches). fio is installed with apt-get if missing. With --out FILE.md, the
 table also goes to FILE.md.
@@ -25,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -37,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import drop_caches  # noqa: E402
 
 REC = 128 << 10
+ROUNDS = 8
 
 
 def ensure_fio():
@@ -56,6 +64,41 @@ def fio(name, rw, path, size, direct=False):
     return job["read" if rw == "read" else "write"]["bw_bytes"]
 
 
+PREAD = re.compile(r"pread64\((\d+), .*, (\d+), (\d+)\) = (\d+)")
+
+
+def read_order(trace):
+    """(reads, mean size, sequential share, jump distance) of the fd read most in TRACE."""
+    by_fd = {}
+    with open(trace) as f:
+        for ln in f:
+            m = PREAD.search(ln)
+            if m and int(m.group(4)) > 0:
+                by_fd.setdefault(int(m.group(1)), []).append((int(m.group(3)), int(m.group(4))))
+    if not by_fd:
+        return (0, 0, 0.0, 0)
+    reads = max(by_fd.values(), key=lambda r: sum(n for _, n in r))
+    seq, jump, end = 0, 0, None
+    for off, n in reads:
+        if end is not None:
+            seq += off == end
+            jump += abs(off - end)
+        end = off + n
+    return (len(reads), sum(n for _, n in reads) // len(reads), seq / max(1, len(reads) - 1), jump)
+
+
+def daemon_pid(path):
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:3] == [path.encode(), b"daemon", b"run"]:
+                        return int(p)
+            except OSError:
+                pass
+    raise RuntimeError(f"no daemon of {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-mib", type=int, default=1024)
@@ -63,6 +106,7 @@ def main():
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--bin", action="append", help="oxzfs binaries to compare (label=path or path)")
     ap.add_argument("--out")
+    ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
     a = ap.parse_args()
     ensure_fio()
     bins = []
@@ -107,12 +151,21 @@ def main():
         with open(os.path.join(root, "seq"), "wb") as f:
             for _ in range(half // (1 << 20)):
                 f.write(rng.randbytes(1 << 20))
+        # The records of a txg are written in blkid order, whatever order they came in: the
+        # file is written whole, then rewritten in eight rounds of a random eighth of its
+        # records each, a txg apiece, so that its records end up spread over the disk.
         recs = list(range(half // REC))
-        rng.shuffle(recs)
         fd = os.open(os.path.join(root, "shuffled"), os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             for i in recs:
                 os.pwrite(fd, rng.randbytes(REC), i * REC)
+            ox("zpool", "sync", "bscan")
+            rng.shuffle(recs)
+            for r in range(ROUNDS):
+                for i in sorted(recs[r::ROUNDS]):
+                    os.pwrite(fd, rng.randbytes(REC), i * REC)
+                os.fsync(fd)
+                ox("zpool", "sync", "bscan")
         finally:
             os.close(fd)
         ox("zpool", "sync", "bscan")
@@ -139,11 +192,25 @@ def main():
                 ox("zpool", "export", "bscan")
                 with open(dev1, "wb") as f:
                     f.truncate(size)
+        order = {}
+        if a.trace:
+            for label, path in bins:
+                use(path)
+                drop_caches()
+                ox("zpool", "import", "-d", vdir, "-R", alt, "bscan")
+                trace = os.path.join(work, "trace")
+                st = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=pread64", "-o", trace, "-p", str(daemon_pid(path))])
+                time.sleep(1)
+                ox("zpool", "scrub", "-w", "bscan")
+                st.terminate()
+                st.wait()
+                order[label] = read_order(trace)
+                ox("zpool", "export", "bscan")
         mib = lambda x: f"{x / (1 << 20):7.1f}"  # noqa: E731
         spread = lambda v: f"{mib(statistics.median(v))} MiB/s ({'-'.join(mib(x).strip() for x in (min(v), max(v)))})"  # noqa: E731
         rd, wr = statistics.median(seq_read), statistics.median(seq_write)
         lines = [
-            f"pool: one file vdev, {alloc >> 20} MiB allocated (half written in order, half in shuffled 128K records), "
+            f"pool: one file vdev, {alloc >> 20} MiB allocated (half written in order, half rewritten in {ROUNDS} txgs of random 128K records), "
             f"{a.runs} runs per binary, alternating",
             "",
             f"fio sequential read of the vdev file:  {spread(seq_read)}",
@@ -155,6 +222,11 @@ def main():
         for label, _ in bins:
             s, r = rows[label]["scrub"], rows[label]["resilver"]
             lines.append(f"| {label} | {spread(s)} | {statistics.median(s) / rd:.0%} | {spread(r)} | {statistics.median(r) / wr:.0%} |")
+        if order:
+            lines += ["", "read order of one scrub (strace, the vdev file's pread64s):", "",
+                      "| binary | reads | mean size | start where the last ended | jumps in all |", "|---|---|---|---|---|"]
+            for label, (n, size, seq, jump) in order.items():
+                lines.append(f"| {label} | {n} | {size >> 10} KiB | {seq:.0%} | {jump / (1 << 30):.1f} GiB |")
         text = "\n".join(lines)
         print(text)
         if a.out:
