@@ -7,6 +7,7 @@ alone (the other sides taken away) holds the whole pool again, OpenZFS's `zdb -b
 every file reads back. A read-only import never writes. The scan's state lives in the MOS as
 OpenZFS keeps it (`zdb` and zfs-fuse accept it), and `zpool status` prints the `scan:` line as
 OpenZFS 2.1 does."""
+import errno
 import os
 import random
 import re
@@ -185,6 +186,39 @@ def test_scrub_repairs_a_rotten_mirror_side(oxzfs):
     only = alone(oxzfs, vdir, "d0", pool)
     zdb_check(only, pool)
     check_reads(oxzfs, only, pool, alt, want)
+
+
+def range_reads(oxzfs, pool, dev):
+    """Scrub reads of DEV of 256K and more (`zpool iostat -r`): ranges of several blocks (no
+    block of these pools is larger than 128K)."""
+    out = oxzfs.zpool("iostat", "-rHp", pool, dev, check=True).stdout
+    rows = [ln.split("\t") for ln in out.splitlines()]
+    return sum(int(c[9]) + int(c[10]) for c in rows if len(c) == 13 and c[0].isdigit() and int(c[0]) >= 256 << 10)
+
+
+def test_sorted_scrub_reads_ranges_and_legacy_scrub_blocks(oxzfs):
+    """The sorted scan reads adjacent blocks as one range (scrub reads of 256K and more in
+    `zpool iostat -r`); with zfs_scan_legacy=1 it reads block by block, and repairs a rotten
+    side all the same; the rotten side alone then holds the whole pool."""
+    pool = "scrubsorted"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 9)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    assert range_reads(oxzfs, pool, d0) > 0 and range_reads(oxzfs, pool, d1) > 0, "the sorted scrub read no ranges"
+    assert oxzfs.export(pool).returncode == 0
+    assert rot_sectors(d1, seed=zlib.crc32(pool.encode())) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    tunable(oxzfs, "zfs_scan_legacy=1")
+    try:
+        repaired, errors = scrub_done(oxzfs, pool)
+        assert repaired != "0B" and errors == 0, (repaired, errors)
+        assert range_reads(oxzfs, pool, d0) == 0, "the legacy scrub read ranges"
+    finally:
+        tunable(oxzfs, "zfs_scan_legacy=0")
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(alone(oxzfs, vdir, "d1", pool), pool)
 
 
 def test_scrub_repairs_a_rotten_raidz_column(oxzfs):
@@ -440,3 +474,42 @@ def test_zinject_device_faults(oxzfs):
     assert oxzfs.run("zinject", "-c", "all").returncode == 0
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
+    """`zinject -t data -e checksum PATH` fails every read of the file's blocks: a read gets
+    EIO, `zpool status -v` names the file, the handler is listed; after `zinject -c all`,
+    `zpool clear` and a scrub the file reads back whole and the error log is empty."""
+    pool = "zidata"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d, 1, 31)
+    import_rw(oxzfs, vdir, pool, alt)
+    path = os.path.join(alt, pool, "random.bin")
+    obj = os.stat(path).st_ino
+    r = oxzfs.run("zinject", "-t", "data", "-e", "checksum", "-a", path)
+    assert r.returncode == 0, repr(r)
+    m = re.fullmatch(r"Added handler (\d+) with the following properties:\n  pool: (\S+)\nobjset: (\d+)\nobject: (\d+)\n"
+                     r"  type: 0\n level: 0\n range: all\n  dvas: 0x0\n", r.stdout)
+    assert m and m.group(2) == pool and int(m.group(4)) == obj, repr(r.stdout)
+    hid, objset = m.group(1), m.group(3)
+    listing = oxzfs.run("zinject").stdout
+    assert listing.startswith(" ID  POOL             OBJSET  OBJECT  TYPE      LVL  DVAs  RANGE          \n"
+                              "---  ---------------  ------  ------  --------  ---  ----  ---------------\n"), repr(listing)
+    assert f"{hid:>3}  {pool:<15}  {objset:<6}  {obj:<6}  -         0    0x00  all\n" in listing, repr(listing)
+    try:
+        with open(path, "rb") as f:
+            f.read(1 << 20)
+        raise AssertionError("a read of an injected file succeeded")
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    out = oxzfs.zpool("status", "-v", pool, check=True).stdout
+    assert "errors: Permanent errors have been detected in the following files:" in out and f"        {path}\n" in out, out
+    for bad in (["-t", "data", "random.bin"], ["-t", "mos", path], ["-t", "data", "-e", "nxio", path]):
+        r = oxzfs.run("zinject", *bad)
+        assert r.returncode != 0 and r.stderr, (bad, r)
+    r = oxzfs.run("zinject", "-c", "all")
+    assert (r.returncode, r.stdout) == (0, "removed all registered handlers\n"), repr(r)
+    assert oxzfs.zpool("clear", pool).returncode == 0
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    assert "errors: No known data errors" in oxzfs.zpool("status", "-v", pool, check=True).stdout
+    got = manifest_mod.manifest(os.path.join(alt, pool))
+    assert not diff_manifests(got, want)

@@ -7,17 +7,21 @@
 //!   zinject -d device -D latency:lanes pool   every I/O of the device takes latency ms, lanes
 //!                                             of them at a time
 //!
-//! Data (-t/-b), label (-L), action (-A), panic (-p) and ignored-write (-I)
-//! injection are OpenZFS's kernel hooks into places oxzfs does not have; they are refused by
-//! name.
+//!   zinject -t data [-e io|checksum] [-a] [-q] PATH   every read of the file's level-0
+//!                                             blocks fails (its dataset's objset, its object)
+//!
+//! Other targets of -t (MOS objects), bookmarks (-b), label (-L), action (-A), panic (-p) and
+//! ignored-write (-I) injection are OpenZFS's kernel hooks into places oxzfs does not have;
+//! they are refused by name. -a (flush the ARC first) is accepted and needs nothing: a data
+//! handler fails the block before the ARC is asked.
 
 use crate::verb::{fail, ok, usage, Out, State};
-use oxzfs::vdev::inject::{self, DevError, Handler, IoType};
+use oxzfs::vdev::inject::{self, DataTarget, DevError, Handler, IoType};
 use oxzfs::vdev::Vdev;
 use std::fmt::Write;
 use std::sync::Arc;
 
-const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.\n\n\tzinject -d device -D latency:lanes pool\n\n\t\tAdd an artificial delay to IO requests on a particular\n\t\tdevice, such that the requests take a minimum of 'latency'\n\t\tmilliseconds to complete. Each delay has an associated\n\t\tnumber of 'lanes' which defines the number of concurrent\n\t\tIO requests that can be processed.";
+const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.\n\n\tzinject -d device -D latency:lanes pool\n\n\t\tAdd an artificial delay to IO requests on a particular\n\t\tdevice, such that the requests take a minimum of 'latency'\n\t\tmilliseconds to complete. Each delay has an associated\n\t\tnumber of 'lanes' which defines the number of concurrent\n\t\tIO requests that can be processed.\n\n\tzinject -t data [-e errno] [-a] [-q] path\n\n\t\tInject an error into the data blocks of the file at 'path'\n\t\t(a full path). 'errno' can be 'io' (the default) or\n\t\t'checksum'. -a is accepted: the error is met before the ARC.";
 
 fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
     if v.is_leaf() && (v.display_name() == name || v.path.as_deref() == Some(name) || v.guid.to_string() == name || format!("{:x}", v.guid) == name) {
@@ -29,6 +33,7 @@ fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
 pub fn zinject(st: &mut State, args: &[String]) -> Out {
     let (mut cancel, mut device, mut error, mut iotype, mut freq, mut quiet) = (None, None, DevError::Nxio, IoType::All, 0u32, false);
     let (mut delay_ns, mut lanes) = (0u64, 0u64);
+    let (mut target, mut error_given) = (None::<String>, None::<String>);
     let mut operands = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -47,6 +52,15 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
             },
             'd' => match value(c) {
                 Ok(v) => device = Some(v),
+                Err(e) => return e,
+            },
+            'a' => {}
+            't' => match value(c) {
+                Ok(v) => target = Some(v),
+                Err(e) => return e,
+            },
+            'e' if target.is_some() || args.iter().any(|a| a == "-t") => match value(c) {
+                Ok(v) => error_given = Some(v.to_ascii_lowercase()),
                 Err(e) => return e,
             },
             'e' => match value(c).map(|v| v.to_ascii_lowercase()) {
@@ -90,8 +104,8 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
                 },
                 Err(e) => return e,
             },
-            'a' | 'A' | 'b' | 'C' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 't' | 'u' => {
-                return fail(format!("option -{c}: oxzfs injects device faults and delays only (-d device [-e] [-T] [-f], -d device -D latency:lanes)"));
+            'A' | 'b' | 'C' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 'u' => {
+                return fail(format!("option -{c}: oxzfs injects device faults and delays (-d device [-e] [-T] [-f], -d device -D latency:lanes) and data errors into files (-t data [-e] PATH) only"));
             }
             _ => return usage(format!("invalid option '{c}'\n{USAGE}")),
         }
@@ -113,6 +127,12 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
             Err(_) => fail(format!("invalid handle id '{c}': must be an integer or 'all'")),
         };
     }
+    if let Some(t) = target {
+        if device.is_some() {
+            return usage(format!("-t and -d are incompatible\n{USAGE}"));
+        }
+        return data_handler(st, &t, error_given.as_deref(), &operands, quiet);
+    }
     let Some(dev) = device else {
         if args.is_empty() {
             return list();
@@ -133,11 +153,59 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
         return fail(format!("cannot find device '{dev}' in pool '{pool}'"));
     };
     let guid = leaf.guid;
-    let id = inject::add(Handler { id: 0, pool: pool.clone(), guid, error, iotype, freq_ppm: freq, delay_ns, lanes });
+    let id = inject::add(Handler { id: 0, pool: pool.clone(), guid, error, iotype, freq_ppm: freq, delay_ns, lanes, data: None });
     if quiet {
         return ok(format!("{id}\n"));
     }
     ok(format!("Added handler {id} with the following properties:\n  pool: {pool}\n  vdev: {guid:x}\n"))
+}
+
+/// `zinject -t data [-e io|checksum] PATH`: a handler failing every level-0 block of the file
+/// at PATH (a full path in a mounted dataset of an imported pool).
+fn data_handler(st: &State, target: &str, error: Option<&str>, operands: &[String], quiet: bool) -> Out {
+    const TYPES: [&str; 9] = ["data", "dnode", "mos", "mosdir", "metaslab", "config", "bpobj", "spacemap", "errlog"];
+    if !TYPES.contains(&target) {
+        return usage(format!("invalid type '{target}'\n{USAGE}"));
+    }
+    if target != "data" {
+        return fail(format!("-t {target}: oxzfs injects data errors into files only (-t data)"));
+    }
+    let error = match error {
+        None | Some("io") => DevError::Io,
+        Some("checksum") => DevError::Corrupt,
+        Some(e) => return usage(format!("invalid error type '{e}': must be 'io' or 'checksum' for data\n{USAGE}")),
+    };
+    let [path] = operands else {
+        return usage(format!("the '-t' option requires exactly one argument\n{USAGE}"));
+    };
+    if !path.starts_with('/') {
+        return fail(format!("invalid object '{path}': must be full path"));
+    }
+    // The mounted dataset holding PATH: the longest mountpoint it lies under (parse_pathname).
+    let p = std::path::Path::new(path);
+    let found = st.pools.iter().flat_map(|(name, imp)| imp.mounts.iter().map(move |m| (name, imp, m))).filter(|(_, _, m)| p.starts_with(&m.mountpoint)).max_by_key(|(_, _, m)| m.mountpoint.components().count());
+    let Some((pool, imp, m)) = found else {
+        return fail(format!("cannot find mountpoint for '{path}'"));
+    };
+    let md = match std::fs::metadata(p) {
+        Ok(md) => md,
+        Err(e) => return fail(format!("cannot open '{path}': {e}")),
+    };
+    use std::os::unix::fs::MetadataExt;
+    // FUSE inode 1 is the dataset's root directory (its object is not the inode number).
+    if md.ino() == 1 {
+        return fail(format!("invalid path '{path}': the root of a file system"));
+    }
+    let Some(objset) = imp.pool.datasets().ok().and_then(|ds| ds.into_iter().find(|d| d.name == m.dataset)).map(|d| d.ds_obj) else {
+        return fail(format!("cannot open '{}': dataset does not exist", m.dataset));
+    };
+    let object = md.ino();
+    let data = DataTarget { objset, object, level: 0, start: 0, end: u64::MAX };
+    let id = inject::add(Handler { id: 0, pool: pool.clone(), guid: 0, error, iotype: IoType::Read, freq_ppm: 0, delay_ns: 0, lanes: 0, data: Some(data) });
+    if quiet {
+        return ok(format!("{id}\n"));
+    }
+    ok(format!("Added handler {id} with the following properties:\n  pool: {pool}\nobjset: {objset}\nobject: {object}\n  type: 0\n level: 0\n range: all\n  dvas: 0x0\n"))
 }
 
 fn list() -> Out {
@@ -147,6 +215,7 @@ fn list() -> Out {
     }
     // print_all_handlers: the device faults, then the delays, each table followed by a blank line.
     let mut out = String::new();
+    let (data, hs): (Vec<_>, Vec<_>) = hs.into_iter().partition(|h| h.data.is_some());
     let (faults, delays): (Vec<_>, Vec<_>) = hs.into_iter().partition(|h| h.delay_ns == 0);
     if !faults.is_empty() {
         let _ = write!(out, "{:>3}  {:<15}  {}\n---  ---------------  ----------------\n", "ID", "POOL", "GUID");
@@ -160,6 +229,16 @@ fn list() -> Out {
         let _ = writeln!(out, "---  ---------------  ---------------  ---------------  ----------------");
         for h in delays {
             let _ = writeln!(out, "{:>3}  {:<15}  {:<15}  {:<15}  {:x}", h.id, h.pool, h.delay_ns / 1_000_000, h.lanes, h.guid);
+        }
+        out.push('\n');
+    }
+    if !data.is_empty() {
+        let _ = writeln!(out, "{:>3}  {:<15}  {:<6}  {:<6}  {:<8}  {:>3}  {:<4}  {:<15}", "ID", "POOL", "OBJSET", "OBJECT", "TYPE", "LVL", "DVAs", "RANGE");
+        let _ = writeln!(out, "---  ---------------  ------  ------  --------  ---  ----  ---------------");
+        for h in data {
+            let Some(d) = h.data else { continue };
+            let range = if d.start == 0 && d.end == u64::MAX { "all".to_string() } else { format!("[{}, {}]", d.start, d.end) };
+            let _ = writeln!(out, "{:>3}  {:<15}  {:<6}  {:<6}  {:<8}  {:<3}  0x{:02x}  {range}", h.id, h.pool, d.objset, d.object, "-", d.level, 0);
         }
         out.push('\n');
     }

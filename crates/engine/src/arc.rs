@@ -248,6 +248,11 @@ fn meminfo() -> Option<(u64, u64)> {
     Some((field("MemAvailable:")?, field("MemTotal:")?))
 }
 
+/// Bytes of physical memory (MemTotal; 0 when unknown).
+pub fn physmem() -> u64 {
+    meminfo().map_or(0, |m| m.1)
+}
+
 /// arc_sys_free: the memory the ARC leaves the system: zfs_arc_sys_free when set, else 1/32
 /// of memory plus three times the kernel's free-page watermark (min_free_kbytes), as
 /// OpenZFS's Linux default is.

@@ -94,6 +94,12 @@ impl Objset {
     }
 
     fn read_block_bp(&self, bp: &BlockPointer, obj: u64, blkid: u64) -> Result<Arc<Vec<u8>>> {
+        // zinject -t data: the block fails before the ARC is asked (every read of it fails
+        // while the handler stands).
+        if let Some(f) = crate::vdev::inject::data_fault(&self.spa.name, self.id, obj, 0, blkid) {
+            self.spa.record_error(self.id, obj, blkid);
+            return Err(injected_error(f, &self.ctx(obj), blkid));
+        }
         self.spa.read_bp_for(bp, self.id).map_err(|e| {
             if !matches!(e, ZfsError::Invalid(_) | ZfsError::Unsupported(_)) {
                 self.spa.record_error(self.id, obj, blkid);
@@ -192,5 +198,13 @@ impl Objset {
             Some(bp) if !bp.is_hole() => self.spa.read_bp_for(bp, self.id).map(Some),
             _ => Ok(None),
         }
+    }
+}
+
+/// The error a read caught by a data handler returns.
+pub fn injected_error(f: crate::vdev::inject::DevError, what: &str, blkid: u64) -> ZfsError {
+    match f {
+        crate::vdev::inject::DevError::Corrupt => ZfsError::Checksum { context: format!("{what} block {blkid} (injected)") },
+        _ => ZfsError::Io { device: format!("{what} block {blkid}"), offset: 0, source: std::io::Error::from_raw_os_error(libc::EIO) },
     }
 }

@@ -28,6 +28,10 @@
 //! where the datasets meet them (the `scan` entry keeps the DDT bookmark at zero, so OpenZFS
 //! resuming our walk walks the DDT before going on from our bookmark).
 //!
+//! With a sink (the sorted scan), the blocks the walk would read go to the scan's queues
+//! instead, gang blocks excepted; the walk itself still reads what it descends through (from
+//! the ARC).
+//!
 //! A snapshot taken of the dataset under way, or of one queued, takes its place
 //! (dsl_scan_ds_snapshotted); a destroyed snapshot's place goes to the one after it, a
 //! destroyed head's is dropped (dsl_scan_ds_destroyed): see `dsl_scan`. A dataset that is gone
@@ -155,6 +159,9 @@ pub struct ScanWalk<'a> {
     pub stop: &'a dyn Fn() -> bool,
     /// Hears of each block read: its bookmark and block pointer, whether a copy verified.
     pub progress: &'a mut dyn FnMut(&Zb, &BlockPointer, bool),
+    /// The sorted scan's queues (`dsl_scan_queue`): when set, the blocks to read go there
+    /// instead of being read now (dsl_scan_enqueue), except gang blocks.
+    pub sink: Option<&'a mut dyn FnMut(&Zb, &BlockPointer)>,
     suspending: bool,
     visited: u64,
 }
@@ -180,6 +187,7 @@ impl<'a> ScanWalk<'a> {
             queue,
             stop,
             progress,
+            sink: None,
             suspending: false,
             visited: 0,
         }
@@ -335,8 +343,15 @@ impl<'a> ScanWalk<'a> {
         if bp.embedded || birth <= self.min_txg || birth > self.max_txg {
             return;
         }
+        if let Some(sink) = self.sink.as_deref_mut() {
+            if !bp.dvas().iter().any(|d| d.gang) {
+                sink(zb, bp);
+                return;
+            }
+        }
         let ctx = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: self.mode };
-        let r = zio::read_physical(&ctx, bp);
+        let injected = crate::vdev::inject::data_fault(&self.spa.name, zb.objset, zb.object, zb.level, zb.blkid).is_some();
+        let r = if injected { Err(crate::ZfsError::Checksum { context: "injected".into() }) } else { zio::read_physical(&ctx, bp) };
         if r.is_err() {
             self.spa.record_error(zb.objset, zb.object, zb.blkid);
         }

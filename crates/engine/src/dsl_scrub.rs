@@ -5,12 +5,20 @@
 //!   zpool scrub ─► setup (under the pool lock): dsl_scan_phys = {scrub, scanning, max_txg =
 //!                  the open txg, to_examine = allocated bytes, an empty scan-queue ZAP}, the
 //!                  `scan` entry written, txg synced ─► the scan thread
-//!   scan thread:  repeat: hold txg syncs off (PoolHandle::hold_syncs) for at most
-//!                 zfs_scrub_min_time_ms, walk the last synced tree from the bookmark reading
-//!                 every copy of every block born by max_txg (ReadMode scrub + repair: mirror
-//!                 sides, raidz parity against data, ditto DVAs; bad copies rewritten from
-//!                 good ones), let syncs go (and one run if it is due: the scan's figures ride
-//!                 along into the MOS) ─► at the end: finished, end time, queue freed, synced
+//!   scan thread:  repeat (a turn): hold txg syncs off (PoolHandle::hold_syncs);
+//!                 gather: walk the last synced tree from the bookmark, each block born by
+//!                 max_txg into the sorted queues (`dsl_scan_queue`; "scanned"), for at most
+//!                 zfs_scrub_min_time_ms, the queues' memory limit, or the bytes the last
+//!                 issue read in that time; issue: read the queues in address order, every
+//!                 copy of every block (ReadMode scrub + repair: mirror sides, raidz parity
+//!                 against data, ditto DVAs; bad copies rewritten from good ones; adjacent
+//!                 blocks as one range, zio::scan_run; "issued"); the bookmark where the walk
+//!                 stopped (nothing before it unread); let syncs go (and one run if it is
+//!                 due: the scan's figures ride along into the MOS) ─► at the end: finished,
+//!                 end time, queue freed, synced. zfs_scan_legacy=1: each block read as the
+//!                 walk meets it (no queues).
+//!   a turn cut short (pause, cancel, export, zfs_scan_suspend_progress during its issue):
+//!                 undone, its bookmark and figures as when it began (its repairs stay)
 //!   zpool scrub -p: the thread stops at a block boundary; DSF_SCRUB_PAUSED, synced
 //!   zpool scrub (paused): flag cleared, the thread goes on from the bookmark
 //!   zpool scrub -s: the thread stops; canceled, end time, queue freed, synced
@@ -107,7 +115,10 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
         }
         ScrubCmd::Cancel => {
             s.queue.clear();
-            end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?
+            end_scan(&mut g, &mut s.phys, DSS_CANCELED, t)?;
+            drop(s);
+            spa.errlog_rotate(false);
+            s = spa.scan.lock();
         }
     }
     publish(h, g, s, &spa, cmd == ScrubCmd::Start)
@@ -282,6 +293,97 @@ fn spawn(h: Arc<PoolHandle>, spa: Arc<Spa>) {
     }
 }
 
+/// What the first turn of a sorted scan gathers at most before it issues (allocated bytes),
+/// and the least any turn gathers: later turns gather what the last issue's rate reads in
+/// zfs_scrub_min_time_ms, so that a turn (which holds syncs off) stays about that long on
+/// slow disks too, and a scan moves on — and can be held or exported — in steps of that size.
+const ISSUE_BUDGET_FIRST: u64 = 1 << 20;
+const ISSUE_BUDGET_MIN: u64 = 1 << 20;
+
+/// The largest gap between two queued blocks read as one range (zfs_vdev_read_gap_limit).
+const RUN_GAP: u64 = 32 << 10;
+
+/// scan_io_queues_run: read the queued blocks, each top-level vdev's in its own thread, in
+/// the queues' order, as the walk would have (every copy checked, bad ones rewritten, errors
+/// counted and logged). Blocks next to each other (gaps up to RUN_GAP, ranges up to
+/// zfs_vdev_aggregation_limit) are read as one range (`zio::scan_run`), what fails there one by one.
+/// A request (pause, cancel, export) or zfs_scan_suspend_progress cuts it short. The bytes
+/// read, and whether it was cut short.
+fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_queue::ScanIo>)>) -> (u64, bool) {
+    let one = |vdev: u64, ios: Vec<crate::dsl_scan_queue::ScanIo>| {
+        let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt, mode };
+        let limit = crate::tunables::vdev_aggregation_limit();
+        let mut bytes = 0;
+        let mut bufs = Vec::new();
+        let mut i = 0;
+        while i < ios.len() {
+            if spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress() {
+                return (bytes, true);
+            }
+            // A run: the blocks after this one that are read with it as one range.
+            let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
+            let mut j = i + 1;
+            if runnable(&ios[i].bp) {
+                let start = ios[i].bp.dva[0].offset;
+                let mut end = start + ios[i].bp.psize;
+                while j < ios.len() && runnable(&ios[j].bp) {
+                    let d = ios[j].bp.dva[0];
+                    if d.offset < end || d.offset - end > RUN_GAP || d.offset + ios[j].bp.psize - start > limit {
+                        break;
+                    }
+                    end = d.offset + ios[j].bp.psize;
+                    j += 1;
+                }
+            }
+            let run = &ios[i..j];
+            let done = if j - i > 1 {
+                crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>(), &mut bufs)
+            } else {
+                vec![false]
+            };
+            let mut errors = 0;
+            for (sio, ok) in run.iter().zip(done) {
+                if ok {
+                    continue;
+                }
+                let injected = crate::vdev::inject::data_fault(&spa.name, sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid).is_some();
+                if injected || crate::zio::read_physical(&ctx, &sio.bp).is_err() {
+                    spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.blkid);
+                    errors += 1;
+                }
+            }
+            let asize: u64 = run.iter().map(|s| s.bp.asize_total()).sum();
+            bytes += asize;
+            let repaired = mode.repaired.swap(0, Ordering::Relaxed);
+            let mut s = spa.scan.lock();
+            s.phys.processed += repaired;
+            s.pass_issued += asize;
+            s.phys.errors += errors;
+            drop(s);
+            i = j;
+        }
+        (bytes, false)
+    };
+    let sum = |rs: Vec<(u64, bool)>| rs.into_iter().fold((0, false), |(b, c), (b2, c2)| (b + b2, c || c2));
+    if queues.len() <= 1 {
+        return sum(queues.into_iter().map(|(v, ios)| one(v, ios)).collect());
+    }
+    let class = crate::vdev::iostat::current_class();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = queues
+            .into_iter()
+            .map(|(v, ios)| {
+                let one = &one;
+                sc.spawn(move || match class {
+                    Some(k) => crate::vdev::iostat::with_class(k, || one(v, ios)),
+                    None => one(v, ios),
+                })
+            })
+            .collect();
+        sum(hs.into_iter().map(|h| h.join().unwrap_or((0, true))).collect())
+    })
+}
+
 /// The scan thread: turns of the walk until the end or a request.
 fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
     let resilvering = spa.scan.lock().phys.func == POOL_SCAN_RESILVER;
@@ -299,6 +401,9 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
             s.pass_issued = 0;
         }
     }
+    let mut queues = crate::dsl_scan_queue::ScanQueues::default();
+    // Bytes per second the last issue read (None before the first).
+    let mut issue_rate: Option<f64> = None;
     loop {
         {
             let s = spa.scan.lock();
@@ -314,12 +419,21 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
             let _hold = h.hold_syncs();
             // Where the walk stands, read once syncs are held: no snapshot or destroy moves it
             // until the turn has written it back.
-            let (phys, queue) = {
+            let (phys, queue, before) = {
                 let s = spa.scan.lock();
-                (s.phys.clone(), s.queue.clone())
+                (s.phys.clone(), s.queue.clone(), (s.phys.examined, s.phys.errors, s.pass_exam, s.pass_issued))
             };
             let deadline = std::time::Instant::now() + crate::tunables::scrub_min_time();
-            let stop = || std::time::Instant::now() >= deadline || spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress();
+            // The sorted scan gathers while its queues fit in memory and what they hold can be
+            // read in about a turn's time (at the rate of the last issue), then reads them all.
+            let sorted = !crate::tunables::scan_legacy();
+            let mem_limit = crate::dsl_scan_queue::mem_limit(phys.to_examine);
+            let issue_budget = issue_rate.map_or(ISSUE_BUDGET_FIRST, |r| (r * crate::tunables::scrub_min_time().as_secs_f64()) as u64).max(ISSUE_BUDGET_MIN);
+            let queued = std::cell::Cell::new((0u64, 0u64));
+            let stop = || {
+                let (mem, asize) = queued.get();
+                std::time::Instant::now() >= deadline || mem >= mem_limit || asize >= issue_budget || spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress()
+            };
             let mut progress = |_: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, ok: bool| {
                 let asize = bp.asize_total();
                 let repaired = mode.repaired.swap(0, Ordering::Relaxed);
@@ -332,18 +446,45 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     s.phys.errors += 1;
                 }
             };
+            let mut sink = |zb: &Zb, bp: &oxzfs_format::blkptr::BlockPointer| {
+                if queues.insert(bp, zb) {
+                    queued.set((queues.mem_used, queues.queued_asize));
+                    let asize = bp.asize_total();
+                    let mut s = spa.scan.lock();
+                    s.phys.examined += asize;
+                    s.pass_exam += asize;
+                }
+            };
             let mut walk = ScanWalk::new(spa, &mode, &phys, queue, &stop, &mut progress);
+            if sorted {
+                walk.sink = Some(&mut sink);
+            }
             let done = walk.visit();
             // Where the walk stands, for the next turn and the next sync (one with the figures).
             let (bookmark, cur_min, cur_max, queue) = (walk.bookmark, walk.cur_min_txg, walk.cur_max_txg, std::mem::take(&mut walk.queue));
             drop(walk);
+            // Everything queued is read before the turn lets syncs go (see dsl_scan_queue):
+            // the bookmark it leaves has nothing unread before it.
+            let t = std::time::Instant::now();
+            let (bytes, cut) = issue(spa, &mode, queues.take());
+            if bytes > 0 && !cut {
+                issue_rate = Some(bytes as f64 / t.elapsed().as_secs_f64().max(1e-4));
+            }
             let mut s = spa.scan.lock();
-            s.phys.bookmark = bookmark.words();
-            s.phys.cur_min_txg = cur_min;
-            s.phys.cur_max_txg = cur_max;
-            s.queue = queue;
-            s.dirty = true;
-            (!done).then_some(())
+            if cut {
+                // Held, paused, exported or canceled before all was read: the turn is undone
+                // (its bookmark and figures as they were when it began; the repairs it made
+                // stay made), and the next turn walks from there again.
+                (s.phys.examined, s.phys.errors, s.pass_exam, s.pass_issued) = before;
+                Some(())
+            } else {
+                s.phys.bookmark = bookmark.words();
+                s.phys.cur_min_txg = cur_min;
+                s.phys.cur_max_txg = cur_max;
+                s.queue = queue;
+                s.dirty = true;
+                (!done).then_some(())
+            }
         };
         match stopped {
             Some(()) => {
@@ -367,6 +508,9 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                     }
                 }
                 end_scan(&mut g, &mut s.phys, DSS_FINISHED, now())?;
+                drop(s);
+                spa.errlog_rotate(true);
+                let mut s = spa.scan.lock();
                 s.queue.clear();
                 write_phys(&mut g, &s)?;
                 s.dirty = false;

@@ -380,6 +380,9 @@ pub struct Spa {
     /// The MOS as of the last synced txg: its bp and decoded objset_phys (see `dmu`'s `Spa::mos`).
     pub(crate) mos: Mutex<Option<(BlockPointer, ObjsetPhys)>>,
     errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    /// The blocks found unreadable while a scan runs (spa_errlist_scrub): they replace `errlog`
+    /// when the scan finishes (spa_errlog_rotate), so one clean scrub empties the log.
+    errlog_scan: Mutex<BTreeSet<(u64, u64, u64)>>,
     /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
     readers: Mutex<BTreeMap<u64, usize>>,
     /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
@@ -418,6 +421,7 @@ impl Spa {
             checksum_salt: salt,
             mos: Mutex::new(None),
             errlog: Mutex::new(BTreeSet::new()),
+            errlog_scan: Mutex::new(BTreeSet::new()),
             readers: Mutex::new(BTreeMap::new()),
             inflight: Default::default(),
             devices,
@@ -679,14 +683,30 @@ impl Spa {
 
     /// Remember a block that could not be read, for `zpool status -v`.
     pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
-        let mut log = self.errlog.lock().unwrap();
+        let scanning = self.scan.lock().scanning();
+        let mut log = if scanning { self.errlog_scan.lock() } else { self.errlog.lock() }.unwrap_or_else(|p| p.into_inner());
         if log.len() < 10_000 {
             log.insert((objset, object, blkid));
         }
     }
 
     pub fn errors(&self) -> Vec<(u64, u64, u64)> {
-        self.errlog.lock().unwrap().iter().copied().collect()
+        let mut all = self.errlog.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        all.extend(self.errlog_scan.lock().unwrap_or_else(|p| p.into_inner()).iter().copied());
+        all.into_iter().collect()
+    }
+
+    /// A scan ended (spa_errlog_rotate): finished, what it found is the log now (what reads
+    /// found before it and it did not, it read again without error); canceled, what it found
+    /// joins the log.
+    pub fn errlog_rotate(&self, finished: bool) {
+        let found = std::mem::take(&mut *self.errlog_scan.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut log = self.errlog.lock().unwrap_or_else(|p| p.into_inner());
+        if finished {
+            *log = found;
+        } else {
+            log.extend(found);
+        }
     }
 }
 

@@ -30,7 +30,14 @@
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
 //!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
 //!                           each step; rounded up to the pool's largest sector)
+//!   zfs_scan_legacy         1: the scan reads blocks as its walk meets them (0: sorted, see
+//!                           dsl_scan_queue); zfs_scan_mem_lim_fact: its queues' memory is
+//!                           at most physical memory / this; zfs_scan_issue_strategy (0, 1:
+//!                           by address; 2: best-filled extents first), zfs_scan_max_ext_gap,
+//!                           zfs_scan_fill_weight: how queued blocks make and rank extents
 //!   zfs_scan_suspend_progress  1: scans make no progress (they stay in progress; testing)
+//!   zfs_vdev_aggregation_limit  the largest range of adjacent blocks read at once (the
+//!                           sorted scan's)
 //!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
 //!                           syncs off meanwhile; read at each turn)
 //! ```
@@ -59,7 +66,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 24] = [
+static TUNABLES: [Tunable; 30] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -80,9 +87,15 @@ static TUNABLES: [Tunable; 24] = [
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
     tunable("zfs_removal_suspend_progress", "1: a device removal makes no progress (it stays in progress; testing)", 0, 0, 1, None),
     tunable("zfs_remove_max_segment", "Largest range a device removal copies at once (one mapping entry), bytes", 16 << 20, 512, 1 << 30, None),
+    tunable("zfs_scan_fill_weight", "How much a sorted scan prefers extents well filled with blocks over large ones (zfs_scan_issue_strategy 2)", 3, 0, 1000, None),
+    tunable("zfs_scan_issue_strategy", "Order a sorted scan reads its queued blocks in: 0 automatic (by address), 1 by address, 2 the best-filled extents first", 0, 0, 2, None),
+    tunable("zfs_scan_legacy", "1: scans read each block as the walk meets it, unsorted (0: gathered and read in address order)", 0, 0, 1, None),
+    tunable("zfs_scan_max_ext_gap", "Largest gap between two queued blocks of a sorted scan that still makes one extent, bytes", 2 << 20, 0, 1 << 40, None),
+    tunable("zfs_scan_mem_lim_fact", "A sorted scan's queues may take physical memory / this (at least 16M, at most 1/20 of the pool's allocated bytes)", 20, 1, 1 << 20, None),
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
+    tunable("zfs_vdev_aggregation_limit", "Largest read made of adjacent blocks at once (the sorted scan's ranges), bytes", 1 << 20, 128 << 10, 16 << 20, None),
     tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
 ];
 
@@ -178,10 +191,16 @@ const IMMEDIATE_WRITE_SZ: usize = 16;
 const MAX_RECORDSIZE: usize = 17;
 const REMOVAL_SUSPEND_PROGRESS: usize = 18;
 const REMOVE_MAX_SEGMENT: usize = 19;
-const SCAN_SUSPEND_PROGRESS: usize = 20;
-const SCRUB_MIN_TIME_MS: usize = 21;
-const TXG_TIMEOUT: usize = 22;
-const ZIL_SLOG_BULK: usize = 23;
+const SCAN_FILL_WEIGHT: usize = 20;
+const SCAN_ISSUE_STRATEGY: usize = 21;
+const SCAN_LEGACY: usize = 22;
+const SCAN_MAX_EXT_GAP: usize = 23;
+const SCAN_MEM_LIM_FACT: usize = 24;
+const SCAN_SUSPEND_PROGRESS: usize = 25;
+const SCRUB_MIN_TIME_MS: usize = 26;
+const TXG_TIMEOUT: usize = 27;
+const VDEV_AGGREGATION_LIMIT: usize = 28;
+const ZIL_SLOG_BULK: usize = 29;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -202,6 +221,30 @@ pub fn removal_max_span() -> u64 {
 
 pub fn scan_suspend_progress() -> bool {
     TUNABLES[SCAN_SUSPEND_PROGRESS].get() != 0
+}
+
+pub fn scan_fill_weight() -> u64 {
+    TUNABLES[SCAN_FILL_WEIGHT].get()
+}
+
+pub fn scan_issue_strategy() -> u64 {
+    TUNABLES[SCAN_ISSUE_STRATEGY].get()
+}
+
+pub fn scan_legacy() -> bool {
+    TUNABLES[SCAN_LEGACY].get() != 0
+}
+
+pub fn scan_max_ext_gap() -> u64 {
+    TUNABLES[SCAN_MAX_EXT_GAP].get()
+}
+
+pub fn scan_mem_lim_fact() -> u64 {
+    TUNABLES[SCAN_MEM_LIM_FACT].get()
+}
+
+pub fn vdev_aggregation_limit() -> u64 {
+    TUNABLES[VDEV_AGGREGATION_LIMIT].get()
 }
 
 pub fn scrub_min_time() -> std::time::Duration {
@@ -309,9 +352,15 @@ mod tests {
             ("zfs_max_recordsize", MAX_RECORDSIZE),
             ("zfs_removal_suspend_progress", REMOVAL_SUSPEND_PROGRESS),
             ("zfs_remove_max_segment", REMOVE_MAX_SEGMENT),
+            ("zfs_scan_fill_weight", SCAN_FILL_WEIGHT),
+            ("zfs_scan_issue_strategy", SCAN_ISSUE_STRATEGY),
+            ("zfs_scan_legacy", SCAN_LEGACY),
+            ("zfs_scan_max_ext_gap", SCAN_MAX_EXT_GAP),
+            ("zfs_scan_mem_lim_fact", SCAN_MEM_LIM_FACT),
             ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
             ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
             ("zfs_txg_timeout", TXG_TIMEOUT),
+            ("zfs_vdev_aggregation_limit", VDEV_AGGREGATION_LIMIT),
             ("zil_slog_bulk", ZIL_SLOG_BULK),
         ];
         for (name, i) in names {

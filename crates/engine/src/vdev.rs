@@ -667,15 +667,22 @@ impl Vdev {
 
     /// Raw read from a leaf (no verification), counting I/O errors.
     pub fn read_leaf(&self, offset: u64, size: u64) -> Result<Vec<u8>> {
+        if size > 64 << 20 {
+            return Err(ZfsError::Invalid(format!("read of {size} bytes is larger than any block")));
+        }
+        let mut buf = vec![0u8; size as usize];
+        self.read_leaf_into(offset, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// `read_leaf` into the caller's buffer (the sorted scan reuses its range buffers).
+    pub fn read_leaf_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let size = buf.len() as u64;
         let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
             device: self.display_name(),
             offset,
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "device is missing"),
         })?;
-        if size > 64 << 20 {
-            return Err(ZfsError::Invalid(format!("read of {size} bytes is larger than any block")));
-        }
-        let mut buf = vec![0u8; size as usize];
         let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
@@ -683,12 +690,12 @@ impl Vdev {
         let res = match inject::check(self.guid, false) {
             Some(inject::DevError::Io) => Err(std::io::Error::from_raw_os_error(libc::EIO)),
             Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
-            Some(inject::DevError::Corrupt) => dev.read_at(&mut buf, phys).map(|_| inject::corrupt(&mut buf)),
-            None => dev.read_at(&mut buf, phys),
+            Some(inject::DevError::Corrupt) => dev.read_at(buf, phys).map(|_| inject::corrupt(buf)),
+            None => dev.read_at(buf, phys),
         };
         drop(io);
         match res {
-            Ok(()) => Ok(buf),
+            Ok(()) => Ok(()),
             Err(e) => {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
                 Err(ZfsError::Io { device: dev.name(), offset: phys, source: e })

@@ -205,6 +205,97 @@ fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec
     })
 }
 
+/// The sorted scan's large reads (what OpenZFS's vdev queue makes of a scan's sorted reads by
+/// aggregating them): the blocks `bps` of top-level vdev `top` — ascending, each with one DVA
+/// there and no gang — read as one range from each leaf and verified from it. A scrub reads
+/// every side of a mirror; a resilver (`ctx.mode.resilver`) reads one side whose DTL is empty
+/// and writes the blocks that verify to the sides whose DTL is not (runs of adjacent blocks
+/// in one write), counting them as repaired. Returns, per block, whether it was done here;
+/// the others are for `read_physical` (a copy that failed, fault injection, a failed large
+/// read or write, or a vdev this does not cover: raidz, nested mirrors, sides missing,
+/// offline or faulted, a scrub with stale sides), which counts and repairs as it always does.
+/// `bufs` holds the range buffers from one call to the next (grown as needed, never shrunk).
+pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Vec<u8>>) -> Vec<bool> {
+    let mut done = vec![false; bps.len()];
+    let Some(tv) = ctx.root.children.get(top as usize) else { return done };
+    if bps.is_empty() || crate::vdev::inject::any() {
+        return done;
+    }
+    let leaves: Vec<&Vdev> = match tv.kind {
+        crate::vdev::VdevKind::Leaf { .. } => vec![&**tv],
+        crate::vdev::VdevKind::Mirror | crate::vdev::VdevKind::ReplacingOrSpare(_) => tv.children.iter().map(|c| &**c).collect(),
+        _ => return done,
+    };
+    let usable = |l: &&Vdev| l.is_leaf() && l.dev.is_some() && !l.out_of_use() && matches!(l.state(), crate::vdev::VdevState::Online | crate::vdev::VdevState::Degraded);
+    if !leaves.iter().all(usable) {
+        return done;
+    }
+    let (fresh, stale): (Vec<&Vdev>, Vec<&Vdev>) = leaves.into_iter().partition(|l| !l.is_stale());
+    let (sources, targets) = if ctx.mode.resilver {
+        (fresh.into_iter().take(1).collect::<Vec<_>>(), stale)
+    } else if stale.is_empty() && ctx.mode.scrub {
+        (fresh, Vec::new())
+    } else {
+        return done;
+    };
+    if sources.is_empty() {
+        return done;
+    }
+    let at = |bp: &BlockPointer| bp.dva[0];
+    let start = at(bps[0]).offset;
+    let mut end = start;
+    for bp in bps {
+        let d = at(bp);
+        if bp.dvas().iter().filter(|d| !d.is_empty()).count() != 1 || d.is_empty() || d.gang || d.vdev != top || d.offset < end {
+            return done; // not what a run is made of: the caller's mistake, read them one by one
+        }
+        end = d.offset + bp.psize;
+    }
+    let len = (end - start) as usize;
+    if len > 64 << 20 {
+        return done;
+    }
+    bufs.resize_with(bufs.len().max(sources.len()), Vec::new);
+    for (l, b) in sources.iter().zip(bufs.iter_mut()) {
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        if l.read_leaf_into(start, &mut b[..len]).is_err() {
+            return done;
+        }
+    }
+    let bufs = &bufs[..sources.len()];
+    for (i, bp) in bps.iter().enumerate() {
+        let o = (at(bp).offset - start) as usize;
+        done[i] = bufs.iter().all(|b| verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt));
+    }
+    // A resilver's writes: runs of verified blocks, each block next to the one before it.
+    let mut i = 0;
+    while i < bps.len() && !targets.is_empty() {
+        if !done[i] {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < bps.len() && done[j] && at(bps[j]).offset == at(bps[j - 1]).offset + at(bps[j - 1]).asize {
+            j += 1;
+        }
+        let (a, b) = (at(bps[i]).offset, at(bps[j - 1]).offset + bps[j - 1].psize);
+        let bytes: u64 = bps[i..j].iter().map(|bp| bp.psize).sum();
+        let data = &bufs[0][(a - start) as usize..(b - start) as usize];
+        for t in &targets {
+            if t.write_leaf(a, data).is_ok() {
+                t.stats.scan_processed.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+                ctx.mode.repaired.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                done[i..j].iter_mut().for_each(|d| *d = false);
+            }
+        }
+        i = j;
+    }
+    done
+}
+
 /// Read `size` bytes at a DVA under `verify`.
 pub fn read_dva(ctx: &ZioCtx, dva: &Dva, size: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
     let top = ctx

@@ -8,6 +8,11 @@
 //! free (or now, if it is), as zio_handle_io_delay queues them — here the I/O's thread sleeps
 //! until then.
 //!
+//! A data handler (`zinject -t data`) names blocks of a file instead — its dataset's objset,
+//! its object, a level and a blkid range — and every read of them fails with EIO or a checksum
+//! error (`data_fault`, asked where the DMU reads a block and where a scan reads one), so
+//! the file's damage reaches the error log and `zpool status -v`.
+//!
 //! Handlers live in the process (the daemon) until cleared. The leaf I/O path asks [`check`]
 //! before each read and write; with no handler registered that is one atomic load.
 
@@ -47,6 +52,20 @@ pub struct Handler {
     /// A delay handler: the latency (zi_timer, ns) and lanes (zi_nlanes); 0 for a fault.
     pub delay_ns: u64,
     pub lanes: u64,
+    /// A data handler (`zinject -t data`, ZINJECT_DATA_FAULT): the blocks it fails; `guid`
+    /// is 0 then.
+    pub data: Option<DataTarget>,
+}
+
+/// The blocks a data handler fails: blkids `start..=end` at `level` of object `object` of the
+/// dataset whose objset is `objset` (zi_objset, zi_object, zi_level, zi_start, zi_end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataTarget {
+    pub objset: u64,
+    pub object: u64,
+    pub level: u64,
+    pub start: u64,
+    pub end: u64,
 }
 
 /// When each lane of a delay handler is free next.
@@ -101,6 +120,11 @@ fn draw() -> u32 {
     (x % 1_000_000) as u32
 }
 
+/// Some handler is registered (the leaf I/O path then asks `check` for each I/O).
+pub fn any() -> bool {
+    ANY.load(Ordering::Acquire)
+}
+
 /// The fault, if any, a read (`write` false) or write of the leaf `guid` meets now; a delay
 /// handler of the leaf first holds the caller until its I/O would complete.
 pub fn check(guid: u64, write: bool) -> Option<DevError> {
@@ -146,7 +170,7 @@ fn lane_until(hs: &[&Handler]) -> Option<std::time::Instant> {
 fn check_faults(guid: u64, write: bool) -> Option<DevError> {
     let hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
     hs.iter()
-        .filter(|h| h.guid == guid && h.delay_ns == 0)
+        .filter(|h| h.guid == guid && h.delay_ns == 0 && h.data.is_none())
         .filter(|h| match h.iotype {
             IoType::All => true,
             IoType::Read => !write,
@@ -154,6 +178,19 @@ fn check_faults(guid: u64, write: bool) -> Option<DevError> {
             IoType::Free | IoType::Claim => false,
         })
         .find(|h| h.freq_ppm == 0 || draw() < h.freq_ppm)
+        .map(|h| h.error)
+}
+
+/// The fault a read of block (`objset`, `object`, `level`, `blkid`) of pool `pool` meets
+/// (zio_handle_fault_injection: io or checksum), if a data handler names it.
+pub fn data_fault(pool: &str, objset: u64, object: u64, level: u64, blkid: u64) -> Option<DevError> {
+    if !ANY.load(Ordering::Acquire) {
+        return None;
+    }
+    let hs = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    hs.iter()
+        .filter(|h| h.pool == pool)
+        .find(|h| h.data.is_some_and(|d| d.objset == objset && d.object == object && d.level == level && (d.start..=d.end).contains(&blkid)))
         .map(|h| h.error)
 }
 
@@ -173,15 +210,15 @@ mod tests {
     fn handlers_catch_their_device_and_io_type_until_cleared() {
         let g = 0xfeed_0001;
         assert_eq!(check(g, false), None);
-        let id = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Io, iotype: IoType::Read, freq_ppm: 0, delay_ns: 0, lanes: 0 });
+        let id = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Io, iotype: IoType::Read, freq_ppm: 0, delay_ns: 0, lanes: 0, data: None });
         assert_eq!((check(g, false), check(g, true), check(g + 1, false)), (Some(DevError::Io), None, None));
-        let id2 = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Nxio, iotype: IoType::Write, freq_ppm: 0, delay_ns: 0, lanes: 0 });
+        let id2 = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Nxio, iotype: IoType::Write, freq_ppm: 0, delay_ns: 0, lanes: 0, data: None });
         assert_eq!(check(g, true), Some(DevError::Nxio));
         assert!(clear(id) && !clear(id));
         assert_eq!(check(g, false), None);
         // At 50%, about half the reads are caught.
         clear(id2);
-        add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Corrupt, iotype: IoType::Read, freq_ppm: 500_000, delay_ns: 0, lanes: 0 });
+        add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Corrupt, iotype: IoType::Read, freq_ppm: 500_000, delay_ns: 0, lanes: 0, data: None });
         let caught = (0..10_000).filter(|_| check(g, false).is_some()).count();
         assert!((4000..6000).contains(&caught), "{caught}");
         let mut b = vec![0u8; 64];
@@ -190,7 +227,7 @@ mod tests {
         clear_all();
         assert_eq!(check(g, false), None);
         // A delay handler holds each I/O of its leaf, one lane: one after the other.
-        let id = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Io, iotype: IoType::All, freq_ppm: 0, delay_ns: 20_000_000, lanes: 1 });
+        let id = add(Handler { id: 0, pool: "p".into(), guid: g, error: DevError::Io, iotype: IoType::All, freq_ppm: 0, delay_ns: 20_000_000, lanes: 1, data: None });
         let t = std::time::Instant::now();
         assert_eq!((check(g, false), check(g, true), check(g, false)), (None, None, None), "a delay fails nothing");
         assert!(t.elapsed() >= std::time::Duration::from_millis(60), "{:?}", t.elapsed());

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Scrub and resilver rates on file vdevs, against fio on the same files, in one run.
+
+    sudo python3 bench/scan.py [--data-mib 1024] [--runs 3] [--work /var/tmp] [--bin A --bin B ...]
+
+The pool: one file vdev (twice --data-mib, sparse) holding --data-mib of incompressible data, half
+of it a file written front to back, half a file written whole and then rewritten in eight txgs of
+a random eighth of its 128K records each (so the blocks of that file lie on the disk in an order
+the walk does not visit them in: what the sorted scan is for). Then, for each binary (--bin, repeatable; default target/release/oxzfs), in
+turns (old, new, old, new, ... so the shared machine's noise falls on both alike):
+
+  scrub      the pool exported, the page cache dropped, imported, `zpool scrub -w`: allocated
+             bytes / wall time, against fio reading the vdev file front to back (1 MiB reads, as
+             many bytes as the pool has allocated, page cache dropped first)
+  resilver   a second file attached as a mirror side (`zpool attach -w`) after the page cache is
+             dropped: bytes written to the new side (the allocated bytes) / wall time, against
+             fio writing --data-mib to a new file in the same directory (1 MiB writes, fsync at
+             the end); the side is detached again afterwards
+
+  order      (--trace) one more scrub per binary under strace (pread64 of the daemon): how many
+             reads of the vdev file, their mean size, the share that start where the one before
+             ended, and the distance the reads jump in all (what a disk head would travel) —
+             how sequential the scrub's reads are, whatever the storage below the file does
+             with random reads
+
+Targets (issue 13): scrub >= 80% of fio's sequential read, resilver >= 80% of fio's sequential
+write. Needs root (drop_caches). fio is installed with apt-get if missing. With --out FILE.md, the
+table also goes to FILE.md.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import drop_caches  # noqa: E402
+
+REC = 128 << 10
+ROUNDS = 8
+
+
+def ensure_fio():
+    if shutil.which("fio") is None:
+        subprocess.run(["apt-get", "install", "-y", "fio"], check=True, capture_output=True)
+
+
+def fio(name, rw, path, size, direct=False):
+    """fio's bandwidth in bytes/s for a sequential RW (read|write) of SIZE bytes of PATH."""
+    drop_caches()
+    args = ["fio", f"--name={name}", f"--filename={path}", f"--rw={rw}", "--bs=1M", f"--size={size}",
+            "--ioengine=psync", "--output-format=json"]
+    if rw == "write":
+        args.append("--end_fsync=1")
+    r = subprocess.run(args, check=True, capture_output=True, text=True)
+    job = json.loads(r.stdout)["jobs"][0]
+    return job["read" if rw == "read" else "write"]["bw_bytes"]
+
+
+PREAD = re.compile(r"pread64\((\d+), .*, (\d+), (\d+)\) = (\d+)")
+
+
+def read_order(trace):
+    """(reads, mean size, sequential share, jump distance) of the fd read most in TRACE."""
+    by_fd = {}
+    with open(trace) as f:
+        for ln in f:
+            m = PREAD.search(ln)
+            if m and int(m.group(4)) > 0:
+                by_fd.setdefault(int(m.group(1)), []).append((int(m.group(3)), int(m.group(4))))
+    if not by_fd:
+        return (0, 0, 0.0, 0)
+    reads = max(by_fd.values(), key=lambda r: sum(n for _, n in r))
+    seq, jump, end = 0, 0, None
+    for off, n in reads:
+        if end is not None:
+            seq += off == end
+            jump += abs(off - end)
+        end = off + n
+    return (len(reads), sum(n for _, n in reads) // len(reads), seq / max(1, len(reads) - 1), jump)
+
+
+def daemon_pid(path):
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:3] == [path.encode(), b"daemon", b"run"]:
+                        return int(p)
+            except OSError:
+                pass
+    raise RuntimeError(f"no daemon of {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-mib", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work", default="/var/tmp")
+    ap.add_argument("--bin", action="append", help="oxzfs binaries to compare (label=path or path)")
+    ap.add_argument("--out")
+    ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
+    a = ap.parse_args()
+    ensure_fio()
+    bins = []
+    for b in a.bin or [os.environ.get("OXZFS_BIN", os.path.join(REPO, "target", "release", "oxzfs"))]:
+        label, _, path = b.rpartition("=")
+        bins.append((label or os.path.basename(os.path.dirname(os.path.dirname(path))) or path, path))
+    work = tempfile.mkdtemp(prefix="benchscan-", dir=a.work)
+    vdir, sdir = os.path.join(work, "vdevs"), os.path.join(work, "side")
+    os.makedirs(vdir)
+    os.makedirs(sdir)
+    dev0, dev1 = os.path.join(vdir, "d0"), os.path.join(sdir, "d1")
+    alt = os.path.join(work, "alt")
+    root = os.path.join(alt, "bscan")
+    env = dict(os.environ, OXZFS_SOCKET=os.path.join(work, "sock"))
+    cur = {"bin": bins[0][1]}
+
+    def ox(*args, check=True):
+        r = subprocess.run([cur["bin"], *map(str, args)], env=env, capture_output=True, text=True, timeout=3600)
+        if check and r.returncode:
+            raise RuntimeError(f"oxzfs {' '.join(map(str, args))}: {r.stderr.strip()}")
+        return r.stdout
+
+    def use(path):
+        ox("daemon", "stop", check=False)
+        cur["bin"] = path
+        ox("daemon", "start")
+
+    def allocated():
+        out = ox("zpool", "list", "-Hp", "-o", "allocated", "bscan")
+        return int(out.split()[0])
+
+    rows = {label: {"scrub": [], "resilver": []} for label, _ in bins}
+    try:
+        size = a.data_mib << 21
+        for d in (dev0, dev1):
+            with open(d, "wb") as f:
+                f.truncate(size)
+        use(bins[0][1])
+        ox("zpool", "create", "-O", "compression=off", "-R", alt, "bscan", dev0)
+        half = (a.data_mib << 20) // 2
+        rng = random.Random(13)
+        with open(os.path.join(root, "seq"), "wb") as f:
+            for _ in range(half // (1 << 20)):
+                f.write(rng.randbytes(1 << 20))
+        # The records of a txg are written in blkid order, whatever order they came in: the
+        # file is written whole, then rewritten in eight rounds of a random eighth of its
+        # records each, a txg apiece, so that its records end up spread over the disk.
+        recs = list(range(half // REC))
+        fd = os.open(os.path.join(root, "shuffled"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for i in recs:
+                os.pwrite(fd, rng.randbytes(REC), i * REC)
+            ox("zpool", "sync", "bscan")
+            rng.shuffle(recs)
+            for r in range(ROUNDS):
+                for i in sorted(recs[r::ROUNDS]):
+                    os.pwrite(fd, rng.randbytes(REC), i * REC)
+                os.fsync(fd)
+                ox("zpool", "sync", "bscan")
+        finally:
+            os.close(fd)
+        ox("zpool", "sync", "bscan")
+        alloc = allocated()
+        ox("zpool", "export", "bscan")
+        seq_read, seq_write = [], []
+        for run in range(a.runs):
+            for label, path in bins:
+                use(path)
+                seq_read.append(fio("seqread", "read", dev0, alloc))
+                drop_caches()
+                ox("zpool", "import", "-d", vdir, "-R", alt, "bscan")
+                t = time.time()
+                ox("zpool", "scrub", "-w", "bscan")
+                rows[label]["scrub"].append(alloc / (time.time() - t))
+                newf = os.path.join(sdir, "fio-new")
+                seq_write.append(fio("seqwrite", "write", newf, a.data_mib << 20))
+                os.unlink(newf)
+                drop_caches()
+                t = time.time()
+                ox("zpool", "attach", "-w", "bscan", dev0, dev1)
+                rows[label]["resilver"].append(alloc / (time.time() - t))
+                ox("zpool", "detach", "bscan", dev1)
+                ox("zpool", "export", "bscan")
+                with open(dev1, "wb") as f:
+                    f.truncate(size)
+        order = {}
+        if a.trace:
+            for label, path in bins:
+                use(path)
+                drop_caches()
+                ox("zpool", "import", "-d", vdir, "-R", alt, "bscan")
+                trace = os.path.join(work, "trace")
+                st = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=pread64", "-o", trace, "-p", str(daemon_pid(path))])
+                time.sleep(1)
+                ox("zpool", "scrub", "-w", "bscan")
+                st.terminate()
+                st.wait()
+                order[label] = read_order(trace)
+                ox("zpool", "export", "bscan")
+        mib = lambda x: f"{x / (1 << 20):7.1f}"  # noqa: E731
+        spread = lambda v: f"{mib(statistics.median(v))} MiB/s ({'-'.join(mib(x).strip() for x in (min(v), max(v)))})"  # noqa: E731
+        rd, wr = statistics.median(seq_read), statistics.median(seq_write)
+        lines = [
+            f"pool: one file vdev, {alloc >> 20} MiB allocated (half written in order, half rewritten in {ROUNDS} txgs of random 128K records), "
+            f"{a.runs} runs per binary, alternating",
+            "",
+            f"fio sequential read of the vdev file:  {spread(seq_read)}",
+            f"fio sequential write of a new file:    {spread(seq_write)}",
+            "",
+            "| binary | scrub MiB/s (min-max) | scrub / fio read | resilver MiB/s (min-max) | resilver / fio write |",
+            "|---|---|---|---|---|",
+        ]
+        for label, _ in bins:
+            s, r = rows[label]["scrub"], rows[label]["resilver"]
+            lines.append(f"| {label} | {spread(s)} | {statistics.median(s) / rd:.0%} | {spread(r)} | {statistics.median(r) / wr:.0%} |")
+        if order:
+            lines += ["", "read order of one scrub (strace, the vdev file's pread64s):", "",
+                      "| binary | reads | mean size | start where the last ended | jumps in all |", "|---|---|---|---|---|"]
+            for label, (n, size, seq, jump) in order.items():
+                lines.append(f"| {label} | {n} | {size >> 10} KiB | {seq:.0%} | {jump / (1 << 30):.1f} GiB |")
+        text = "\n".join(lines)
+        print(text)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write(text + "\n")
+    finally:
+        ox("zpool", "export", "-f", "bscan", check=False)
+        ox("daemon", "stop", check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
