@@ -18,6 +18,10 @@ use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
 use oxzfs_format::types::{DMU_OT_SA, DMU_OT_ZNODE};
 use oxzfs_format::znode;
 
+/// The master node is always object 1.
+pub const MASTER_NODE_OBJ: u64 = 1;
+/// Longest name (ZAP_MAXNAMELEN - 1).
+pub const MAXNAMELEN: usize = 255;
 pub const S_IFMT: u64 = 0o170000;
 pub const S_IFDIR: u64 = 0o040000;
 pub const S_IFREG: u64 = 0o100000;
