@@ -12,8 +12,9 @@
 //! A hole (a bp with no DVA) reads as zeros, at any level. Large dnodes take 1 + extra_slots
 //! consecutive 512-byte slots. Structures inside a block are in the byte order of the bp that
 //! points to the block (`little_endian`), which `dnode_with_order` reports for a dnode's bonus.
-//! Objsets are immutable snapshots of an on-disk tree here (read-only), so no locks are needed
-//! beyond the ARC's.
+//! An `Objset` is an immutable snapshot of an on-disk tree (read-only), so no locks are needed
+//! beyond the ARC's. `ObjsetRead` is what the layers above read of any object set: this one,
+//! or the writable `dbuf::ObjsetW` layered over it (dirty, then frozen, then synced).
 
 use crate::spa::Spa;
 use crate::{Result, ZfsError};

@@ -1,9 +1,9 @@
 //! zfs_znode: the ZPL's on-disk rules that reading and writing share — a znode's attributes
 //! from its dnode (system attributes in the bonus and spill block, or the legacy znode_phys
 //! bonus of ZPL 4), the attributes a stat shows, what a read of a byte range may return,
-//! where a symlink's target is, and the SA xattr nvlist. The read-only file system (`zpl`) and
-//! the read-write vnode operations (`zplw`) both decode through here, so each rule lives once
-//! (OpenZFS's zfs_znode.c and zfs_sa.c hold them for both).
+//! where a symlink's target is, and the SA xattr nvlist. The ZPL's reads (`zpl`) and its
+//! changes (`zplw`) both decode through here, so each rule lives once (OpenZFS's zfs_znode.c
+//! and zfs_sa.c hold them for both).
 //!
 //! ```text
 //!   dnode bonus type SA:    sa_hdr + attributes of its layout; the rest in the spill block

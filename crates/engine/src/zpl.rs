@@ -1,5 +1,13 @@
-//! zpl: the POSIX view of a filesystem dataset — files, directories, symlinks, xattrs — read
-//! from its objset (read-only for now).
+//! zpl: the POSIX view of a filesystem dataset — files, directories, symlinks, xattrs — as
+//! read, once, for read-only and read-write file systems alike (OpenZFS's zfs_vnops reads).
+//!
+//! `ZplRead` holds the reads (getattr, lookup, readdir, read, readlink, listxattr, getxattr,
+//! parent, path_of) as provided methods over `dmu::ObjsetRead`, which the synced `Objset` and
+//! the writable `dbuf::ObjsetW` both implement. Its two implementors differ only in what they
+//! keep: `Zfs` (a read-only import's dataset, a snapshot) caches znodes and directory indexes,
+//! `Live` (an `ObjsetW` under the pool's write lock, as the open txg has it) keeps nothing of
+//! its own. The changes (create, write, setattr, unlink, rename, xattrs set and removed) are in
+//! `zplw` and read through `Live`; the znode rules both share are in `zfs_znode`.
 //!
 //! ```text
 //!  object 1 (master node ZAP): VERSION, ROOT → root directory object, DELETE_QUEUE,
@@ -19,8 +27,8 @@
 //! illumos and FreeBSD store user xattrs without a namespace ("foo"), which Linux lists as
 //! "user.foo" and finds after trying the prefixed name; "freebsd:" names are hidden.
 //!
-//! Caches: parsed znodes and directory indexes live in bounded LRU maps (the objset cannot
-//! change while mounted read-only, so nothing is invalidated). A directory whose ZAP has up to
+//! `Zfs`'s caches: parsed znodes and directory indexes live in bounded LRU maps (the objset
+//! cannot change while mounted read-only, so nothing is invalidated). A directory whose ZAP has up to
 //! `DIR_MAP_MAX` entries is indexed whole in a hash map on first use; larger ones keep the
 //! opened fat ZAP (header) and look names up by hash, one leaf per lookup.
 //! Lock order: `znodes` and `dirs` are leaf locks, never held across I/O.

@@ -1,5 +1,8 @@
-//! zplw: the ZFS POSIX layer on a writable objset — creating a file system's skeleton
-//! (zfs_create_fs) and the vnode operations of a read-write mount (zfs_vnops).
+//! zplw: the changes of the ZFS POSIX layer on a writable objset — creating a file system's
+//! skeleton (zfs_create_fs) and the vnode operations that change it (zfs_vnops: create, write,
+//! setattr, link, unlink, rename, xattrs set and removed), and a znode's attributes written
+//! back (legacy znode_phys or SA layouts). What they read (znodes, directory entries, file
+//! bytes) they read through `zpl::Live`, the reads every file system shares.
 //!
 //! ```text
 //!   objset (DMU_OST_ZFS)

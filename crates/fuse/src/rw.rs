@@ -6,7 +6,8 @@
 //! inode keep the kernel's order; reads (lookup, getattr, read, readdir, xattrs) to a pool of
 //! readers. A change runs in the open txg under the pool's write lock (see `oxzfs::txg`); a
 //! read holds the lock only to see what is dirty and to take the synced tree, then reads the
-//! blocks without it. Each change is logged for the intent log (`oxzfs::zfs_log`); fsync
+//! blocks without it. Reads go through `zpl::Live` (the ZPL's one read path, which the
+//! read-only adapter takes over `zpl::Zfs`), changes through `zplw`. Each change is logged for the intent log (`oxzfs::zfs_log`); fsync
 //! commits the log (`PoolHandle::zil_commit`), and under sync=always every change does.
 //!
 //! Round trips are what a metadata operation costs here: readdirplus hands the kernel every
