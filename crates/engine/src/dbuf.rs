@@ -216,8 +216,9 @@ pub struct ObjsetW {
     pub bp: BlockPointer,
     ro: Option<Arc<Objset>>,
     pub dirty: BTreeMap<u64, DirtyObj>,
-    /// Clean ZAPs decoded once (dropped when they become dirty or at sync).
-    zcache: HashMap<u64, ZapObj>,
+    /// Clean ZAPs decoded once (dropped when they become dirty or at sync). Behind a lock so
+    /// that reads through `&self` (`ObjsetRead`) fill it too; `&mut self` takes it unlocked.
+    zcache: std::sync::Mutex<HashMap<u64, ZapObj>>,
     pub props: OsProps,
     /// Next object number to try (dmu_object_alloc's hint).
     next_obj: u64,
@@ -279,6 +280,14 @@ pub struct SyncJob {
     pub zil_free: Vec<BlockPointer>,
 }
 
+/// Keep decoded ZAP `obj` (the cache starts over past 4096 of them).
+fn cache_zap(zcache: &mut HashMap<u64, ZapObj>, obj: u64, z: ZapObj) {
+    if zcache.len() > 4096 {
+        zcache.clear();
+    }
+    zcache.insert(obj, z);
+}
+
 fn new_meta_dnode() -> DnodePhys {
     DnodePhys {
         typ: types::DMU_OT_DNODE,
@@ -320,7 +329,7 @@ impl ObjsetW {
             bp: BlockPointer::hole(),
             ro: None,
             dirty: BTreeMap::new(),
-            zcache: HashMap::new(),
+            zcache: Default::default(),
             props,
             next_obj: 1,
             delta: SpaceDelta::default(),
@@ -349,7 +358,7 @@ impl ObjsetW {
             bp: bp.clone(),
             ro: Some(ro),
             dirty: BTreeMap::new(),
-            zcache: HashMap::new(),
+            zcache: Default::default(),
             props,
             next_obj: max.max(1),
             delta: SpaceDelta::default(),
@@ -579,7 +588,7 @@ impl ObjsetW {
         d.blocks.clear();
         d.zap = None;
         d.trunc_from = Some(0);
-        self.zcache.remove(&obj);
+        self.zcache_mut().remove(&obj);
         self.spills.remove(&obj);
         if obj < self.next_obj {
             self.next_obj = obj.max(1);
@@ -828,14 +837,32 @@ impl ObjsetW {
         if self.frozen_obj(obj).map_or(false, |d| d.zap.is_some()) {
             return Ok(self.frozen_obj(obj).and_then(|d| d.zap.as_ref()).expect("checked"));
         }
-        if !self.zcache.contains_key(&obj) {
+        if !self.zcache_mut().contains_key(&obj) {
             let z = self.load_zap(obj)?;
-            if self.zcache.len() > 4096 {
-                self.zcache.clear();
-            }
-            self.zcache.insert(obj, z);
+            cache_zap(self.zcache_mut(), obj, z);
         }
-        Ok(&self.zcache[&obj])
+        Ok(&self.zcache_mut()[&obj])
+    }
+
+    /// `f` of the content of ZAP `obj` (dirty, cached or read), through `&self`.
+    pub fn with_zap<T>(&self, obj: u64, f: impl FnOnce(&ZapObj) -> T) -> Result<T> {
+        if let Some(z) = self.dirty.get(&obj).and_then(|d| d.zap.as_ref()).or_else(|| self.frozen_obj(obj).and_then(|d| d.zap.as_ref())) {
+            return Ok(f(z));
+        }
+        let mut c = self.zcache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(z) = c.get(&obj) {
+            return Ok(f(z));
+        }
+        drop(c);
+        let z = self.load_zap(obj)?;
+        let r = f(&z);
+        c = self.zcache.lock().unwrap_or_else(|p| p.into_inner());
+        cache_zap(&mut c, obj, z);
+        Ok(r)
+    }
+
+    fn zcache_mut(&mut self) -> &mut HashMap<u64, ZapObj> {
+        self.zcache.get_mut().unwrap_or_else(|p| p.into_inner())
     }
 
     fn load_zap(&self, obj: u64) -> Result<ZapObj> {
@@ -868,7 +895,7 @@ impl ObjsetW {
         let has = self.dirty.get(&obj).map_or(false, |d| d.zap.is_some());
         if !has {
             let frozen = self.frozen_obj(obj).and_then(|d| d.zap.clone());
-            let z = match frozen.or_else(|| self.zcache.remove(&obj)) {
+            let z = match frozen.or_else(|| self.zcache_mut().remove(&obj)) {
                 Some(z) => z,
                 None => self.load_zap(obj)?,
             };
@@ -978,15 +1005,13 @@ impl ObjsetW {
                 open.dn.flags = (open.dn.flags & !DNODE_FLAG_SPILL_BLKPTR) | (synced.flags & DNODE_FLAG_SPILL_BLKPTR);
             }
         }
+        let zcache = self.zcache.get_mut().unwrap_or_else(|p| p.into_inner());
         for (obj, z) in job.zaps {
-            if self.zcache.len() > 4096 {
-                self.zcache.clear();
-            }
-            self.zcache.insert(obj, z);
+            cache_zap(zcache, obj, z);
         }
         for (obj, d) in &frozen.dirty {
             if d.freed {
-                self.zcache.remove(obj);
+                zcache.remove(obj);
             }
         }
         self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -1001,6 +1026,33 @@ impl ObjsetW {
         self.born_features.extend(job.born_features);
         // Reads now go through the new tree.
         self.ro = Some(Arc::new(Objset { spa: self.spa.clone(), phys: self.phys.clone(), bp: self.bp.clone(), id: self.id }));
+    }
+}
+
+impl crate::dmu::ObjsetRead for ObjsetW {
+    fn describe(&self, obj: u64) -> String {
+        format!("pool '{}' objset {} object {}", self.spa.name, self.id, obj)
+    }
+
+    /// What this objset writes and holds in memory is in the host's order (little-endian).
+    fn dnode_ordered(&self, obj: u64) -> Result<(DnodePhys, bool)> {
+        Ok((self.dnode(obj)?, true))
+    }
+
+    fn spill_ordered(&self, obj: u64, _dn: &DnodePhys) -> Result<Option<(Arc<Vec<u8>>, bool)>> {
+        Ok(self.spill(obj)?.map(|b| (Arc::new(b), true)))
+    }
+
+    fn read_object(&self, obj: u64, _dn: &DnodePhys, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read(obj, offset, len as usize)
+    }
+
+    fn zap_value(&self, obj: u64, name: &[u8]) -> Result<Option<u64>> {
+        self.with_zap(obj, |z| z.entries.get(name).and_then(|(_, v)| v.first().copied()))
+    }
+
+    fn zap_entries(&self, obj: u64) -> Result<Vec<(Vec<u8>, Vec<u64>)>> {
+        self.with_zap(obj, |z| z.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone())).collect())
     }
 }
 

@@ -12,8 +12,9 @@
 //! A hole (a bp with no DVA) reads as zeros, at any level. Large dnodes take 1 + extra_slots
 //! consecutive 512-byte slots. Structures inside a block are in the byte order of the bp that
 //! points to the block (`little_endian`), which `dnode_with_order` reports for a dnode's bonus.
-//! Objsets are immutable snapshots of an on-disk tree here (read-only), so no locks are needed
-//! beyond the ARC's.
+//! An `Objset` is an immutable snapshot of an on-disk tree (read-only), so no locks are needed
+//! beyond the ARC's. `ObjsetRead` is what the layers above read of any object set: this one,
+//! or the writable `dbuf::ObjsetW` layered over it (dirty, then frozen, then synced).
 
 use crate::spa::Spa;
 use crate::{Result, ZfsError};
@@ -21,6 +22,26 @@ use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::dnode::{DnodePhys, DNODE_SIZE};
 use oxzfs_format::objset::ObjsetPhys;
 use std::sync::Arc;
+
+/// What the layers above read of an object set, whichever it is: a synced one (`Objset`,
+/// immutable) or the one being written (`dbuf::ObjsetW`, whose reads see the open txg's dirty
+/// state, then the txg being synced, then the synced tree), as OpenZFS reads both through one
+/// objset_t. The ZPL reads files, directories and system attributes through this alone.
+pub trait ObjsetRead {
+    /// Names object `obj` of this objset in error reports ("pool 'p' objset N object M").
+    fn describe(&self, obj: u64) -> String;
+    /// The dnode of `obj` and the byte order of its bonus.
+    fn dnode_ordered(&self, obj: u64) -> Result<(DnodePhys, bool)>;
+    /// The spill block of `obj` (whose dnode is `dn`) and its byte order, if it has one.
+    fn spill_ordered(&self, obj: u64, dn: &DnodePhys) -> Result<Option<(Arc<Vec<u8>>, bool)>>;
+    /// `len` bytes at `offset` of object `obj` (dnode `dn`), holes as zeros; what lies past
+    /// the object's last block may be left out (callers clip to the size they know).
+    fn read_object(&self, obj: u64, dn: &DnodePhys, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// The first integer of the value of `name` in ZAP `obj`.
+    fn zap_value(&self, obj: u64, name: &[u8]) -> Result<Option<u64>>;
+    /// Every entry of ZAP `obj`: name and the integers of its value.
+    fn zap_entries(&self, obj: u64) -> Result<Vec<(Vec<u8>, Vec<u64>)>>;
+}
 
 pub struct Objset {
     pub spa: Arc<Spa>,

@@ -6,7 +6,7 @@ use crate::dsl::{self, DatasetInfo, DatasetKind, PropValue};
 use crate::dmu::Objset;
 use crate::spa::{self, ScanResult, Spa};
 use crate::vdev::{Vdev, VdevKind, VdevState};
-use crate::zpl::Zfs;
+use crate::zpl::{Zfs, ZplRead};
 use crate::{Result, ZfsError};
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -590,3 +590,78 @@ mod scan_walk_tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// The zpl layer: a file system's reads are one path for both object sets.
+mod zpl_read_tests {
+    use super::test_pool;
+    use crate::zpl::{Live, ZplRead, Zfs};
+    use crate::zplw;
+
+    /// Everything the reads show of the tree under `dir`: per path its attributes (with or
+    /// without the block figures, which a sync changes), bytes or target, and xattrs.
+    fn walk(fs: &impl ZplRead, with_blocks: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        let root = fs.root().unwrap();
+        let mut stack = vec![(String::new(), root)];
+        while let Some((path, ino)) = stack.pop() {
+            let mut a = fs.getattr(ino).unwrap();
+            if !with_blocks {
+                (a.blocks, a.blksize) = (0, 0);
+            }
+            let mut xattrs = Vec::new();
+            for n in fs.listxattr(ino).unwrap() {
+                let v = fs.getxattr(ino, &n).unwrap();
+                xattrs.push((String::from_utf8_lossy(&n).into_owned(), v));
+            }
+            let body = match a.mode as u64 & zplw::S_IFMT {
+                zplw::S_IFDIR => {
+                    let ents = fs.readdir(ino).unwrap();
+                    assert_eq!(fs.lookup(ino, b"..").unwrap().ino, fs.parent(ino).unwrap());
+                    for e in &ents {
+                        let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+                        assert_eq!(fs.lookup(ino, &e.name).unwrap().ino, e.ino, "{child}");
+                        assert_eq!(fs.path_of(e.ino).as_deref(), Some(child.as_str()));
+                        stack.push((child, e.ino));
+                    }
+                    format!("{:?}", ents)
+                }
+                zplw::S_IFLNK => format!("-> {:?}", fs.readlink(ino).unwrap()),
+                _ => format!("{:?}", fs.read(ino, 0, a.size + 4096).unwrap()),
+            };
+            out.push(format!("{path}: {a:?} {xattrs:?} {body}"));
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_file_system_reads_alike_while_written_and_once_synced() {
+        let (dir, mut pw) = test_pool("zplread");
+        let ds = pw.find_dataset("zplread").unwrap().expect("the root dataset");
+        let os = pw.objset(ds).unwrap();
+        let fs = zplw::open_fs(os, 4096).unwrap();
+        let d = zplw::create(os, fs.root, b"dir", zplw::S_IFDIR | 0o750, 1, 2, 0, None, 5).unwrap();
+        let f = zplw::create(os, d, b"file", zplw::S_IFREG | 0o640, 3, 4, 0, None, 5).unwrap();
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        zplw::write(os, f, 0, &data, 4096).unwrap();
+        zplw::write(os, f, 90_000, b"tail", 4096).unwrap();
+        zplw::create(os, fs.root, b"link", zplw::S_IFLNK | 0o777, 0, 0, 0, Some(b"dir/file"), 5).unwrap();
+        zplw::setxattr(os, f, b"user.small", b"v", 0, 5).unwrap();
+        zplw::setxattr(os, d, b"user.big", &vec![9u8; 40_000], 0, 5).unwrap();
+        let dirty = walk(&Live(os), false);
+        assert_eq!(dirty.len(), 4, "{dirty:#?}");
+        assert!(dirty.iter().any(|l| l.starts_with("/dir/file: ") && l.contains("size: 90004")), "{dirty:#?}");
+        pw.sync().unwrap();
+        let os = pw.objset(ds).unwrap();
+        let live = walk(&Live(os), true);
+        let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
+        assert_eq!(walk(&*synced, true), live, "the synced objset reads as the writable one");
+        assert_eq!(walk(&*synced, false), dirty, "and as it read before the sync");
+        let e = Live(os).lookup(fs.root, &[b'x'; 256]).unwrap_err();
+        assert_eq!((e.errno(), synced.lookup(fs.root, &[b'x'; 256]).unwrap_err().errno()), (libc::ENAMETOOLONG, libc::ENAMETOOLONG));
+        assert_eq!(Live(os).readdir(f).unwrap_err().errno(), libc::ENOTDIR);
+        assert_eq!(synced.read(d, 0, 10).unwrap_err().errno(), libc::EISDIR);
+        drop(pw);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -374,6 +374,35 @@ pub fn zap_list_u64(os: &Objset, obj: u64) -> Result<Vec<(String, u64)>> {
     Ok(zap_list(os, obj)?.into_iter().filter_map(|e| e.value_u64().map(|v| (e.name_str(), v))).collect())
 }
 
+/// A synced objset read through the one interface the layers above use (the ZAP reads here,
+/// the dnode and block reads in dmu).
+impl crate::dmu::ObjsetRead for Objset {
+    fn describe(&self, obj: u64) -> String {
+        format!("pool '{}' objset {} object {}", self.spa.name, self.id, obj)
+    }
+
+    fn dnode_ordered(&self, obj: u64) -> Result<(DnodePhys, bool)> {
+        self.dnode_with_order(obj)
+    }
+
+    fn spill_ordered(&self, _obj: u64, dn: &DnodePhys) -> Result<Option<(Arc<Vec<u8>>, bool)>> {
+        let le = dn.spill.as_ref().map_or(true, |b| b.little_endian);
+        Ok(self.read_spill(dn)?.map(|b| (b, le)))
+    }
+
+    fn read_object(&self, obj: u64, dn: &DnodePhys, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read_obj(dn, obj, offset, len)
+    }
+
+    fn zap_value(&self, obj: u64, name: &[u8]) -> Result<Option<u64>> {
+        Ok(zap_lookup(self, obj, name)?.and_then(|e| e.value_u64()))
+    }
+
+    fn zap_entries(&self, obj: u64) -> Result<Vec<(Vec<u8>, Vec<u64>)>> {
+        Ok(zap_list(self, obj)?.into_iter().map(|e| { let v = e.value_u64s(); (e.name, v) }).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,9 @@
 //! zfs_znode: the ZPL's on-disk rules that reading and writing share — a znode's attributes
 //! from its dnode (system attributes in the bonus and spill block, or the legacy znode_phys
 //! bonus of ZPL 4), the attributes a stat shows, what a read of a byte range may return,
-//! where a symlink's target is, and the SA xattr nvlist. The read-only file system (`zpl`) and
-//! the read-write vnode operations (`zplw`) both decode through here, so each rule lives once
-//! (OpenZFS's zfs_znode.c and zfs_sa.c hold them for both).
+//! where a symlink's target is, and the SA xattr nvlist. The ZPL's reads (`zpl`) and its
+//! changes (`zplw`) both decode through here, so each rule lives once (OpenZFS's zfs_znode.c
+//! and zfs_sa.c hold them for both).
 //!
 //! ```text
 //!   dnode bonus type SA:    sa_hdr + attributes of its layout; the rest in the spill block
@@ -18,6 +18,10 @@ use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
 use oxzfs_format::types::{DMU_OT_SA, DMU_OT_ZNODE};
 use oxzfs_format::znode;
 
+/// The master node is always object 1.
+pub const MASTER_NODE_OBJ: u64 = 1;
+/// Longest name (ZAP_MAXNAMELEN - 1).
+pub const MAXNAMELEN: usize = 255;
 pub const S_IFMT: u64 = 0o170000;
 pub const S_IFDIR: u64 = 0o040000;
 pub const S_IFREG: u64 = 0o100000;

@@ -1,5 +1,13 @@
-//! zpl: the POSIX view of a filesystem dataset — files, directories, symlinks, xattrs — read
-//! from its objset (read-only for now).
+//! zpl: the POSIX view of a filesystem dataset — files, directories, symlinks, xattrs — as
+//! read, once, for read-only and read-write file systems alike (OpenZFS's zfs_vnops reads).
+//!
+//! `ZplRead` holds the reads (getattr, lookup, readdir, read, readlink, listxattr, getxattr,
+//! parent, path_of) as provided methods over `dmu::ObjsetRead`, which the synced `Objset` and
+//! the writable `dbuf::ObjsetW` both implement. Its two implementors differ only in what they
+//! keep: `Zfs` (a read-only import's dataset, a snapshot) caches znodes and directory indexes,
+//! `Live` (an `ObjsetW` under the pool's write lock, as the open txg has it) keeps nothing of
+//! its own. The changes (create, write, setattr, unlink, rename, xattrs set and removed) are in
+//! `zplw` and read through `Live`; the znode rules both share are in `zfs_znode`.
 //!
 //! ```text
 //!  object 1 (master node ZAP): VERSION, ROOT → root directory object, DELETE_QUEUE,
@@ -19,13 +27,14 @@
 //! illumos and FreeBSD store user xattrs without a namespace ("foo"), which Linux lists as
 //! "user.foo" and finds after trying the prefixed name; "freebsd:" names are hidden.
 //!
-//! Caches: parsed znodes and directory indexes live in bounded LRU maps (the objset cannot
-//! change while mounted read-only, so nothing is invalidated). A directory whose ZAP has up to
+//! `Zfs`'s caches: parsed znodes and directory indexes live in bounded LRU maps (the objset
+//! cannot change while mounted read-only, so nothing is invalidated). A directory whose ZAP has up to
 //! `DIR_MAP_MAX` entries is indexed whole in a hash map on first use; larger ones keep the
 //! opened fat ZAP (header) and look names up by hash, one leaf per lookup.
 //! Lock order: `znodes` and `dirs` are leaf locks, never held across I/O.
 
-use crate::dmu::Objset;
+use crate::dbuf::ObjsetW;
+use crate::dmu::{Objset, ObjsetRead};
 use crate::zap::Zap;
 use crate::zfs_znode::{self, linux_xattr_name, stored_xattr_names, S_IFDIR, S_IFMT};
 use crate::{Result, ZfsError};
@@ -37,7 +46,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-pub use crate::zfs_znode::{Attr, DirEntry};
+pub use crate::zfs_znode::{Attr, DirEntry, MASTER_NODE_OBJ, MAXNAMELEN};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FsStat {
@@ -110,9 +119,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     }
 }
 
-struct Znode {
-    dn: DnodePhys,
-    z: ZnodeAttrs,
+/// A znode: its dnode and the attributes decoded from its bonus (and spill block).
+pub struct Znode {
+    pub dn: DnodePhys,
+    pub z: ZnodeAttrs,
 }
 
 /// How a directory's names are found.
@@ -123,6 +133,253 @@ enum DirIndex {
     Hashed(Zap),
 }
 
+fn posix(errno: i32, msg: impl Into<String>) -> ZfsError {
+    ZfsError::Posix(errno, msg.into())
+}
+
+/// Znode `obj` of `os`, decoded with the objset's SA registry `sa` (for SA znodes).
+pub fn load_znode(os: &(impl ObjsetRead + ?Sized), sa: Option<&SaRegistry>, obj: u64) -> Result<Znode> {
+    if obj == 0 || obj >= DN_MAX_OBJECT {
+        return Err(ZfsError::NotFound(os.describe(obj)));
+    }
+    let (dn, le) = os.dnode_ordered(obj)?;
+    let spill = if dn.bonustype == DMU_OT_SA { os.spill_ordered(obj, &dn)? } else { None };
+    let z = zfs_znode::decode_znode(&dn, le, spill.as_ref().map(|(s, sle)| (&s[..], *sle)), sa, &|| os.describe(obj))?;
+    Ok(Znode { dn, z })
+}
+
+/// The SA master ZAP `sa_obj` of a ZPL ≥ 5 objset: its REGISTRY (attribute name →
+/// registration value) and LAYOUTS (layout number → attribute numbers).
+pub fn read_sa_tables(os: &(impl ObjsetRead + ?Sized), sa_obj: u64) -> Result<(Vec<(String, u64)>, Vec<(u64, Vec<u16>)>)> {
+    let regs = match os.zap_value(sa_obj, b"REGISTRY")? {
+        Some(o) => os.zap_entries(o)?.into_iter().filter_map(|(k, v)| Some((String::from_utf8_lossy(&k).into_owned(), *v.first()?))).collect(),
+        None => Vec::new(),
+    };
+    let mut layouts = Vec::new();
+    if let Some(o) = os.zap_value(sa_obj, b"LAYOUTS")? {
+        for (k, v) in os.zap_entries(o)? {
+            let n: u64 = std::str::from_utf8(&k).ok().and_then(|s| s.parse().ok()).ok_or_else(|| {
+                ZfsError::Invalid(format!("{}: SA layout named {:?}", os.describe(o), String::from_utf8_lossy(&k)))
+            })?;
+            layouts.push((n, v.into_iter().map(|x| x as u16).collect()));
+        }
+    }
+    Ok((regs, layouts))
+}
+
+/// The SA registry a reader uses: the registered attributes and the layouts, or, when the
+/// registry was never written, the built-in ZPL attribute numbering.
+fn reader_sa_registry(os: &(impl ObjsetRead + ?Sized), sa_obj: u64) -> Result<SaRegistry> {
+    let (regs, layouts) = read_sa_tables(os, sa_obj)?;
+    let mut reg = if regs.is_empty() { SaRegistry::legacy() } else { SaRegistry::new(regs, Vec::new()) };
+    for (n, l) in layouts {
+        reg.layouts.insert(n, l);
+    }
+    Ok(reg)
+}
+
+/// The reads of the ZPL — attributes, names, directories, file bytes, symlinks, xattrs — written
+/// once over any object set (`ObjsetRead`): a read-only file system (`Zfs`, whose objset never
+/// changes, so it keeps znodes and directory indexes) and a file system being written (`Live`,
+/// which sees the open txg) read alike; the changes are in `zplw`.
+pub trait ZplRead {
+    type Os: ObjsetRead + ?Sized;
+
+    /// The object set read.
+    fn os(&self) -> &Self::Os;
+    /// The root directory's object.
+    fn root(&self) -> Result<u64>;
+    /// Znode `ino`.
+    fn znode(&self, ino: u64) -> Result<Arc<Znode>>;
+
+    /// The directory-entry value of `name` in directory `dir` (which the caller has checked).
+    fn dir_value(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        self.os().zap_value(dir, name)
+    }
+
+    /// Every (name, directory-entry value) of directory `dir` (which the caller has checked).
+    fn dir_values(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        Ok(self.os().zap_entries(dir)?.into_iter().filter_map(|(k, v)| Some((k, *v.first()?))).collect())
+    }
+
+    /// Attributes of object `ino`.
+    fn getattr(&self, ino: u64) -> Result<Attr> {
+        let zn = self.znode(ino)?;
+        Ok(zfs_znode::znode_attr(ino, &zn.z, &zn.dn))
+    }
+
+    /// Znode `ino`, which must be a directory (ENOTDIR).
+    fn dir(&self, ino: u64) -> Result<Arc<Znode>> {
+        let zn = self.znode(ino)?;
+        if zn.z.mode & S_IFMT != S_IFDIR {
+            return Err(posix(libc::ENOTDIR, format!("{}: not a directory", self.os().describe(ino))));
+        }
+        Ok(zn)
+    }
+
+    /// The object `name` names in directory `dir` ("." and ".." are not entries).
+    fn dir_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        self.dir(dir)?;
+        if name.len() > MAXNAMELEN {
+            return Err(posix(libc::ENAMETOOLONG, format!("{}: name of {} bytes", self.os().describe(dir), name.len())));
+        }
+        Ok(self.dir_value(dir, name)?.map(znode::dirent_obj))
+    }
+
+    /// Attributes of `name` in directory `dir` ("." and ".." included).
+    fn lookup(&self, dir: u64, name: &[u8]) -> Result<Attr> {
+        if name == b"." || name == b".." {
+            self.dir(dir)?;
+            return self.getattr(if name == b"." { dir } else { self.parent(dir)? });
+        }
+        let obj = self.dir_lookup(dir, name)?.ok_or_else(|| {
+            ZfsError::NotFound(format!("{}: no entry named '{}'", self.os().describe(dir), String::from_utf8_lossy(name)))
+        })?;
+        self.getattr(obj)
+    }
+
+    /// The parent directory of `dir` (the root is its own parent).
+    fn parent(&self, dir: u64) -> Result<u64> {
+        let root = self.root()?;
+        if dir == root {
+            return Ok(root);
+        }
+        let p = self.znode(dir)?.z.parent;
+        Ok(if p == 0 { root } else { p })
+    }
+
+    /// The entries of directory `dir`, without "." and "..", sorted by name.
+    fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
+        self.dir(dir)?;
+        let mut out: Vec<DirEntry> = self
+            .dir_values(dir)?
+            .into_iter()
+            .map(|(name, v)| zfs_znode::dir_entry(name, v, |ino| self.getattr(ino).map_or(0, |a| a.mode & S_IFMT as u32)))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Up to `size` bytes of file `ino` from `offset`, clipped at the file size; holes read as zeros.
+    fn read(&self, ino: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let zn = self.znode(ino)?;
+        let os = self.os();
+        let Some((offset, len)) = zfs_znode::read_range(&zn.z, offset, size, &|| os.describe(ino))? else { return Ok(Vec::new()) };
+        let mut data = os.read_object(ino, &zn.dn, offset, len)?;
+        // Past the object's last block (a file extended by truncate) reads as zeros.
+        data.resize(len as usize, 0);
+        Ok(data)
+    }
+
+    /// The target of symlink `ino`.
+    fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let zn = self.znode(ino)?;
+        let os = self.os();
+        zfs_znode::symlink_target(&zn.z, &|| os.describe(ino), |len| os.read_object(ino, &zn.dn, 0, len))
+    }
+
+    /// The names of the xattrs of `ino`, as Linux shows them: those in the SA, then those of
+    /// the xattr directory.
+    fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let zn = self.znode(ino)?;
+        let mut stored: Vec<Vec<u8>> = sa_xattrs(self.os(), ino, &zn.z)?.into_iter().map(|(k, _)| k).collect();
+        if zn.z.xattr != 0 {
+            stored.extend(self.readdir(zn.z.xattr)?.into_iter().map(|e| e.name));
+        }
+        let mut names: Vec<Vec<u8>> = stored.iter().filter_map(|k| linux_xattr_name(k)).collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// The value of xattr `name` (a Linux name, with its namespace) of `ino`.
+    fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let zn = self.znode(ino)?;
+        let sa = sa_xattrs(self.os(), ino, &zn.z)?;
+        for stored in stored_xattr_names(name) {
+            if let Some((_, v)) = sa.iter().find(|(k, _)| *k == stored) {
+                return Ok(v.clone());
+            }
+            if zn.z.xattr != 0 {
+                if let Some(obj) = self.dir_lookup(zn.z.xattr, &stored)? {
+                    let a = self.getattr(obj)?;
+                    if a.size > 1 << 26 {
+                        return Err(posix(libc::E2BIG, format!("{}: xattr of {} bytes", self.os().describe(ino), a.size)));
+                    }
+                    return self.read(obj, 0, a.size);
+                }
+            }
+        }
+        Err(posix(libc::ENODATA, format!("{}: no xattr {}", self.os().describe(ino), String::from_utf8_lossy(name))))
+    }
+
+    /// The path of object `ino` from the root, through parent pointers (for error reports).
+    fn path_of(&self, ino: u64) -> Option<String> {
+        let root = self.root().ok()?;
+        let mut parts: Vec<String> = Vec::new();
+        let mut cur = ino;
+        for _ in 0..256 {
+            if cur == root {
+                parts.reverse();
+                return Some(format!("/{}", parts.join("/")));
+            }
+            let parent = self.znode(cur).ok()?.z.parent;
+            let name = self
+                .readdir(parent)
+                .ok()?
+                .into_iter()
+                .find(|e| e.ino == cur)
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned())?;
+            parts.push(name);
+            cur = parent;
+        }
+        None
+    }
+}
+
+/// SA xattrs (stored name → value) of znode `ino`.
+fn sa_xattrs(os: &(impl ObjsetRead + ?Sized), ino: u64, z: &ZnodeAttrs) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let nv = zfs_znode::sa_xattr_nvlist(z, &|| os.describe(ino))?;
+    Ok(nv.pairs.iter().filter_map(|(k, v)| Some((k.as_bytes().to_vec(), zfs_znode::nv_bytes(v)?.to_vec()))).collect())
+}
+
+/// The file system of an objset being written, read as the open txg has it (what a read-write
+/// mount, the intent log's replay and the changes in `zplw` read through). No caches: the
+/// objset keeps its decoded dnodes and ZAPs itself.
+pub struct Live<'a>(pub &'a ObjsetW);
+
+impl ZplRead for Live<'_> {
+    type Os = ObjsetW;
+
+    fn os(&self) -> &ObjsetW {
+        self.0
+    }
+
+    fn root(&self) -> Result<u64> {
+        self.0.zap_value(MASTER_NODE_OBJ, znode::ZFS_ROOT_OBJ.as_bytes())?.ok_or_else(|| ZfsError::Invalid(format!("{}: no ROOT in the master node", self.0.describe(MASTER_NODE_OBJ))))
+    }
+
+    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
+        let os = self.0;
+        let reg;
+        let sa = match &os.sa {
+            Some(r) => Some(r),
+            // Not loaded yet (the ZPL loads it when it opens the file system for writing):
+            // read it as a read-only mount does.
+            None => match os.zap_value(MASTER_NODE_OBJ, znode::ZFS_SA_ATTRS.as_bytes())? {
+                Some(o) if os.dnode(ino).map_or(false, |d| d.bonustype == DMU_OT_SA) => {
+                    reg = reader_sa_registry(os, o)?;
+                    Some(&reg)
+                }
+                _ => None,
+            },
+        };
+        load_znode(os, sa, ino).map(Arc::new)
+    }
+}
+
+/// A read-only file system (a read-only import's dataset, a snapshot): its objset never
+/// changes, so znodes and directory indexes are kept.
 pub struct Zfs {
     os: Arc<Objset>,
     /// ZPL version from the master node.
@@ -131,51 +388,21 @@ pub struct Zfs {
     sa: Option<SaRegistry>,
     znodes: Mutex<Lru<u64, Arc<Znode>>>,
     dirs: Mutex<Lru<u64, Arc<DirIndex>>>,
-    /// (used, available) bytes of the dataset, for statfs.
     /// (referenced, available, recordsize) of the dataset, for statfs.
     space: Mutex<(u64, u64, u64)>,
-}
-
-fn posix(errno: i32, msg: impl Into<String>) -> ZfsError {
-    ZfsError::Posix(errno, msg.into())
-}
-
-/// Read the SA registry of a ZPL ≥ 5 objset from its SA master ZAP.
-fn read_sa_registry(os: &Objset, sa_obj: u64) -> Result<SaRegistry> {
-    let sa_master = crate::zap::zap_list_u64(os, sa_obj)?;
-    let get = |k: &str| sa_master.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-    let regs = match get("REGISTRY") {
-        Some(o) => crate::zap::zap_list_u64(os, o)?,
-        None => Vec::new(),
-    };
-    let mut layouts = Vec::new();
-    if let Some(o) = get("LAYOUTS") {
-        for e in crate::zap::zap_list(os, o)? {
-            let n: u64 = e.name_str().parse().map_err(|_| {
-                ZfsError::Invalid(format!("pool '{}' objset {} SA layouts ZAP {o}: layout named {:?}", os.spa.name, os.id, e.name_str()))
-            })?;
-            layouts.push((n, e.value_u64s().into_iter().map(|v| v as u16).collect()));
-        }
-    }
-    // An objset whose registry was never written uses the built-in ZPL attribute numbering.
-    let mut reg = if regs.is_empty() { SaRegistry::legacy() } else { SaRegistry::new(regs, Vec::new()) };
-    for (n, l) in layouts {
-        reg.layouts.insert(n, l);
-    }
-    Ok(reg)
 }
 
 impl Zfs {
     /// Open the ZPL of a filesystem objset: its master node, root and SA registry.
     pub fn open(os: Arc<Objset>) -> Result<Arc<Zfs>> {
-        let master = crate::zap::zap_list_u64(&os, 1)
+        let master = crate::zap::zap_list_u64(&os, MASTER_NODE_OBJ)
             .map_err(|e| ZfsError::Invalid(format!("pool '{}' objset {} has no ZPL master node: {e}", os.spa.name, os.id)))?;
         let get = |k: &str| master.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
         let version = get(znode::ZPL_VERSION_STR).unwrap_or(0);
         let root = get(znode::ZFS_ROOT_OBJ)
             .ok_or_else(|| ZfsError::Invalid(format!("pool '{}' objset {}: no ROOT in the master node", os.spa.name, os.id)))?;
         let sa = match get(znode::ZFS_SA_ATTRS) {
-            Some(sa_obj) => Some(read_sa_registry(&os, sa_obj)?),
+            Some(sa_obj) => Some(reader_sa_registry(&*os, sa_obj)?),
             None => None,
         };
         Ok(Arc::new(Zfs {
@@ -202,44 +429,6 @@ impl Zfs {
         *self.space.lock().unwrap() = (referenced, avail, recordsize);
     }
 
-    fn ctx(&self, ino: u64) -> String {
-        format!("pool '{}' objset {} object {}", self.os.spa.name, self.os.id, ino)
-    }
-
-    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
-        if let Some(z) = self.znodes.lock().unwrap().get(&ino) {
-            return Ok(z);
-        }
-        if ino == 0 || ino >= DN_MAX_OBJECT {
-            return Err(ZfsError::NotFound(self.ctx(ino)));
-        }
-        let (dn, le) = self.os.dnode_with_order(ino)?;
-        let spill = if dn.bonustype == DMU_OT_SA { self.os.read_spill(&dn)? } else { None };
-        let sle = dn.spill.as_ref().map_or(le, |b| b.little_endian);
-        let z = zfs_znode::decode_znode(&dn, le, spill.as_ref().map(|s| (&s[..], sle)), self.sa.as_ref(), &|| self.ctx(ino))?;
-        let zn = Arc::new(Znode { dn, z });
-        self.znodes.lock().unwrap().insert(ino, zn.clone(), 1);
-        Ok(zn)
-    }
-
-    fn to_attr(&self, ino: u64, zn: &Znode) -> Attr {
-        zfs_znode::znode_attr(ino, &zn.z, &zn.dn)
-    }
-
-    /// Attributes of object `ino`.
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let zn = self.znode(ino)?;
-        Ok(self.to_attr(ino, &zn))
-    }
-
-    fn dir(&self, ino: u64) -> Result<Arc<Znode>> {
-        let zn = self.znode(ino)?;
-        if zn.z.mode & S_IFMT != S_IFDIR {
-            return Err(posix(libc::ENOTDIR, format!("{}: not a directory", self.ctx(ino))));
-        }
-        Ok(zn)
-    }
-
     /// The name index of directory `dir` (which the caller has checked is one).
     fn dir_index(&self, dir: u64) -> Result<Arc<DirIndex>> {
         if let Some(d) = self.dirs.lock().unwrap().get(&dir) {
@@ -263,117 +452,6 @@ impl Zfs {
         Ok(idx)
     }
 
-    /// The directory-entry value of `name` in `dir`.
-    fn dir_entry(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
-        match &*self.dir_index(dir)? {
-            DirIndex::Map(m) => Ok(m.get(name).copied()),
-            DirIndex::Hashed(zap) => Ok(zap.lookup(&self.os, name)?.and_then(|e| e.value_u64())),
-        }
-    }
-
-    /// Attributes of `name` in directory `dir` ("." and ".." included).
-    pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Attr> {
-        self.dir(dir)?;
-        if name == b"." {
-            return self.getattr(dir);
-        }
-        if name == b".." {
-            return self.getattr(self.parent(dir)?);
-        }
-        let v = self.dir_entry(dir, name)?.ok_or_else(|| {
-            ZfsError::NotFound(format!("{}: no entry named '{}'", self.ctx(dir), String::from_utf8_lossy(name)))
-        })?;
-        self.getattr(znode::dirent_obj(v))
-    }
-
-    /// The parent directory of `dir` (the root is its own parent).
-    pub fn parent(&self, dir: u64) -> Result<u64> {
-        if dir == self.root {
-            return Ok(self.root);
-        }
-        let p = self.znode(dir)?.z.parent;
-        Ok(if p == 0 { self.root } else { p })
-    }
-
-    /// The entries of directory `dir`, without "." and "..", sorted by name.
-    pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
-        self.dir(dir)?;
-        let raw: Vec<(Vec<u8>, u64)> = match &*self.dir_index(dir)? {
-            DirIndex::Map(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            DirIndex::Hashed(zap) => {
-                zap.list(&self.os)?.into_iter().filter_map(|e| e.value_u64().map(|v| (e.name, v))).collect()
-            }
-        };
-        let mut out: Vec<DirEntry> = raw
-            .into_iter()
-            .map(|(name, v)| zfs_znode::dir_entry(name, v, |ino| self.getattr(ino).map_or(0, |a| a.mode & S_IFMT as u32)))
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    }
-
-    /// Up to `size` bytes of file `ino` from `offset`, clipped at the file size; holes read as zeros.
-    pub fn read(&self, ino: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
-        let zn = self.znode(ino)?;
-        let Some((offset, len)) = zfs_znode::read_range(&zn.z, offset, size, &|| self.ctx(ino))? else { return Ok(Vec::new()) };
-        let mut data = self.os.read_obj(&zn.dn, ino, offset, len)?;
-        // Past the object's last block (a file extended by truncate) reads as zeros.
-        data.resize(len as usize, 0);
-        Ok(data)
-    }
-
-    /// The target of symlink `ino`.
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        let zn = self.znode(ino)?;
-        zfs_znode::symlink_target(&zn.z, &|| self.ctx(ino), |len| self.os.read_obj(&zn.dn, ino, 0, len))
-    }
-
-    /// SA xattrs (stored name → value) of a znode.
-    fn sa_xattrs(&self, ino: u64, zn: &Znode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let nv = zfs_znode::sa_xattr_nvlist(&zn.z, &|| self.ctx(ino))?;
-        Ok(nv.pairs.iter().filter_map(|(k, v)| Some((k.as_bytes().to_vec(), zfs_znode::nv_bytes(v)?.to_vec()))).collect())
-    }
-
-    /// Every (stored name, source) pair: SA first, then the xattr directory.
-    fn xattr_names(&self, ino: u64, zn: &Znode) -> Result<Vec<Vec<u8>>> {
-        let mut names: Vec<Vec<u8>> = self.sa_xattrs(ino, zn)?.into_iter().map(|(k, _)| k).collect();
-        if zn.z.xattr != 0 {
-            names.extend(self.readdir(zn.z.xattr)?.into_iter().map(|e| e.name));
-        }
-        Ok(names)
-    }
-
-    /// The names of the xattrs of `ino`, as Linux shows them.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
-        let zn = self.znode(ino)?;
-        let mut names: Vec<Vec<u8>> = self.xattr_names(ino, &zn)?.iter().filter_map(|k| linux_xattr_name(k)).collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
-    }
-
-    /// The value of xattr `name` (a Linux name, with its namespace) of `ino`.
-    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        let zn = self.znode(ino)?;
-        for stored in stored_xattr_names(name) {
-            if let Some(v) = self.sa_xattrs(ino, &zn)?.into_iter().find(|(k, _)| *k == stored).map(|(_, v)| v) {
-                return Ok(v);
-            }
-            if zn.z.xattr != 0 {
-                self.dir(zn.z.xattr)?;
-                if let Some(v) = self.dir_entry(zn.z.xattr, &stored)? {
-                    let obj = znode::dirent_obj(v);
-                    let a = self.getattr(obj)?;
-                    if a.size > 1 << 26 {
-                        return Err(posix(libc::E2BIG, format!("{}: xattr of {} bytes", self.ctx(ino), a.size)));
-                    }
-                    return self.read(obj, 0, a.size);
-                }
-            }
-        }
-        Err(posix(libc::ENODATA, format!("{}: no xattr {}", self.ctx(ino), String::from_utf8_lossy(name))))
-    }
-
     /// Space and object counts, as OpenZFS's statvfs computes them.
     pub fn statfs(&self) -> Result<FsStat> {
         let (referenced, avail, recordsize) = *self.space.lock().unwrap();
@@ -381,27 +459,40 @@ impl Zfs {
         let s = crate::dsl_space::StatFs::compute(referenced, avail, self.os.bp.fill, recordsize);
         Ok(FsStat { blocks: s.blocks, bfree: s.bfree, bavail: s.bavail, files: s.files, ffree: s.ffree, bsize: s.bsize as u32, namelen: s.namemax })
     }
+}
 
-    /// The path of object `ino` from the root, through parent pointers (for error reports).
-    pub fn path_of(&self, ino: u64) -> Option<String> {
-        let mut parts: Vec<String> = Vec::new();
-        let mut cur = ino;
-        for _ in 0..256 {
-            if cur == self.root {
-                parts.reverse();
-                return Some(format!("/{}", parts.join("/")));
-            }
-            let parent = self.znode(cur).ok()?.z.parent;
-            let name = self
-                .readdir(parent)
-                .ok()?
-                .into_iter()
-                .find(|e| e.ino == cur)
-                .map(|e| String::from_utf8_lossy(&e.name).into_owned())?;
-            parts.push(name);
-            cur = parent;
+impl ZplRead for Zfs {
+    type Os = Objset;
+
+    fn os(&self) -> &Objset {
+        &self.os
+    }
+
+    fn root(&self) -> Result<u64> {
+        Ok(self.root)
+    }
+
+    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
+        if let Some(z) = self.znodes.lock().unwrap().get(&ino) {
+            return Ok(z);
         }
-        None
+        let zn = Arc::new(load_znode(&*self.os, self.sa.as_ref(), ino)?);
+        self.znodes.lock().unwrap().insert(ino, zn.clone(), 1);
+        Ok(zn)
+    }
+
+    fn dir_value(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        match &*self.dir_index(dir)? {
+            DirIndex::Map(m) => Ok(m.get(name).copied()),
+            DirIndex::Hashed(zap) => Ok(zap.lookup(&self.os, name)?.and_then(|e| e.value_u64())),
+        }
+    }
+
+    fn dir_values(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        Ok(match &*self.dir_index(dir)? {
+            DirIndex::Map(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            DirIndex::Hashed(zap) => zap.list(&self.os)?.into_iter().filter_map(|e| e.value_u64().map(|v| (e.name, v))).collect(),
+        })
     }
 }
 

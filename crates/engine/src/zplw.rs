@@ -1,5 +1,8 @@
-//! zplw: the ZFS POSIX layer on a writable objset — creating a file system's skeleton
-//! (zfs_create_fs) and the vnode operations of a read-write mount (zfs_vnops).
+//! zplw: the changes of the ZFS POSIX layer on a writable objset — creating a file system's
+//! skeleton (zfs_create_fs) and the vnode operations that change it (zfs_vnops: create, write,
+//! setattr, link, unlink, rename, xattrs set and removed), and a znode's attributes written
+//! back (legacy znode_phys or SA layouts). What they read (znodes, directory entries, file
+//! bytes) they read through `zpl::Live`, the reads every file system shares.
 //!
 //! ```text
 //!   objset (DMU_OST_ZFS)
@@ -34,20 +37,17 @@
 //! `PoolW`), so the functions here take `&mut ObjsetW` and are single-threaded by construction.
 
 use crate::dbuf::ObjsetW;
-use crate::zfs_znode::{self, nv_bytes, Attr, DirEntry};
+use crate::zpl::{Live, ZplRead};
+use crate::zfs_znode::{self, Attr};
 use crate::{Result, ZfsError};
 use oxzfs_format::nvlist::{NvList, NvValue};
 use oxzfs_format::sa::{self as fsa, zpl_attr as za, SaRegistry, ZnodeAttrs};
 use oxzfs_format::types;
-use oxzfs_format::znode::{self as fz, ZNODE_PHYS_SIZE};
+use oxzfs_format::znode::ZNODE_PHYS_SIZE;
 
-/// The master node is always object 1.
-pub const MASTER_NODE_OBJ: u64 = 1;
-pub use crate::zfs_znode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+pub use crate::zfs_znode::{MASTER_NODE_OBJ, MAXNAMELEN, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 /// Largest bonus of a one-slot dnode with one block pointer.
 const BONUS_MAX: usize = 320;
-/// Longest name (ZAP_MAXNAMELEN - 1).
-pub const MAXNAMELEN: usize = 255;
 /// First ZPL version with system attributes (ZPL_VERSION_SA).
 pub const ZPL_VERSION_SA: u64 = 5;
 /// znode pflags: an extended attribute (directory or file), the ACL is trivial, nobody is
@@ -229,19 +229,8 @@ fn sa_master(os: &mut ObjsetW) -> Result<u64> {
 
 fn load_sa(os: &mut ObjsetW) -> Result<SaRegistry> {
     let sa = sa_master(os)?;
-    let mut regs: Vec<(String, u64)> = Vec::new();
     let reg_obj = os.zap_lookup(sa, "REGISTRY")?;
-    if let Some(o) = reg_obj {
-        regs = os.zap(o)?.entries.iter().filter_map(|(k, (_, v))| Some((String::from_utf8_lossy(k).into_owned(), *v.first()?))).collect();
-    }
-    let mut layouts: Vec<(u64, Vec<u16>)> = Vec::new();
-    let id = os.id;
-    if let Some(o) = os.zap_lookup(sa, "LAYOUTS")? {
-        for (k, (_, v)) in &os.zap(o)?.entries {
-            let n: u64 = std::str::from_utf8(k).ok().and_then(|s| s.parse().ok()).ok_or_else(|| ZfsError::Invalid(format!("objset {}: SA layout named {k:?}", id)))?;
-            layouts.push((n, v.iter().map(|x| *x as u16).collect()));
-        }
-    }
+    let (regs, layouts) = crate::zpl::read_sa_tables(&*os, sa)?;
     let mut reg = SaRegistry::new(regs, layouts);
     let mut missing = Vec::new();
     for (i, (name, len, bswap)) in fsa::ZPL_ATTRS.iter().enumerate() {
@@ -463,24 +452,17 @@ fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64,
     Ok(obj)
 }
 
-/// The znode attributes of `obj`.
+/// The znode attributes of `obj` (its SA registry loaded first for an SA znode, as the
+/// changes that follow may register attributes).
 pub fn get(os: &mut ObjsetW, obj: u64) -> Result<ZnodeAttrs> {
-    let dn = os.dnode(obj).map_err(|e| match e {
+    if os.sa.is_none() && os.dnode(obj).map_or(false, |d| d.bonustype == types::DMU_OT_SA) {
+        with_sa(os, |_, _| Ok(()))?;
+    }
+    let zn = crate::zpl::load_znode(&*os, os.sa.as_ref(), obj).map_err(|e| match e {
         ZfsError::NotFound(m) => posix(libc::ENOENT, m),
         e => e,
     })?;
-    let id = os.id;
-    let ctx = || format!("objset {id} znode {obj}");
-    match dn.bonustype {
-        types::DMU_OT_SA => with_sa(os, |os, reg| {
-            let spill = os.spill(obj)?;
-            zfs_znode::decode_znode(&dn, true, spill.as_deref().map(|s| (s, true)), Some(reg), &ctx)
-        }),
-        _ => zfs_znode::decode_znode(&dn, true, None, None, &ctx).map_err(|e| match e {
-            ZfsError::NotFound(m) => ZfsError::Unsupported(m),
-            e => e,
-        }),
-    }
+    Ok(zn.z)
 }
 
 fn is_sa(os: &ObjsetW, obj: u64) -> Result<bool> {
@@ -502,19 +484,6 @@ pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
     }
 }
 
-pub fn getattr(os: &mut ObjsetW, obj: u64) -> Result<Attr> {
-    let z = get(os, obj)?;
-    Ok(to_attr(os, obj, &z))
-}
-
-fn dir_check(os: &mut ObjsetW, dir: u64) -> Result<ZnodeAttrs> {
-    let z = get(os, dir)?;
-    if z.mode & S_IFMT != S_IFDIR {
-        return Err(posix(libc::ENOTDIR, format!("object {dir} is not a directory")));
-    }
-    Ok(z)
-}
-
 fn name_str(name: &[u8]) -> Result<&str> {
     if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
         return Err(posix(libc::EINVAL, "invalid name"));
@@ -524,26 +493,6 @@ fn name_str(name: &[u8]) -> Result<&str> {
     }
     // The in-memory ZAP keys are bytes; names need not be UTF-8.
     std::str::from_utf8(name).map_err(|_| posix(libc::EINVAL, "name is not UTF-8"))
-}
-
-/// The object `name` refers to in `dir`.
-pub fn lookup(os: &mut ObjsetW, dir: u64, name: &[u8]) -> Result<Option<u64>> {
-    dir_check(os, dir)?;
-    if name.len() > MAXNAMELEN {
-        return Err(posix(libc::ENAMETOOLONG, "name too long"));
-    }
-    let z = os.zap(dir)?;
-    Ok(z.entries.get(name).and_then(|(_, v)| v.first()).map(|v| fz::dirent_obj(*v)))
-}
-
-pub fn readdir(os: &mut ObjsetW, dir: u64) -> Result<Vec<DirEntry>> {
-    dir_check(os, dir)?;
-    let z = os.zap(dir)?;
-    let raw: Vec<(Vec<u8>, u64)> = z.entries.iter().filter_map(|(k, (_, v))| v.first().map(|v| (k.clone(), *v))).collect();
-    Ok(raw
-        .into_iter()
-        .map(|(name, v)| zfs_znode::dir_entry(name, v, |ino| getattr(os, ino).map_or(0, |a| a.mode & S_IFMT as u32)))
-        .collect())
 }
 
 fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> {
@@ -560,8 +509,8 @@ fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> 
 #[allow(clippy::too_many_arguments)]
 pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid: u64, rdev: u64, target: Option<&[u8]>, txg: u64) -> Result<u64> {
     let n = name_str(name)?;
-    let pz = dir_check(os, dir)?;
-    if lookup(os, dir, name)?.is_some() {
+    let pz = Live(os).dir(dir)?.z.clone();
+    if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
     let is_dir = mode & S_IFMT == S_IFDIR;
@@ -595,21 +544,6 @@ fn grow_blocksize(os: &mut ObjsetW, obj: u64, end: u64, recordsize: u64) -> Resu
         os.set_blocksize(obj, nb)?;
     }
     Ok(())
-}
-
-pub fn readlink(os: &mut ObjsetW, obj: u64) -> Result<Vec<u8>> {
-    let z = get(os, obj)?;
-    let id = os.id;
-    zfs_znode::symlink_target(&z, &|| format!("objset {id} object {obj}"), |len| os.read(obj, 0, len as usize))
-}
-
-pub fn read(os: &mut ObjsetW, obj: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
-    let z = get(os, obj)?;
-    let id = os.id;
-    match zfs_znode::read_range(&z, offset, size, &|| format!("objset {id} object {obj}"))? {
-        Some((offset, len)) => os.read(obj, offset, len as usize),
-        None => Ok(Vec::new()),
-    }
 }
 
 pub fn write(os: &mut ObjsetW, obj: u64, offset: u64, data: &[u8], recordsize: u64) -> Result<usize> {
@@ -758,7 +692,7 @@ fn drop_link(os: &mut ObjsetW, fs: &FsInfo, obj: u64, open: bool) -> Result<()> 
 /// Free a znode and its xattr directory.
 pub fn free_znode(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
     if z.xattr != 0 {
-        if let Ok(ents) = readdir(os, z.xattr) {
+        if let Ok(ents) = Live(os).readdir(z.xattr) {
             for e in ents {
                 let _ = os.free_object(e.ino);
             }
@@ -803,7 +737,7 @@ pub fn drain_delete_queue(os: &mut ObjsetW, fs: &FsInfo) -> Result<usize> {
 
 pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn Fn(u64) -> bool) -> Result<()> {
     let n = name_str(name)?;
-    let obj = lookup(os, dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such file")))?;
+    let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such file")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EISDIR, format!("{n} is a directory")));
@@ -817,7 +751,7 @@ pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn F
 
 pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()> {
     let n = name_str(name)?;
-    let obj = lookup(os, dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such directory")))?;
+    let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such directory")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT != S_IFDIR {
         return Err(posix(libc::ENOTDIR, format!("{n} is not a directory")));
@@ -838,7 +772,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EPERM, "hard link to a directory"));
     }
-    if lookup(os, dir, name)?.is_some() {
+    if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
     z.links += 1;
@@ -875,9 +809,9 @@ pub const RENAME_EXCHANGE: u32 = 2;
 pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8], flags: u32, open: &dyn Fn(u64) -> bool) -> Result<()> {
     let sn = name_str(sname)?.to_string();
     let dn = name_str(dname)?.to_string();
-    let obj = lookup(os, sdir, sname)?.ok_or_else(|| posix(libc::ENOENT, format!("{sn}: no such file")))?;
+    let obj = Live(os).dir_lookup(sdir, sname)?.ok_or_else(|| posix(libc::ENOENT, format!("{sn}: no such file")))?;
     let mut z = get(os, obj)?;
-    let target = lookup(os, ddir, dname)?;
+    let target = Live(os).dir_lookup(ddir, dname)?;
     let is_dir = z.mode & S_IFMT == S_IFDIR;
     if is_dir && sdir != ddir && is_ancestor(os, obj, ddir, fs.root)? {
         return Err(posix(libc::EINVAL, "cannot move a directory under itself"));
@@ -974,36 +908,9 @@ fn sa_xattrs(z: &ZnodeAttrs, obj: u64) -> Result<NvList> {
 
 fn dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Option<u64>> {
     match xattr_dir(os, obj, false, 0)? {
-        Some(d) => lookup(os, d, name),
+        Some(d) => Live(os).dir_lookup(d, name),
         None => Ok(None),
     }
-}
-
-/// xattr names: those in the SA first, then the xattr directory's.
-pub fn listxattr(os: &mut ObjsetW, obj: u64) -> Result<Vec<Vec<u8>>> {
-    let z = get(os, obj)?;
-    let mut stored: Vec<Vec<u8>> = sa_xattrs(&z, obj)?.pairs.iter().map(|(k, _)| k.as_bytes().to_vec()).collect();
-    if let Some(d) = xattr_dir(os, obj, false, 0)? {
-        stored.extend(readdir(os, d)?.into_iter().map(|e| e.name));
-    }
-    let mut names: Vec<Vec<u8>> = stored.iter().filter_map(|k| zfs_znode::linux_xattr_name(k)).collect();
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
-pub fn getxattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<Vec<u8>> {
-    let z = get(os, obj)?;
-    let nv = sa_xattrs(&z, obj)?;
-    for stored in zfs_znode::stored_xattr_names(name) {
-        if let Some(v) = std::str::from_utf8(&stored).ok().and_then(|n| nv.get(n)).and_then(nv_bytes) {
-            return Ok(v.to_vec());
-        }
-        if let Some(f) = dir_xattr(os, obj, &stored)? {
-            return read(os, f, 0, u64::MAX / 2);
-        }
-    }
-    Err(posix(libc::ENODATA, "no such attribute"))
 }
 
 /// Set (Some) or remove (None) xattr `name` in the SA nvlist of `obj` (zpl_xattr_set_sa);
@@ -1031,7 +938,7 @@ fn set_sa_xattr(os: &mut ObjsetW, obj: u64, name: &str, value: Option<&[u8]>) ->
 
 fn set_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], txg: u64) -> Result<()> {
     let d = xattr_dir(os, obj, true, txg)?.expect("created");
-    let f = match lookup(os, d, name)? {
+    let f = match Live(os).dir_lookup(d, name)? {
         Some(f) => {
             os.truncate(f, 0)?;
             f
@@ -1173,7 +1080,7 @@ mod tests {
     fn znode_phys_round_trip() {
         let z = ZnodeAttrs { mode: 0o100644, size: 1234, gen: 9, uid: 1000, gid: 100, parent: 4, links: 1, atime: (1, 2), mtime: (3, 4), ctime: (5, 6), crtime: (7, 8), ..Default::default() };
         let b = encode_znode_phys(&z);
-        let d = fz::decode_znode_phys(&b, true).unwrap();
+        let d = oxzfs_format::znode::decode_znode_phys(&b, true).unwrap();
         assert_eq!((d.mode, d.size, d.gen, d.uid, d.gid, d.parent, d.links, d.atime, d.crtime), (z.mode, z.size, z.gen, z.uid, z.gid, z.parent, z.links, z.atime, z.crtime));
         let fx = include_bytes!("../../format/tests/data/fx-dnode-basic-blk2.bin");
         let bonus = &fx[9 * 512 + 192..9 * 512 + 192 + 264];

@@ -23,7 +23,7 @@ use oxzfs::dsl_pool::PoolW;
 use oxzfs::spa_create::{CreateSpec, VdevClass, VdevSpec};
 use oxzfs::vdev::sim::{Fault, SimMachine, SimRng};
 use oxzfs::vdev::{register_device, unregister_device, BlockDevice};
-use oxzfs::zpl::Zfs;
+use oxzfs::zpl::{Zfs, ZplRead};
 use oxzfs::zplw::{self, SetAttr, S_IFDIR, S_IFREG};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -143,7 +143,7 @@ impl Fs {
         let mut stack = vec![String::new()];
         while let Some(p) = stack.pop() {
             let obj = ids[&p];
-            for e in zplw::readdir(os, obj).map_err(e2s)? {
+            for e in oxzfs::zpl::Live(os).readdir(obj).map_err(e2s)? {
                 let name = String::from_utf8_lossy(&e.name).into_owned();
                 let cp = if p.is_empty() { name } else { format!("{p}/{name}") };
                 ids.insert(cp.clone(), e.ino);

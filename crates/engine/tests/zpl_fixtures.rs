@@ -8,7 +8,7 @@
 //! They need `zstd` (to decompress the vdev files) and `sha256sum`.
 
 use oxzfs::pool::{ImportOptions, Pool};
-use oxzfs::zpl::Zfs;
+use oxzfs::zpl::{Zfs, ZplRead};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -23,7 +23,7 @@ use fuser::{
     ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use oxzfs::pool::Pool;
-use oxzfs::zpl::{Attr, Zfs};
+use oxzfs::zpl::{Attr, Zfs, ZplRead};
 use oxzfs::ZfsError;
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};

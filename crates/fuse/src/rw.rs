@@ -6,7 +6,8 @@
 //! inode keep the kernel's order; reads (lookup, getattr, read, readdir, xattrs) to a pool of
 //! readers. A change runs in the open txg under the pool's write lock (see `oxzfs::txg`); a
 //! read holds the lock only to see what is dirty and to take the synced tree, then reads the
-//! blocks without it. Each change is logged for the intent log (`oxzfs::zfs_log`); fsync
+//! blocks without it. Reads go through `zpl::Live` (the ZPL's one read path, which the
+//! read-only adapter takes over `zpl::Zfs`), changes through `zplw`. Each change is logged for the intent log (`oxzfs::zfs_log`); fsync
 //! commits the log (`PoolHandle::zil_commit`), and under sync=always every change does.
 //!
 //! Round trips are what a metadata operation costs here: readdirplus hands the kernel every
@@ -29,7 +30,7 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use oxzfs::txg::PoolHandle;
-use oxzfs::zpl::Attr;
+use oxzfs::zpl::{Attr, Live, ZplRead};
 use oxzfs::zplw::{self, SetAttr};
 use oxzfs::ZfsError;
 use std::collections::HashMap;
@@ -373,7 +374,7 @@ impl Inner {
         let dir = obj_of(self.root, parent);
         let a = self.pool.with_fs_space(self.dsobj, 4096, |os, txg| {
             let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
-            zplw::getattr(os, o)
+            Live(os).getattr(o)
         });
         let a = self.durable(a)?;
         Ok(self.fattr(&a))
@@ -412,7 +413,7 @@ impl Inner {
         let obj = obj_of(self.root, ino);
         let offset = offset.max(0) as u64;
         let plan = self.pool.with_fs_ro(self.dsobj, |os| {
-            let a = zplw::getattr(os, obj)?;
+            let a = Live(os).getattr(obj)?;
             if a.mode & libc::S_IFMT == libc::S_IFDIR {
                 return Err(ZfsError::Posix(libc::EISDIR, "is a directory".into()));
             }
@@ -485,7 +486,7 @@ impl Inner {
     fn dir_entries(&self, os: &mut oxzfs::dbuf::ObjsetW, ino: u64, offset: i64) -> Result<Vec<(u64, fuser::FileType, Vec<u8>, u64)>, ZfsError> {
         let dir = obj_of(self.root, ino);
         let parent = if dir == self.root { dir } else { zplw::get(os, dir)?.parent };
-        let ents = zplw::readdir(os, dir)?;
+        let ents = Live(os).readdir(dir)?;
         let dots = [(ino, fuser::FileType::Directory, b".".to_vec(), dir), (ino_of(self.root, parent), fuser::FileType::Directory, b"..".to_vec(), parent)];
         let rest = ents.into_iter().map(|e| (ino_of(self.root, e.ino), kind_of(e.mode), e.name, e.ino));
         Ok(dots.into_iter().chain(rest).skip(offset.max(0) as usize).collect())
@@ -515,7 +516,7 @@ impl Inner {
             for (i, (ino, _, name, obj)) in all.into_iter().enumerate() {
                 // A name whose object cannot be read (a bug, damage) is left out, as readdir would
                 // show it and a lookup fail.
-                let Ok(a) = zplw::getattr(os, obj) else { continue };
+                let Ok(a) = Live(os).getattr(obj) else { continue };
                 if reply.add(INodeNo(ino), (offset.max(0) + (i + 1) as i64) as u64, OsStr::from_bytes(&name), &TTL, &crate::file_attr(ino, &a), Generation(0)) {
                     full = true;
                     break;
@@ -583,8 +584,8 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.read_op(move |s| {
             let dir = obj_of(s.root, parent);
-            let r = s.pool.with_fs_ro(s.dsobj, |os| match zplw::lookup(os, dir, name.as_bytes())? {
-                Some(o) => zplw::getattr(os, o),
+            let r = s.pool.with_fs_ro(s.dsobj, |os| match Live(os).dir_lookup(dir, name.as_bytes())? {
+                Some(o) => Live(os).getattr(o),
                 None => Err(ZfsError::Posix(libc::ENOENT, String::new())),
             });
             match r {
@@ -608,7 +609,7 @@ impl Filesystem for RwFs {
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_ro(s.dsobj, |os| zplw::getattr(os, obj)) {
+            match s.pool.with_fs_ro(s.dsobj, |os| Live(os).getattr(obj)) {
                 Ok(a) => reply.attr(&TTL, &s.fattr(&a)),
                 Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
@@ -672,7 +673,7 @@ impl Filesystem for RwFs {
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_ro(s.dsobj, |os| zplw::readlink(os, obj)) {
+            match s.pool.with_fs_ro(s.dsobj, |os| Live(os).readlink(obj)) {
                 Ok(t) => reply.data(&t),
                 Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
@@ -961,7 +962,7 @@ impl Filesystem for RwFs {
         let name = name.to_os_string();
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_ro(s.dsobj, |os| zplw::getxattr(os, obj, name.as_bytes())) {
+            match s.pool.with_fs_ro(s.dsobj, |os| Live(os).getxattr(obj, name.as_bytes())) {
                 Ok(v) => xattr_reply(reply, &v, size),
                 Err(e) => reply.error(Errno::from_i32(e.errno())),
             }
@@ -975,7 +976,7 @@ impl Filesystem for RwFs {
         }
         self.read_op(move |s| {
             let obj = obj_of(s.root, ino);
-            match s.pool.with_fs_ro(s.dsobj, |os| zplw::listxattr(os, obj)) {
+            match s.pool.with_fs_ro(s.dsobj, |os| Live(os).listxattr(obj)) {
                 Ok(names) => {
                     let mut buf = Vec::new();
                     for n in names {
