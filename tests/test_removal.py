@@ -603,6 +603,27 @@ def test_removal_runs_in_background_and_cancels(oxzfs):
     assert "indirect" not in zdb_config(vdir, pool), text[-2000:]
 
 
+def wait_until_blocked(pid, settle=0.5, limit=60):
+    """Until process `pid` has slept in a read of its socket for `settle` seconds (a client that
+    sent its request and waits for the daemon's answer)."""
+    since, deadline = None, time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                nr = f.read().split()[0]
+        except (OSError, IndexError):
+            nr = "running"
+        # read (0), recvfrom (45), recvmsg (47) on x86_64.
+        if nr in ("0", "45", "47"):
+            since = since or time.monotonic()
+            if time.monotonic() - since >= settle:
+                return
+        else:
+            since = None
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never waited for the daemon's answer")
+
+
 def test_removal_canceled_by_a_read_error(oxzfs):
     """A read error of the copy cancels the removal, as OpenZFS's removal thread cancels it:
     `zpool wait -t remove` fails with the reason, the canceled line, the vdev back to normal,
@@ -613,10 +634,15 @@ def test_removal_canceled_by_a_read_error(oxzfs):
         r = oxzfs.zpool("remove", pool, devs[1])
         assert r.returncode == 0, repr(r)
         oxzfs.run("zinject", "-d", devs[1], "-e", "io", "-T", "read", pool, check=True)
+        # The error reaches the command waiting for the removal: the waiter is in place (its
+        # request sent, waiting for the answer) before the removal may go on and fail; a wait
+        # that starts after the cancel finds no removal in progress, as in OpenZFS.
+        waiter = subprocess.Popen([oxzfs.binary, "zpool", "wait", "-t", "remove", pool], env=oxzfs.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until_blocked(waiter.pid)
         tunable(oxzfs, "zfs_removal_suspend_progress=0")
-        # The error reaches the command waiting for the removal.
-        r = oxzfs.zpool("wait", "-t", "remove", pool)
-        assert r.returncode == 1 and "removal canceled after an I/O error" in r.stderr, repr(r)
+        out, err = waiter.communicate(timeout=300)
+        assert waiter.returncode == 1 and "removal canceled after an I/O error" in err, (waiter.returncode, out, err)
     finally:
         oxzfs.run("zinject", "-c", "all")
         tunable(oxzfs, "zfs_removal_suspend_progress=0", "zfs_remove_max_segment=16M")

@@ -30,84 +30,114 @@ fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
     v.children.iter().find_map(|c| find_leaf(c, name))
 }
 
+crate::opts::verb_opts!(
+    /// zinject's options. The letters of OpenZFS's kernel-only injections (-A -b -C -F -g -I
+    /// -l -L -m -p -r -s -u) are taken only to be refused by name.
+    ZinjectOpts {
+    #[arg(short = 'h')]
+    help: bool,
+    #[arg(short = 'q')]
+    quiet: bool,
+    #[arg(short = 'a')]
+    arc_too: bool,
+    #[arg(short = 'c')]
+    cancel: Vec<String>,
+    #[arg(short = 'd')]
+    device: Vec<String>,
+    #[arg(short = 't')]
+    target: Vec<String>,
+    #[arg(short = 'e')]
+    error: Vec<String>,
+    #[arg(short = 'T')]
+    iotype: Vec<String>,
+    #[arg(short = 'f')]
+    frequency: Vec<String>,
+    #[arg(short = 'D')]
+    delay: Vec<String>,
+    #[arg(short = 'A')]
+    k_a: bool,
+    #[arg(short = 'b')]
+    k_b: bool,
+    #[arg(short = 'C')]
+    k_c: bool,
+    #[arg(short = 'F')]
+    k_f: bool,
+    #[arg(short = 'g')]
+    k_g: bool,
+    #[arg(short = 'I')]
+    k_i: bool,
+    #[arg(short = 'l')]
+    k_l: bool,
+    #[arg(short = 'L')]
+    k_ll: bool,
+    #[arg(short = 'm')]
+    k_m: bool,
+    #[arg(short = 'p')]
+    k_p: bool,
+    #[arg(short = 'r')]
+    k_r: bool,
+    #[arg(short = 's')]
+    k_s: bool,
+    #[arg(short = 'u')]
+    k_u: bool,
+});
+
 pub fn zinject(st: &mut State, args: &[String]) -> Out {
-    let (mut cancel, mut device, mut error, mut iotype, mut freq, mut quiet) = (None, None, DevError::Nxio, IoType::All, 0u32, false);
-    let (mut delay_ns, mut lanes) = (0u64, 0u64);
-    let (mut target, mut error_given) = (None::<String>, None::<String>);
-    let mut operands = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let Some(flag) = a.strip_prefix('-').filter(|f| f.len() == 1) else {
-            operands.push(a.clone());
-            continue;
+    let o: ZinjectOpts = match crate::opts::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            // zinject's own wording of a missing value.
+            let e = match e.strip_prefix("missing argument for '") {
+                Some(rest) => format!("option -{} requires an operand", rest.split('\'').next().unwrap_or("?")),
+                None => e,
+            };
+            return usage(format!("{e}\n{USAGE}"));
+        }
+    };
+    if o.help {
+        return usage(USAGE);
+    }
+    let kernel_only = [(o.k_a, 'A'), (o.k_b, 'b'), (o.k_c, 'C'), (o.k_f, 'F'), (o.k_g, 'g'), (o.k_i, 'I'), (o.k_l, 'l'), (o.k_ll, 'L'), (o.k_m, 'm'), (o.k_p, 'p'), (o.k_r, 'r'), (o.k_s, 's'), (o.k_u, 'u')];
+    if let Some((_, c)) = kernel_only.iter().find(|(given, _)| *given) {
+        return fail(format!("option -{c}: oxzfs injects device faults and delays (-d device [-e] [-T] [-f], -d device -D latency:lanes) and data errors into files (-t data [-e] PATH) only"));
+    }
+    let (cancel, device, target, quiet, operands) = (o.cancel.last().cloned(), o.device.last().cloned(), o.target.last().cloned(), o.quiet, o.operands.clone());
+    let error_given = o.error.last().map(|v| v.to_ascii_lowercase());
+    let mut error = DevError::Nxio;
+    if let (None, Some(v)) = (&target, &error_given) {
+        error = match v.as_str() {
+            "io" => DevError::Io,
+            "nxio" => DevError::Nxio,
+            "corrupt" => DevError::Corrupt,
+            "checksum" => return fail("device error type must be 'io', 'nxio' or 'corrupt'"),
+            _ => return usage(format!("invalid error type '{v}': must be 'io', 'checksum' or 'nxio'\n{USAGE}")),
         };
-        let c = flag.chars().next().unwrap_or('?');
-        let mut value = |c: char| it.next().cloned().ok_or_else(|| usage(format!("option -{c} requires an operand\n{USAGE}")));
-        match c {
-            'h' => return usage(USAGE),
-            'q' => quiet = true,
-            'c' => match value(c) {
-                Ok(v) => cancel = Some(v),
-                Err(e) => return e,
-            },
-            'd' => match value(c) {
-                Ok(v) => device = Some(v),
-                Err(e) => return e,
-            },
-            'a' => {}
-            't' => match value(c) {
-                Ok(v) => target = Some(v),
-                Err(e) => return e,
-            },
-            'e' if target.is_some() || args.iter().any(|a| a == "-t") => match value(c) {
-                Ok(v) => error_given = Some(v.to_ascii_lowercase()),
-                Err(e) => return e,
-            },
-            'e' => match value(c).map(|v| v.to_ascii_lowercase()) {
-                Ok(v) => {
-                    error = match v.as_str() {
-                        "io" => DevError::Io,
-                        "nxio" => DevError::Nxio,
-                        "corrupt" => DevError::Corrupt,
-                        "checksum" => return fail("device error type must be 'io', 'nxio' or 'corrupt'"),
-                        _ => return usage(format!("invalid error type '{v}': must be 'io', 'checksum' or 'nxio'\n{USAGE}")),
-                    }
-                }
-                Err(e) => return e,
-            },
-            'T' => match value(c).map(|v| v.to_ascii_lowercase()) {
-                Ok(v) => {
-                    iotype = match v.as_str() {
-                        "read" => IoType::Read,
-                        "write" => IoType::Write,
-                        "free" => IoType::Free,
-                        "claim" => IoType::Claim,
-                        "all" => IoType::All,
-                        _ => return usage(format!("invalid I/O type '{v}': must be 'read', 'write', 'free', 'claim' or 'all'\n{USAGE}")),
-                    }
-                }
-                Err(e) => return e,
-            },
-            'f' => match value(c) {
-                Ok(v) => match v.parse::<f64>() {
-                    Ok(p) if (0.0001..=100.0).contains(&p) => freq = ((p / 100.0 * 1e6) as u32).max(1),
-                    Ok(_) => return fail("out of range: frequency value must be in the range [0.0001, 100.0]"),
-                    Err(_) => return fail("invalid value: frequency value must be in the range [0.0001, 100.0]"),
-                },
-                Err(e) => return e,
-            },
-            'D' => match value(c) {
-                // parse_delay: "%lu:%lu", a latency of zero refused.
-                Ok(v) => match v.split_once(':').map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>())) {
-                    Some((Ok(ms), Ok(n))) if ms != 0 => (delay_ns, lanes) = (ms.saturating_mul(1_000_000), n),
-                    _ => return usage(format!("invalid i/o delay value: '{v}'\n{USAGE}")),
-                },
-                Err(e) => return e,
-            },
-            'A' | 'b' | 'C' | 'F' | 'g' | 'I' | 'l' | 'L' | 'm' | 'p' | 'r' | 's' | 'u' => {
-                return fail(format!("option -{c}: oxzfs injects device faults and delays (-d device [-e] [-T] [-f], -d device -D latency:lanes) and data errors into files (-t data [-e] PATH) only"));
-            }
-            _ => return usage(format!("invalid option '{c}'\n{USAGE}")),
+    }
+    let mut iotype = IoType::All;
+    if let Some(v) = o.iotype.last().map(|v| v.to_ascii_lowercase()) {
+        iotype = match v.as_str() {
+            "read" => IoType::Read,
+            "write" => IoType::Write,
+            "free" => IoType::Free,
+            "claim" => IoType::Claim,
+            "all" => IoType::All,
+            _ => return usage(format!("invalid I/O type '{v}': must be 'read', 'write', 'free', 'claim' or 'all'\n{USAGE}")),
+        };
+    }
+    let mut freq = 0u32;
+    if let Some(v) = o.frequency.last() {
+        freq = match v.parse::<f64>() {
+            Ok(p) if (0.0001..=100.0).contains(&p) => ((p / 100.0 * 1e6) as u32).max(1),
+            Ok(_) => return fail("out of range: frequency value must be in the range [0.0001, 100.0]"),
+            Err(_) => return fail("invalid value: frequency value must be in the range [0.0001, 100.0]"),
+        };
+    }
+    let (mut delay_ns, mut lanes) = (0u64, 0u64);
+    if let Some(v) = o.delay.last() {
+        // parse_delay: "%lu:%lu", a latency of zero refused.
+        match v.split_once(':').map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>())) {
+            Some((Ok(ms), Ok(n))) if ms != 0 => (delay_ns, lanes) = (ms.saturating_mul(1_000_000), n),
+            _ => return usage(format!("invalid i/o delay value: '{v}'\n{USAGE}")),
         }
     }
     if let Some(c) = cancel {
