@@ -205,6 +205,32 @@ mod vdev_removal_tests {
     use crate::dsl_pool::PoolW;
     use crate::spa_create::{CreateSpec, VdevClass, VdevSpec};
 
+    /// A pool `name` of two 1 GiB file vdevs in a fresh temporary directory, for writing.
+    fn two_file_vdev_pool(name: &str) -> (std::path::PathBuf, PoolW) {
+        let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
+        for d in &devs {
+            std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
+        }
+        let spec = CreateSpec {
+            name: name.into(),
+            vdevs: devs.iter().map(|d| (VdevClass::Normal, VdevSpec::File(d.clone()))).collect(),
+            fs_init: Some(crate::zplw::init_fs),
+            ..Default::default()
+        };
+        (dir, PoolW::create(&spec, 64 << 20).unwrap())
+    }
+
+    /// Pool `name` opened for writing again from the devices in `dir`.
+    fn reopen(dir: &std::path::Path, name: &str) -> PoolW {
+        let scan = crate::spa::scan(&[dir.to_path_buf()]);
+        let mut pw = PoolW::open(crate::spa::choose(&scan, name).unwrap(), 64 << 20, "test").unwrap();
+        pw.fs_init = crate::zplw::init_fs;
+        pw
+    }
+
     fn zdb_clean(dir: &std::path::Path, pool: &str) -> String {
         let zdb = "/opt/openzfs/bin/zdb";
         assert!(std::path::Path::new(zdb).exists(), "OpenZFS zdb not found at {zdb}: run scripts/install-deps.sh");
@@ -219,27 +245,9 @@ mod vdev_removal_tests {
     /// and zdb is clean.
     #[test]
     fn evacuation_canceled_then_done() {
-        let dir = std::env::temp_dir().join(format!("oxzfs-evac-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
-        for d in &devs {
-            std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
-        }
-        let spec = CreateSpec {
-            name: "evac".into(),
-            vdevs: devs.iter().map(|d| (VdevClass::Normal, VdevSpec::File(d.clone()))).collect(),
-            fs_init: Some(crate::zplw::init_fs),
-            ..Default::default()
-        };
-        let mut pw = PoolW::create(&spec, 64 << 20).unwrap();
+        let (dir, mut pw) = two_file_vdev_pool("evac");
         pw.export().unwrap();
-        let open = || {
-            let scan = crate::spa::scan(&[dir.clone()]);
-            let mut pw = PoolW::open(crate::spa::choose(&scan, "evac").unwrap(), 64 << 20, "test").unwrap();
-            pw.fs_init = crate::zplw::init_fs;
-            pw
-        };
+        let open = || reopen(&dir, "evac");
         let mut pw = open();
         pw.start_removal(1).unwrap();
         assert_eq!(pw.removing_vdev().unwrap(), Some(1));
@@ -272,20 +280,7 @@ mod vdev_removal_tests {
     /// clean after a cancel.
     #[test]
     fn evacuation_step_halves_then_fails_on_enospc() {
-        let dir = std::env::temp_dir().join(format!("oxzfs-evacnospc-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
-        for d in &devs {
-            std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
-        }
-        let spec = CreateSpec {
-            name: "evacnospc".into(),
-            vdevs: devs.iter().map(|d| (VdevClass::Normal, VdevSpec::File(d.clone()))).collect(),
-            fs_init: Some(crate::zplw::init_fs),
-            ..Default::default()
-        };
-        let mut pw = PoolW::create(&spec, 64 << 20).unwrap();
+        let (dir, mut pw) = two_file_vdev_pool("evacnospc");
         // Some data on both vdevs, some of it to copy.
         let ds = pw.find_dataset("evacnospc").unwrap().expect("the root dataset");
         {
