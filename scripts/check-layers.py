@@ -3,8 +3,9 @@
 
     scripts/check-layers.py [--quiet]
 
-Reads every `crate::module` path in crates/format/src, crates/engine/src and crates/cli/src, test
-code included (a test that reaches up ties the layers as an import does), and fails when:
+Reads every `crate::module` path in crates/format/src, crates/engine/src, crates/cli/src and
+crates/fuse/src, test code included (a test that reaches up ties the layers as an import does),
+and fails when:
   * two or more modules of one crate import each other in a circle, or
   * an engine module imports one of a higher layer than its own (ENGINE_LAYERS below, the
     order of docs/ARCHITECTURE.md), or an engine module is in no layer.
@@ -28,7 +29,7 @@ ENGINE_LAYERS = [
     ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),
     ("dsl", ["dsl", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename"]),
-    ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal", "vdev_dtl", "vdev_attach"]),
+    ("spa", ["spa_feature", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal", "vdev_indirect", "vdev_dtl", "vdev_attach"]),
     ("zpl", ["zfs_znode", "zpl", "zplw", "zfs_log", "zfs_replay"]),
     ("pool", ["traverse", "dsl_scan_queue", "dsl_scan_walk", "dsl_scrub", "vdev_removal_thread", "pool", "pool_tests"]),
 ]
@@ -162,12 +163,14 @@ def main():
     problems += p
     p, format_es = check_crate("format", os.path.join(REPO, "crates", "format", "src"))
     problems += p
+    p, fuse_es = check_crate("fuse", os.path.join(REPO, "crates", "fuse", "src"))
+    problems += p
     if problems:
         print("\n".join(problems))
         print(f"layers: {len(problems)} problem lines", file=sys.stderr)
         return 1
     if not quiet:
-        print(f"layers: engine {len(ENGINE_LAYERS)} layers, {len(es)} imports, no circle, none upward; cli {len(cli_es)} imports, format {len(format_es)} imports, no circle")
+        print(f"layers: engine {len(ENGINE_LAYERS)} layers, {len(es)} imports, no circle, none upward; cli {len(cli_es)} imports, format {len(format_es)} imports, fuse {len(fuse_es)} imports, no circle")
     return 0
 
 

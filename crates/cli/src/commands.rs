@@ -32,7 +32,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     }
     if cmd == "arc_summary" {
         let tunables: Vec<(String, String, String)> = oxzfs::tunables::all().iter().map(|t| (t.name.to_string(), t.get().to_string(), t.desc.to_string())).collect();
-        let (arc, zf, zil) = (arcstat_rows(st), oxzfs_fuse::rw::zfetch_rows(), oxzfs::zil::ZIL_STATS.rows());
+        let (arc, zf, zil) = (arcstat_rows(st), oxzfs_fuse::zfetch_rows(), oxzfs::zil::ZIL_STATS.rows());
         return crate::arc_summary::run(&argv[1..], &crate::arc_summary::Kstats { arcstats: &arc, zfetchstats: &zf, zil: &zil }, &tunables);
     }
     let Some(verb) = argv.get(1) else {
@@ -182,7 +182,7 @@ fn kstat(st: &State, args: &[String], fixed: Option<&str>) -> Out {
         Err(e) => return usage(format!("{e}\n{usage_text}")),
     };
     let rows = match name.as_str() {
-        "zfetchstats" => oxzfs_fuse::rw::zfetch_rows(),
+        "zfetchstats" => oxzfs_fuse::zfetch_rows(),
         "zil" => oxzfs::zil::ZIL_STATS.rows(),
         _ => arcstat_rows(st),
     };
@@ -347,17 +347,22 @@ mod tests {
     }
 }
 
+crate::opts::verb_opts!(
+    /// `oxzfs tunable`'s arguments: no options, NAME or NAME=VALUE words.
+    TunableOpts {});
+
 /// `oxzfs tunable [NAME[=VALUE]]...`: with no operand every tunable as NAME=VALUE, one a line;
 /// NAME prints one, NAME=VALUE sets it (all are checked before any is set).
 fn tunable(st: &State, args: &[String]) -> Out {
     use oxzfs::tunables;
+    let args = match crate::opts::parse::<TunableOpts>(args) {
+        Ok(o) => o.operands,
+        Err(e) => return usage(format!("{e}\nusage: oxzfs tunable [NAME[=VALUE]]...")),
+    };
     if args.is_empty() {
         return ok(tunables::all().iter().map(|t| format!("{}={}\n", t.name, t.get())).collect());
     }
-    if let Some(a) = args.iter().find(|a| a.starts_with('-')) {
-        return usage(format!("invalid option '{}'\nusage: oxzfs tunable [NAME[=VALUE]]...", a.trim_start_matches('-')));
-    }
-    for a in args {
+    for a in &args {
         let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
         if let Err(e) = tunables::lookup(name) {
             return fail(e.to_string());
@@ -369,7 +374,7 @@ fn tunable(st: &State, args: &[String]) -> Out {
         }
     }
     let mut out = String::new();
-    for a in args {
+    for a in &args {
         match a.split_once('=') {
             Some(_) => match tunables::set_assignment(a) {
                 Ok(v) => {

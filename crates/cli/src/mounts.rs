@@ -80,7 +80,7 @@ pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut V
         let res = match rw {
             // A dataset the writer cannot change yet (snapshots, system attributes) is served
             // read-only, with a note.
-            Some(h) => match oxzfs_fuse::rw::mount_rw(h.clone(), dsobj, name.clone(), &mp, Some((pool.clone(), snapdir_visible))) {
+            Some(h) => match oxzfs_fuse::mount_rw(h.clone(), dsobj, name.clone(), &mp, Some((pool.clone(), snapdir_visible))) {
                 Err(e) if e.errno() == libc::EROFS || matches!(e, oxzfs::ZfsError::Unsupported(_)) => {
                     let _ = writeln!(err, "note: '{name}' is mounted read-only: {e}");
                     ro_mount()

@@ -378,6 +378,53 @@ impl ZplRead for Live<'_> {
     }
 }
 
+/// The file system as a mount reads it: read-only (`Zfs`: a read-only import's dataset, a
+/// snapshot) or being written (`Live`: the open txg's view). One type, so whoever serves both
+/// (the FUSE adapter) writes each read once.
+pub enum View<'a> {
+    Synced(&'a Zfs),
+    Open(Live<'a>),
+}
+
+impl<'a> ZplRead for View<'a> {
+    type Os = dyn ObjsetRead + 'a;
+
+    fn os(&self) -> &(dyn ObjsetRead + 'a) {
+        match self {
+            View::Synced(z) => z.os(),
+            View::Open(l) => l.os(),
+        }
+    }
+
+    fn root(&self) -> Result<u64> {
+        match self {
+            View::Synced(z) => z.root(),
+            View::Open(l) => l.root(),
+        }
+    }
+
+    fn znode(&self, ino: u64) -> Result<Arc<Znode>> {
+        match self {
+            View::Synced(z) => z.znode(ino),
+            View::Open(l) => l.znode(ino),
+        }
+    }
+
+    fn dir_value(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+        match self {
+            View::Synced(z) => z.dir_value(dir, name),
+            View::Open(l) => l.dir_value(dir, name),
+        }
+    }
+
+    fn dir_values(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
+        match self {
+            View::Synced(z) => z.dir_values(dir),
+            View::Open(l) => l.dir_values(dir),
+        }
+    }
+}
+
 /// A read-only file system (a read-only import's dataset, a snapshot): its objset never
 /// changes, so znodes and directory indexes are kept.
 pub struct Zfs {
