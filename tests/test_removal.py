@@ -478,6 +478,59 @@ def test_second_removal_goes_through_the_first_mapping(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
+def test_mapping_condensed_once_mostly_obsolete(oxzfs):
+    """After a removal, most of what the mapping maps is freed: the next txgs condense the
+    mapping as OpenZFS does (vdev_indirect_should_condense, with zfs_condense_min_mapping_bytes
+    lowered so a small pool qualifies): a new mapping object without the wholly obsolete
+    entries, a fresh obsolete space map, the old objects freed. OpenZFS's zdb counts fewer
+    segments and checks the new mapping's obsolete counts and the feature refcounts, status
+    shows less memory for the mapping, and every remaining file reads back before and after
+    export/import."""
+    pool = "rmcond"
+    devs, vdir, alt, root = fresh_pool(oxzfs, pool, "condense", 1024, lambda d: d[:2])
+    rng = random.Random(5)
+    want = {}
+    for i in range(120):
+        want[f"c{i}"] = rng.randbytes(rng.choice([3000, 90000, 250000]))
+        with open(os.path.join(root, f"c{i}"), "wb") as f:
+            f.write(want[f"c{i}"])
+    oxzfs.zpool("sync", pool, check=True)
+    # Mapping entries of at most 1M, so that freeing the older files empties whole entries.
+    tunable(oxzfs, "zfs_remove_max_segment=1M")
+    try:
+        assert oxzfs.zpool("remove", "-w", pool, devs[0]).returncode == 0
+    finally:
+        tunable(oxzfs, "zfs_remove_max_segment=16M")
+    assert oxzfs.export(pool).returncode == 0
+    segments = lambda text: int(re.search(r"indirect vdev id 0 has (\d+) segments", text).group(1))
+    objects = lambda: re.findall(r"com.delphix:indirect_object: (\d+)", zdb_config(vdir, pool))
+    segs0, obj0 = segments(zdb_check(vdir, pool)), objects()
+    assert oxzfs.zpool("import", "-d", vdir, "-R", alt, pool).returncode == 0
+    oxzfs.imported.append(pool)
+    mem = lambda: re.search(r"^\t(\S+) memory used for removed device mappings$", oxzfs.zpool("status", pool, check=True).stdout, re.M).group(1)
+    m0 = mem()
+    tunable(oxzfs, "zfs_condense_min_mapping_bytes=0")
+    try:
+        for i in range(90):
+            os.unlink(os.path.join(root, f"c{i}"))
+            del want[f"c{i}"]
+        for _ in range(3):
+            oxzfs.zpool("sync", pool, check=True)
+        m1 = mem()
+    finally:
+        tunable(oxzfs, "zfs_condense_min_mapping_bytes=128K")
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+    segs1, obj1 = segments(zdb_check(vdir, pool)), objects()
+    assert len(obj0) == 1 and obj1 != obj0, (obj0, obj1)
+    assert segs1 < segs0, (segs0, segs1)
+    assert (m0, m1) == (nicenum(24 * segs0), nicenum(24 * segs1)), (m0, m1, segs0, segs1)
+    assert oxzfs.zpool("import", "-d", vdir, "-R", alt, pool).returncode == 0
+    oxzfs.imported.append(pool)
+    assert tree_sums(root) == want
+    assert oxzfs.export(pool).returncode == 0
+
+
 DATE = r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"
 
 

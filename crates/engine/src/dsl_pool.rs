@@ -33,6 +33,9 @@ pub struct PoolW {
     /// The open txg.
     pub txg: u64,
     pub config_dirty: bool,
+    /// Ranges of removed vdevs became obsolete in the last sync: the next one checks whether a
+    /// mapping should be condensed (`vdev_indirect`), so it runs even with nothing else dirty.
+    pub condense_due: bool,
     pub version: u64,
     /// Features enabled (guid → refcount), for-read flag.
     pub features: BTreeMap<String, (u64, bool)>,
@@ -75,6 +78,7 @@ impl PoolW {
             ms: SharedMs::new(ms),
             txg,
             config_dirty: false,
+            condense_due: false,
             version,
             features: BTreeMap::new(),
             feature_objs: None,
@@ -128,7 +132,7 @@ impl PoolW {
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
         // A scan's progress alone is worth a sync (OpenZFS syncs each txg while it scans).
-        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty()) || self.spa.scan.lock().dirty
+        self.mos.is_dirty() || self.config_dirty || self.condense_due || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty()) || self.spa.scan.lock().dirty
     }
 }
 

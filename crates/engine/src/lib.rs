@@ -53,6 +53,7 @@ pub mod spa_create;
 pub mod spa_load;
 pub mod txg;
 pub mod spa_config;
+pub mod vdev_indirect;
 pub mod vdev_removal;
 pub mod vdev_dtl;
 pub mod vdev_attach;

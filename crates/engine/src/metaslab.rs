@@ -149,7 +149,7 @@ impl Metaslabs {
                     }
                 };
                 // A removed vdev's frees go through its mapping (loaded with the MOS).
-                let mapping = top.indirect.as_ref().and_then(|c| c.mapping.get().cloned());
+                let mapping = top.indirect.as_ref().and_then(|c| c.mapping());
                 let evacuated = mapping.is_some();
                 Group { class, retired: evacuated, evacuated, late_frees: Vec::new(), mapping, removing: None, obsolete: Vec::new(), ashift: top.ashift, ms_shift: shift, ms }
             })
@@ -349,6 +349,14 @@ impl Metaslabs {
         if let Some(g) = self.groups.get_mut(vdev as usize) {
             g.retired = true;
             g.evacuated = true;
+        }
+    }
+
+    /// Removed vdev `vdev`'s mapping was condensed: its frees go through `mapping` from now on
+    /// (it maps every range a block may still name as the old one did).
+    pub fn replace_mapping(&mut self, vdev: u64, mapping: std::sync::Arc<crate::vdev::indirect::IndirectMapping>) {
+        if let Some(g) = self.groups.get_mut(vdev as usize).filter(|g| g.mapping.is_some()) {
+            g.mapping = Some(mapping);
         }
     }
 

@@ -996,7 +996,7 @@ pub fn mapping_memory(root: &Vdev, mut id: u64) -> u64 {
     let mut hops = 0;
     while id != u64::MAX && hops <= root.children.len() {
         let Some(cfg) = root.children.get(id as usize).and_then(|t| t.indirect.as_ref()) else { break };
-        total += cfg.mapping.get().map_or(0, |m| m.size());
+        total += cfg.mapping().map_or(0, |m| m.size());
         id = cfg.prev_indirect_vdev;
         hops += 1;
     }

@@ -276,7 +276,8 @@ impl PoolW {
         let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
         pw.config_dirty = renamed;
         pw.check_writable()?;
-        pw.check_removals_writable()?;
+        // A condense OpenZFS left under way is finished by the first txg (vdev_indirect).
+        pw.condensing_phys()?;
         pw.load_features()?;
         pw.ms.lock().obsolete_counts = pw.feature_enabled(crate::vdev_removal::OBSOLETE_COUNTS);
         pw.load_metaslabs()?;

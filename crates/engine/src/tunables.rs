@@ -30,6 +30,10 @@
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
 //!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
 //!                           each step; rounded up to the pool's largest sector)
+//!   zfs_condense_indirect_vdevs_enable  condense removed vdevs' mappings when
+//!                           zfs_condense_indirect_obsolete_pct of what one maps is obsolete
+//!                           (and it is over zfs_condense_min_mapping_bytes in memory), or its
+//!                           obsolete space map reaches zfs_condense_max_obsolete_bytes
 //!   zfs_scan_legacy         1: the scan reads blocks as its walk meets them (0: sorted, see
 //!                           dsl_scan_queue); zfs_scan_mem_lim_fact: its queues' memory is
 //!                           at most physical memory / this; zfs_scan_issue_strategy (0, 1:
@@ -66,7 +70,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 30] = [
+static TUNABLES: [Tunable; 34] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -82,6 +86,10 @@ static TUNABLES: [Tunable; 30] = [
     tunable("zfs_arc_max", "Largest size of the ARC the imported pools share, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
     tunable("zfs_arc_sys_free", "Memory the ARC leaves the system: below this much available it shrinks, bytes (0: 1/32 of memory plus three times min_free_kbytes)", 0, 1, u64::MAX, None),
+    tunable("zfs_condense_indirect_obsolete_pct", "A removed vdev's mapping is condensed when at least this share of the bytes it maps is obsolete, percent", 25, 0, 100, None),
+    tunable("zfs_condense_indirect_vdevs_enable", "Condense the mappings of removed vdevs (1) or not (0)", 1, 0, 1, None),
+    tunable("zfs_condense_max_obsolete_bytes", "A removed vdev's mapping is condensed when its obsolete space map is this long, bytes", 1 << 30, 0, u64::MAX, None),
+    tunable("zfs_condense_min_mapping_bytes", "Mappings of removed vdevs smaller than this in memory are not condensed for their obsolete share, bytes", 128 << 10, 0, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
@@ -169,159 +177,151 @@ pub fn set_assignment(a: &str) -> Result<u64> {
     set(n.trim(), v)
 }
 
-// Where each tunable stands in TUNABLES (sorted by name), for the readers below: one atomic
-// load, no lookup by name (force_ganging is read for every block allocated).
-const L2ARC_FEED_AGAIN: usize = 0;
-const L2ARC_FEED_MIN_MS: usize = 1;
-const L2ARC_FEED_SECS: usize = 2;
-const L2ARC_HEADROOM: usize = 3;
-const L2ARC_META_PERCENT: usize = 4;
-const L2ARC_NOPREFETCH: usize = 5;
-const L2ARC_REBUILD_MIN_L2SIZE: usize = 6;
-const L2ARC_REBUILD_ENABLED: usize = 7;
-const L2ARC_WRITE_BOOST: usize = 8;
-const L2ARC_WRITE_MAX: usize = 9;
-const FORCE_GANGING: usize = 10;
-const REMOVAL_MAX_SPAN: usize = 11;
-const ARC_MAX: usize = 12;
-const ARC_MIN: usize = 13;
-const ARC_SYS_FREE: usize = 14;
-const DIRTY_DATA_MAX: usize = 15;
-const IMMEDIATE_WRITE_SZ: usize = 16;
-const MAX_RECORDSIZE: usize = 17;
-const REMOVAL_SUSPEND_PROGRESS: usize = 18;
-const REMOVE_MAX_SEGMENT: usize = 19;
-const SCAN_FILL_WEIGHT: usize = 20;
-const SCAN_ISSUE_STRATEGY: usize = 21;
-const SCAN_LEGACY: usize = 22;
-const SCAN_MAX_EXT_GAP: usize = 23;
-const SCAN_MEM_LIM_FACT: usize = 24;
-const SCAN_SUSPEND_PROGRESS: usize = 25;
-const SCRUB_MIN_TIME_MS: usize = 26;
-const TXG_TIMEOUT: usize = 27;
-const VDEV_AGGREGATION_LIMIT: usize = 28;
-const ZIL_SLOG_BULK: usize = 29;
+/// The tunable `$name` (a literal that must be one of TUNABLES'; the unit tests call every
+/// reader below), looked up once: the readers are one atomic load after that.
+macro_rules! known {
+    ($name:literal) => {{
+        static T: std::sync::OnceLock<&'static Tunable> = std::sync::OnceLock::new();
+        *T.get_or_init(|| lookup($name).unwrap_or_else(|_| panic!("tunable {} is not in TUNABLES", $name)))
+    }};
+}
 
 /// Values the code reads.
+pub fn condense_indirect_vdevs_enable() -> bool {
+    known!("zfs_condense_indirect_vdevs_enable").get() != 0
+}
+
+pub fn condense_indirect_obsolete_pct() -> u64 {
+    known!("zfs_condense_indirect_obsolete_pct").get()
+}
+
+pub fn condense_max_obsolete_bytes() -> u64 {
+    known!("zfs_condense_max_obsolete_bytes").get()
+}
+
+pub fn condense_min_mapping_bytes() -> u64 {
+    known!("zfs_condense_min_mapping_bytes").get()
+}
+
 pub fn txg_timeout() -> std::time::Duration {
-    std::time::Duration::from_secs(TUNABLES[TXG_TIMEOUT].get())
+    std::time::Duration::from_secs(known!("zfs_txg_timeout").get())
 }
 
 pub fn removal_suspend_progress() -> bool {
-    TUNABLES[REMOVAL_SUSPEND_PROGRESS].get() != 0
+    known!("zfs_removal_suspend_progress").get() != 0
 }
 
 pub fn remove_max_segment() -> u64 {
-    TUNABLES[REMOVE_MAX_SEGMENT].get()
+    known!("zfs_remove_max_segment").get()
 }
 
 pub fn removal_max_span() -> u64 {
-    TUNABLES[REMOVAL_MAX_SPAN].get()
+    known!("vdev_removal_max_span").get()
 }
 
 pub fn scan_suspend_progress() -> bool {
-    TUNABLES[SCAN_SUSPEND_PROGRESS].get() != 0
+    known!("zfs_scan_suspend_progress").get() != 0
 }
 
 pub fn scan_fill_weight() -> u64 {
-    TUNABLES[SCAN_FILL_WEIGHT].get()
+    known!("zfs_scan_fill_weight").get()
 }
 
 pub fn scan_issue_strategy() -> u64 {
-    TUNABLES[SCAN_ISSUE_STRATEGY].get()
+    known!("zfs_scan_issue_strategy").get()
 }
 
 pub fn scan_legacy() -> bool {
-    TUNABLES[SCAN_LEGACY].get() != 0
+    known!("zfs_scan_legacy").get() != 0
 }
 
 pub fn scan_max_ext_gap() -> u64 {
-    TUNABLES[SCAN_MAX_EXT_GAP].get()
+    known!("zfs_scan_max_ext_gap").get()
 }
 
 pub fn scan_mem_lim_fact() -> u64 {
-    TUNABLES[SCAN_MEM_LIM_FACT].get()
+    known!("zfs_scan_mem_lim_fact").get()
 }
 
 pub fn vdev_aggregation_limit() -> u64 {
-    TUNABLES[VDEV_AGGREGATION_LIMIT].get()
+    known!("zfs_vdev_aggregation_limit").get()
 }
 
 pub fn scrub_min_time() -> std::time::Duration {
-    std::time::Duration::from_millis(TUNABLES[SCRUB_MIN_TIME_MS].get())
+    std::time::Duration::from_millis(known!("zfs_scrub_min_time_ms").get())
 }
 
 pub fn dirty_data_max() -> Option<u64> {
-    Some(TUNABLES[DIRTY_DATA_MAX].get()).filter(|v| *v > 0)
+    Some(known!("zfs_dirty_data_max").get()).filter(|v| *v > 0)
 }
 
 pub fn arc_max() -> Option<u64> {
-    Some(TUNABLES[ARC_MAX].get()).filter(|v| *v > 0)
+    Some(known!("zfs_arc_max").get()).filter(|v| *v > 0)
 }
 
 pub fn arc_min() -> Option<u64> {
-    Some(TUNABLES[ARC_MIN].get()).filter(|v| *v > 0)
+    Some(known!("zfs_arc_min").get()).filter(|v| *v > 0)
 }
 
 pub fn arc_sys_free() -> Option<u64> {
-    Some(TUNABLES[ARC_SYS_FREE].get()).filter(|v| *v > 0)
+    Some(known!("zfs_arc_sys_free").get()).filter(|v| *v > 0)
 }
 
 /// The L2ARC feed's knobs, read at each feed.
 pub fn l2arc_feed_again() -> bool {
-    TUNABLES[L2ARC_FEED_AGAIN].get() != 0
+    known!("l2arc_feed_again").get() != 0
 }
 
 pub fn l2arc_feed_min() -> std::time::Duration {
-    std::time::Duration::from_millis(TUNABLES[L2ARC_FEED_MIN_MS].get())
+    std::time::Duration::from_millis(known!("l2arc_feed_min_ms").get())
 }
 
 pub fn l2arc_feed_secs() -> std::time::Duration {
-    std::time::Duration::from_secs(TUNABLES[L2ARC_FEED_SECS].get())
+    std::time::Duration::from_secs(known!("l2arc_feed_secs").get())
 }
 
 pub fn l2arc_headroom() -> u64 {
-    TUNABLES[L2ARC_HEADROOM].get()
+    known!("l2arc_headroom").get()
 }
 
 pub fn l2arc_meta_percent() -> u64 {
-    TUNABLES[L2ARC_META_PERCENT].get()
+    known!("l2arc_meta_percent").get()
 }
 
 pub fn l2arc_noprefetch() -> bool {
-    TUNABLES[L2ARC_NOPREFETCH].get() != 0
+    known!("l2arc_noprefetch").get() != 0
 }
 
 pub fn l2arc_rebuild_blocks_min_l2size() -> u64 {
-    TUNABLES[L2ARC_REBUILD_MIN_L2SIZE].get()
+    known!("l2arc_rebuild_blocks_min_l2size").get()
 }
 
 pub fn l2arc_rebuild_enabled() -> bool {
-    TUNABLES[L2ARC_REBUILD_ENABLED].get() != 0
+    known!("l2arc_rebuild_enabled").get() != 0
 }
 
 pub fn l2arc_write_boost() -> u64 {
-    TUNABLES[L2ARC_WRITE_BOOST].get()
+    known!("l2arc_write_boost").get()
 }
 
 pub fn l2arc_write_max() -> u64 {
-    TUNABLES[L2ARC_WRITE_MAX].get()
+    known!("l2arc_write_max").get()
 }
 
 pub fn max_recordsize() -> u64 {
-    TUNABLES[MAX_RECORDSIZE].get()
+    known!("zfs_max_recordsize").get()
 }
 
 pub fn immediate_write_sz() -> u64 {
-    TUNABLES[IMMEDIATE_WRITE_SZ].get()
+    known!("zfs_immediate_write_sz").get()
 }
 
 pub fn zil_slog_bulk() -> u64 {
-    TUNABLES[ZIL_SLOG_BULK].get()
+    known!("zil_slog_bulk").get()
 }
 
 pub fn force_ganging() -> u64 {
-    TUNABLES[FORCE_GANGING].get()
+    known!("metaslab_force_ganging").get()
 }
 
 #[cfg(test)]
@@ -330,43 +330,14 @@ mod tests {
 
     #[test]
     fn the_readers_read_the_tunables_they_name() {
-        let at = |name: &str| TUNABLES.iter().position(|t| t.name == name).unwrap();
-        let names = [
-            ("l2arc_feed_again", L2ARC_FEED_AGAIN),
-            ("l2arc_feed_min_ms", L2ARC_FEED_MIN_MS),
-            ("l2arc_feed_secs", L2ARC_FEED_SECS),
-            ("l2arc_headroom", L2ARC_HEADROOM),
-            ("l2arc_meta_percent", L2ARC_META_PERCENT),
-            ("l2arc_noprefetch", L2ARC_NOPREFETCH),
-            ("l2arc_rebuild_blocks_min_l2size", L2ARC_REBUILD_MIN_L2SIZE),
-            ("l2arc_rebuild_enabled", L2ARC_REBUILD_ENABLED),
-            ("l2arc_write_boost", L2ARC_WRITE_BOOST),
-            ("l2arc_write_max", L2ARC_WRITE_MAX),
-            ("metaslab_force_ganging", FORCE_GANGING),
-            ("vdev_removal_max_span", REMOVAL_MAX_SPAN),
-            ("zfs_arc_max", ARC_MAX),
-            ("zfs_arc_min", ARC_MIN),
-            ("zfs_arc_sys_free", ARC_SYS_FREE),
-            ("zfs_dirty_data_max", DIRTY_DATA_MAX),
-            ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
-            ("zfs_max_recordsize", MAX_RECORDSIZE),
-            ("zfs_removal_suspend_progress", REMOVAL_SUSPEND_PROGRESS),
-            ("zfs_remove_max_segment", REMOVE_MAX_SEGMENT),
-            ("zfs_scan_fill_weight", SCAN_FILL_WEIGHT),
-            ("zfs_scan_issue_strategy", SCAN_ISSUE_STRATEGY),
-            ("zfs_scan_legacy", SCAN_LEGACY),
-            ("zfs_scan_max_ext_gap", SCAN_MAX_EXT_GAP),
-            ("zfs_scan_mem_lim_fact", SCAN_MEM_LIM_FACT),
-            ("zfs_scan_suspend_progress", SCAN_SUSPEND_PROGRESS),
-            ("zfs_scrub_min_time_ms", SCRUB_MIN_TIME_MS),
-            ("zfs_txg_timeout", TXG_TIMEOUT),
-            ("zfs_vdev_aggregation_limit", VDEV_AGGREGATION_LIMIT),
-            ("zil_slog_bulk", ZIL_SLOG_BULK),
-        ];
-        for (name, i) in names {
-            assert_eq!(at(name), i, "{name}");
+        // Every name a reader looks up (known!) is a tunable: the source read as text, so a
+        // reader added later is checked too.
+        let src = include_str!("tunables.rs");
+        let named: Vec<&str> = src.split("known!(\"").skip(1).filter_map(|r| r.split('"').next()).filter(|n| !n.is_empty() && !n.contains(' ')).collect();
+        assert!(named.len() > 20, "{named:?}");
+        for n in named {
+            assert!(lookup(n).is_ok(), "reader of unknown tunable {n}");
         }
-        assert_eq!(names.len(), TUNABLES.len());
         assert!(TUNABLES.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
     }
 

@@ -316,6 +316,9 @@ impl PoolW {
         }
         // The leaves' DTLs (vdev_dtl_sync), which may name a new object in the config.
         self.dtl_sync(txg)?;
+        // A removed vdev's mapping condensed (spa_sync_condense_indirect), which names a new
+        // mapping object in the config.
+        self.condense_indirect_sync(txg)?;
         // 2. The MOS, until the space maps stop changing.
         if self.config_dirty {
             let cfg = self.mos.zap_lookup(1, "config")?.ok_or_else(|| ZfsError::Invalid("no config object".into()))?;
@@ -350,6 +353,7 @@ impl PoolW {
             }
             for (vdev, segs) in obsolete {
                 self.write_obsolete_sm(vdev, &segs, txg, pass as u64)?;
+                self.condense_due = true;
             }
             pass += 1;
             if pass > 100 {

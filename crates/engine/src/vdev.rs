@@ -402,12 +402,11 @@ impl Vdev {
             stats.dtl_object.store(nv.get_u64("DTL").unwrap_or(0), Ordering::Relaxed);
         }
         let indirect = (kind == VdevKind::Indirect).then(|| {
-            Arc::new(indirect::IndirectConfig {
-                mapping_object: nv.get_u64("com.delphix:indirect_object").unwrap_or(0),
-                births_object: nv.get_u64("com.delphix:indirect_births").unwrap_or(0),
-                prev_indirect_vdev: nv.get_u64("com.delphix:prev_indirect_vdev").unwrap_or(u64::MAX),
-                mapping: Default::default(),
-            })
+            Arc::new(indirect::IndirectConfig::new(
+                nv.get_u64("com.delphix:indirect_object").unwrap_or(0),
+                nv.get_u64("com.delphix:indirect_births").unwrap_or(0),
+                nv.get_u64("com.delphix:prev_indirect_vdev").unwrap_or(u64::MAX),
+            ))
         });
         Ok(Arc::new(Vdev {
             id,

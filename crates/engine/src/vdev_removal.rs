@@ -37,8 +37,8 @@
 //! vdev an obsolete space map (`com.delphix:indirect_obsolete_sm`, ALLOC entries in bytes)
 //! that every free of a copied or removed range is appended to; the two together are the
 //! bytes of each entry no block references, which OpenZFS's zdb checks. Each of the three
-//! takes a reference of obsolete_counts. A mapping being condensed
-//! (spa_condense_indirect_*) is not kept: such pools import read-only.
+//! takes a reference of obsolete_counts. Condensing a mapping once much of it is obsolete is
+//! `vdev_indirect`'s.
 
 use crate::dsl_pool::PoolW;
 use crate::{Result, ZfsError};
@@ -209,7 +209,7 @@ pub(crate) fn clear_labels(dev: &dyn crate::vdev::BlockDevice) -> Result<()> {
 /// indirect vdev: vdev_indirect_mapping_open, vdev_indirect_births_open). A mapping whose own
 /// blocks sit on another removed vdev is read once that vdev's mapping is in, hence the rounds.
 pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev, pool: &str) -> Result<()> {
-    let pending = || root.children.iter().filter_map(|t| t.indirect.as_ref().filter(|c| c.mapping.get().is_none()).map(|c| (t.id, c.clone()))).collect::<Vec<_>>();
+    let pending = || root.children.iter().filter_map(|t| t.indirect.as_ref().filter(|c| c.mapping().is_none()).map(|c| (t.id, c.clone()))).collect::<Vec<_>>();
     let mut todo = pending();
     while !todo.is_empty() {
         let mut last_err = None;
@@ -217,7 +217,7 @@ pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev
             let load = || read_mapping(mos, cfg.mapping_object, cfg.births_object, pool, *id);
             match load() {
                 Ok(m) => {
-                    let _ = cfg.mapping.set(std::sync::Arc::new(m));
+                    cfg.set_mapping(std::sync::Arc::new(m));
                 }
                 Err(e) => last_err = Some(e),
             }
@@ -231,8 +231,7 @@ pub fn load_indirect_mappings(mos: &crate::dmu::Objset, root: &crate::vdev::Vdev
     Ok(())
 }
 
-/// The feature that counts obsolete space of removed vdevs precisely.
-pub const OBSOLETE_COUNTS: &str = "com.delphix:obsolete_counts";
+pub use crate::vdev_indirect::OBSOLETE_COUNTS;
 /// The top-level vdev ZAP key saying its obsolete counts are precise (set when its removal
 /// started with obsolete_counts enabled).
 pub const VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE: &str = "com.delphix:obsolete_counts_are_precise";
@@ -241,7 +240,7 @@ const OBSOLETE_SM_BLKSZ: u64 = 128 << 10;
 
 impl PoolW {
     /// The top-level vdev ZAP of vdev `top` as the config names it.
-    fn top_zap(&self, top: u64) -> Option<u64> {
+    pub(crate) fn top_zap(&self, top: u64) -> Option<u64> {
         self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")).filter(|&z| z != 0)
     }
 
@@ -294,13 +293,8 @@ impl PoolW {
         use oxzfs_format::removal::VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM;
         let Some(zap) = self.top_zap(top) else { return Ok(()) };
         let Some(sm) = self.mos.zap_lookup(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?.filter(|&o| o != 0) else { return Ok(()) };
-        let full = self.mos.dnode(sm)?.bonuslen as usize >= 320;
-        self.mos.free_object(sm)?;
-        if full {
-            self.feature_incr("com.delphix:spacemap_histogram", -1)?;
-        }
         self.mos.zap_remove(zap, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM)?;
-        self.feature_incr(OBSOLETE_COUNTS, -1)
+        self.free_obsolete_sm_object(sm)
     }
 }
 
@@ -529,7 +523,7 @@ impl PoolW {
 
     /// The config's nvlist of top-level vdev `top`, changed by `f`; the config is written with
     /// the next txg.
-    fn edit_top_config(&mut self, top: u64, f: impl FnOnce(&mut NvList)) -> Result<NvList> {
+    pub(crate) fn edit_top_config(&mut self, top: u64, f: impl FnOnce(&mut NvList)) -> Result<NvList> {
         let mut cfg = self.config_nv.clone();
         let mut tree = cfg.get_nvlist("vdev_tree").cloned().unwrap_or_default();
         let mut tops: Vec<NvList> = tree.get_nvlist_array("children").map(|a| a.to_vec()).unwrap_or_default();
@@ -554,7 +548,7 @@ impl PoolW {
     ///      vdev's config gains removing = 1 and the two objects; synced
     /// ```
     pub fn start_removal(&mut self, top: u64) -> Result<()> {
-        use oxzfs_format::removal::{IndirectMappingPhys, SpaRemovingPhys};
+        use oxzfs_format::removal::SpaRemovingPhys;
         use oxzfs_format::types::DMU_OTN_UINT64_METADATA;
         self.check_remove_top(top)?;
         // 1. Quiet the vdev.
@@ -573,18 +567,13 @@ impl PoolW {
         // mapping has a counts object (another reference) named in its longer bonus.
         let precise = self.feature_enabled(OBSOLETE_COUNTS);
         self.ms.lock().obsolete_counts = precise;
-        let mut phys = IndirectMappingPhys::default();
-        let bonus_len = if precise { oxzfs_format::removal::MAPPING_PHYS_SIZE } else { oxzfs_format::removal::MAPPING_PHYS_SIZE_V0 };
-        let mapping_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, bonus_len, 1)?;
         if precise {
             if let Some(zap) = self.top_zap(top) {
                 self.feature_incr(OBSOLETE_COUNTS, 1)?;
                 self.mos.zap_add_u64(zap, VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE, 1)?;
             }
-            phys.counts_object = self.mos.alloc_object(oxzfs_format::types::DMU_OTN_UINT32_METADATA, 128 << 10, oxzfs_format::types::DMU_OT_NONE, 0, 1)?;
-            self.feature_incr(OBSOLETE_COUNTS, 1)?;
         }
-        self.mos.set_bonus(mapping_obj, &phys.encode()[..bonus_len])?;
+        let (mapping_obj, phys) = self.alloc_mapping_object()?;
         let births_obj = self.mos.alloc_object(DMU_OTN_UINT64_METADATA, 128 << 10, DMU_OTN_UINT64_METADATA, 8, 1)?;
         self.mos.set_bonus(births_obj, &0u64.to_le_bytes())?;
         let prev = self.removing_phys()?.map_or(u64::MAX, |p| p.prev_indirect_vdev);
@@ -646,7 +635,7 @@ impl PoolW {
     /// objects and the copied count into spa_removing_phys, all synced with that txg. True
     /// when nothing is left to copy.
     pub fn removal_step(&mut self, budget: u64) -> Result<bool> {
-        use oxzfs_format::removal::{BirthEntryPhys, MappingEntryPhys, BIRTH_ENTRY_SIZE, MAPPING_ENTRY_SIZE, MAPPING_PHYS_SIZE_V0};
+        use oxzfs_format::removal::{BirthEntryPhys, MappingEntryPhys, BIRTH_ENTRY_SIZE};
         let Some(mut rec) = self.removing_phys()?.filter(|p| p.state == DSS_SCANNING) else { return Ok(true) };
         let top = rec.removing_vdev;
         let root = self.spa.root_vdev.clone();
@@ -771,10 +760,8 @@ impl PoolW {
             let m = &mut r.mapping;
             let first = m.entries.len();
             m.entries.extend_from_slice(&entries);
-            if let Some(last) = entries.last() {
-                m.phys.max_offset = last.src + last.size();
-                m.phys.bytes_mapped += entries.iter().map(|e| e.size()).sum::<u64>();
-                m.phys.num_entries = m.entries.len() as u64;
+            if !entries.is_empty() {
+                crate::vdev_indirect::extend_phys(&mut m.phys, &entries);
                 match m.births.last_mut() {
                     Some(b) if b.phys_birth_txg == txg => b.offset = m.phys.max_offset,
                     _ => m.births.push(BirthEntryPhys { offset: m.phys.max_offset, phys_birth_txg: txg }),
@@ -786,19 +773,8 @@ impl PoolW {
             let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
             let mapping_obj = nv.get_u64("com.delphix:indirect_object").unwrap_or(0);
             let births_obj = nv.get_u64("com.delphix:indirect_births").unwrap_or(0);
-            let mut raw = Vec::with_capacity(entries.len() * MAPPING_ENTRY_SIZE);
-            for e in &entries {
-                raw.extend_from_slice(&e.encode());
-            }
-            self.mos.write(mapping_obj, (first * MAPPING_ENTRY_SIZE) as u64, &raw)?;
-            if phys.counts_object != 0 {
-                // Each new entry's obsolete count: what it covers that was never allocated.
-                let counts: Vec<u8> = counts.iter().flat_map(|c| c.to_le_bytes()).collect();
-                self.mos.write(phys.counts_object, (first * 4) as u64, &counts)?;
-                self.mos.set_bonus(mapping_obj, &phys.encode())?;
-            } else {
-                self.mos.set_bonus(mapping_obj, &phys.encode()[..MAPPING_PHYS_SIZE_V0])?;
-            }
+            // Each new entry's obsolete count: what it covers that was never allocated.
+            self.write_mapping_entries(mapping_obj, &phys, first as u64, &entries, &counts)?;
             let b = births[birth_index];
             let mut raw = Vec::with_capacity(BIRTH_ENTRY_SIZE);
             raw.extend_from_slice(&b.offset.to_le_bytes());
@@ -1037,19 +1013,3 @@ fn read_mapping(mos: &crate::dmu::Objset, mapping_object: u64, births_object: u6
     Ok(crate::vdev::indirect::IndirectMapping { phys, entries, births })
 }
 
-impl PoolW {
-    /// Whether this pool's removals leave oxzfs anything it cannot keep when writing: a
-    /// condensing of a mapping under way (spa_condense_indirect_*), which oxzfs does not do
-    /// yet. Such pools import read-only. (An evacuation in progress is `load_removal`'s.)
-    pub(crate) fn check_removals_writable(&mut self) -> Result<()> {
-        use oxzfs_format::removal::DMU_POOL_CONDENSING_INDIRECT;
-        let name = self.spa.name.clone();
-        let dir = self.mos.zap(1)?;
-        if dir.entries.contains_key(DMU_POOL_CONDENSING_INDIRECT.as_bytes()) {
-            return Err(ZfsError::Unsupported(format!(
-                "cannot import '{name}' read-write: the mapping of a removed vdev is being condensed, which oxzfs does not keep yet (import with -o readonly=on)"
-            )));
-        }
-        Ok(())
-    }
-}

@@ -5,12 +5,13 @@
 //! back together (a destination may itself be indirect: the lookup repeats, bounded).
 //!
 //! The vdev tree is built from the config before the MOS can be read; the mapping, which lives
-//! in the MOS, is set once after the MOS is open (spa_load) and never changes afterwards while
-//! the pool is open (condensing rewrites it; oxzfs does not condense yet).
+//! in the MOS, is set after the MOS is open (spa_load), and replaced when a condense
+//! (spa_condense_indirect_*, in `vdev_removal`) rewrites it without its obsolete entries: the
+//! new mapping maps every range a block pointer may still name as the old one did.
 
 use crate::{Result, ZfsError};
 use oxzfs_format::removal::{BirthEntryPhys, IndirectMappingPhys, MappingEntryPhys};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 
 /// What the config says of an indirect vdev, and its mapping once loaded.
 #[derive(Debug, Default)]
@@ -21,7 +22,7 @@ pub struct IndirectConfig {
     pub births_object: u64,
     /// `com.delphix:prev_indirect_vdev`: the vdev removed before this one (u64::MAX: none).
     pub prev_indirect_vdev: u64,
-    pub mapping: OnceLock<Arc<IndirectMapping>>,
+    mapping: RwLock<Option<Arc<IndirectMapping>>>,
 }
 
 /// An indirect vdev's mapping and births, as read from the MOS.
@@ -83,9 +84,23 @@ impl IndirectMapping {
 }
 
 impl IndirectConfig {
+    pub fn new(mapping_object: u64, births_object: u64, prev_indirect_vdev: u64) -> IndirectConfig {
+        IndirectConfig { mapping_object, births_object, prev_indirect_vdev, mapping: RwLock::new(None) }
+    }
+
+    /// The mapping, once loaded.
+    pub fn mapping(&self) -> Option<Arc<IndirectMapping>> {
+        self.mapping.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Load the mapping, or replace it with its condensed form.
+    pub fn set_mapping(&self, m: Arc<IndirectMapping>) {
+        *self.mapping.write().unwrap_or_else(|p| p.into_inner()) = Some(m);
+    }
+
     /// The loaded mapping, or an error naming the vdev when the MOS has not been read yet.
-    pub fn loaded(&self, id: u64) -> Result<&Arc<IndirectMapping>> {
-        self.mapping.get().ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {id}: its mapping (object {}) is not loaded", self.mapping_object)))
+    pub fn loaded(&self, id: u64) -> Result<Arc<IndirectMapping>> {
+        self.mapping().ok_or_else(|| ZfsError::Invalid(format!("indirect vdev {id}: its mapping (object {}) is not loaded", self.mapping_object)))
     }
 }
 
