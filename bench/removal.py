@@ -15,6 +15,12 @@ the table has every round and the ratios of the best evacuation rate to the slow
 read and write, and to what a copy within one disk can reach (1 / (1/read + 1/write): every
 byte is read and written on the same disk).
 
+With --rate MBS the two vdevs are two independent emulated disks of that bandwidth instead
+(nbdkit's rate filter through nbdfuse, as bench/slog.py makes them): the copy reads one and
+writes the other, as between two real disks, where files in one directory share one disk's
+bandwidth. fio then measures each device file itself before the pool is made on it (a
+sequential write of the destination, a sequential read of the source).
+
 oxzfs is target/release/oxzfs (or $OXZFS_BIN), its daemon started with a private socket and
 stopped at the end; the scratch directory below --work goes.
 """
@@ -32,11 +38,14 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from run import drop_caches  # noqa: E402
+from slog import EmuDisk  # noqa: E402
 
 
 def fio(directory, name, rw, size_mib):
-    """fio's bandwidth in MB/s (10^6 bytes) of a sequential `rw` of a file of size_mib MiB."""
-    args = ["fio", f"--name={name}", f"--directory={directory}", f"--filename={name}", f"--rw={rw}", "--bs=1M",
+    """fio's bandwidth in MB/s (10^6 bytes) of a sequential `rw` of a file of size_mib MiB
+    (`name` in `directory`, or the path `name` when directory is None)."""
+    where = [f"--filename={name}"] if directory is None else [f"--directory={directory}", f"--filename={name}"]
+    args = ["fio", "--name=seq", *where, f"--rw={rw}", "--bs=1M",
             f"--size={size_mib}M", "--ioengine=psync", "--output-format=json"]
     if rw == "write":
         args.append("--end_fsync=1")
@@ -51,6 +60,7 @@ def main():
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--work", default="/var/tmp")
+    ap.add_argument("--rate", type=float, help="vdevs on two emulated disks of this many MB/s each")
     ap.add_argument("--out")
     a = ap.parse_args()
     if not shutil.which("fio"):
@@ -68,16 +78,26 @@ def main():
         return r.stdout
 
     rounds = []
+    all_emus = []
     try:
         ox("daemon", "start")
         for rnd in range(a.rounds):
             vdir = os.path.join(work, "vdevs")
             alt = os.path.join(work, "alt")
             os.makedirs(vdir, exist_ok=True)
-            devs = [os.path.join(vdir, f"d{i}") for i in range(2)]
-            for d in devs:
+            dev_mib = max(4 << 10, int(a.gib * 3) << 10)
+            emus = [EmuDisk(work, f"emu{rnd}-{i}", dev_mib, 0, a.rate) for i in range(2)] if a.rate else []
+            all_emus += emus
+            devs = [e.path for e in emus] or [os.path.join(vdir, f"d{i}") for i in range(2)]
+            if emus:
+                # The devices themselves, before the pool: the destination written, the source read.
+                w = fio(None, devs[1], "write", size_mib)
+                fio(None, devs[0], "write", size_mib)
+                drop_caches()
+                r = fio(None, devs[0], "read", size_mib)
+            for d in devs[len(emus):]:
                 with open(d, "wb") as f:
-                    f.truncate(max(4 << 30, int(a.gib * 3) << 30))
+                    f.truncate(dev_mib << 20)
             pool = "benchrm"
             ox("zpool", "create", "-o", "ashift=12", "-O", "compression=off", "-O", "recordsize=1M", "-R", alt, pool, devs[0])
             root = os.path.join(alt, pool)
@@ -90,7 +110,8 @@ def main():
             ox("zpool", "sync", pool)
             ox("zpool", "add", pool, devs[1])
             ox("zpool", "export", pool)
-            ox("zpool", "import", "-d", vdir, "-R", alt, pool)
+            dirs = [a for d in sorted({os.path.dirname(d) for d in devs}) for a in ("-d", d)]
+            ox("zpool", "import", *dirs, "-R", alt, pool)
             listing = ox("zpool", "list", "-Hpv", "-o", "name,alloc", pool)
             alloc = next(int(ln.split()[1]) for ln in listing.splitlines() if ln.split() and ln.split()[0] == devs[0])
             drop_caches()
@@ -99,15 +120,18 @@ def main():
             took = time.time() - t
             status = ox("zpool", "status", pool)
             ox("zpool", "export", pool)
+            for e in emus:
+                e.close()
             shutil.rmtree(vdir)
-            # The disk, in the same directory, by fio.
-            fdir = os.path.join(work, "fio")
-            os.makedirs(fdir, exist_ok=True)
-            drop_caches()
-            w = fio(fdir, "seq", "write", size_mib)
-            drop_caches()
-            r = fio(fdir, "seq", "read", size_mib)
-            shutil.rmtree(fdir)
+            if not emus:
+                # The disk, in the same directory, by fio.
+                fdir = os.path.join(work, "fio")
+                os.makedirs(fdir, exist_ok=True)
+                drop_caches()
+                w = fio(fdir, "seq", "write", size_mib)
+                drop_caches()
+                r = fio(fdir, "seq", "read", size_mib)
+                shutil.rmtree(fdir)
             evac = alloc / took / 1e6
             line = next((ln.strip() for ln in status.splitlines() if ln.startswith("remove:")), "")
             rounds.append({"alloc": alloc, "seconds": took, "evac_mbs": evac, "fio_write_mbs": w, "fio_read_mbs": r, "status": line})
@@ -115,6 +139,8 @@ def main():
                   f"fio write {w:.0f} MB/s, read {r:.0f} MB/s", flush=True)
     finally:
         ox("daemon", "stop", check=False)
+        for e in all_emus:
+            e.close()
         shutil.rmtree(work, ignore_errors=True)
     best = max(rounds, key=lambda x: x["evac_mbs"])
     slower = min(best["fio_write_mbs"], best["fio_read_mbs"])
@@ -123,15 +149,21 @@ def main():
     for i, x in enumerate(rounds):
         text.append(f"| {i + 1} | {x['alloc'] / 1e6:.0f} MB | {x['seconds']:.2f} | {x['evac_mbs']:.0f} | {x['fio_write_mbs']:.0f} | {x['fio_read_mbs']:.0f} |")
     text.append("")
-    text.append(f"Best evacuation: {best['evac_mbs']:.0f} MB/s = {100 * best['evac_mbs'] / slower:.0f}% of the slower of fio's "
-                f"read and write ({slower:.0f} MB/s), {100 * best['evac_mbs'] / one_disk:.0f}% of a copy within one disk "
-                f"(1/(1/read + 1/write) = {one_disk:.0f} MB/s).")
+    if a.rate:
+        text.append(f"Best evacuation: {best['evac_mbs']:.0f} MB/s = {100 * best['evac_mbs'] / slower:.0f}% of the slower of the "
+                    f"source's read and the destination's write by fio ({slower:.0f} MB/s; two emulated disks of "
+                    f"--rate {a.rate:g} MB/s).")
+    else:
+        text.append(f"Best evacuation: {best['evac_mbs']:.0f} MB/s = {100 * best['evac_mbs'] / slower:.0f}% of the slower of fio's "
+                    f"read and write ({slower:.0f} MB/s), {100 * best['evac_mbs'] / one_disk:.0f}% of a copy within one disk "
+                    f"(1/(1/read + 1/write) = {one_disk:.0f} MB/s).")
     print("\n".join(text))
     if a.out:
         with open(a.out, "w") as f:
             f.write(f"# Device removal: evacuation rate, {datetime.date.today()}\n\n")
+            rate = f" --rate {a.rate:g}" if a.rate else ""
             f.write(f"Machine: {os.cpu_count()} CPUs, {platform.machine()}. Command: `sudo python3 bench/removal.py "
-                    f"--gib {a.gib} --rounds {a.rounds}`.\n\n")
+                    f"--gib {a.gib} --rounds {a.rounds}{rate}`.\n\n")
             f.write("\n".join(text) + "\n")
         with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
             json.dump(rounds, f, indent=1)

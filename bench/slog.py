@@ -168,7 +168,9 @@ def end_process(proc, name, grace=10.0):
 class EmuDisk:
     """A sparse file served by nbdkit (delay filter) and shown as a plain file by nbdfuse."""
 
-    def __init__(self, root, name, size_mib, delay_ms):
+    def __init__(self, root, name, size_mib, delay_ms, rate_mbs=None):
+        """delay_ms per request (nbdkit's delay filter); rate_mbs: the device's bandwidth in MB/s
+        (10^6 bytes; nbdkit's rate filter), unlimited when None."""
         self.dir = os.path.join(root, name)
         self.mnt = os.path.join(self.dir, "mnt")
         self.path = os.path.join(self.mnt, "disk")
@@ -179,9 +181,10 @@ class EmuDisk:
         pidfile = os.path.join(self.dir, "nbdfuse.pid")
         self.logf = open(os.path.join(self.dir, "log"), "w")
         d = f"{int(delay_ms)}ms"
+        filters = ["--filter=delay"] + (["--filter=rate"] if rate_mbs else [])
+        params = [f"rdelay={d}", f"wdelay={d}"] + ([f"rate={int(rate_mbs * 8)}M"] if rate_mbs else [])
         self.proc = subprocess.Popen(
-            ["nbdfuse", "-P", pidfile, self.path, "--command", "nbdkit", "-s", "--filter=delay", "file", back,
-             f"rdelay={d}", f"wdelay={d}"],
+            ["nbdfuse", "-P", pidfile, self.path, "--command", "nbdkit", "-s", *filters, "file", back, *params],
             stdin=subprocess.DEVNULL, stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.nbdkit = []
         deadline = time.time() + 20

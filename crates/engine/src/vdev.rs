@@ -53,6 +53,11 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> std::io::Result<()>;
     /// A name for messages (the path).
     fn name(&self) -> String;
+    /// The descriptor of a regular file behind the device, for copies the kernel makes
+    /// between two of them (copy_file_range); None for anything else.
+    fn file_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// A file or a block device opened by path.
@@ -60,13 +65,16 @@ pub struct FileDevice {
     file: File,
     path: PathBuf,
     size: u64,
+    /// A regular file (not a block device).
+    regular: bool,
 }
 
 impl FileDevice {
     pub fn open(path: &Path, writable: bool) -> std::io::Result<FileDevice> {
         let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
         let md = file.metadata()?;
-        let size = if md.file_type().is_file() {
+        let regular = md.file_type().is_file();
+        let size = if regular {
             md.len()
         } else {
             // Block devices report 0 in metadata; seek to the end instead.
@@ -74,7 +82,7 @@ impl FileDevice {
             let mut f = &file;
             f.seek(SeekFrom::End(0))?
         };
-        Ok(FileDevice { file, path: path.to_path_buf(), size })
+        Ok(FileDevice { file, path: path.to_path_buf(), size, regular })
     }
 }
 
@@ -99,6 +107,10 @@ impl BlockDevice for FileDevice {
     }
     fn name(&self) -> String {
         self.path.display().to_string()
+    }
+    fn file_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.regular.then(|| self.file.as_raw_fd())
     }
 }
 
@@ -603,6 +615,46 @@ impl Vdev {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
         })
+    }
+
+    /// Copy `size` bytes at `offset` of this leaf to `dst_offset` of leaf `dst` inside the
+    /// kernel (copy_file_range: one copy through the page cache, none through this process),
+    /// counted in both leaves' statistics as the read and the write it replaces. Ok(false)
+    /// when the kernel cannot (not two regular files, another file system's refusal), before
+    /// anything was written: the caller copies through memory instead. Not under fault
+    /// injection, whose errors only the read and write paths make.
+    pub fn copy_leaf_to(&self, offset: u64, dst: &Vdev, dst_offset: u64, size: u64) -> Result<bool> {
+        let (Some(sdev), Some(ddev)) = (self.dev.as_ref(), dst.dev.as_ref()) else { return Ok(false) };
+        let (Some(sfd), Some(dfd)) = (sdev.file_fd(), ddev.file_fd()) else { return Ok(false) };
+        if inject::any() || self.out_of_use() || dst.out_of_use() {
+            return Ok(false);
+        }
+        let (from, to) = (offset + VDEV_LABEL_START_SIZE, dst_offset + VDEV_LABEL_START_SIZE);
+        if from + size > sdev.size() || to + size > ddev.size() {
+            return Err(ZfsError::Invalid(format!("copy of {size} bytes from {from:#x} of {} to {to:#x} of {} is past an end", sdev.name(), ddev.name())));
+        }
+        self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
+        self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
+        dst.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+        dst.stats.write_bytes.fetch_add(size, Ordering::Relaxed);
+        let (_r, _w) = (self.stats.ex.begin(false, size), dst.stats.ex.begin(true, size));
+        let (mut off_in, mut off_out, mut left) = (from as libc::loff_t, to as libc::loff_t, size as usize);
+        while left > 0 {
+            let n = unsafe { libc::copy_file_range(sfd, &mut off_in, dfd, &mut off_out, left, 0) };
+            if n > 0 {
+                left -= n as usize;
+                continue;
+            }
+            let e = if n == 0 { std::io::Error::from_raw_os_error(libc::EIO) } else { std::io::Error::last_os_error() };
+            match e.raw_os_error() {
+                Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if left == size as usize => return Ok(false),
+                _ => {
+                    self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(ZfsError::Io { device: format!("{} -> {}", sdev.name(), ddev.name()), offset: off_in as u64, source: e });
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Like `write`, with a mirror's sides written side by side (an intent-log commit waits

@@ -956,6 +956,9 @@ const COPY_CHUNK: u64 = 1 << 20;
 /// the last (OpenZFS issues a copy's read and its writes as zios in flight together). A read
 /// or write error ends the copy with that error.
 fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<()> {
+    if copy_in_kernel(src, from, dst, to, size)? {
+        return Ok(());
+    }
     if size <= COPY_CHUNK {
         return dst.write(to, &src.read_mode(from, size, &|_| true, &crate::vdev::READ_PLAIN)?);
     }
@@ -980,6 +983,36 @@ fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u
         }
         Ok(())
     })
+}
+
+/// `copy_range` inside the kernel, when the source is a leaf (or a mirror whose sides are
+/// all healthy and up to date: the first is read, as the mirror's read would) and every leaf
+/// of the destination is a file the kernel can copy into (see `Vdev::copy_leaf_to`). False
+/// when not, nothing written.
+fn copy_in_kernel(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<bool> {
+    use crate::vdev::{VdevKind, VdevState};
+    let healthy = |l: &crate::vdev::Vdev| matches!(l.kind, VdevKind::Leaf { .. }) && l.state() == VdevState::Online && !l.out_of_use() && l.stats.dtl_bounds().is_none();
+    let source = match src.kind {
+        VdevKind::Leaf { .. } => Some(src),
+        VdevKind::Mirror if src.children.iter().all(|c| healthy(c)) => src.children.first().map(|c| c.as_ref()),
+        _ => None,
+    };
+    let targets: Vec<&crate::vdev::Vdev> = match dst.kind {
+        VdevKind::Leaf { .. } => vec![dst],
+        VdevKind::Mirror if dst.children.iter().all(|c| healthy(c)) => dst.children.iter().map(|c| c.as_ref()).collect(),
+        _ => Vec::new(),
+    };
+    let Some(source) = source.filter(|_| !targets.is_empty()) else { return Ok(false) };
+    for (i, t) in targets.iter().enumerate() {
+        if !source.copy_leaf_to(from, t, to, size)? {
+            if i == 0 {
+                return Ok(false);
+            }
+            // The kernel copied to one side and not another: that side through memory.
+            t.write(to, &source.read_leaf(from, size)?)?;
+        }
+    }
+    Ok(true)
 }
 
 /// Read the mapping and births objects of vdev `id` from the MOS (vdev_indirect_mapping_open,
