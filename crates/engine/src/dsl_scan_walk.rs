@@ -353,7 +353,7 @@ impl<'a> ScanWalk<'a> {
         let injected = crate::vdev::inject::data_fault(&self.spa.name, zb.objset, zb.object, zb.level, zb.blkid).is_some();
         let r = if injected { Err(crate::ZfsError::Checksum { context: "injected".into() }) } else { zio::read_physical(&ctx, bp) };
         if r.is_err() {
-            self.spa.record_error(zb.objset, zb.object, zb.blkid);
+            self.spa.record_error(zb.objset, zb.object, zb.level, zb.blkid);
         }
         (self.progress)(zb, bp, r.is_ok());
     }

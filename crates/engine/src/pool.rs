@@ -505,7 +505,7 @@ impl Pool {
 
     /// The damaged (objset, object) pairs, each once, in order.
     fn error_objects(&self) -> Vec<(u64, u64)> {
-        let set: std::collections::BTreeSet<(u64, u64)> = self.spa.errors().into_iter().map(|(os, obj, _)| (os, obj)).collect();
+        let set: std::collections::BTreeSet<(u64, u64)> = self.spa.errors().into_iter().map(|(os, obj, _, _)| (os, obj)).collect();
         set.into_iter().collect()
     }
 

@@ -379,10 +379,10 @@ pub struct Spa {
     pub checksum_salt: [u8; 32],
     /// The MOS as of the last synced txg: its bp and decoded objset_phys (see `dmu`'s `Spa::mos`).
     pub(crate) mos: Mutex<Option<(BlockPointer, ObjsetPhys)>>,
-    errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
+    errlog: Mutex<BTreeSet<(u64, u64, u64, u64)>>,
     /// The blocks found unreadable while a scan runs (spa_errlist_scrub): they replace `errlog`
     /// when the scan finishes (spa_errlog_rotate), so one clean scrub empties the log.
-    errlog_scan: Mutex<BTreeSet<(u64, u64, u64)>>,
+    errlog_scan: Mutex<BTreeSet<(u64, u64, u64, u64)>>,
     /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
     readers: Mutex<BTreeMap<u64, usize>>,
     /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
@@ -681,16 +681,17 @@ impl Spa {
         self.readers.lock().unwrap().keys().next().copied()
     }
 
-    /// Remember a block that could not be read, for `zpool status -v`.
-    pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
+    /// Remember a block that could not be read (its bookmark: objset, object, level, blkid),
+    /// for `zpool status -v`.
+    pub fn record_error(&self, objset: u64, object: u64, level: u64, blkid: u64) {
         let scanning = self.scan.lock().scanning();
         let mut log = if scanning { self.errlog_scan.lock() } else { self.errlog.lock() }.unwrap_or_else(|p| p.into_inner());
         if log.len() < 10_000 {
-            log.insert((objset, object, blkid));
+            log.insert((objset, object, level, blkid));
         }
     }
 
-    pub fn errors(&self) -> Vec<(u64, u64, u64)> {
+    pub fn errors(&self) -> Vec<(u64, u64, u64, u64)> {
         let mut all = self.errlog.lock().unwrap_or_else(|p| p.into_inner()).clone();
         all.extend(self.errlog_scan.lock().unwrap_or_else(|p| p.into_inner()).iter().copied());
         all.into_iter().collect()
