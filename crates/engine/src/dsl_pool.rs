@@ -128,7 +128,7 @@ impl PoolW {
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
         // A scan's progress alone is worth a sync (OpenZFS syncs each txg while it scans).
-        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty()) || self.spa.scan.lock().dirty
+        self.mos.is_dirty() || self.config_dirty || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty()) || self.spa.scan.lock().dirty || self.spa.errlog.lock().unwrap_or_else(|e| e.into_inner()).dirty()
     }
 }
 
