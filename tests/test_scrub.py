@@ -597,3 +597,43 @@ def test_error_log_round_trips_with_zfs_fuse(oxzfs, work_dir):
     out = oxzfs.zpool("status", "-v", pool, check=True).stdout
     assert f"        {victim}\n" in out and f"        {path}\n" in out, out
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_zinject_a_flushes_the_arc(oxzfs):
+    """`zinject -a` drops the ARC's blocks, so the next read goes to the disks: a read fault
+    on the one disk added without -a is not met by a file read before (the ARC answers),
+    with -a it is (EIO); `zinject -a` alone prints nothing and succeeds."""
+    pool = "zinjarc"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 35)
+    import_rw(oxzfs, vdir, pool, alt)
+    path, d0 = os.path.join(alt, pool, "random.bin"), os.path.join(vdir, "d0")
+
+    def read_past_page_cache():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return os.pread(fd, 1 << 20, 0)
+        finally:
+            os.close(fd)
+
+    first = read_past_page_cache()
+    assert len(first) == 1 << 20
+    assert oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", pool).returncode == 0
+    assert read_past_page_cache() == first, "a read the ARC holds went to the faulty disk"
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    r = oxzfs.run("zinject", "-a")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    r = oxzfs.run("zinject", "-a", pool)
+    assert r.returncode == 2 and r.stderr.startswith("extraneous argument for '-f'\n"), repr(r)
+    assert read_past_page_cache() == first
+    r = oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", "-a", pool)
+    assert r.returncode == 0 and r.stdout.startswith("Added handler "), repr(r)
+    try:
+        read_past_page_cache()
+        raise AssertionError("a read after zinject -a did not meet the disk's fault")
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    assert oxzfs.zpool("clear", pool).returncode == 0
+    assert read_past_page_cache() == first
+    assert oxzfs.export(pool).returncode == 0
