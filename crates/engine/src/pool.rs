@@ -25,6 +25,9 @@ pub struct ImportOptions {
     pub new_name: Option<String>,
     /// `-m`: import with log devices missing (their intent logs are dropped).
     pub missing_log: bool,
+    /// `-N`: nothing mounted; the intent logs are claimed and their replay left to the first
+    /// mount.
+    pub no_mount: bool,
 }
 
 pub struct Pool {
