@@ -258,20 +258,29 @@ pub fn scan_run<'a>(ctx: &ZioCtx<'a>, top: u64, bps: &[&BlockPointer], bufs: &mu
     if len > 64 << 20 {
         return done;
     }
+    // The range goes where its bytes' addresses match their disk offsets modulo DIRECT_ALIGN
+    // (`place`), so that a resilver's aligned runs are written past the page cache.
+    let align = crate::vdev::DIRECT_ALIGN;
+    let place = |b: &Vec<u8>| b.as_ptr().align_offset(align) + (start % align as u64) as usize;
     bufs.resize_with(bufs.len().max(sources.len()), Vec::new);
     for (l, b) in sources.iter().zip(bufs.iter_mut()) {
-        if b.len() < len {
-            b.resize(len, 0);
+        if b.len() < len + 2 * align {
+            b.resize(len + 2 * align, 0);
         }
-        if l.read_leaf_into(start, &mut b[..len]).is_err() {
+        let p = place(b);
+        if l.read_leaf_into(start, &mut b[p..p + len]).is_err() {
             return done;
         }
     }
     let bufs = &bufs[..sources.len()];
     for (i, bp) in bps.iter().enumerate() {
         let o = (at(bp).offset - start) as usize;
-        done[i] = bufs.iter().all(|b| verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt));
+        done[i] = bufs.iter().all(|b| {
+            let o = place(b) + o;
+            verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt)
+        });
     }
+    let base = place(&bufs[0]);
     // A resilver's writes: runs of verified blocks, each block next to the one before it.
     let mut i = 0;
     while i < bps.len() && !targets.is_empty() {
@@ -285,7 +294,7 @@ pub fn scan_run<'a>(ctx: &ZioCtx<'a>, top: u64, bps: &[&BlockPointer], bufs: &mu
         }
         let (a, b) = (at(bps[i]).offset, at(bps[j - 1]).offset + bps[j - 1].psize);
         let bytes: u64 = bps[i..j].iter().map(|bp| bp.psize).sum();
-        writes.push(RunWrite { offset: a, at: (a - start) as usize, len: (b - a) as usize, bytes, blocks: i..j, targets: targets.clone() });
+        writes.push(RunWrite { offset: a, at: base + (a - start) as usize, len: (b - a) as usize, bytes, blocks: i..j, targets: targets.clone() });
         i = j;
     }
     done
@@ -304,8 +313,9 @@ pub struct RunWrite<'a> {
     pub targets: Vec<&'a Vdev>,
 }
 
-/// Write the runs `scan_run` handed back from the buffer it read them into, counting what
-/// lands as repaired (the targets' scan_processed, `mode.repaired`). The runs whose write
+/// Write the runs `scan_run` handed back from the buffer it read them into (past the page
+/// cache, O_DIRECT, where a run's offset and length are aligned: `scan_run` places the range
+/// so that the buffer's addresses are too), counting what lands as repaired (the targets' scan_processed, `mode.repaired`). The runs whose write
 /// failed on some target: those blocks are for `read_physical`, which repairs or logs them.
 pub fn write_runs<'w, 'a>(mode: &ReadMode, buf: &[u8], writes: &'w [RunWrite<'a>]) -> Vec<&'w RunWrite<'a>> {
     let mut failed = Vec::new();
@@ -313,7 +323,7 @@ pub fn write_runs<'w, 'a>(mode: &ReadMode, buf: &[u8], writes: &'w [RunWrite<'a>
         let data = &buf[w.at..w.at + w.len];
         let mut ok = true;
         for t in &w.targets {
-            if t.write_leaf(w.offset, data).is_ok() {
+            if t.write_leaf_direct(w.offset, data).is_ok() {
                 t.stats.scan_processed.fetch_add(w.bytes, std::sync::atomic::Ordering::Relaxed);
                 mode.repaired.fetch_add(w.bytes, std::sync::atomic::Ordering::Relaxed);
             } else {
