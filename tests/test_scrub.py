@@ -521,6 +521,7 @@ def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
     assert oxzfs.export(pool).returncode == 0
     last, scrub = errlog_objects(vdir, pool)
     assert scrub is None and last and all(k.startswith(f"{int(objset):x}:{obj:x}:0:") for k in last), (last, scrub)
+    zdb_check(vdir, pool)
     oxzfs.stop_daemon()
     oxzfs.start_daemon()
     import_rw(oxzfs, vdir, pool, alt)
