@@ -25,7 +25,7 @@ ENGINE_LAYERS = [
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),
     ("arc", ["arc", "l2arc"]),
-    ("spa handle", ["dsl_scan", "spa"]),
+    ("spa handle", ["dsl_scan", "spa_errlog", "spa"]),
     ("zil", ["zil"]),
     ("dmu", ["dmu", "zap", "dbuf", "ddt"]),
     ("dsl", ["dsl", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename"]),

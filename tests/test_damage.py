@@ -42,8 +42,9 @@ def check_all_datasets(oxzfs, pool_dir, alt):
                             ds["children"])
 
 
-def rot_sectors(path, seed, fraction=0.3):
-    """Overwrite a seeded random FRACTION of the non-zero 4K sectors in the data area of PATH."""
+def rot_sectors(path, seed, fraction=0.3, written=None):
+    """Overwrite a seeded random FRACTION of the non-zero 4K sectors in the data area of PATH
+    (what went where into the dict WRITTEN, if given)."""
     rng = random.Random(seed)
     size = os.path.getsize(path)
     hit = 0
@@ -64,7 +65,10 @@ def rot_sectors(path, seed, fraction=0.3):
             off += SECTOR
         for o in rng.sample(used, max(1, int(len(used) * fraction))):
             f.seek(o)
-            f.write(rng.randbytes(SECTOR))
+            junk = rng.randbytes(SECTOR)
+            f.write(junk)
+            if written is not None:
+                written[o] = junk
             hit += 1
     return hit
 

@@ -15,6 +15,7 @@ import pytest
 import manifest as manifest_mod
 from conftest import diff_manifests, status_rows, unmount_below, zfs_fuse_imported
 from test_gang import digest as file_hash
+from test_damage import rot_sectors
 from test_scrub import alone, check_reads, import_rw, new_pool
 from test_write import _strip_xattrs, zdb_check
 
@@ -200,6 +201,31 @@ def test_attach_makes_a_mirror_and_detach_undoes_it(oxzfs):
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
     check_reads(oxzfs, vdir, pool, alt, want)
+
+
+def test_resilver_never_copies_a_block_that_fails_its_checksum(oxzfs):
+    """One disk with rotten sectors, a second attached: the resilver (its reads of ranges and
+    the writes of the new side on their own thread) copies only what verifies. No rotten
+    sector reaches the new side; what could not be read is counted as errors and named by
+    `zpool status -v`; the pool stays up."""
+    pool = "rsrot"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 16)
+    d0, d1 = (os.path.join(vdir, n) for n in ("d0", "d1"))
+    blank(d1, 64)
+    rotten = {}
+    assert rot_sectors(d0, seed=16, fraction=0.03, written=rotten) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", "-w", pool, "d0", d1)
+    assert r.returncode == 0, repr(r)
+    text = oxzfs.zpool("status", "-v", pool, check=True).stdout
+    done, errors = resilvered(text)
+    assert errors > 0 and "Permanent errors have been detected in the following files:" in text, text
+    assert done >= 4 << 20, text
+    with open(d1, "rb") as f:
+        copied = [o for o, junk in rotten.items() if (f.seek(o), f.read(len(junk)))[1] == junk]
+    assert not copied, f"rotten sectors copied to the new side at {copied}"
+    assert oxzfs.daemon_alive()
+    assert oxzfs.export(pool).returncode == 0
 
 
 def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):

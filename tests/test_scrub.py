@@ -12,14 +12,16 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import zlib
 
+import pytest
 
 import manifest as manifest_mod
 import populate as populate_mod
 from conftest import Oxzfs, count, diff_manifests, fresh_daemon, status_rows, zfs_fuse_imported
 from test_damage import LABELS_BACK, LABELS_FRONT, SECTOR, rot_sectors
-from test_write import _strip_xattrs, make_devs, zdb_check
+from test_write import ZDB, _strip_xattrs, make_devs, zdb_check
 
 
 def fill(root, seed):
@@ -476,6 +478,17 @@ def test_zinject_device_faults(oxzfs):
     zdb_check(vdir, pool)
 
 
+def read_fails(path):
+    """A read of PATH's first MiB fails with EIO."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1 << 20)
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+        return
+    raise AssertionError(f"a read of {path} succeeded")
+
+
 def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
     """`zinject -t data -e checksum PATH` fails every read of the file's blocks: a read gets
     EIO, `zpool status -v` names the file, the handler is listed; after `zinject -c all`,
@@ -495,12 +508,7 @@ def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
     assert listing.startswith(" ID  POOL             OBJSET  OBJECT  TYPE      LVL  DVAs  RANGE          \n"
                               "---  ---------------  ------  ------  --------  ---  ----  ---------------\n"), repr(listing)
     assert f"{hid:>3}  {pool:<15}  {objset:<6}  {obj:<6}  -         0    0x00  all\n" in listing, repr(listing)
-    try:
-        with open(path, "rb") as f:
-            f.read(1 << 20)
-        raise AssertionError("a read of an injected file succeeded")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
+    read_fails(path)
     out = oxzfs.zpool("status", "-v", pool, check=True).stdout
     assert "errors: Permanent errors have been detected in the following files:" in out and f"        {path}\n" in out, out
     for bad in (["-t", "data", "random.bin"], ["-t", "mos", path], ["-t", "data", "-e", "nxio", path]):
@@ -508,8 +516,125 @@ def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
         assert r.returncode != 0 and r.stderr, (bad, r)
     r = oxzfs.run("zinject", "-c", "all")
     assert (r.returncode, r.stdout) == (0, "removed all registered handlers\n"), repr(r)
+    # The error log is in the MOS (errlog_last, entries objset:object:level:blkid in hex, as
+    # OpenZFS's zdb shows them): export, a new daemon, import, and status -v still names the file.
+    assert oxzfs.export(pool).returncode == 0
+    last, scrub = errlog_objects(vdir, pool)
+    assert scrub is None and last and all(k.startswith(f"{int(objset):x}:{obj:x}:0:") for k in last), (last, scrub)
+    zdb_check(vdir, pool)
+    oxzfs.stop_daemon()
+    oxzfs.start_daemon()
+    import_rw(oxzfs, vdir, pool, alt)
+    out = oxzfs.zpool("status", "-v", pool, check=True).stdout
+    assert "errors: Permanent errors have been detected in the following files:" in out and f"        {path}\n" in out, out
     assert oxzfs.zpool("clear", pool).returncode == 0
     assert scrub_done(oxzfs, pool) == ("0B", 0)
     assert "errors: No known data errors" in oxzfs.zpool("status", "-v", pool, check=True).stdout
     got = manifest_mod.manifest(os.path.join(alt, pool))
     assert not diff_manifests(got, want)
+    # The clean scrub emptied it on disk too.
+    assert oxzfs.export(pool).returncode == 0
+    assert errlog_objects(vdir, pool) == (None, None)
+    zdb_check(vdir, pool)
+
+
+def errlog_objects(vdir, pool):
+    """OpenZFS's zdb -dddd of the MOS: the entries of the objects the pool directory names
+    errlog_last and errlog_scrub ({} for an object without entries, None for none)."""
+    def dump(obj):
+        r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", pool, str(obj)], capture_output=True, text=True, errors="replace")
+        assert r.returncode == 0, f"zdb -dddd {pool} {obj}:\n{r.stdout}{r.stderr}"
+        return r.stdout
+    d = dict(re.findall(r"^\t\t(errlog_last|errlog_scrub) = (\d+) *$", dump(1), re.M))
+    assert set(d) == {"errlog_last", "errlog_scrub"}, f"no error log in the pool directory:\n{dump(1)}"
+    out = []
+    for k in ("errlog_last", "errlog_scrub"):
+        obj = int(d[k])
+        if obj == 0:
+            out.append(None)
+            continue
+        text = dump(obj)
+        assert "ZFS error log" in text or "error log" in text.lower(), text
+        out.append(dict(re.findall(r"^\t\t([0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+) = (.*?) *$", text, re.M)))
+    return tuple(out)
+
+
+def l0_offset(vdir, pool, obj):
+    """The offset on its vdev of the first data block of object OBJ of POOL's root file
+    system, as OpenZFS's zdb -ddddd prints it (exported pool)."""
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-ddddd", f"{pool}/", str(obj)], capture_output=True, text=True, errors="replace")
+    m = re.search(r"^\s+0\s+L0 0:([0-9a-f]+):[0-9a-f]+ ", r.stdout, re.M)
+    assert r.returncode == 0 and m, f"zdb -ddddd {pool}/ {obj}: no level-0 block:\n{r.stdout[-3000:]}{r.stderr}"
+    return int(m.group(1), 16)
+
+
+@pytest.mark.nightly
+def test_error_log_round_trips_with_zfs_fuse(oxzfs, work_dir):
+    """A version-23 pool's error log both ways: zfs-fuse's `zpool status -v` names the file
+    whose read failed under oxzfs (our errlog_last), and oxzfs's names the file zfs-fuse
+    could not read (damaged on the one disk beyond redundancy) after zfs-fuse exported it."""
+    pool = "errlog23"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 33, "-o", "version=23")
+    import_rw(oxzfs, vdir, pool, alt)
+    path = os.path.join(alt, pool, "random.bin")
+    victim = os.path.join(alt, pool, "victim.bin")
+    with open(victim, "wb") as f:
+        f.write(random.Random(33).randbytes(128 << 10))
+    obj = os.stat(victim).st_ino
+    assert oxzfs.run("zinject", "-t", "data", "-e", "checksum", path).returncode == 0
+    read_fails(path)
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    off = l0_offset(vdir, pool, obj)
+    with open(os.path.join(vdir, "d0"), "r+b") as f:
+        f.seek(LABELS_FRONT + off)
+        f.write(random.Random(34).randbytes(SECTOR))
+    zalt = os.path.join(oxzfs.base, pool, "zfs-fuse-alt")
+    with zfs_fuse_imported(work_dir, vdir, zalt, pool) as zroot:
+        r = subprocess.run(["zpool", "status", "-v", pool], capture_output=True, text=True)
+        assert "Permanent errors" in r.stdout and "random.bin" in r.stdout, f"zfs-fuse does not read our error log:\n{r.stdout}{r.stderr}"
+        read_fails(os.path.join(zroot, "victim.bin"))
+    import_rw(oxzfs, vdir, pool, alt)
+    out = oxzfs.zpool("status", "-v", pool, check=True).stdout
+    assert f"        {victim}\n" in out and f"        {path}\n" in out, out
+    assert oxzfs.export(pool).returncode == 0
+
+
+def test_zinject_a_flushes_the_arc(oxzfs):
+    """`zinject -a` drops the ARC's blocks, so the next read goes to the disks: a read fault
+    on the one disk added without -a is not met by a file read before (the ARC answers),
+    with -a it is (EIO); `zinject -a` alone prints nothing and succeeds."""
+    pool = "zinjarc"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d, 1, 35)
+    import_rw(oxzfs, vdir, pool, alt)
+    path, d0 = os.path.join(alt, pool, "random.bin"), os.path.join(vdir, "d0")
+
+    def read_past_page_cache():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return os.pread(fd, 1 << 20, 0)
+        finally:
+            os.close(fd)
+
+    first = read_past_page_cache()
+    assert len(first) == 1 << 20
+    assert oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", pool).returncode == 0
+    assert read_past_page_cache() == first, "a read the ARC holds went to the faulty disk"
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    r = oxzfs.run("zinject", "-a")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    r = oxzfs.run("zinject", "-a", pool)
+    assert r.returncode == 2 and r.stderr.startswith("extraneous argument for '-f'\n"), repr(r)
+    assert read_past_page_cache() == first
+    r = oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "read", "-a", pool)
+    assert r.returncode == 0 and r.stdout.startswith("Added handler "), repr(r)
+    try:
+        read_past_page_cache()
+        raise AssertionError("a read after zinject -a did not meet the disk's fault")
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    assert oxzfs.zpool("clear", pool).returncode == 0
+    assert read_past_page_cache() == first
+    assert oxzfs.export(pool).returncode == 0

@@ -291,6 +291,46 @@ def test_bad_log_block_ends_the_chain(runner):
     zdb_check(vdir, pool)
 
 
+def test_scrub_reads_a_claimed_log_and_repairs_it(runner):
+    """A crash's intent log claimed by an import with -N and not replayed yet (OpenZFS replays
+    at mount): a scrub reads every claimed log block on both mirror sides, so a log block
+    damaged on one side is repaired (bytes repaired, no error, the side's bytes those of the
+    other again; as in OpenZFS the log's reads are speculative: the chain's last block was
+    never written, and checksum failures are not errors); the first mount then replays the
+    whole log and zdb finds the pool clean."""
+    ox, base = runner("claimed")
+    pool, alt, vdir = "zlogscrub", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 2, 256)
+    snaps = crash_after_fsyncs(ox, pool, alt, devs, 4, sizes=(100, 4096, 5000))
+    blocks = zdb_blocks(vdir, pool)
+    assert len(blocks) > 5, f"zdb lists {len(blocks)} log blocks"
+    seq, vdev, off = blocks[len(blocks) // 2]
+    with open(devs[0], "r+b") as f:
+        f.seek(0x400000 + off + 200)
+        f.write(os.urandom(64))
+    r = ox.run("zpool", "import", "-N", "-f", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    r = ox.zpool("scrub", "-w", pool)
+    assert r.returncode == 0, repr(r)
+    text = ox.zpool("status", pool, check=True).stdout
+    m = re.search(r"scan: scrub repaired (\S+) in \S+ with (\d+) errors", text)
+    assert m and m.group(1) != "0B" and m.group(2) == "0", f"the damaged log block was not repaired by the scrub:\n{text}"
+    sides = []
+    for d in devs:
+        with open(d, "rb") as f:
+            f.seek(0x400000 + off)
+            sides.append(f.read(512))
+    assert sides[0] == sides[1], "the damaged log block was not rewritten on its side"
+    r = ox.zfs("mount", "-a")
+    assert r.returncode == 0, repr(r)
+    got = tree(os.path.join(alt, pool))
+    bad = sorted(k for k in set(snaps[-1]) | set(got) if got.get(k) != snaps[-1].get(k))
+    assert not bad, f"after the scrub and the mount's replay: {bad[:10]}"
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
 def _zfs_fuse(work_dir):
     try:
         zf = oracle_pools.ZfsFuse(work_dir)

@@ -34,6 +34,24 @@ pub fn remove_mountpoints(dirs: &[PathBuf], still_mounted: &[MountHandle]) {
     }
 }
 
+/// The intent logs an import with -N claimed and left: replayed before the first mount (as
+/// OpenZFS's zfs_mount replays), each file system's outcome logged as the import logs it.
+fn replay_deferred(h: &Arc<PoolHandle>, err: &mut String) {
+    let mut g = h.lock();
+    if !g.replay_deferred {
+        return;
+    }
+    match oxzfs::zfs_replay::replay_pool(&mut g, true) {
+        Ok(rep) => {
+            rep.replayed.iter().for_each(|r| tracing::info!("{r}"));
+            rep.refused.iter().for_each(|r| tracing::warn!("{r}"));
+        }
+        Err(e) => {
+            let _ = writeln!(err, "cannot replay the intent logs of '{}': {e}", g.spa.name);
+        }
+    }
+}
+
 /// Mount every filesystem with canmount=on and a path mountpoint (altroot already applied by
 /// the engine's properties), parents before children. Returns the number of failures.
 pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String) -> usize {
@@ -42,6 +60,9 @@ pub fn mount_all(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Ve
 
 /// `mount_all`, limited to one dataset when `only` names it.
 pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut Vec<MountHandle>, err: &mut String, only: Option<&str>) -> usize {
+    if let Some(h) = rw {
+        replay_deferred(h, err);
+    }
     let list = match pool.datasets() {
         Ok(l) => l,
         Err(e) => {

@@ -12,8 +12,12 @@
 //!
 //! Other targets of -t (MOS objects), bookmarks (-b), label (-L), action (-A), panic (-p) and
 //! ignored-write (-I) injection are OpenZFS's kernel hooks into places oxzfs does not have;
-//! they are refused by name. -a (flush the ARC first) is accepted and needs nothing: a data
-//! handler fails the block before the ARC is asked.
+//! they are refused by name.
+//!
+//!   zinject -a                                 the ARC flushed (every pool's blocks), nothing
+//!                                              else; with -d or -t, after the handler is
+//!                                              added: the next read of any block goes to the
+//!                                              disks, where a device handler meets it
 
 use crate::verb::{fail, ok, usage, Out, State};
 use oxzfs::vdev::inject::{self, DataTarget, DevError, Handler, IoType};
@@ -21,7 +25,7 @@ use oxzfs::vdev::Vdev;
 use std::fmt::Write;
 use std::sync::Arc;
 
-const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.\n\n\tzinject -d device -D latency:lanes pool\n\n\t\tAdd an artificial delay to IO requests on a particular\n\t\tdevice, such that the requests take a minimum of 'latency'\n\t\tmilliseconds to complete. Each delay has an associated\n\t\tnumber of 'lanes' which defines the number of concurrent\n\t\tIO requests that can be processed.\n\n\tzinject -t data [-e errno] [-a] [-q] path\n\n\t\tInject an error into the data blocks of the file at 'path'\n\t\t(a full path). 'errno' can be 'io' (the default) or\n\t\t'checksum'. -a is accepted: the error is met before the ARC.";
+const USAGE: &str = "usage:\n\n\tzinject\n\n\t\tList all active injection records.\n\n\tzinject -c <id|all>\n\n\t\tClear the particular record (if given a numeric ID), or\n\t\tall records if 'all' is specified.\n\n\tzinject -d device [-e errno] [-T <read|write|free|claim|all>] [-f frequency] pool\n\n\t\tInject a fault into a particular device.\n\t\t'errno' can be 'nxio' (the default), 'io', or\n\t\t'corrupt' (bit flip).\n\t\t'frequency' is a value between 0.0001 and 100.0 that limits\n\t\tdevice error injection to a percentage of the IOs.\n\n\tzinject -d device -D latency:lanes pool\n\n\t\tAdd an artificial delay to IO requests on a particular\n\t\tdevice, such that the requests take a minimum of 'latency'\n\t\tmilliseconds to complete. Each delay has an associated\n\t\tnumber of 'lanes' which defines the number of concurrent\n\t\tIO requests that can be processed.\n\n\tzinject -t data [-e errno] [-a] [-q] path\n\n\t\tInject an error into the data blocks of the file at 'path'\n\t\t(a full path). 'errno' can be 'io' (the default) or\n\t\t'checksum'.\n\n\t\t-a\tFlush the ARC cache.  Can be specified without any\n\t\t\tassociated object.";
 
 fn find_leaf<'a>(v: &'a Arc<Vdev>, name: &str) -> Option<&'a Arc<Vdev>> {
     if v.is_leaf() && (v.display_name() == name || v.path.as_deref() == Some(name) || v.guid.to_string() == name || format!("{:x}", v.guid) == name) {
@@ -161,11 +165,18 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
         if device.is_some() {
             return usage(format!("-t and -d are incompatible\n{USAGE}"));
         }
-        return data_handler(st, &t, error_given.as_deref(), &operands, quiet);
+        return flushed(st, o.arc_too, data_handler(st, &t, error_given.as_deref(), &operands, quiet));
     }
     let Some(dev) = device else {
         if args.is_empty() {
             return list();
+        }
+        if o.arc_too {
+            // zinject -a: the ARC flushed, no handler (ZINJECT_NULL), nothing printed.
+            if !operands.is_empty() {
+                return usage(format!("extraneous argument for '-f'\n{USAGE}"));
+            }
+            return flushed(st, true, ok(String::new()));
         }
         return usage(format!("at least one of '-b', '-d', '-t', '-a', '-p', '-I' or '-u' must be specified\n{USAGE}"));
     };
@@ -184,10 +195,19 @@ pub fn zinject(st: &mut State, args: &[String]) -> Out {
     };
     let guid = leaf.guid;
     let id = inject::add(Handler { id: 0, pool: pool.clone(), guid, error, iotype, freq_ppm: freq, delay_ns, lanes, data: None });
-    if quiet {
-        return ok(format!("{id}\n"));
+    let out = if quiet { format!("{id}\n") } else { format!("Added handler {id} with the following properties:\n  pool: {pool}\n  vdev: {guid:x}\n") };
+    flushed(st, o.arc_too, ok(out))
+}
+
+/// ZINJECT_FLUSH_ARC: with -a, once the command succeeded, the ARC drops every pool's blocks
+/// (arc_flush(NULL)), so the next read of any block goes to the disks.
+fn flushed(st: &State, arc_too: bool, out: Out) -> Out {
+    if arc_too && out.2 == 0 {
+        if let Some(imp) = st.pools.values().next() {
+            imp.pool.spa.arc.flush(None);
+        }
     }
-    ok(format!("Added handler {id} with the following properties:\n  pool: {pool}\n  vdev: {guid:x}\n"))
+    out
 }
 
 /// `zinject -t data [-e io|checksum] PATH`: a handler failing every level-0 block of the file

@@ -288,7 +288,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                 continue;
             }
         }
-        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.force, arc_max: None, new_name: new_name.clone(), missing_log: o.missing_log };
+        let opts = ImportOptions { readonly, altroot: altroot.clone(), force: o.force, arc_max: None, new_name: new_name.clone(), missing_log: o.missing_log, no_mount: o.no_mount };
         if !readonly {
             match import_rw(&dirs, &which, &opts) {
                 Ok((pool, h)) => {
@@ -1199,8 +1199,9 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<
     cand.missing_log_ok = opts.missing_log;
     let mut pw = PoolW::open(cand, arc_max(), &hostname())?;
     pw.fs_init = oxzfs::zplw::init_fs;
-    // The intent logs a crash left: claimed and replayed before anything mounts.
-    let rep = oxzfs::zfs_replay::replay_pool(&mut pw)?;
+    // The intent logs a crash left: claimed and replayed before anything mounts (with -N,
+    // claimed: the first mount replays them).
+    let rep = oxzfs::zfs_replay::replay_pool(&mut pw, !opts.no_mount)?;
     for r in &rep.replayed {
         tracing::info!("{r}");
     }

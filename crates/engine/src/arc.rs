@@ -379,9 +379,15 @@ impl Arc_ {
     /// Drop every entry of one pool (arc_flush at export): its blocks can be of no use to
     /// anyone else.
     pub fn flush_spa(&self, spa: u64) {
+        self.flush(Some(spa));
+    }
+
+    /// arc_flush: drop every entry of pool `spa` (by its arc id), or of every pool (None:
+    /// `zinject -a`, so that the next read of any block goes to the disks).
+    pub fn flush(&self, spa: Option<u64>) {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
-        let gone: Vec<ArcKey> = st.entries.keys().filter(|k| k.spa == spa).copied().collect();
+        let gone: Vec<ArcKey> = st.entries.keys().filter(|k| spa.map_or(true, |s| k.spa == s)).copied().collect();
         for k in gone {
             if let Some(e) = st.entries.remove(&k) {
                 st.lists.list(e.list).remove(&e.seq);

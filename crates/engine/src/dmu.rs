@@ -118,12 +118,12 @@ impl Objset {
         // zinject -t data: the block fails before the ARC is asked (every read of it fails
         // while the handler stands).
         if let Some(f) = crate::vdev::inject::data_fault(&self.spa.name, self.id, obj, 0, blkid) {
-            self.spa.record_error(self.id, obj, blkid);
+            self.spa.record_error(self.id, obj, 0, blkid);
             return Err(injected_error(f, &self.ctx(obj), blkid));
         }
         self.spa.read_bp_for(bp, self.id).map_err(|e| {
             if !matches!(e, ZfsError::Invalid(_) | ZfsError::Unsupported(_)) {
-                self.spa.record_error(self.id, obj, blkid);
+                self.spa.record_error(self.id, obj, 0, blkid);
             }
             e
         })

@@ -58,6 +58,9 @@ pub struct PoolW {
     /// sync on top of it (the pool is suspended; every later change, sync and export refuses).
     /// The one record of suspension, whether the sync thread's sync or a command's failed.
     pub suspended: Option<String>,
+    /// Intent logs claimed at import and not replayed yet (`zpool import -N`): the first
+    /// mount replays them (zfs_replay).
+    pub replay_deferred: bool,
     /// The last txg whose uberblock is on disk.
     pub synced_txg: u64,
     /// The dedup tables (with the dataset sync while it runs, like `ms`).
@@ -92,6 +95,7 @@ impl PoolW {
             added: Default::default(),
             ms_out: None,
             suspended: None,
+            replay_deferred: false,
             synced_txg: txg - 1,
             ddt: Default::default(),
             fs_init: crate::dbuf::no_objset_init,
@@ -132,7 +136,13 @@ impl PoolW {
     /// Whether anything is waiting for a sync.
     pub fn dirty(&self) -> bool {
         // A scan's progress alone is worth a sync (OpenZFS syncs each txg while it scans).
-        self.mos.is_dirty() || self.config_dirty || self.condense_due || self.ddt.is_dirty() || self.datasets.values().any(|d| d.os.is_dirty()) || self.spa.scan.lock().dirty
+        self.mos.is_dirty()
+            || self.config_dirty
+            || self.condense_due
+            || self.ddt.is_dirty()
+            || self.datasets.values().any(|d| d.os.is_dirty())
+            || self.spa.scan.lock().dirty
+            || self.spa.errlog.lock().unwrap_or_else(|e| e.into_inner()).dirty()
     }
 }
 

@@ -28,6 +28,13 @@
 //! where the datasets meet them (the `scan` entry keeps the DDT bookmark at zero, so OpenZFS
 //! resuming our walk walks the DDT before going on from our bookmark).
 //!
+//! A head dataset's intent log, when its chain is claimed (a crash's log after an import with
+//! -N, before the mount replays it; dsl_scan_zil), is visited before its tree: every log block
+//! up to the claimed sequence read at once (speculatively, every copy checked against the
+//! chain's embedded checksum, bad copies rewritten), and the blocks its indirect write records
+//! name scanned as any other block (bookmarks objset:0:-2:seq and objset:object:-2:blkid).
+//! A walk resumed inside the dataset does not visit it again.
+//!
 //! With a sink (the sorted scan), the blocks the walk would read go to the scan's queues
 //! instead, gang blocks excepted; the walk itself still reads what it descends through (from
 //! the ARC).
@@ -45,6 +52,7 @@ use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::dnode::{DnodePhys, DNODE_SIZE};
 use oxzfs_format::dsl::{DslDatasetPhys, DslDirPhys};
 use oxzfs_format::objset::ObjsetPhys;
+use oxzfs_format::zil as fz;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +66,8 @@ const COMPARE_META_LEVEL: u64 = 0x8000_0000;
 const META_DBSS: u64 = 1 << (14 - 9);
 const SPA_BLKPTRSHIFT: u64 = 7;
 const DMU_SPILL_BLKID: u64 = u64::MAX;
+/// zb_level of an intent log's blocks and of the blocks its write records name (ZB_ZIL_LEVEL, -2).
+const ZB_ZIL_LEVEL: u64 = -2i64 as u64;
 const DMU_USERUSED_OBJECT: u64 = u64::MAX;
 const DMU_GROUPUSED_OBJECT: u64 = u64::MAX - 1;
 const DMU_PROJECTUSED_OBJECT: u64 = u64::MAX - 2;
@@ -238,6 +248,11 @@ impl<'a> ScanWalk<'a> {
         if self.cur_min_txg >= self.max_txg {
             return; // created after the scan began: nothing of it, nor after it, to read
         }
+        // Only a head's intent log is the dataset's (a snapshot's header may name the same
+        // chain); $ORIGIN has none.
+        if ds.num_children == 0 && self.bookmark.is_zero() {
+            self.visit_zil(dsobj, &ds.bp);
+        }
         self.visit_rootbp(dsobj, &ds.bp);
         if self.suspending {
             return;
@@ -284,6 +299,70 @@ impl<'a> ScanWalk<'a> {
             }
             self.queue.insert(cur, phys.prev_snap_txg);
         }
+    }
+
+    /// dsl_scan_zil: a claimed intent log (a crash's chain, claimed at import and not yet
+    /// replayed): each log block up to the claimed sequence read, every copy checked against
+    /// the chain's embedded checksum (a bad copy rewritten from a good one; checksum failures
+    /// not counted, an I/O error counted and logged as objset:0:-2:seq), and the blocks its indirect write records name (born in or after the
+    /// claim txg) scanned as any other block. A chain never claimed is not visited.
+    fn visit_zil(&mut self, dsobj: u64, bp: &BlockPointer) {
+        if bp.is_hole() {
+            return;
+        }
+        let Ok(os) = Objset::open(self.spa, bp) else { return };
+        let zh = os.phys.zil_header.clone();
+        if zh.claim_txg == 0 || zh.log.is_hole() {
+            return;
+        }
+        let plain = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: &crate::vdev::READ_PLAIN };
+        let chain = crate::zil::parse_chain(&plain, &zh.log, 1 << 20);
+        let lr_limit = if zh.flags & fz::ZIL_CLAIM_LR_SEQ_VALID != 0 { zh.claim_lr_seq } else { u64::MAX };
+        let ctx = ZioCtx { root: &self.spa.root_vdev, salt: &self.spa.checksum_salt, mode: self.mode };
+        for (lbp, recs) in &chain.blocks {
+            let seq = lbp.cksum[fz::ZIL_ZC_SEQ];
+            if seq > zh.claim_blk_seq {
+                break;
+            }
+            if self.in_range(lbp) {
+                let zb = Zb { objset: dsobj, object: 0, level: ZB_ZIL_LEVEL, blkid: seq };
+                let slim = lbp.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
+                let verify = |d: &[u8]| fz::decode_log_block(d, lbp.cksum, slim).is_ok();
+                // Speculative, as OpenZFS reads ZB_ZIL_LEVEL: the claimed chain ends in a
+                // block allocated and never written, whose checksum fails; only an I/O error
+                // is one.
+                let r = crate::vdev::speculative(|| zio::read_dva(&ctx, &lbp.dva[0], lbp.psize, &verify));
+                let ok = !matches!(r, Err(ref e) if !matches!(e, crate::ZfsError::Checksum { .. }));
+                if !ok {
+                    self.spa.record_error(zb.objset, zb.object, zb.level, zb.blkid);
+                }
+                (self.progress)(&zb, lbp, ok);
+            }
+            for r in recs.iter().take_while(|r| r.common.seq <= lr_limit) {
+                if let fz::LrBody::Write { foid, offset, blkptr, .. } = &r.body {
+                    if !blkptr.is_hole() && blkptr.birth >= zh.claim_txg && blkptr.lsize > 0 {
+                        let zb = Zb { objset: dsobj, object: *foid, level: ZB_ZIL_LEVEL, blkid: offset / blkptr.lsize };
+                        self.scan_block(blkptr, &zb);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the scan reads `bp` (dsl_scan_scrub_cb): born after cur_min_txg, and its
+    /// copies born in the scan's range.
+    fn in_range(&self, bp: &BlockPointer) -> bool {
+        let birth = bp.physical_birth();
+        !bp.is_hole() && !bp.embedded && bp.birth > self.cur_min_txg && birth > self.min_txg && birth <= self.max_txg
+    }
+
+    /// Read (or queue, with a sink) one block the scan visits outside the trees: an indirect
+    /// write of an intent log.
+    fn scan_block(&mut self, bp: &BlockPointer, zb: &Zb) {
+        if !self.in_range(bp) {
+            return;
+        }
+        self.read_or_queue(bp, zb);
     }
 
     fn visit_rootbp(&mut self, objset: u64, bp: &BlockPointer) {
@@ -343,6 +422,12 @@ impl<'a> ScanWalk<'a> {
         if bp.embedded || birth <= self.min_txg || birth > self.max_txg {
             return;
         }
+        self.read_or_queue(bp, zb);
+    }
+
+    /// A block the scan reads: to the sorted scan's queues (gang blocks excepted), else read
+    /// now (every copy, bad ones rewritten; an error counted and logged).
+    fn read_or_queue(&mut self, bp: &BlockPointer, zb: &Zb) {
         if let Some(sink) = self.sink.as_deref_mut() {
             if !bp.dvas().iter().any(|d| d.gang) {
                 sink(zb, bp);
@@ -353,7 +438,7 @@ impl<'a> ScanWalk<'a> {
         let injected = crate::vdev::inject::data_fault(&self.spa.name, zb.objset, zb.object, zb.level, zb.blkid).is_some();
         let r = if injected { Err(crate::ZfsError::Checksum { context: "injected".into() }) } else { zio::read_physical(&ctx, bp) };
         if r.is_err() {
-            self.spa.record_error(zb.objset, zb.object, zb.blkid);
+            self.spa.record_error(zb.objset, zb.object, zb.level, zb.blkid);
         }
         (self.progress)(zb, bp, r.is_ok());
     }

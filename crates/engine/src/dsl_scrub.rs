@@ -12,7 +12,9 @@
 //!                 issue read in that time; issue: read the queues in address order, every
 //!                 copy of every block (ReadMode scrub + repair: mirror sides, raidz parity
 //!                 against data, ditto DVAs; bad copies rewritten from good ones; adjacent
-//!                 blocks as one range, zio::scan_run; "issued"); the bookmark where the walk
+//!                 blocks as one range, zio::scan_run; a resilver's writes of the new side
+//!                 on a writer thread, zio::write_runs, while the next range is read;
+//!                 "issued"); the bookmark where the walk
 //!                 stopped (nothing before it unread); let syncs go (and one run if it is
 //!                 due: the scan's figures ride along into the MOS) ─► at the end: finished,
 //!                 end time, queue freed, synced. zfs_scan_legacy=1: each block read as the
@@ -300,6 +302,19 @@ fn spawn(h: Arc<PoolHandle>, spa: Arc<Spa>) {
 const ISSUE_BUDGET_FIRST: u64 = 1 << 20;
 const ISSUE_BUDGET_MIN: u64 = 1 << 20;
 
+/// How many ranges a resilver reads ahead of its writes (each a buffer of up to
+/// zfs_vdev_aggregation_limit).
+const WRITES_AHEAD: usize = 2;
+
+/// Issued bytes, repairs and errors into the scan's figures.
+fn account(spa: &Spa, mode: &ReadMode, issued: u64, errors: u64) {
+    let repaired = mode.repaired.swap(0, Ordering::Relaxed);
+    let mut s = spa.scan.lock();
+    s.phys.processed += repaired;
+    s.pass_issued += issued;
+    s.phys.errors += errors;
+}
+
 /// The largest gap between two queued blocks read as one range (zfs_vdev_read_gap_limit).
 const RUN_GAP: u64 = 32 << 10;
 
@@ -312,57 +327,88 @@ const RUN_GAP: u64 = 32 << 10;
 fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_queue::ScanIo>)>) -> (u64, bool) {
     let one = |vdev: u64, ios: Vec<crate::dsl_scan_queue::ScanIo>| {
         let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt, mode };
-        let limit = crate::tunables::vdev_aggregation_limit();
-        let mut bytes = 0;
-        let mut bufs = Vec::new();
-        let mut i = 0;
-        while i < ios.len() {
-            if spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress() {
-                return (bytes, true);
+        let class = crate::vdev::iostat::current_class();
+        // A resilver's writes go to a thread of their own, so the next range is read (and
+        // checked) while the last one is written: the range buffers travel to it and back.
+        let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, Vec<crate::zio::RunWrite>, usize)>(WRITES_AHEAD);
+        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let writer = || {
+            let mut failed = Vec::new();
+            for (buf, writes, base) in job_rx {
+                failed.extend(crate::zio::write_runs(mode, &buf, &writes).into_iter().flat_map(|w| w.blocks.clone()).map(|k| base + k));
+                let _ = free_tx.send(buf);
             }
-            // A run: the blocks after this one that are read with it as one range.
-            let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
-            let mut j = i + 1;
-            if runnable(&ios[i].bp) {
-                let start = ios[i].bp.dva[0].offset;
-                let mut end = start + ios[i].bp.psize;
-                while j < ios.len() && runnable(&ios[j].bp) {
-                    let d = ios[j].bp.dva[0];
-                    if d.offset < end || d.offset - end > RUN_GAP || d.offset + ios[j].bp.psize - start > limit {
-                        break;
-                    }
-                    end = d.offset + ios[j].bp.psize;
-                    j += 1;
-                }
-            }
-            let run = &ios[i..j];
-            let done = if j - i > 1 {
-                crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>(), &mut bufs)
-            } else {
-                vec![false]
-            };
-            let mut errors = 0;
-            for (sio, ok) in run.iter().zip(done) {
-                if ok {
-                    continue;
-                }
+            failed
+        };
+        std::thread::scope(|sc| {
+            let writer = mode.resilver.then(|| {
+                sc.spawn(move || match class {
+                    Some(k) => crate::vdev::iostat::with_class(k, writer),
+                    None => writer(),
+                })
+            });
+            let job_tx = job_tx;
+            let limit = crate::tunables::vdev_aggregation_limit();
+            let mut bytes = 0;
+            let mut bufs = Vec::new();
+            let mut i = 0;
+            let record = |spa: &Spa, sio: &crate::dsl_scan_queue::ScanIo| {
                 let injected = crate::vdev::inject::data_fault(&spa.name, sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid).is_some();
                 if injected || crate::zio::read_physical(&ctx, &sio.bp).is_err() {
-                    spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.blkid);
-                    errors += 1;
+                    spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid);
+                    return 1;
                 }
+                0
+            };
+            while i < ios.len() {
+                if spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress() {
+                    return (bytes, true);
+                }
+                // A run: the blocks after this one that are read with it as one range.
+                let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
+                let mut j = i + 1;
+                if runnable(&ios[i].bp) {
+                    let start = ios[i].bp.dva[0].offset;
+                    let mut end = start + ios[i].bp.psize;
+                    while j < ios.len() && runnable(&ios[j].bp) {
+                        let d = ios[j].bp.dva[0];
+                        if d.offset < end || d.offset - end > RUN_GAP || d.offset + ios[j].bp.psize - start > limit {
+                            break;
+                        }
+                        end = d.offset + ios[j].bp.psize;
+                        j += 1;
+                    }
+                }
+                let run = &ios[i..j];
+                let mut writes = Vec::new();
+                let done = if j - i > 1 {
+                    crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>(), &mut bufs, &mut writes)
+                } else {
+                    vec![false]
+                };
+                let mut errors: u64 = 0;
+                if !writes.is_empty() {
+                    let buf = std::mem::replace(&mut bufs[0], free_rx.try_recv().unwrap_or_default());
+                    if let Err(e) = job_tx.send((buf, writes, i)) {
+                        // The writer is gone (it panicked): write here.
+                        let (buf, writes, _) = e.0;
+                        let failed: Vec<usize> = crate::zio::write_runs(mode, &buf, &writes).into_iter().flat_map(|w| w.blocks.clone()).collect();
+                        errors += failed.into_iter().map(|k| record(spa, &run[k])).sum::<u64>();
+                    }
+                }
+                errors += run.iter().zip(done).filter(|(_, ok)| !ok).map(|(sio, _)| record(spa, sio)).sum::<u64>();
+                let asize: u64 = run.iter().map(|s| s.bp.asize_total()).sum();
+                bytes += asize;
+                account(spa, mode, asize, errors);
+                i = j;
             }
-            let asize: u64 = run.iter().map(|s| s.bp.asize_total()).sum();
-            bytes += asize;
-            let repaired = mode.repaired.swap(0, Ordering::Relaxed);
-            let mut s = spa.scan.lock();
-            s.phys.processed += repaired;
-            s.pass_issued += asize;
-            s.phys.errors += errors;
-            drop(s);
-            i = j;
-        }
-        (bytes, false)
+            // The runs whose write failed: read (and repaired, or logged) one by one.
+            drop(job_tx);
+            let failed = writer.map(|w| w.join().unwrap_or_default()).unwrap_or_default();
+            let errors = failed.into_iter().map(|k| record(spa, &ios[k])).sum();
+            account(spa, mode, 0, errors);
+            (bytes, false)
+        })
     };
     let sum = |rs: Vec<(u64, bool)>| rs.into_iter().fold((0, false), |(b, c), (b2, c2)| (b + b2, c || c2));
     if queues.len() <= 1 {

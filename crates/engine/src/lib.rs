@@ -31,6 +31,7 @@ pub mod arc;
 pub mod l2arc;
 pub mod spa;
 pub mod dsl_scan;
+pub mod spa_errlog;
 pub mod dsl_scan_queue;
 pub mod dsl_scan_walk;
 pub mod zil;

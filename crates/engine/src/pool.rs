@@ -25,6 +25,9 @@ pub struct ImportOptions {
     pub new_name: Option<String>,
     /// `-m`: import with log devices missing (their intent logs are dropped).
     pub missing_log: bool,
+    /// `-N`: nothing mounted; the intent logs are claimed and their replay left to the first
+    /// mount.
+    pub no_mount: bool,
 }
 
 pub struct Pool {
@@ -505,7 +508,7 @@ impl Pool {
 
     /// The damaged (objset, object) pairs, each once, in order.
     fn error_objects(&self) -> Vec<(u64, u64)> {
-        let set: std::collections::BTreeSet<(u64, u64)> = self.spa.errors().into_iter().map(|(os, obj, _)| (os, obj)).collect();
+        let set: std::collections::BTreeSet<(u64, u64)> = self.spa.errors().into_iter().map(|(os, obj, _, _)| (os, obj)).collect();
         set.into_iter().collect()
     }
 

@@ -35,7 +35,7 @@ use oxzfs_format::label::{self, VDEV_LABELS, VDEV_LABEL_SIZE};
 use oxzfs_format::nvlist::NvList;
 use oxzfs_format::objset::ObjsetPhys;
 use oxzfs_format::uberblock::{self, UberblockPhys};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -379,10 +379,8 @@ pub struct Spa {
     pub checksum_salt: [u8; 32],
     /// The MOS as of the last synced txg: its bp and decoded objset_phys (see `dmu`'s `Spa::mos`).
     pub(crate) mos: Mutex<Option<(BlockPointer, ObjsetPhys)>>,
-    errlog: Mutex<BTreeSet<(u64, u64, u64)>>,
-    /// The blocks found unreadable while a scan runs (spa_errlist_scrub): they replace `errlog`
-    /// when the scan finishes (spa_errlog_rotate), so one clean scrub empties the log.
-    errlog_scan: Mutex<BTreeSet<(u64, u64, u64)>>,
+    /// The error log (`spa_errlog`): in core, and what the next sync adds to the MOS.
+    pub errlog: Mutex<crate::spa_errlog::ErrLog>,
     /// Lock-free readers at work, by the txg of the tree they walk (see `ReaderPin`).
     readers: Mutex<BTreeMap<u64, usize>>,
     /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
@@ -420,8 +418,7 @@ impl Spa {
             cache_policy: Default::default(),
             checksum_salt: salt,
             mos: Mutex::new(None),
-            errlog: Mutex::new(BTreeSet::new()),
-            errlog_scan: Mutex::new(BTreeSet::new()),
+            errlog: Mutex::new(Default::default()),
             readers: Mutex::new(BTreeMap::new()),
             inflight: Default::default(),
             devices,
@@ -681,31 +678,24 @@ impl Spa {
         self.readers.lock().unwrap().keys().next().copied()
     }
 
-    /// Remember a block that could not be read, for `zpool status -v`.
-    pub fn record_error(&self, objset: u64, object: u64, blkid: u64) {
+    /// Remember a block that could not be read, for `zpool status -v` (spa_log_error: in
+    /// the scan's list while a scan runs; the next sync writes it to the MOS).
+    pub fn record_error(&self, objset: u64, object: u64, level: u64, blkid: u64) {
         let scanning = self.scan.lock().scanning();
-        let mut log = if scanning { self.errlog_scan.lock() } else { self.errlog.lock() }.unwrap_or_else(|p| p.into_inner());
-        if log.len() < 10_000 {
-            log.insert((objset, object, blkid));
-        }
+        self.errlog.lock().unwrap_or_else(|p| p.into_inner()).record((objset, object, level, blkid), scanning);
     }
 
-    pub fn errors(&self) -> Vec<(u64, u64, u64)> {
-        let mut all = self.errlog.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        all.extend(self.errlog_scan.lock().unwrap_or_else(|p| p.into_inner()).iter().copied());
-        all.into_iter().collect()
+    /// The error log's entries (objset, object, level, blkid).
+    pub fn errors(&self) -> Vec<crate::spa_errlog::Bookmark> {
+        self.errlog.lock().unwrap_or_else(|p| p.into_inner()).entries()
     }
 
     /// A scan ended (spa_errlog_rotate): finished, what it found is the log now (what reads
-    /// found before it and it did not, it read again without error); canceled, what it found
-    /// joins the log.
+    /// found before it and it did not, it read again without error); canceled, both lists
+    /// stay as they are.
     pub fn errlog_rotate(&self, finished: bool) {
-        let found = std::mem::take(&mut *self.errlog_scan.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut log = self.errlog.lock().unwrap_or_else(|p| p.into_inner());
         if finished {
-            *log = found;
-        } else {
-            log.extend(found);
+            self.errlog.lock().unwrap_or_else(|p| p.into_inner()).rotate();
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::spa_feature::supported_feature;
 use crate::dmu::Objset;
 use crate::spa::{root_state, PoolCandidate, Spa, SPA_VERSION_FEATURES};
 use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
-use oxzfs_format::dsl::{DslScanPhys, DMU_POOL_SCAN};
+use oxzfs_format::dsl::{DMU_POOL_ERRLOG_LAST, DMU_POOL_ERRLOG_SCRUB, DslScanPhys, DMU_POOL_SCAN};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::nvlist::NvList;
@@ -117,6 +117,14 @@ impl Spa {
             let entries = crate::zap::zap_list_u64(&mos, queue_obj).unwrap_or_default();
             spa.scan.lock().queue = entries.iter().filter_map(|(n, txg)| u64::from_str_radix(n.trim_end_matches(char::from(0)), 16).ok().map(|ds| (ds, *txg))).collect();
         }
+        // The error log (spa_load: errlog_last, errlog_scrub).
+        let log = |name: &str| -> (u64, std::collections::BTreeSet<crate::spa_errlog::Bookmark>) {
+            let obj = crate::zap::zap_lookup_u64(&mos, 1, name).ok().flatten().unwrap_or(0);
+            let entries = if obj == 0 { Vec::new() } else { crate::zap::zap_list(&mos, obj).unwrap_or_default() };
+            (obj, entries.iter().filter_map(|e| crate::spa_errlog::parse_name(&String::from_utf8_lossy(&e.name))).collect())
+        };
+        let ((obj_last, last), (obj_scrub, scrub)) = (log(DMU_POOL_ERRLOG_LAST), log(DMU_POOL_ERRLOG_SCRUB));
+        *spa.errlog.lock().unwrap_or_else(|e| e.into_inner()) = crate::spa_errlog::ErrLog::load(obj_last, last, obj_scrub, scrub);
         drop(mos);
         if let Err(e) = spa.check_features() {
             spa.close();

@@ -90,6 +90,46 @@ impl PoolW {
         Ok(())
     }
 
+    /// spa_errlog_sync: the entries logged since the last sync added to errlog_last and
+    /// errlog_scrub (each made when it gets its first), and after a finished scan the rotation:
+    /// the old errlog_last freed, errlog_scrub (with what was found since) the new errlog_last,
+    /// errlog_scrub none. The pool directory names both.
+    pub(crate) fn errlog_sync(&mut self) -> Result<()> {
+        let Some(p) = self.spa.errlog.lock().unwrap_or_else(|e| e.into_inner()).take_sync() else { return Ok(()) };
+        let (mut last, mut scrub) = (p.obj_last, p.obj_scrub);
+        self.errlog_add(&mut last, &p.pending_last)?;
+        if p.finished {
+            if last != 0 && self.mos.exists(last) {
+                self.mos.free_object(last)?;
+            }
+            last = std::mem::take(&mut scrub);
+            self.errlog_add(&mut last, &p.pending_scrub)?;
+        } else {
+            self.errlog_add(&mut scrub, &p.pending_scrub)?;
+        }
+        let dir = self.mos.zap_mut(oxzfs_format::dsl::DMU_POOL_DIRECTORY_OBJECT)?;
+        dir.set_u64(oxzfs_format::dsl::DMU_POOL_ERRLOG_LAST, last);
+        dir.set_u64(oxzfs_format::dsl::DMU_POOL_ERRLOG_SCRUB, scrub);
+        self.spa.errlog.lock().unwrap_or_else(|e| e.into_inner()).synced(last, scrub);
+        Ok(())
+    }
+
+    /// sync_error_list: `entries` into error-log ZAP `*obj` (made if 0), each named by its
+    /// bookmark, its value an empty name.
+    fn errlog_add(&mut self, obj: &mut u64, entries: &std::collections::BTreeSet<crate::spa_errlog::Bookmark>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if *obj == 0 || !self.mos.exists(*obj) {
+            *obj = self.mos.create_zap(oxzfs_format::types::DMU_OT_ERROR_LOG, 0, 0, 0)?;
+        }
+        let z = self.mos.zap_mut(*obj)?;
+        for zb in entries {
+            z.entries.insert(crate::spa_errlog::bookmark_name(zb).into_bytes(), (1, vec![0]));
+        }
+        Ok(())
+    }
+
     // -------------------------------------------------------------------------------- create
 
     // ---------------------------------------------------------------------------------- open
@@ -314,6 +354,8 @@ impl PoolW {
         if let Some((phys, queue)) = spa.scan.take_dirty() {
             self.scan_sync_state(&phys, &queue)?;
         }
+        // The error log (spa_errlog_sync): new entries into their ZAPs, rotated after a scan.
+        self.errlog_sync()?;
         // The leaves' DTLs (vdev_dtl_sync), which may name a new object in the config.
         self.dtl_sync(txg)?;
         // A removed vdev's mapping condensed (spa_sync_condense_indirect), which names a new

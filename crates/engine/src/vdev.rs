@@ -58,11 +58,23 @@ pub trait BlockDevice: Send + Sync {
     fn file_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// Write all of `buf` at `offset` past the page cache (O_DIRECT), when the device can and
+    /// `buf`'s address, `offset` and the length are multiples of `DIRECT_ALIGN`. False when it
+    /// did not (write with `write_at`).
+    fn write_direct(&self, _buf: &[u8], _offset: u64) -> std::io::Result<bool> {
+        Ok(false)
+    }
 }
+
+/// The alignment `BlockDevice::write_direct` needs of the buffer's address, the offset and the
+/// length.
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// A file or a block device opened by path.
 pub struct FileDevice {
     file: File,
+    /// The same file opened for writing with O_DIRECT (`write_direct`), where it can be.
+    direct: Option<File>,
     path: PathBuf,
     size: u64,
     /// A regular file (not a block device).
@@ -82,7 +94,9 @@ impl FileDevice {
             let mut f = &file;
             f.seek(SeekFrom::End(0))?
         };
-        Ok(FileDevice { file, path: path.to_path_buf(), size, regular })
+        use std::os::unix::fs::OpenOptionsExt;
+        let direct = if writable { std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok() } else { None };
+        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular })
     }
 }
 
@@ -101,6 +115,15 @@ impl BlockDevice for FileDevice {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.file.write_all_at(buf, offset)
+    }
+    fn write_direct(&self, buf: &[u8], offset: u64) -> std::io::Result<bool> {
+        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % DIRECT_ALIGN == 0;
+        let Some(f) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else { return Ok(false) };
+        match f.write_all_at(buf, offset) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()
@@ -590,6 +613,17 @@ impl Vdev {
 
     /// Raw write to a leaf, after the front labels.
     pub fn write_leaf(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_leaf_buf(offset, data, false)
+    }
+
+    /// `write_leaf` past the page cache where the device allows it (`BlockDevice::write_direct`:
+    /// `data`'s address, `offset` and the length aligned to `DIRECT_ALIGN`), through it where
+    /// not: a resilver's writes of the new side, which nothing reads soon.
+    pub fn write_leaf_direct(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_leaf_buf(offset, data, true)
+    }
+
+    fn write_leaf_buf(&self, offset: u64, data: &[u8], direct: bool) -> Result<()> {
         if self.out_of_use() {
             // Not an error of the device: its DTL records what it misses.
             return Err(ZfsError::Unavailable(format!("{} is offline", self.display_name())));
@@ -611,7 +645,11 @@ impl Vdev {
             Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
             _ => Ok(()),
         };
-        injected.and_then(|_| dev.write_at(data, phys)).map_err(|e| {
+        let write = || match direct {
+            true => dev.write_direct(data, phys).and_then(|done| if done { Ok(()) } else { dev.write_at(data, phys) }),
+            false => dev.write_at(data, phys),
+        };
+        injected.and_then(|_| write()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
         })

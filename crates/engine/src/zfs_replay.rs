@@ -20,6 +20,10 @@
 //! mount with the error, which names the dataset and the record. A read-only import replays
 //! nothing (it never calls this).
 //!
+//! `zpool import -N` claims the chains (txg N) and leaves them: the first mount of the pool's
+//! file systems (mounts::mount_some) replays them, as OpenZFS replays at mount; meanwhile a
+//! scrub reads the claimed chains (dsl_scan_walk).
+//!
 //! `zpool import -m` (a log device missing): OpenZFS drops every intent log (SPA_LOG_CLEAR).
 //! Here each chain replays as far as it can be read — nothing of a chain on the missing
 //! device, all of one in the pool. After a log device fails, commits go on in chains in the
@@ -46,8 +50,11 @@ pub struct ReplayReport {
 }
 
 /// Claim and replay the intent log of every file system of `pw` (just opened read-write,
-/// nothing changed yet), syncing twice when there was one (see the module's text).
-pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
+/// nothing changed yet), syncing twice when there was one (see the module's text). Without
+/// `replay` (`zpool import -N`: OpenZFS claims at import and replays at mount) the chains are
+/// only claimed, synced, and left in place (`PoolW::replay_deferred`) for the first mount's
+/// call, which replays them as chains claimed before.
+pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
     let spa = pw.spa.clone();
     let first_txg = pw.txg;
     let mut report = ReplayReport::default();
@@ -109,7 +116,7 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
         let os = pw.objset(d.ds_obj)?;
         let mut replayed_seq = hdr.replay_seq;
         let mut applied = 0usize;
-        if error.is_none() {
+        if replay && error.is_none() {
             let fs = zplw::open_fs(os, os.props.recordsize)?;
             os.zil.replaying = true;
             for r in &todo {
@@ -132,6 +139,10 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
             claim_lr_seq: max_lr,
         };
         os.zil.dirty = true;
+        if !replay {
+            pw.replay_deferred = true;
+            continue;
+        }
         match error {
             Some(e) => {
                 let msg = format!("intent log of '{}': {e}", d.name);
@@ -147,6 +158,11 @@ pub fn replay_pool(pw: &mut PoolW) -> Result<ReplayReport> {
             }
         }
     }
+    if !replay && pw.replay_deferred {
+        pw.sync()?; // the claims
+        return Ok(report);
+    }
+    pw.replay_deferred = false;
     if report.refused.is_empty() && done.is_empty() {
         return Ok(report);
     }

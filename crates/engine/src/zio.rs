@@ -209,19 +209,22 @@ fn read_physical_at(ctx: &ZioCtx, bp: &BlockPointer, depth: usize) -> Result<Vec
 /// aggregating them): the blocks `bps` of top-level vdev `top` — ascending, each with one DVA
 /// there and no gang — read as one range from each leaf and verified from it. A scrub reads
 /// every side of a mirror; a resilver (`ctx.mode.resilver`) reads one side whose DTL is empty
-/// and writes the blocks that verify to the sides whose DTL is not (runs of adjacent blocks
-/// in one write), counting them as repaired. Returns, per block, whether it was done here;
-/// the others are for `read_physical` (a copy that failed, fault injection, a failed large
-/// read or write, or a vdev this does not cover: raidz, nested mirrors, sides missing,
-/// offline or faulted, a scrub with stale sides), which counts and repairs as it always does.
-/// `bufs` holds the range buffers from one call to the next (grown as needed, never shrunk).
-pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Vec<u8>>) -> Vec<bool> {
+/// (into `bufs[0]`) and hands back, in `writes`, the runs of adjacent verified blocks to write
+/// to the sides whose DTL is not, from that buffer (`write_runs`): the caller writes them, on
+/// another thread while the next range is read. Returns, per block, whether it was read and
+/// verified here (a resilver's block: and its write handed back); the others are for
+/// `read_physical` (a copy that failed, fault injection, a failed large read, or a vdev this
+/// does not cover: raidz, nested mirrors, sides missing, offline or faulted, a scrub with
+/// stale sides), which counts and repairs as it always does. A block that does not verify on
+/// the source is never in `writes`. `bufs` holds the range buffers from one call to the next
+/// (grown as needed, never shrunk).
+pub fn scan_run<'a>(ctx: &ZioCtx<'a>, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Vec<u8>>, writes: &mut Vec<RunWrite<'a>>) -> Vec<bool> {
     let mut done = vec![false; bps.len()];
     let Some(tv) = ctx.root.children.get(top as usize) else { return done };
     if bps.is_empty() || crate::vdev::inject::any() {
         return done;
     }
-    let leaves: Vec<&Vdev> = match tv.kind {
+    let leaves: Vec<&'a Vdev> = match tv.kind {
         crate::vdev::VdevKind::Leaf { .. } => vec![&**tv],
         crate::vdev::VdevKind::Mirror | crate::vdev::VdevKind::ReplacingOrSpare(_) => tv.children.iter().map(|c| &**c).collect(),
         _ => return done,
@@ -255,20 +258,29 @@ pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Ve
     if len > 64 << 20 {
         return done;
     }
+    // The range goes where its bytes' addresses match their disk offsets modulo DIRECT_ALIGN
+    // (`place`), so that a resilver's aligned runs are written past the page cache.
+    let align = crate::vdev::DIRECT_ALIGN;
+    let place = |b: &Vec<u8>| b.as_ptr().align_offset(align) + (start % align as u64) as usize;
     bufs.resize_with(bufs.len().max(sources.len()), Vec::new);
     for (l, b) in sources.iter().zip(bufs.iter_mut()) {
-        if b.len() < len {
-            b.resize(len, 0);
+        if b.len() < len + 2 * align {
+            b.resize(len + 2 * align, 0);
         }
-        if l.read_leaf_into(start, &mut b[..len]).is_err() {
+        let p = place(b);
+        if l.read_leaf_into(start, &mut b[p..p + len]).is_err() {
             return done;
         }
     }
     let bufs = &bufs[..sources.len()];
     for (i, bp) in bps.iter().enumerate() {
         let o = (at(bp).offset - start) as usize;
-        done[i] = bufs.iter().all(|b| verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt));
+        done[i] = bufs.iter().all(|b| {
+            let o = place(b) + o;
+            verify_bp(bp, &b[o..o + bp.psize as usize], ctx.salt)
+        });
     }
+    let base = place(&bufs[0]);
     // A resilver's writes: runs of verified blocks, each block next to the one before it.
     let mut i = 0;
     while i < bps.len() && !targets.is_empty() {
@@ -282,18 +294,47 @@ pub fn scan_run(ctx: &ZioCtx, top: u64, bps: &[&BlockPointer], bufs: &mut Vec<Ve
         }
         let (a, b) = (at(bps[i]).offset, at(bps[j - 1]).offset + bps[j - 1].psize);
         let bytes: u64 = bps[i..j].iter().map(|bp| bp.psize).sum();
-        let data = &bufs[0][(a - start) as usize..(b - start) as usize];
-        for t in &targets {
-            if t.write_leaf(a, data).is_ok() {
-                t.stats.scan_processed.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-                ctx.mode.repaired.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-            } else {
-                done[i..j].iter_mut().for_each(|d| *d = false);
-            }
-        }
+        writes.push(RunWrite { offset: a, at: base + (a - start) as usize, len: (b - a) as usize, bytes, blocks: i..j, targets: targets.clone() });
         i = j;
     }
     done
+}
+
+/// A resilver's write of a run of adjacent verified blocks (`scan_run`): `len` bytes at `at`
+/// in the range buffer go to `offset` on each of `targets`; `bytes` of them are the blocks'
+/// (the rest, padding up to each block's allocated size, is what the source holds there too).
+pub struct RunWrite<'a> {
+    pub offset: u64,
+    pub at: usize,
+    pub len: usize,
+    pub bytes: u64,
+    /// The blocks of the run, as indexes into the `bps` of the `scan_run` call.
+    pub blocks: std::ops::Range<usize>,
+    pub targets: Vec<&'a Vdev>,
+}
+
+/// Write the runs `scan_run` handed back from the buffer it read them into (past the page
+/// cache, O_DIRECT, where a run's offset and length are aligned: `scan_run` places the range
+/// so that the buffer's addresses are too), counting what lands as repaired (the targets' scan_processed, `mode.repaired`). The runs whose write
+/// failed on some target: those blocks are for `read_physical`, which repairs or logs them.
+pub fn write_runs<'w, 'a>(mode: &ReadMode, buf: &[u8], writes: &'w [RunWrite<'a>]) -> Vec<&'w RunWrite<'a>> {
+    let mut failed = Vec::new();
+    for w in writes {
+        let data = &buf[w.at..w.at + w.len];
+        let mut ok = true;
+        for t in &w.targets {
+            if t.write_leaf_direct(w.offset, data).is_ok() {
+                t.stats.scan_processed.fetch_add(w.bytes, std::sync::atomic::Ordering::Relaxed);
+                mode.repaired.fetch_add(w.bytes, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                ok = false;
+            }
+        }
+        if !ok {
+            failed.push(w);
+        }
+    }
+    failed
 }
 
 /// Read `size` bytes at a DVA under `verify`.

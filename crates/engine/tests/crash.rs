@@ -129,7 +129,7 @@ impl Fs {
         let mut pw = PoolW::open(cand, 32 << 20, "oxzfs-crash").map_err(e2s)?;
         pw.fs_init = oxzfs::zplw::init_fs;
         // The intent log a crash left is replayed before the file system is used.
-        let rep = oxzfs::zfs_replay::replay_pool(&mut pw).map_err(|e| format!("replay: {e}"))?;
+        let rep = oxzfs::zfs_replay::replay_pool(&mut pw, true).map_err(|e| format!("replay: {e}"))?;
         if let Some(r) = rep.refused.first() {
             return Err(format!("replay refused: {r}"));
         }
