@@ -14,8 +14,9 @@
 //! no more than l2arc_write_max × l2arc_headroom bytes of each list and writing at most
 //! l2arc_write_max (+ l2arc_write_boost while cold) bytes. A buffer goes as the pool holds it:
 //! its physical (compressed) bytes, so that a read can verify it against the block pointer's
-//! checksum; the ARC keeps logical bytes, so the feed compresses them again as the bp says and
-//! writes them only when that reproduces the checksum (what OpenZFS does without compressed
+//! checksum; a block the ARC keeps compressed is written as it is, one it keeps decompressed
+//! (zfs_compressed_arc_enabled=0, blocks just written) is compressed again as the bp says and
+//! written only when that reproduces the checksum (what OpenZFS does without compressed
 //! ARC). Every buffer gets an entry in the open log block; a full one (dh_log_entries,
 //! smaller devices fewer, those under l2arc_rebuild_blocks_min_l2size none) is written
 //! after it, lz4-compressed, and chained from the device header, which is rewritten after each
@@ -519,9 +520,10 @@ impl L2Arc {
         }
     }
 
-    /// The logical bytes of `bp` from a cache device, verified; None (counted) when the L2ARC
-    /// does not hold it or what it holds is unreadable or wrong.
-    pub fn read(&self, bp: &BlockPointer, salt: &[u8; 32]) -> Option<Vec<u8>> {
+    /// The logical bytes of `bp` from a cache device, verified, and its physical bytes when
+    /// compressed (for the compressed ARC); None (counted) when the L2ARC does not hold it or
+    /// what it holds is unreadable or wrong.
+    pub fn read(&self, bp: &BlockPointer, salt: &[u8; 32]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
         let key = L2Key::of(bp)?;
         let buf = self.index.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
         let Some(buf) = buf else {
@@ -561,7 +563,7 @@ impl L2Arc {
         bump(&dev.io.reads, 1);
         bump(&dev.io.read_bytes, buf.asize);
         b.truncate(buf.psize as usize);
-        let data = if zio::verify_bp(bp, &b, salt) { zio::decompress_physical(bp, b).ok() } else { None };
+        let data = if zio::verify_bp(bp, &b, salt) { zio::decompress_keeping(bp, b).ok() } else { None };
         match data {
             Some(d) => {
                 self.count(|s| &s.hits, 1);
@@ -626,7 +628,16 @@ impl L2Arc {
             let index = self.index.lock().unwrap_or_else(|p| p.into_inner());
             let in_l2 = |k: &ArcKey| index.contains_key(&L2Key::of_arc(k));
             for c in cands.iter().filter(|c| !in_l2(&c.key)) {
-                let Some(phys) = zio::physical_for_l2(&c.bp, &c.data, salt) else { continue };
+                // Kept compressed: written as it is (verified when it came in); else
+                // compressed again, and written only when that reproduces the checksum.
+                let phys: std::borrow::Cow<[u8]> = match (&c.phys, &c.data) {
+                    (Some(p), _) if p.len() as u64 == c.bp.psize => std::borrow::Cow::Borrowed(&p[..]),
+                    (_, Some(d)) => match zio::physical_for_l2(&c.bp, d, salt) {
+                        Some(p) => std::borrow::Cow::Owned(p),
+                        None => continue,
+                    },
+                    _ => continue,
+                };
                 let psize = phys.len() as u64;
                 let asize = d.asize(psize);
                 if write_psize + psize > size || batch.len() as u64 + asize + lb_room > distance || st.hand + asize + lb_room > d.end {
@@ -906,7 +917,7 @@ mod tests {
         assert!(wrote >= 40 * 8192, "wrote {wrote}");
         assert_eq!(l2.headers(), 40);
         for (bp, d) in &blocks {
-            assert!(l2.read(bp, &salt).as_deref() == Some(&d[..]), "block at {}", bp.dva[0].offset);
+            assert!(l2.read(bp, &salt).map(|r| r.0).as_deref() == Some(&d[..]), "block at {}", bp.dva[0].offset);
         }
         assert_eq!(l2.stats.hits.load(Ordering::Relaxed), 40);
         let (_, _, lbc, _, _) = l2.sizes();
@@ -921,7 +932,7 @@ mod tests {
         assert_eq!(l2b.stats.rebuild_log_blks.load(Ordering::Relaxed), 13);
         // (The cold ARC is fed newest first: block 0 went last, into the open log block.)
         assert!(l2b.read(&blocks[0].0, &salt).is_none());
-        assert!(l2b.read(&blocks[20].0, &salt).as_deref() == Some(&blocks[20].1[..]));
+        assert!(l2b.read(&blocks[20].0, &salt).map(|r| r.0).as_deref() == Some(&blocks[20].1[..]));
         // Another pool's L2ARC starts empty.
         let other = Arc::new(L2Arc::new(78));
         other.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
@@ -988,7 +999,7 @@ mod tests {
         assert!(found > 0 && found <= held.len() as u64, "{found} found, {} held", held.len());
         let mut hits = 0;
         for (bp, d) in &all {
-            if let Some(got) = again.read(bp, &salt) {
+            if let Some((got, _)) = again.read(bp, &salt) {
                 assert!(got == *d, "block at {} read back wrong", bp.dva[0].offset);
                 hits += 1;
             }
@@ -1033,7 +1044,7 @@ mod tests {
         assert!(r.is_ok() && l.stats.rebuild_abort_cksum_lb_errors.load(Ordering::Relaxed) == 1);
         assert!(l.headers() > 0 && l.headers() < 29, "{}", l.headers());
         for (bp, d) in &blocks {
-            if let Some(got) = l.read(bp, &salt) {
+            if let Some((got, _)) = l.read(bp, &salt) {
                 assert!(got == *d);
             }
         }

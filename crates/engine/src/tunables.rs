@@ -13,6 +13,8 @@
 //!   zfs_arc_min             bytes the ARC is not shrunk below (0: 1/32 of zfs_arc_max)
 //!   zfs_arc_sys_free        memory the ARC leaves the system: with less available, the
 //!                           ARC's target shrinks (0: 1/32 of memory + 3 × min_free_kbytes)
+//!   zfs_compressed_arc_enabled  blocks come into the ARC as the pool holds them, compressed
+//!                           (see `arc`); 0: decompressed
 //!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
 //!                           more while the ARC is cold); l2arc_headroom: how many times that
 //!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds,
@@ -66,7 +68,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 30] = [
+static TUNABLES: [Tunable; 31] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -82,6 +84,7 @@ static TUNABLES: [Tunable; 30] = [
     tunable("zfs_arc_max", "Largest size of the ARC the imported pools share, bytes (0: half of memory)", 0, 0, u64::MAX, Some("OXZFS_ARC_MAX")),
     tunable("zfs_arc_min", "Smallest size the ARC is shrunk to, bytes (0: 1/32 of zfs_arc_max, at least 32M)", 0, 0, u64::MAX, None),
     tunable("zfs_arc_sys_free", "Memory the ARC leaves the system: below this much available it shrinks, bytes (0: 1/32 of memory plus three times min_free_kbytes)", 0, 1, u64::MAX, None),
+    tunable("zfs_compressed_arc_enabled", "The ARC keeps compressed blocks as the pool holds them, a decompressed copy only of those in use (1), or every block decompressed (0); read as blocks come in", 1, 0, 1, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
@@ -186,21 +189,22 @@ const REMOVAL_MAX_SPAN: usize = 11;
 const ARC_MAX: usize = 12;
 const ARC_MIN: usize = 13;
 const ARC_SYS_FREE: usize = 14;
-const DIRTY_DATA_MAX: usize = 15;
-const IMMEDIATE_WRITE_SZ: usize = 16;
-const MAX_RECORDSIZE: usize = 17;
-const REMOVAL_SUSPEND_PROGRESS: usize = 18;
-const REMOVE_MAX_SEGMENT: usize = 19;
-const SCAN_FILL_WEIGHT: usize = 20;
-const SCAN_ISSUE_STRATEGY: usize = 21;
-const SCAN_LEGACY: usize = 22;
-const SCAN_MAX_EXT_GAP: usize = 23;
-const SCAN_MEM_LIM_FACT: usize = 24;
-const SCAN_SUSPEND_PROGRESS: usize = 25;
-const SCRUB_MIN_TIME_MS: usize = 26;
-const TXG_TIMEOUT: usize = 27;
-const VDEV_AGGREGATION_LIMIT: usize = 28;
-const ZIL_SLOG_BULK: usize = 29;
+const COMPRESSED_ARC_ENABLED: usize = 15;
+const DIRTY_DATA_MAX: usize = 16;
+const IMMEDIATE_WRITE_SZ: usize = 17;
+const MAX_RECORDSIZE: usize = 18;
+const REMOVAL_SUSPEND_PROGRESS: usize = 19;
+const REMOVE_MAX_SEGMENT: usize = 20;
+const SCAN_FILL_WEIGHT: usize = 21;
+const SCAN_ISSUE_STRATEGY: usize = 22;
+const SCAN_LEGACY: usize = 23;
+const SCAN_MAX_EXT_GAP: usize = 24;
+const SCAN_MEM_LIM_FACT: usize = 25;
+const SCAN_SUSPEND_PROGRESS: usize = 26;
+const SCRUB_MIN_TIME_MS: usize = 27;
+const TXG_TIMEOUT: usize = 28;
+const VDEV_AGGREGATION_LIMIT: usize = 29;
+const ZIL_SLOG_BULK: usize = 30;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -261,6 +265,11 @@ pub fn arc_max() -> Option<u64> {
 
 pub fn arc_min() -> Option<u64> {
     Some(TUNABLES[ARC_MIN].get()).filter(|v| *v > 0)
+}
+
+/// zfs_compressed_arc_enabled: blocks come into the ARC compressed (read as each comes in).
+pub fn compressed_arc_enabled() -> bool {
+    TUNABLES[COMPRESSED_ARC_ENABLED].get() != 0
 }
 
 pub fn arc_sys_free() -> Option<u64> {

@@ -122,9 +122,23 @@ fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>>
     decompress(bp, &physical)
 }
 
-/// The logical bytes of a block from its verified physical bytes.
-pub fn decompress_physical(bp: &BlockPointer, physical: Vec<u8>) -> Result<Vec<u8>> {
-    decompress_owned(bp, physical)
+/// A block's logical bytes from its verified physical bytes, and those physical bytes too
+/// when the block is compressed (what the compressed ARC keeps).
+pub fn decompress_keeping(bp: &BlockPointer, physical: Vec<u8>) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    if is_uncompressed(bp) {
+        return Ok((decompress_owned(bp, physical)?, None));
+    }
+    let logical = decompress(bp, &physical)?;
+    Ok((logical, Some(physical)))
+}
+
+/// `read_bp` that also hands back the physical bytes of a compressed block (None for
+/// uncompressed, embedded blocks and holes).
+pub fn read_bp_keeping(ctx: &ZioCtx, bp: &BlockPointer) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    if bp.embedded || bp.is_hole() || bp.lsize > MAX_BLOCK || bp.psize > MAX_BLOCK || (bp.is_encrypted_data() && bp.typ != oxzfs_format::types::DMU_OT_DNODE) {
+        return read_bp(ctx, bp).map(|d| (d, None));
+    }
+    decompress_keeping(bp, read_physical(ctx, bp)?)
 }
 
 /// The physical bytes of `bp` made again from its logical bytes (compressed as the bp says,
