@@ -238,6 +238,7 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
         ("mfu_hits", s.mfu_hits),
         ("mfu_ghost_hits", s.mfu_ghost_hits),
         ("deleted", s.deleted),
+        ("evict_l2_cached", s.evict_l2_cached),
         ("evict_l2_eligible", s.evict_l2_eligible_mfu + s.evict_l2_eligible_mru),
         ("evict_l2_eligible_mfu", s.evict_l2_eligible_mfu),
         ("evict_l2_eligible_mru", s.evict_l2_eligible_mru),

@@ -38,6 +38,10 @@
 //! under and whether its dataset lets it go to a cache device (secondarycache); the feed asks
 //! for the eligible entries at the tails of MFU and MRU (`l2_candidates`), the buffers about to
 //! be evicted — or at the heads while the ARC is still cold (nothing evicted yet, `warm`).
+//! The feed marks what it wrote (`mark_l2`); an eligible buffer evicted before that is kept
+//! for the feed's next round (`take_l2_pending`, bounded by l2arc_write_max +
+//! l2arc_write_boost), and arcstats tell evictions of cached (evict_l2_cached), eligible and
+//! ineligible buffers apart.
 //! The limit `c_max` (zfs_arc_max) can be changed while the pool is imported (`set_c_max`):
 //! a smaller one evicts at once, down to it and never below `c_min`.
 
@@ -88,6 +92,8 @@ struct Entry {
     /// The block pointer the data was read or written under, when the block may go to the
     /// L2ARC (secondarycache allows it); None otherwise.
     l2bp: Option<Box<BlockPointer>>,
+    /// Written to a cache device (HDR_HAS_L2HDR), as the feed said (`mark_l2`).
+    l2: bool,
 }
 
 /// What a cached block holds: file or volume data, metadata, or dnodes (metadata too).
@@ -105,6 +111,13 @@ pub struct Access {
     pub prefetch: bool,
     pub meta: bool,
     pub hit: bool,
+}
+
+impl L2Candidate {
+    /// Bytes it holds.
+    fn bytes(&self) -> u64 {
+        self.phys.as_ref().or(self.data.as_ref()).map_or(0, |b| b.len() as u64)
+    }
 }
 
 impl Entry {
@@ -190,6 +203,12 @@ struct State {
     evict_l2_eligible_mfu: u64,
     evict_l2_eligible_mru: u64,
     evict_l2_ineligible: u64,
+    /// Bytes evicted that a cache device holds (evict_l2_cached).
+    evict_l2_cached: u64,
+    /// Buffers evicted before the L2ARC feed wrote them, kept for its next feed (oldest
+    /// first, at most `l2_pending_max` bytes), and their bytes.
+    l2_pending: std::collections::VecDeque<L2Candidate>,
+    l2_pending_bytes: u64,
     /// Decompressed copies beside compressed blocks, oldest first (by `Entry::hot`), and
     /// their bytes (overhead_size).
     hot: BTreeMap<u64, ArcKey>,
@@ -332,6 +351,7 @@ pub struct ArcStats {
     pub evict_l2_eligible_mfu: u64,
     pub evict_l2_eligible_mru: u64,
     pub evict_l2_ineligible: u64,
+    pub evict_l2_cached: u64,
     /// demand data, demand metadata, prefetch data, prefetch metadata: [hits, misses].
     pub access: [[u64; 2]; 4],
     pub c_min: u64,
@@ -468,6 +488,9 @@ impl Arc_ {
                 evict_l2_eligible_mfu: 0,
                 evict_l2_eligible_mru: 0,
                 evict_l2_ineligible: 0,
+                evict_l2_cached: 0,
+                l2_pending: Default::default(),
+                l2_pending_bytes: 0,
                 hot: BTreeMap::new(),
                 overhead: 0,
                 lsize: 0,
@@ -537,6 +560,8 @@ impl Arc_ {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
         let gone: Vec<ArcKey> = st.entries.keys().filter(|k| k.spa == spa).copied().collect();
+        st.l2_pending.retain(|c| c.key.spa != spa);
+        st.l2_pending_bytes = st.l2_pending.iter().map(L2Candidate::bytes).sum();
         for k in gone {
             st.drop_bufs(&k);
             if let Some(e) = st.entries.remove(&k) {
@@ -574,7 +599,7 @@ impl Arc_ {
             let keys: Box<dyn Iterator<Item = &ArcKey>> = if st.warm { Box::new(list.values()) } else { Box::new(list.values().rev()) };
             for key in keys.filter(|k| k.spa == spa) {
                 let Some(e) = st.entries.get(key) else { continue };
-                passed += e.size;
+                passed += e.lsize;
                 if scan != 0 && passed > scan {
                     break;
                 }
@@ -585,6 +610,33 @@ impl Arc_ {
             }
         }
         out
+    }
+
+    /// Take the buffers of pool `spa` evicted before the feed wrote them (the others stay).
+    /// The feed writes them first: without this, a buffer that passes through the cache
+    /// faster than the feed looks at the lists' tails (the ARC turning over at the pace of
+    /// L2ARC hits, or of writes) never reaches a cache device.
+    pub fn take_l2_pending(&self, spa: u64) -> Vec<L2Candidate> {
+        let mut st = self.state.lock().unwrap();
+        let (mine, others): (Vec<L2Candidate>, Vec<L2Candidate>) = std::mem::take(&mut st.l2_pending).into_iter().partition(|c| c.key.spa == spa);
+        st.l2_pending_bytes = others.iter().map(L2Candidate::bytes).sum();
+        st.l2_pending = others.into();
+        mine
+    }
+
+    /// Bytes waiting in `take_l2_pending` (of every pool).
+    pub fn l2_pending_bytes(&self) -> u64 {
+        self.state.lock().unwrap().l2_pending_bytes
+    }
+
+    /// The feed wrote these buffers to a cache device (arc_hdr_set_flags HAS_L2HDR).
+    pub fn mark_l2(&self, keys: &[ArcKey]) {
+        let mut st = self.state.lock().unwrap();
+        for k in keys {
+            if let Some(e) = st.entries.get_mut(k) {
+                e.l2 = true;
+            }
+        }
     }
 
     /// The default limit: half of physical memory minus 1 GiB, at least 64 MiB, as OpenZFS's
@@ -698,8 +750,13 @@ impl Arc_ {
                 e.seq = new_seq;
                 st.sizes[idx(list)] -= size;
                 st.sizes[idx(ListId::Mfu)] += size;
-                if let Some(d) = data.0.clone().filter(|_| st.entries[key].hot != 0) {
-                    st.keep_copy(key, d);
+                // A copy in use moves to the newest end of the copies' LRU, unless it was
+                // touched so lately that it is still in the newer half (no churn for hot ones).
+                let hot = st.entries[key].hot;
+                if hot != 0 && st.seq - hot > st.hot.len() as u64 / 2 {
+                    if let Some(d) = data.0.clone() {
+                        st.keep_copy(key, d);
+                    }
                 }
                 Some(data)
             }
@@ -770,7 +827,8 @@ impl Arc_ {
                 st.sizes[idx(list)] -= osz;
                 st.sizes[idx(list)] += size;
                 st.set_bufs(&key, bufs);
-                st.entries.get_mut(&key).expect("present").l2bp = l2bp;
+                let e = st.entries.get_mut(&key).expect("present");
+                (e.l2bp, e.l2) = (l2bp, false);
                 self.evict(st);
                 return;
             }
@@ -784,9 +842,9 @@ impl Arc_ {
         }
         if let Some(e) = st.entries.get_mut(&key) {
             // A ghost comes back.
-            (e.list, e.seq, e.l2bp, e.prefetch) = (target, seq, l2bp, false);
+            (e.list, e.seq, e.l2bp, e.prefetch, e.l2) = (target, seq, l2bp, false, false);
         } else {
-            st.entries.insert(key, Entry { kind: BufKind::Data, prefetch: false, list: target, seq, size, lsize: 0, phys: None, compress: 0, data: None, hot: 0, l2bp });
+            st.entries.insert(key, Entry { kind: BufKind::Data, prefetch: false, list: target, seq, size, lsize: 0, phys: None, compress: 0, data: None, hot: 0, l2bp, l2: false });
         }
         st.set_bufs(&key, bufs);
         st.entries_max = st.entries_max.max(st.entries.len() as u64);
@@ -810,15 +868,32 @@ impl Arc_ {
             let ghost = if from == ListId::Mru { ListId::MruGhost } else { ListId::MfuGhost };
             let Some((&seq, &key)) = st.lists.list(from).iter().next() else { break };
             st.lists.list(from).remove(&seq);
+            // A buffer the L2ARC may hold and has not written yet goes to the feed rather
+            // than nowhere (see `take_l2_pending`).
+            let e = &st.entries[&key];
+            let rescue = match (&e.l2bp, e.l2) {
+                (Some(bp), false) => Some(L2Candidate { key, phys: e.phys.clone(), data: e.data.clone().filter(|_| e.phys.is_none()), bp: (**bp).clone(), mfu: from == ListId::Mfu, prefetch: e.prefetch }),
+                _ => None,
+            };
             st.drop_bufs(&key);
             let e = st.entries.get_mut(&key).unwrap();
-            let eligible = e.l2bp.take().is_some();
+            let (eligible, cached) = (e.l2bp.take().is_some(), e.l2);
             e.list = ghost;
             let size = e.size;
-            match (eligible, from) {
-                (false, _) => st.evict_l2_ineligible += size,
-                (true, ListId::Mfu) => st.evict_l2_eligible_mfu += size,
-                (true, _) => st.evict_l2_eligible_mru += size,
+            match (eligible, cached, from) {
+                (false, _, _) => st.evict_l2_ineligible += size,
+                (true, true, _) => st.evict_l2_cached += size,
+                (true, false, ListId::Mfu) => st.evict_l2_eligible_mfu += size,
+                (true, false, _) => st.evict_l2_eligible_mru += size,
+            }
+            if let Some(c) = rescue {
+                st.l2_pending_bytes += size;
+                st.l2_pending.push_back(c);
+                let max = crate::tunables::l2arc_write_max() + crate::tunables::l2arc_write_boost();
+                while st.l2_pending_bytes > max {
+                    let Some(old) = st.l2_pending.pop_front() else { break };
+                    st.l2_pending_bytes -= old.bytes();
+                }
             }
             st.sizes[idx(from)] -= size;
             st.sizes[idx(ghost)] += size;
@@ -856,6 +931,7 @@ impl Arc_ {
             evict_l2_eligible_mfu: st.evict_l2_eligible_mfu,
             evict_l2_eligible_mru: st.evict_l2_eligible_mru,
             evict_l2_ineligible: st.evict_l2_ineligible,
+            evict_l2_cached: st.evict_l2_cached,
             access: std::array::from_fn(|r| std::array::from_fn(|h| self.access[r][h].load(Ordering::Relaxed))),
             c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
@@ -1085,6 +1161,34 @@ mod tests {
         arc.flush_spa(1);
         let s = arc.stats();
         assert_eq!((s.size, s.compressed_size, s.uncompressed_size, s.overhead_size), (0, 0, 0, 0), "{s:?}");
+    }
+
+    #[test]
+    fn buffers_evicted_before_the_feed_wrote_them_wait_for_it() {
+        let arc = Arc_::new(1 << 20);
+        let bp = BlockPointer::default();
+        for o in 0..16 {
+            arc.insert_l2(k(o), Arc::new(vec![o as u8; 64 << 10]), &bp);
+        }
+        // The feed wrote the first eight; sixteen more push all sixteen out.
+        arc.mark_l2(&(0..8).map(k).collect::<Vec<_>>());
+        for o in 16..32 {
+            arc.insert_l2(k(o), Arc::new(vec![o as u8; 64 << 10]), &bp);
+        }
+        let s = arc.stats();
+        assert_eq!((s.evict_l2_cached, s.evict_l2_eligible_mru), (8 << 16, 8 << 16), "{s:?}");
+        assert_eq!(arc.l2_pending_bytes(), 8 << 16);
+        assert!(arc.take_l2_pending(2).is_empty(), "another pool's");
+        let p = arc.take_l2_pending(1);
+        assert_eq!(p.iter().map(|c| c.key.offset).collect::<Vec<_>>(), (8..16).collect::<Vec<_>>());
+        assert!(p.iter().all(|c| c.data.as_ref().unwrap()[0] == c.key.offset as u8));
+        assert_eq!(arc.l2_pending_bytes(), 0);
+        // An export drops what waits.
+        arc.insert_l2(k(100), Arc::new(vec![0u8; 512 << 10]), &bp);
+        arc.insert_l2(k(101), Arc::new(vec![0u8; 256 << 10]), &bp);
+        assert!(arc.l2_pending_bytes() > 0);
+        arc.flush_spa(1);
+        assert_eq!(arc.l2_pending_bytes(), 0);
     }
 
     #[test]

@@ -538,17 +538,27 @@ impl Spa {
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || {
             let mut busy = false;
+            let mut began = std::time::Instant::now();
             loop {
+                // The next feed is due an interval after the last one began, not after it
+                // ended (l2arc_write_interval): a long feed does not slow the feeding down.
                 let wait = if busy && tunables::l2arc_feed_again() { tunables::l2arc_feed_min() } else { tunables::l2arc_feed_secs() };
-                let t0 = std::time::Instant::now();
+                let t0 = began;
                 while t0.elapsed() < wait {
                     std::thread::sleep(wait.saturating_sub(t0.elapsed()).min(std::time::Duration::from_millis(100)));
                     match weak.upgrade() {
-                        Some(s) if !s.l2arc.stopped() => {}
+                        Some(s) if !s.l2arc.stopped() => {
+                            // Buffers evicted unwritten pile up: feed them now, before
+                            // more are pushed out of the bounded queue.
+                            if s.arc.l2_pending_bytes() > tunables::l2arc_write_max() / 2 {
+                                break;
+                            }
+                        }
                         _ => return,
                     }
                 }
                 let Some(spa) = weak.upgrade() else { return };
+                began = std::time::Instant::now();
                 let wanted = tunables::l2arc_write_max() + if spa.arc.warm() { 0 } else { tunables::l2arc_write_boost() };
                 let wrote = spa.l2arc.feed_once(&spa.arc, spa.arc_id, &spa.checksum_salt);
                 busy = wrote > wanted / 2;

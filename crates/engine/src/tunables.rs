@@ -17,7 +17,8 @@
 //!                           (see `arc`); 0: decompressed
 //!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
 //!                           more while the ARC is cold); l2arc_headroom: how many times that
-//!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds,
+//!                           the feed scans of the ARC's lists (l2arc_headroom_boost percent
+//!                           of that with compressed ARC); l2arc_feed_secs between feeds,
 //!                           l2arc_feed_min_ms while busy (l2arc_feed_again);
 //!   l2arc_noprefetch        prefetched buffers are not fed
 //!   l2arc_rebuild_enabled   rebuild the L2ARC from a cache device's log blocks at import;
@@ -68,11 +69,12 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 31] = [
+static TUNABLES: [Tunable; 32] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
     tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
+    tunable("l2arc_headroom_boost", "With compressed ARC, how far the L2ARC feed looks into the ARC's lists, in percent of l2arc_headroom", 200, 100, 100_000, None),
     tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
     tunable("l2arc_noprefetch", "Prefetched buffers are not written to the L2ARC (1) or are (0)", 1, 0, 1, None),
     tunable("l2arc_rebuild_blocks_min_l2size", "Cache devices smaller than this keep no log blocks (no persistent L2ARC), bytes", 1 << 30, 0, u64::MAX, None),
@@ -178,33 +180,34 @@ const L2ARC_FEED_AGAIN: usize = 0;
 const L2ARC_FEED_MIN_MS: usize = 1;
 const L2ARC_FEED_SECS: usize = 2;
 const L2ARC_HEADROOM: usize = 3;
-const L2ARC_META_PERCENT: usize = 4;
-const L2ARC_NOPREFETCH: usize = 5;
-const L2ARC_REBUILD_MIN_L2SIZE: usize = 6;
-const L2ARC_REBUILD_ENABLED: usize = 7;
-const L2ARC_WRITE_BOOST: usize = 8;
-const L2ARC_WRITE_MAX: usize = 9;
-const FORCE_GANGING: usize = 10;
-const REMOVAL_MAX_SPAN: usize = 11;
-const ARC_MAX: usize = 12;
-const ARC_MIN: usize = 13;
-const ARC_SYS_FREE: usize = 14;
-const COMPRESSED_ARC_ENABLED: usize = 15;
-const DIRTY_DATA_MAX: usize = 16;
-const IMMEDIATE_WRITE_SZ: usize = 17;
-const MAX_RECORDSIZE: usize = 18;
-const REMOVAL_SUSPEND_PROGRESS: usize = 19;
-const REMOVE_MAX_SEGMENT: usize = 20;
-const SCAN_FILL_WEIGHT: usize = 21;
-const SCAN_ISSUE_STRATEGY: usize = 22;
-const SCAN_LEGACY: usize = 23;
-const SCAN_MAX_EXT_GAP: usize = 24;
-const SCAN_MEM_LIM_FACT: usize = 25;
-const SCAN_SUSPEND_PROGRESS: usize = 26;
-const SCRUB_MIN_TIME_MS: usize = 27;
-const TXG_TIMEOUT: usize = 28;
-const VDEV_AGGREGATION_LIMIT: usize = 29;
-const ZIL_SLOG_BULK: usize = 30;
+const L2ARC_HEADROOM_BOOST: usize = 4;
+const L2ARC_META_PERCENT: usize = 5;
+const L2ARC_NOPREFETCH: usize = 6;
+const L2ARC_REBUILD_MIN_L2SIZE: usize = 7;
+const L2ARC_REBUILD_ENABLED: usize = 8;
+const L2ARC_WRITE_BOOST: usize = 9;
+const L2ARC_WRITE_MAX: usize = 10;
+const FORCE_GANGING: usize = 11;
+const REMOVAL_MAX_SPAN: usize = 12;
+const ARC_MAX: usize = 13;
+const ARC_MIN: usize = 14;
+const ARC_SYS_FREE: usize = 15;
+const COMPRESSED_ARC_ENABLED: usize = 16;
+const DIRTY_DATA_MAX: usize = 17;
+const IMMEDIATE_WRITE_SZ: usize = 18;
+const MAX_RECORDSIZE: usize = 19;
+const REMOVAL_SUSPEND_PROGRESS: usize = 20;
+const REMOVE_MAX_SEGMENT: usize = 21;
+const SCAN_FILL_WEIGHT: usize = 22;
+const SCAN_ISSUE_STRATEGY: usize = 23;
+const SCAN_LEGACY: usize = 24;
+const SCAN_MAX_EXT_GAP: usize = 25;
+const SCAN_MEM_LIM_FACT: usize = 26;
+const SCAN_SUSPEND_PROGRESS: usize = 27;
+const SCRUB_MIN_TIME_MS: usize = 28;
+const TXG_TIMEOUT: usize = 29;
+const VDEV_AGGREGATION_LIMIT: usize = 30;
+const ZIL_SLOG_BULK: usize = 31;
 
 /// Values the code reads.
 pub fn txg_timeout() -> std::time::Duration {
@@ -293,6 +296,10 @@ pub fn l2arc_headroom() -> u64 {
     TUNABLES[L2ARC_HEADROOM].get()
 }
 
+pub fn l2arc_headroom_boost() -> u64 {
+    TUNABLES[L2ARC_HEADROOM_BOOST].get()
+}
+
 pub fn l2arc_meta_percent() -> u64 {
     TUNABLES[L2ARC_META_PERCENT].get()
 }
@@ -345,6 +352,7 @@ mod tests {
             ("l2arc_feed_min_ms", L2ARC_FEED_MIN_MS),
             ("l2arc_feed_secs", L2ARC_FEED_SECS),
             ("l2arc_headroom", L2ARC_HEADROOM),
+            ("l2arc_headroom_boost", L2ARC_HEADROOM_BOOST),
             ("l2arc_meta_percent", L2ARC_META_PERCENT),
             ("l2arc_noprefetch", L2ARC_NOPREFETCH),
             ("l2arc_rebuild_blocks_min_l2size", L2ARC_REBUILD_MIN_L2SIZE),
@@ -356,6 +364,7 @@ mod tests {
             ("zfs_arc_max", ARC_MAX),
             ("zfs_arc_min", ARC_MIN),
             ("zfs_arc_sys_free", ARC_SYS_FREE),
+            ("zfs_compressed_arc_enabled", COMPRESSED_ARC_ENABLED),
             ("zfs_dirty_data_max", DIRTY_DATA_MAX),
             ("zfs_immediate_write_sz", IMMEDIATE_WRITE_SZ),
             ("zfs_max_recordsize", MAX_RECORDSIZE),
