@@ -692,7 +692,7 @@ impl L2Arc {
                 let phys: std::borrow::Cow<[u8]> = match (&c.phys, &c.data) {
                     (Some(p), _) if p.len() as u64 == c.bp.psize => std::borrow::Cow::Borrowed(&p[..]),
                     (_, Some(d)) => match zio::physical_for_l2(&c.bp, d, salt) {
-                        Some(p) => std::borrow::Cow::Owned(p),
+                        Some(p) => p,
                         None => continue,
                     },
                     _ => continue,

@@ -550,7 +550,8 @@ impl Spa {
                         Some(s) if !s.l2arc.stopped() => {
                             // Buffers evicted unwritten pile up: feed them now, before
                             // more are pushed out of the bounded queue.
-                            if s.arc.l2_pending_bytes() > tunables::l2arc_write_max() / 2 {
+                            // (Not sooner than l2arc_feed_min_ms after the last feed.)
+                            if t0.elapsed() >= tunables::l2arc_feed_min() && s.arc.l2_pending_bytes() > tunables::l2arc_write_max() / 2 {
                                 break;
                             }
                         }
@@ -642,12 +643,17 @@ impl Spa {
         }
         let mut announce = Announce(self, k, flight, None);
         let l2 = if self.l2arc.has_devices() { self.l2arc.read(bp, &self.checksum_salt) } else { None };
+        let from_l2 = l2.is_some();
         let (data, phys) = match l2 {
             Some(d) => d,
             None => zio::read_bp_keeping(&self.zio_ctx(), bp)?,
         };
         let d = Arc::new(data);
         self.arc_keep(k, bp, ds, &d, phys, prefetch);
+        if from_l2 {
+            // On a cache device already: nothing for the feed when it is evicted.
+            self.arc.mark_l2(&[k]);
+        }
         announce.3 = Some(d.clone());
         Ok(d)
     }

@@ -145,18 +145,18 @@ pub fn read_bp_keeping(ctx: &ZioCtx, bp: &BlockPointer) -> Result<(Vec<u8>, Opti
 /// zero-padded to psize), when they reproduce the bp's checksum: what the L2ARC writes. None
 /// for blocks that cannot be verified that way (embedded, holes, encrypted, checksum=off, or
 /// compressed by a compressor whose output differs from ours).
-pub fn physical_for_l2(bp: &BlockPointer, logical: &[u8], salt: &[u8; 32]) -> Option<Vec<u8>> {
+/// An uncompressed block's logical bytes are its physical bytes, verified when they came in:
+/// handed back as they are, not checksummed again (the feed runs beside foreground reads).
+pub fn physical_for_l2<'a>(bp: &BlockPointer, logical: &'a [u8], salt: &[u8; 32]) -> Option<std::borrow::Cow<'a, [u8]>> {
     if bp.embedded || bp.is_hole() || bp.encrypted || bp.checksum == checksum::ZIO_CHECKSUM_OFF || logical.len() as u64 != bp.lsize || bp.psize > MAX_BLOCK {
         return None;
     }
-    let phys = if is_uncompressed(bp) {
-        (bp.psize == bp.lsize).then(|| logical.to_vec())?
-    } else {
-        let mut c = compress::compress(bp.compress, 0, logical, bp.psize as usize)?;
-        c.resize(bp.psize as usize, 0);
-        c
-    };
-    verify_bp(bp, &phys, salt).then_some(phys)
+    if is_uncompressed(bp) {
+        return (bp.psize == bp.lsize).then_some(std::borrow::Cow::Borrowed(logical));
+    }
+    let mut c = compress::compress(bp.compress, 0, logical, bp.psize as usize)?;
+    c.resize(bp.psize as usize, 0);
+    verify_bp(bp, &c, salt).then_some(std::borrow::Cow::Owned(c))
 }
 
 /// The verified physical (psize) bytes of a non-embedded, non-hole bp.
