@@ -319,6 +319,73 @@ def test_arc_summary_reads_the_arcstats(oxzfs):
     assert r.returncode == 1 and r.stderr == 'Error: Section "bogus" unknown\n', repr(r)
 
 
+def read_direct(path):
+    """sha256 of PATH read with O_DIRECT: every read reaches the file system (no page cache)."""
+    import mmap
+    h, buf = hashlib.sha256(), mmap.mmap(-1, 1 << 20)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        while n := os.readv(fd, [buf]):
+            h.update(buf[:n])
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def test_compressed_arc_caches_more_than_its_size(oxzfs):
+    """Compressed ARC (zfs_compressed_arc_enabled=1, OpenZFS's default): blocks are kept as the
+    pool holds them, so a compressible file three times zfs_arc_max is read a second time from
+    the ARC (demand data hits, no new misses), compressed_size under uncompressed_size, the
+    decompressed copies in overhead_size; with zfs_compressed_arc_enabled=0 the same second read
+    misses. The bytes read are the bytes written; arc_summary shows the three figures."""
+    tune(oxzfs)
+    pool = "carc"
+    base = os.path.join(oxzfs.base, "carc")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-O", "compression=lz4", "-R", alt, pool, *make_devs(vdir, 1, 128))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    path = os.path.join(alt, pool, "text")
+    line = b" lines of text the ARC keeps compressed, as the pool holds them\n"
+    data = b"".join(b"%08d" % i + line for i in range((48 << 20) // (8 + len(line)) + 1))[:48 << 20]
+    with open(path, "wb") as f:
+        f.write(data)
+    want = hashlib.sha256(data).hexdigest()
+    blocks = len(data) >> 17
+
+    def two_reads():
+        # Export and import: the ARC and the kernel's caches start empty.
+        assert oxzfs.export(pool).returncode == 0
+        import_pool(oxzfs, vdir, alt, pool)
+        assert read_direct(path) == want
+        first = arcstats(oxzfs)
+        assert read_direct(path) == want
+        return first, arcstats(oxzfs)
+
+    # (Data misses: demand and prefetch ones; the read-ahead brings most blocks in.)
+    def data_misses(s):
+        return s["demand_data_misses"] + s["prefetch_data_misses"]
+
+    first, second = two_reads()
+    assert second["demand_data_hits"] - first["demand_data_hits"] >= blocks, (first, second)
+    assert data_misses(second) == data_misses(first), (first, second)
+    s = second
+    assert s["uncompressed_size"] >= 2 * s["c_max"] and 0 < s["compressed_size"] < s["uncompressed_size"] // 3, s
+    assert 0 < s["overhead_size"] <= s["c_max"] // 16 and s["size"] == s["compressed_size"] + s["overhead_size"] <= s["c_max"], s
+    r = oxzfs.run("arc_summary", "-s", "arc")
+    assert r.returncode == 0, repr(r)
+    for label in ("Compressed size:", "Overhead size:", "Uncompressed size:"):
+        row = next((ln for ln in r.stdout.splitlines() if ln.strip().startswith(label)), None)
+        assert row is not None and len(row) == 72, r.stdout
+    # Kept decompressed: the file is three times the cache; its second read misses again.
+    assert oxzfs.run("tunable", "zfs_compressed_arc_enabled=0").returncode == 0
+    first, second = two_reads()
+    assert data_misses(second) - data_misses(first) >= blocks // 2, (first, second)
+    assert second["compressed_size"] == second["uncompressed_size"] <= second["c_max"], second
+    assert oxzfs.run("tunable", "zfs_compressed_arc_enabled=1").returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+
+
 def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
     tune(oxzfs)
     pool = "l2c"

@@ -262,6 +262,13 @@ fn section_arc(r: &mut Report, g: &dyn Fn(&str) -> u64) {
     r.prt_i2("Target size (adaptive):", &f_perc(c, c_max), &f_bytes(c));
     r.prt_i2("Min size (hard limit):", &f_perc(c_min, c_max), &f_bytes(c_min));
     r.prt_i2("Max size (high water):", &format!("{}:1", c_max / c_min.max(1)), &f_bytes(c_max));
+    // (As OpenZFS's later arc_summary shows the compressed ARC: the blocks held, compressed,
+    // and the decompressed copies beside them as parts of the size; what the blocks held are
+    // decompressed against the compressed size.)
+    let (compressed, uncompressed, overhead) = (g("compressed_size"), g("uncompressed_size"), g("overhead_size"));
+    r.prt_i2("Compressed size:", &f_perc(compressed, size), &f_bytes(compressed));
+    r.prt_i2("Overhead size:", &f_perc(overhead, size), &f_bytes(overhead));
+    r.prt_i2("Uncompressed size:", &f_perc(uncompressed, compressed), &f_bytes(uncompressed));
     r.prt_i2("Most Frequently Used (MFU) cache size:", &f_perc(mfu, mfu + mru), &f_bytes(mfu));
     r.prt_i2("Most Recently Used (MRU) cache size:", &f_perc(mru, mfu + mru), &f_bytes(mru));
     r.prt_i2("Metadata cache size (hard limit):", &f_perc(meta_limit, c_max), &f_bytes(meta_limit));
@@ -436,6 +443,13 @@ mod tests {
         let l = out.lines().find(|l| l.starts_with("ARC size (current):")).unwrap();
         assert_eq!(l, "ARC size (current):                                    25.0 %    1.0 MiB");
         assert!(out.lines().filter(|l| l.starts_with(INDENT) && l.trim_start().starts_with("Target size")).all(|l| l.len() == 72));
+        let stats = [("size", 3u64 << 20), ("compressed_size", 2 << 20), ("uncompressed_size", 8 << 20), ("overhead_size", 1 << 20), ("c_max", 4 << 20)];
+        let (out, _, _) = run(&["-s".into(), "arc".into()], &Kstats { arcstats: &stats, ..Default::default() }, &[]);
+        let row = |t: &str| out.lines().find(|l| l.trim_start().starts_with(t)).map(|l| l.split_whitespace().rev().take(3).collect::<Vec<_>>().join(" "));
+        assert_eq!(row("Compressed size:").as_deref(), Some("MiB 2.0 %"), "{out}");
+        assert_eq!(row("Overhead size:").as_deref(), Some("MiB 1.0 %"), "{out}");
+        assert_eq!(row("Uncompressed size:").as_deref(), Some("MiB 8.0 %"), "{out}");
+        assert!(out.contains("Uncompressed size:") && out.contains("400.0 %    8.0 MiB"), "{out}");
         let (_, err, code) = run(&["-s".into(), "nope".into()], &Kstats { arcstats: &stats, ..Default::default() }, &[]);
         assert_eq!((err.as_str(), code), ("Error: Section \"nope\" unknown\n", 1));
     }

@@ -1,4 +1,15 @@
-//! arc: the adaptive replacement cache of logical (decompressed, verified) blocks.
+//! arc: the adaptive replacement cache of verified blocks, kept compressed.
+//!
+//! Compressed ARC (OpenZFS 2.x, zfs_compressed_arc_enabled=1, the default): a block the pool
+//! holds compressed is kept as it is on disk (the header's b_pabd), and the lists, the target
+//! and the eviction count its physical size (arcstats compressed_size; uncompressed_size is
+//! what the same blocks are decompressed). Readers get the logical bytes: a read decompresses
+//! the block once and the copy stays beside the compressed bytes while it is in use (OpenZFS's
+//! arc_buf_t, which its dbufs hold): the most recently read copies, up to 1/16 of the target
+//! (OpenZFS's dbuf caches take 1/32 for data and 1/64 for metadata), in an LRU of their own
+//! (`hot`), counted as overhead_size and in the ARC's size. A block stored uncompressed, or
+//! any block with zfs_compressed_arc_enabled=0, is kept decompressed (one buffer, no
+//! overhead); so are blocks just written (the writer gives the logical bytes).
 //!
 //! Four lists as in OpenZFS's arc.c (after Megiddo and Modha): MRU holds blocks seen once, MFU
 //! blocks seen again; MRU-ghost and MFU-ghost remember the keys (not the data) of blocks recently
@@ -27,6 +38,10 @@
 //! under and whether its dataset lets it go to a cache device (secondarycache); the feed asks
 //! for the eligible entries at the tails of MFU and MRU (`l2_candidates`), the buffers about to
 //! be evicted — or at the heads while the ARC is still cold (nothing evicted yet, `warm`).
+//! The feed marks what it wrote (`mark_l2`); an eligible buffer evicted before that is kept
+//! for the feed's next round (`take_l2_pending`, bounded by l2arc_write_max +
+//! l2arc_write_boost), and arcstats tell evictions of cached (evict_l2_cached), eligible and
+//! ineligible buffers apart.
 //! The limit `c_max` (zfs_arc_max) can be changed while the pool is imported (`set_c_max`):
 //! a smaller one evicts at once, down to it and never below `c_min`.
 
@@ -62,11 +77,23 @@ struct Entry {
     prefetch: bool,
     list: ListId,
     seq: u64,
+    /// Bytes the header holds and the lists count (arc_hdr_size): the physical size of a
+    /// block kept compressed, else the logical size.
     size: u64,
+    lsize: u64,
+    /// The block as the pool holds it, compressed with `compress`, when kept so; None for a
+    /// block kept decompressed (and for ghosts).
+    phys: Option<Arc<Vec<u8>>>,
+    compress: u8,
+    /// The logical bytes: the block itself when it is kept decompressed; beside `phys`, the
+    /// decompressed copy of a block in use (then `hot` is its place in the copies' LRU).
     data: Option<Arc<Vec<u8>>>,
+    hot: u64,
     /// The block pointer the data was read or written under, when the block may go to the
     /// L2ARC (secondarycache allows it); None otherwise.
     l2bp: Option<Box<BlockPointer>>,
+    /// Written to a cache device (HDR_HAS_L2HDR), as the feed said (`mark_l2`).
+    l2: bool,
 }
 
 /// What a cached block holds: file or volume data, metadata, or dnodes (metadata too).
@@ -86,11 +113,45 @@ pub struct Access {
     pub hit: bool,
 }
 
-/// A buffer the L2ARC feed may write: its key, logical bytes and block pointer, and whether it
+impl L2Candidate {
+    /// Bytes it holds.
+    fn bytes(&self) -> u64 {
+        self.phys.as_ref().or(self.data.as_ref()).map_or(0, |b| b.len() as u64)
+    }
+}
+
+impl Entry {
+    fn resident(&self) -> bool {
+        self.data.is_some() || self.phys.is_some()
+    }
+
+    /// Bytes of a decompressed copy beside the compressed ones (overhead).
+    fn copy(&self) -> u64 {
+        if self.hot != 0 {
+            self.lsize
+        } else {
+            0
+        }
+    }
+
+    /// Bytes it takes in the cache (header and copy).
+    fn charge(&self) -> u64 {
+        if self.resident() {
+            self.size + self.copy()
+        } else {
+            0
+        }
+    }
+}
+
+/// A buffer the L2ARC feed may write: its key, its bytes and block pointer, and whether it
 /// sat in MFU (ARC state for the log entry).
 pub struct L2Candidate {
     pub key: ArcKey,
-    pub data: Arc<Vec<u8>>,
+    /// The block as the pool holds it (kept compressed: what the cache device gets as it is)
+    /// or, when None, its logical bytes in `data`.
+    pub phys: Option<Arc<Vec<u8>>>,
+    pub data: Option<Arc<Vec<u8>>>,
     pub bp: BlockPointer,
     pub mfu: bool,
     /// Prefetched and not yet read on demand (only fed with l2arc_noprefetch off).
@@ -142,6 +203,18 @@ struct State {
     evict_l2_eligible_mfu: u64,
     evict_l2_eligible_mru: u64,
     evict_l2_ineligible: u64,
+    /// Bytes evicted that a cache device holds (evict_l2_cached).
+    evict_l2_cached: u64,
+    /// Buffers evicted before the L2ARC feed wrote them, kept for its next feed (oldest
+    /// first, at most `l2_pending_max` bytes), and their bytes.
+    l2_pending: std::collections::VecDeque<L2Candidate>,
+    l2_pending_bytes: u64,
+    /// Decompressed copies beside compressed blocks, oldest first (by `Entry::hot`), and
+    /// their bytes (overhead_size).
+    hot: BTreeMap<u64, ArcKey>,
+    overhead: u64,
+    /// Logical bytes of the resident blocks (uncompressed_size).
+    lsize: u64,
 }
 
 impl State {
@@ -158,12 +231,110 @@ impl State {
             }
         }
     }
+
+    /// Let go of an entry's decompressed copy (its compressed bytes stay).
+    fn drop_copy(&mut self, key: &ArcKey) {
+        let Some(e) = self.entries.get_mut(key) else { return };
+        if e.hot == 0 {
+            return;
+        }
+        let (hot, lsize, kind) = (e.hot, e.lsize, e.kind);
+        e.hot = 0;
+        e.data = None;
+        self.hot.remove(&hot);
+        self.overhead -= lsize;
+        self.account(kind, lsize, false);
+    }
+
+    /// Keep `data`, the decompressed bytes of an entry kept compressed, beside them (or mark
+    /// the copy it has as the newest in use).
+    fn keep_copy(&mut self, key: &ArcKey, data: Arc<Vec<u8>>) {
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(e) = self.entries.get_mut(key) else { return };
+        if e.phys.is_none() {
+            return;
+        }
+        let old = std::mem::replace(&mut e.hot, seq);
+        if old != 0 {
+            self.hot.remove(&old);
+        } else {
+            e.data = Some(data);
+            let (lsize, kind) = (e.lsize, e.kind);
+            self.overhead += lsize;
+            self.account(kind, lsize, true);
+        }
+        self.hot.insert(seq, *key);
+    }
+
+    /// Let go of an entry's bytes (evicted to a ghost list, dropped, replaced).
+    fn drop_bufs(&mut self, key: &ArcKey) {
+        self.drop_copy(key);
+        let Some(e) = self.entries.get_mut(key) else { return };
+        if !e.resident() {
+            return;
+        }
+        e.data = None;
+        e.phys = None;
+        let (size, lsize, kind) = (e.size, e.lsize, e.kind);
+        self.lsize -= lsize;
+        self.account(kind, size, false);
+    }
+
+    /// Give an entry its bytes (`Bufs`), as the header's size says.
+    fn set_bufs(&mut self, key: &ArcKey, b: Bufs) {
+        let Some(e) = self.entries.get_mut(key) else { return };
+        let (lsize, kind, size) = (b.data.len() as u64, e.kind, b.size());
+        (e.size, e.lsize, e.compress) = (size, lsize, b.compress);
+        let copy = match b.phys {
+            Some(p) => {
+                e.phys = Some(p);
+                Some(b.data)
+            }
+            None => {
+                e.data = Some(b.data);
+                None
+            }
+        };
+        self.lsize += lsize;
+        self.account(kind, size, true);
+        if let Some(d) = copy {
+            self.keep_copy(key, d);
+        }
+    }
+
+    /// Drop the oldest decompressed copies until they take at most `max` bytes.
+    fn trim_copies(&mut self, max: u64) {
+        while self.overhead > max {
+            let Some((_, key)) = self.hot.first_key_value().map(|(s, k)| (*s, *k)) else { break };
+            self.drop_copy(&key);
+        }
+    }
+}
+
+/// A block's bytes as they come into the cache: logical, and physical when kept compressed.
+struct Bufs {
+    data: Arc<Vec<u8>>,
+    phys: Option<Arc<Vec<u8>>>,
+    compress: u8,
+}
+
+impl Bufs {
+    fn size(&self) -> u64 {
+        self.phys.as_ref().map_or(self.data.len(), |p| p.len()) as u64
+    }
 }
 
 /// Counters for `arcstats`-style reporting.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ArcStats {
     pub size: u64,
+    /// Bytes of the blocks held (as held: compressed or not), what they are decompressed, and
+    /// the decompressed copies beside compressed ones (compressed_size, uncompressed_size,
+    /// overhead_size; size is the first and the last).
+    pub compressed_size: u64,
+    pub uncompressed_size: u64,
+    pub overhead_size: u64,
     /// The target (arc_c).
     pub c: u64,
     pub c_max: u64,
@@ -180,6 +351,7 @@ pub struct ArcStats {
     pub evict_l2_eligible_mfu: u64,
     pub evict_l2_eligible_mru: u64,
     pub evict_l2_ineligible: u64,
+    pub evict_l2_cached: u64,
     /// demand data, demand metadata, prefetch data, prefetch metadata: [hits, misses].
     pub access: [[u64; 2]; 4],
     pub c_min: u64,
@@ -316,6 +488,12 @@ impl Arc_ {
                 evict_l2_eligible_mfu: 0,
                 evict_l2_eligible_mru: 0,
                 evict_l2_ineligible: 0,
+                evict_l2_cached: 0,
+                l2_pending: Default::default(),
+                l2_pending_bytes: 0,
+                hot: BTreeMap::new(),
+                overhead: 0,
+                lsize: 0,
             }),
             access: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
         }
@@ -363,7 +541,7 @@ impl Arc_ {
     /// size (never below c_min), and the cache evicts down to it.
     pub fn reduce_target(&self, to_free: u64) {
         let mut st = self.state.lock().unwrap();
-        let size = st.sizes[0] + st.sizes[1];
+        let size = st.sizes[0] + st.sizes[1] + st.overhead;
         let c_min = self.c_min.load(Ordering::Relaxed);
         let c = self.c().min(size);
         let new = if c > to_free && c - to_free > c_min { c - to_free } else { c_min };
@@ -388,13 +566,13 @@ impl Arc_ {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
         let gone: Vec<ArcKey> = st.entries.keys().filter(|k| spa.map_or(true, |s| k.spa == s)).copied().collect();
+        st.l2_pending.retain(|c| spa.is_some_and(|s| c.key.spa != s));
+        st.l2_pending_bytes = st.l2_pending.iter().map(L2Candidate::bytes).sum();
         for k in gone {
+            st.drop_bufs(&k);
             if let Some(e) = st.entries.remove(&k) {
                 st.lists.list(e.list).remove(&e.seq);
                 st.sizes[idx(e.list)] -= e.size;
-                if e.data.is_some() {
-                    st.account(e.kind, e.size, false);
-                }
             }
         }
     }
@@ -427,17 +605,44 @@ impl Arc_ {
             let keys: Box<dyn Iterator<Item = &ArcKey>> = if st.warm { Box::new(list.values()) } else { Box::new(list.values().rev()) };
             for key in keys.filter(|k| k.spa == spa) {
                 let Some(e) = st.entries.get(key) else { continue };
-                passed += e.size;
+                passed += e.lsize;
                 if scan != 0 && passed > scan {
                     break;
                 }
-                let (Some(bp), Some(data)) = (&e.l2bp, &e.data) else { continue };
+                let Some(bp) = e.l2bp.as_ref().filter(|_| e.resident()) else { continue };
                 if !skip(key) {
-                    out.push(L2Candidate { key: *key, data: data.clone(), bp: (**bp).clone(), mfu, prefetch: e.prefetch });
+                    out.push(L2Candidate { key: *key, phys: e.phys.clone(), data: e.data.clone(), bp: (**bp).clone(), mfu, prefetch: e.prefetch });
                 }
             }
         }
         out
+    }
+
+    /// Take the buffers of pool `spa` evicted before the feed wrote them (the others stay).
+    /// The feed writes them first: without this, a buffer that passes through the cache
+    /// faster than the feed looks at the lists' tails (the ARC turning over at the pace of
+    /// L2ARC hits, or of writes) never reaches a cache device.
+    pub fn take_l2_pending(&self, spa: u64) -> Vec<L2Candidate> {
+        let mut st = self.state.lock().unwrap();
+        let (mine, others): (Vec<L2Candidate>, Vec<L2Candidate>) = std::mem::take(&mut st.l2_pending).into_iter().partition(|c| c.key.spa == spa);
+        st.l2_pending_bytes = others.iter().map(L2Candidate::bytes).sum();
+        st.l2_pending = others.into();
+        mine
+    }
+
+    /// Bytes waiting in `take_l2_pending` (of every pool).
+    pub fn l2_pending_bytes(&self) -> u64 {
+        self.state.lock().unwrap().l2_pending_bytes
+    }
+
+    /// The feed wrote these buffers to a cache device (arc_hdr_set_flags HAS_L2HDR).
+    pub fn mark_l2(&self, keys: &[ArcKey]) {
+        let mut st = self.state.lock().unwrap();
+        for k in keys {
+            if let Some(e) = st.entries.get_mut(k) {
+                e.l2 = true;
+            }
+        }
     }
 
     /// The default limit: half of physical memory minus 1 GiB, at least 64 MiB, as OpenZFS's
@@ -457,10 +662,10 @@ impl Arc_ {
     pub fn classify(&self, key: &ArcKey, kind: BufKind) {
         let mut st = self.state.lock().unwrap();
         let Some(e) = st.entries.get_mut(key) else { return };
-        if e.kind == kind || e.data.is_none() {
+        if e.kind == kind || !e.resident() {
             return;
         }
-        let (old, size) = (e.kind, e.size);
+        let (old, size) = (e.kind, e.charge());
         e.kind = kind;
         st.account(old, size, false);
         st.account(kind, size, true);
@@ -490,10 +695,37 @@ impl Arc_ {
     }
 
     fn get_inner(&self, key: &ArcKey, l2bp: Option<&BlockPointer>) -> Option<Arc<Vec<u8>>> {
+        let (data, phys, compress, lsize) = self.lookup(key, l2bp)?;
+        if data.is_some() {
+            return data;
+        }
+        // Kept compressed, no copy in use: decompress outside the lock and keep the copy.
+        let phys = phys?;
+        let Ok(d) = oxzfs_format::compress::decompress(compress, &phys, lsize as usize) else {
+            // (Verified when it came in: never expected.) Forget it; the reader goes to disk.
+            let mut st = self.state.lock().unwrap();
+            if st.entries.get(key).is_some_and(|e| e.phys.as_ref().is_some_and(|p| Arc::ptr_eq(p, &phys))) {
+                st.drop_bufs(key);
+            }
+            return None;
+        };
+        let d = Arc::new(d);
+        let mut st = self.state.lock().unwrap();
+        if st.entries.get(key).is_some_and(|e| e.hot == 0 && e.phys.as_ref().is_some_and(|p| Arc::ptr_eq(p, &phys))) {
+            st.keep_copy(key, d.clone());
+            self.evict(&mut st);
+        }
+        Some(d)
+    }
+
+    /// A hit's bytes (the copy in use, else the compressed bytes, their function and logical
+    /// size), the entry promoted; None for a miss.
+    #[allow(clippy::type_complexity)]
+    fn lookup(&self, key: &ArcKey, l2bp: Option<&BlockPointer>) -> Option<(Option<Arc<Vec<u8>>>, Option<Arc<Vec<u8>>>, u8, u64)> {
         let mut st = self.state.lock().unwrap();
         let st = &mut *st;
         let (list, seq, data) = match st.entries.get(key) {
-            Some(e) => (e.list, e.seq, e.data.clone()),
+            Some(e) => (e.list, e.seq, (e.data.clone(), e.phys.clone(), e.compress, e.lsize)),
             None => {
                 st.misses += 1;
                 return None;
@@ -524,7 +756,15 @@ impl Arc_ {
                 e.seq = new_seq;
                 st.sizes[idx(list)] -= size;
                 st.sizes[idx(ListId::Mfu)] += size;
-                data
+                // A copy in use moves to the newest end of the copies' LRU, unless it was
+                // touched so lately that it is still in the newer half (no churn for hot ones).
+                let hot = st.entries[key].hot;
+                if hot != 0 && st.seq - hot > st.hot.len() as u64 / 2 {
+                    if let Some(d) = data.0.clone() {
+                        st.keep_copy(key, d);
+                    }
+                }
+                Some(data)
             }
             _ => {
                 st.misses += 1;
@@ -535,22 +775,31 @@ impl Arc_ {
 
     /// Insert a block just read. Adapts `p` on ghost hits, then evicts to stay under `c_max`.
     pub fn insert(&self, key: ArcKey, data: Arc<Vec<u8>>) {
-        self.put(key, data, false, None)
+        self.put(key, Bufs { data, phys: None, compress: 0 }, false, None)
     }
 
     /// `insert`, remembering the block pointer of a block the L2ARC may hold.
     pub fn insert_l2(&self, key: ArcKey, data: Arc<Vec<u8>>, bp: &BlockPointer) {
-        self.put(key, data, false, Some(Box::new(bp.clone())))
+        self.put(key, Bufs { data, phys: None, compress: 0 }, false, Some(Box::new(bp.clone())))
+    }
+
+    /// Insert a block just read: its logical bytes `data` and, when the pool holds it
+    /// compressed (with function `compress`), its physical bytes `phys`, kept instead under
+    /// zfs_compressed_arc_enabled (`data` then stays as the copy in use). `l2bp`: its block
+    /// pointer when the L2ARC may hold it.
+    pub fn insert_block(&self, key: ArcKey, data: Arc<Vec<u8>>, phys: Option<Vec<u8>>, compress: u8, l2bp: Option<&BlockPointer>) {
+        let phys = phys.filter(|_| crate::tunables::compressed_arc_enabled()).map(Arc::new);
+        self.put(key, Bufs { data, phys, compress }, false, l2bp.map(|b| Box::new(b.clone())))
     }
 
     /// Insert a block just written: as `insert`, but a cached entry under the same key takes
     /// the new bytes (the device holds them now).
     pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>, l2bp: Option<&BlockPointer>) {
-        self.put(key, data, true, l2bp.map(|b| Box::new(b.clone())))
+        self.put(key, Bufs { data, phys: None, compress: 0 }, true, l2bp.map(|b| Box::new(b.clone())))
     }
 
-    fn put(&self, key: ArcKey, data: Arc<Vec<u8>>, replace: bool, l2bp: Option<Box<BlockPointer>>) {
-        let size = data.len() as u64;
+    fn put(&self, key: ArcKey, bufs: Bufs, replace: bool, l2bp: Option<Box<BlockPointer>>) {
+        let size = bufs.size();
         if size > self.c_max() / 4 {
             return; // Never let one block flush the cache.
         }
@@ -580,15 +829,12 @@ impl Arc_ {
                     return; // Already cached.
                 }
                 // Same place in the lists, new bytes.
+                st.drop_bufs(&key);
                 st.sizes[idx(list)] -= osz;
                 st.sizes[idx(list)] += size;
-                let kind = st.entries[&key].kind;
-                st.account(kind, osz, false);
-                st.account(kind, size, true);
+                st.set_bufs(&key, bufs);
                 let e = st.entries.get_mut(&key).expect("present");
-                e.size = size;
-                e.data = Some(data);
-                e.l2bp = l2bp;
+                (e.l2bp, e.l2) = (l2bp, false);
                 self.evict(st);
                 return;
             }
@@ -597,10 +843,16 @@ impl Arc_ {
         // arc_adapt: a cache near its target grows the target, up to c_max, unless memory
         // was short lately.
         let c = self.c();
-        if c < self.c_max() && st.sizes[0] + st.sizes[1] + ARC_GROW_MARGIN >= c && self.may_grow() {
+        if c < self.c_max() && st.sizes[0] + st.sizes[1] + st.overhead + ARC_GROW_MARGIN >= c && self.may_grow() {
             self.c.store((c + size).min(self.c_max()), Ordering::Relaxed);
         }
-        st.entries.insert(key, Entry { kind: BufKind::Data, prefetch: false, list: target, seq, size, data: Some(data), l2bp });
+        if let Some(e) = st.entries.get_mut(&key) {
+            // A ghost comes back.
+            (e.list, e.seq, e.l2bp, e.prefetch, e.l2) = (target, seq, l2bp, false, false);
+        } else {
+            st.entries.insert(key, Entry { kind: BufKind::Data, prefetch: false, list: target, seq, size, lsize: 0, phys: None, compress: 0, data: None, hot: 0, l2bp, l2: false });
+        }
+        st.set_bufs(&key, bufs);
         st.entries_max = st.entries_max.max(st.entries.len() as u64);
         st.lists.list(target).insert(seq, key);
         st.sizes[idx(target)] += size;
@@ -610,7 +862,8 @@ impl Arc_ {
     fn evict(&self, st: &mut State) {
         let c_max = self.c_max();
         let c = self.c().min(c_max);
-        while st.sizes[0] + st.sizes[1] > c {
+        st.trim_copies(c >> 4);
+        while st.sizes[0] + st.sizes[1] + st.overhead > c {
             st.warm = true;
             // Evict from MRU when it is over its target, else from MFU.
             let from = if (st.sizes[0] > st.p && !st.lists.mru.is_empty()) || st.lists.mfu.is_empty() {
@@ -621,16 +874,32 @@ impl Arc_ {
             let ghost = if from == ListId::Mru { ListId::MruGhost } else { ListId::MfuGhost };
             let Some((&seq, &key)) = st.lists.list(from).iter().next() else { break };
             st.lists.list(from).remove(&seq);
+            // A buffer the L2ARC may hold and has not written yet goes to the feed rather
+            // than nowhere (see `take_l2_pending`).
+            let e = &st.entries[&key];
+            let rescue = match (&e.l2bp, e.l2) {
+                (Some(bp), false) => Some(L2Candidate { key, phys: e.phys.clone(), data: e.data.clone().filter(|_| e.phys.is_none()), bp: (**bp).clone(), mfu: from == ListId::Mfu, prefetch: e.prefetch }),
+                _ => None,
+            };
+            st.drop_bufs(&key);
             let e = st.entries.get_mut(&key).unwrap();
-            e.data = None;
-            let eligible = e.l2bp.take().is_some();
+            let (eligible, cached) = (e.l2bp.take().is_some(), e.l2);
             e.list = ghost;
-            let (size, kind) = (e.size, e.kind);
-            st.account(kind, size, false);
-            match (eligible, from) {
-                (false, _) => st.evict_l2_ineligible += size,
-                (true, ListId::Mfu) => st.evict_l2_eligible_mfu += size,
-                (true, _) => st.evict_l2_eligible_mru += size,
+            let size = e.size;
+            match (eligible, cached, from) {
+                (false, _, _) => st.evict_l2_ineligible += size,
+                (true, true, _) => st.evict_l2_cached += size,
+                (true, false, ListId::Mfu) => st.evict_l2_eligible_mfu += size,
+                (true, false, _) => st.evict_l2_eligible_mru += size,
+            }
+            if let Some(c) = rescue {
+                st.l2_pending_bytes += size;
+                st.l2_pending.push_back(c);
+                let max = crate::tunables::l2arc_write_max() + crate::tunables::l2arc_write_boost();
+                while st.l2_pending_bytes > max {
+                    let Some(old) = st.l2_pending.pop_front() else { break };
+                    st.l2_pending_bytes -= old.bytes();
+                }
             }
             st.sizes[idx(from)] -= size;
             st.sizes[idx(ghost)] += size;
@@ -652,7 +921,10 @@ impl Arc_ {
     pub fn stats(&self) -> ArcStats {
         let st = self.state.lock().unwrap();
         ArcStats {
-            size: st.sizes[0] + st.sizes[1],
+            size: st.sizes[0] + st.sizes[1] + st.overhead,
+            compressed_size: st.sizes[0] + st.sizes[1],
+            uncompressed_size: st.lsize,
+            overhead_size: st.overhead,
             c: self.c(),
             c_max: self.c_max(),
             throttles: self.throttles.load(Ordering::Relaxed),
@@ -665,6 +937,7 @@ impl Arc_ {
             evict_l2_eligible_mfu: st.evict_l2_eligible_mfu,
             evict_l2_eligible_mru: st.evict_l2_eligible_mru,
             evict_l2_ineligible: st.evict_l2_ineligible,
+            evict_l2_cached: st.evict_l2_cached,
             access: std::array::from_fn(|r| std::array::from_fn(|h| self.access[r][h].load(Ordering::Relaxed))),
             c_min: self.c_min.load(Ordering::Relaxed),
             p: st.p,
@@ -848,6 +1121,80 @@ mod tests {
         arc.flush_spa(2);
         assert!(arc.get(&other(1)).is_none() && arc.get(&k(1)).is_some());
         assert_eq!(arc.stats().size, 4096);
+    }
+
+    #[test]
+    fn compressed_blocks_are_counted_compressed_and_read_decompressed() {
+        use oxzfs_format::compress::{compress, ZIO_COMPRESS_LZ4};
+        let arc = Arc_::new(4 << 20);
+        let block = |o: u64| {
+            let logical: Vec<u8> = format!("block {o} ").into_bytes().into_iter().cycle().take(128 << 10).collect();
+            let phys = compress(ZIO_COMPRESS_LZ4, 0, &logical, 64 << 10).unwrap();
+            (Arc::new(logical), phys)
+        };
+        // 256 blocks of 128K: 32 MiB decompressed, eight times the limit.
+        let mut psize = 0;
+        for o in 0..256 {
+            let (l, p) = block(o);
+            psize += p.len() as u64;
+            arc.insert_block(k(o), l, Some(p), ZIO_COMPRESS_LZ4, None);
+        }
+        let s = arc.stats();
+        assert!(psize + (4 << 20) / 16 < 4 << 20, "the test's blocks compress well ({psize})");
+        assert_eq!((s.compressed_size, s.uncompressed_size), (psize, 256 << 17), "{s:?}");
+        // The copies in use are bounded (1/16 of the target) and counted in the size.
+        assert!(s.overhead_size <= (4 << 20) / 16 && s.overhead_size > 0, "{s:?}");
+        assert_eq!(s.size, s.compressed_size + s.overhead_size);
+        // Every block is still there, read back decompressed; the oldest had lost its copy.
+        for o in 0..256 {
+            assert_eq!(*arc.get(&k(o)).unwrap(), *block(o).0, "block {o}");
+        }
+        let s = arc.stats();
+        assert!(s.overhead_size <= (4 << 20) / 16 && s.size <= s.c, "{s:?}");
+        // A block stored uncompressed (no physical bytes given) is kept once, no overhead.
+        let before = arc.stats();
+        arc.insert_block(k(1000), Arc::new(vec![7u8; 4096]), None, 0, None);
+        let s = arc.stats();
+        assert_eq!((s.compressed_size - before.compressed_size, s.uncompressed_size - before.uncompressed_size), (4096, 4096));
+        // The feed gets the compressed bytes as they are.
+        let bp = BlockPointer::default();
+        let (l, p) = block(2000);
+        arc.insert_block(k(2000), l, Some(p.clone()), ZIO_COMPRESS_LZ4, Some(&bp));
+        let c = arc.l2_candidates(1, 0, &|_| false);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].phys.as_deref(), Some(&p));
+        // An export lets go of it all.
+        arc.flush_spa(1);
+        let s = arc.stats();
+        assert_eq!((s.size, s.compressed_size, s.uncompressed_size, s.overhead_size), (0, 0, 0, 0), "{s:?}");
+    }
+
+    #[test]
+    fn buffers_evicted_before_the_feed_wrote_them_wait_for_it() {
+        let arc = Arc_::new(1 << 20);
+        let bp = BlockPointer::default();
+        for o in 0..16 {
+            arc.insert_l2(k(o), Arc::new(vec![o as u8; 64 << 10]), &bp);
+        }
+        // The feed wrote the first eight; sixteen more push all sixteen out.
+        arc.mark_l2(&(0..8).map(k).collect::<Vec<_>>());
+        for o in 16..32 {
+            arc.insert_l2(k(o), Arc::new(vec![o as u8; 64 << 10]), &bp);
+        }
+        let s = arc.stats();
+        assert_eq!((s.evict_l2_cached, s.evict_l2_eligible_mru), (8 << 16, 8 << 16), "{s:?}");
+        assert_eq!(arc.l2_pending_bytes(), 8 << 16);
+        assert!(arc.take_l2_pending(2).is_empty(), "another pool's");
+        let p = arc.take_l2_pending(1);
+        assert_eq!(p.iter().map(|c| c.key.offset).collect::<Vec<_>>(), (8..16).collect::<Vec<_>>());
+        assert!(p.iter().all(|c| c.data.as_ref().unwrap()[0] == c.key.offset as u8));
+        assert_eq!(arc.l2_pending_bytes(), 0);
+        // An export drops what waits.
+        arc.insert_l2(k(100), Arc::new(vec![0u8; 512 << 10]), &bp);
+        arc.insert_l2(k(101), Arc::new(vec![0u8; 256 << 10]), &bp);
+        assert!(arc.l2_pending_bytes() > 0);
+        arc.flush_spa(1);
+        assert_eq!(arc.l2_pending_bytes(), 0);
     }
 
     #[test]

@@ -11,15 +11,25 @@
 //! turn (round robin); make room ahead of the write hand (`evict`: buffers and log blocks
 //! there are forgotten; on the first sweep there is nothing to forget), then write the ARC's
 //! eligible buffers from the tails of MFU and MRU (heads while the ARC is cold), looking at
-//! no more than l2arc_write_max × l2arc_headroom bytes of each list and writing at most
+//! no more than l2arc_write_max × l2arc_headroom bytes of each list (× l2arc_headroom_boost
+//! percent with compressed ARC, logical bytes) and writing at most
 //! l2arc_write_max (+ l2arc_write_boost while cold) bytes. A buffer goes as the pool holds it:
 //! its physical (compressed) bytes, so that a read can verify it against the block pointer's
-//! checksum; the ARC keeps logical bytes, so the feed compresses them again as the bp says and
-//! writes them only when that reproduces the checksum (what OpenZFS does without compressed
-//! ARC). Every buffer gets an entry in the open log block; a full one (dh_log_entries,
+//! checksum; a block the ARC keeps compressed is written as it is, one it keeps decompressed
+//! (zfs_compressed_arc_enabled=0, blocks just written) is compressed again as the bp says and
+//! written only when that reproduces the checksum (what OpenZFS does without compressed
+//! ARC). The ARC also hands the feed what it evicted before a feed wrote it (`take_l2_pending`,
+//! at most l2arc_write_max + l2arc_write_boost bytes waiting; the feed thread goes early when
+//! half of l2arc_write_max waits): those go first, beyond l2arc_write_max. The tails alone
+//! miss buffers that pass through the ARC faster than the feed looks at them — a read of a
+//! working set mostly on the cache device turns the ARC over at the cache device's pace, and
+//! the few blocks read from the pool among them were evicted unwritten, read from the pool
+//! again after the next import. Every buffer gets an entry in the open log block; a full one (dh_log_entries,
 //! smaller devices fewer, those under l2arc_rebuild_blocks_min_l2size none) is written
 //! after it, lz4-compressed, and chained from the device header, which is rewritten after each
-//! feed. The buffers of a feed are written in one device write.
+//! feed. The buffers of a feed are written in one device write. At export (`shutdown`) the
+//! open log block is written too, its empty slots filled with copies of its last entry (a
+//! rebuild counts them as precached), so that the buffers of the last feeds are found again.
 //!
 //! Read (`read`): an ARC miss looks the block up by its first DVA and birth (`L2Key`; the
 //! log entries hold no checksum); the bytes at the entry's address are verified against the
@@ -485,8 +495,46 @@ impl L2Arc {
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
         for d in self.devs.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            drop(d.st.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut st = d.st.lock().unwrap_or_else(|p| p.into_inner());
+            self.commit_partial(d, &mut st);
         }
+    }
+
+    /// At export: the open log block, whose buffers are on the device already, is written
+    /// too, its empty slots filled with copies of its last entry (a rebuild, ours or
+    /// OpenZFS's, finds the copies already restored: l2_rebuild_bufs_precached). Otherwise
+    /// the buffers of the last feeds since a full log block — up to a log block's worth —
+    /// would not be found by the next import.
+    fn commit_partial(&self, d: &L2Dev, st: &mut DevState) {
+        let Some(&last) = st.open.last() else { return };
+        let lb_asize = d.asize(L2ARC_LOG_BLK_SIZE as u64);
+        if !d.writable || d.faulted.load(Ordering::Relaxed) || d.log_entries == 0 || st.hand + lb_asize >= d.end {
+            return;
+        }
+        self.evict(d, st, lb_asize);
+        st.open.resize(d.log_entries as usize, last);
+        let at = st.hand;
+        let bytes = self.commit_open(d, st);
+        let r = d.dev.write_at(&bytes, at).and_then(|_| d.write_header(self.spa_guid, st));
+        if let Err(e) = r {
+            log(format!("cache device {}: last L2ARC log block not written ({e})", d.path.display()));
+        }
+    }
+
+    /// l2arc_log_blk_commit: the open log block's bytes, to be written at the hand (which
+    /// moves past it), chained from the header's newest pointers.
+    fn commit_open(&self, d: &L2Dev, st: &mut DevState) -> Vec<u8> {
+        let lb = L2LogBlkPhys { prev_lbp: st.lbps[1], entries: std::mem::take(&mut st.open) };
+        let (bytes, lbp) = lb.commit(st.hand, d.ashift, st.payload_asize, st.payload_start);
+        st.hand += lbp.asize();
+        st.lbps = [lbp, st.lbps[0]];
+        st.lb_list.push_front(lbp);
+        st.alloc += lbp.asize();
+        st.payload_asize = 0;
+        st.payload_start = 0;
+        self.count(|s| &s.log_blk_writes, 1);
+        self.count(|s| &s.write_bytes, lbp.asize());
+        bytes
     }
 
     /// Take cache device `guid` out (zpool remove; l2arc_remove_vdev): its buffers are
@@ -519,9 +567,10 @@ impl L2Arc {
         }
     }
 
-    /// The logical bytes of `bp` from a cache device, verified; None (counted) when the L2ARC
-    /// does not hold it or what it holds is unreadable or wrong.
-    pub fn read(&self, bp: &BlockPointer, salt: &[u8; 32]) -> Option<Vec<u8>> {
+    /// The logical bytes of `bp` from a cache device, verified, and its physical bytes when
+    /// compressed (for the compressed ARC); None (counted) when the L2ARC does not hold it or
+    /// what it holds is unreadable or wrong.
+    pub fn read(&self, bp: &BlockPointer, salt: &[u8; 32]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
         let key = L2Key::of(bp)?;
         let buf = self.index.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
         let Some(buf) = buf else {
@@ -561,7 +610,7 @@ impl L2Arc {
         bump(&dev.io.reads, 1);
         bump(&dev.io.read_bytes, buf.asize);
         b.truncate(buf.psize as usize);
-        let data = if zio::verify_bp(bp, &b, salt) { zio::decompress_physical(bp, b).ok() } else { None };
+        let data = if zio::verify_bp(bp, &b, salt) { zio::decompress_keeping(bp, b).ok() } else { None };
         match data {
             Some(d) => {
                 self.count(|s| &s.hits, 1);
@@ -601,8 +650,15 @@ impl L2Arc {
         self.count(|s| &s.feeds, 1);
         let warm = arc.warm();
         let size = tunables::l2arc_write_max() + if warm { 0 } else { tunables::l2arc_write_boost() };
-        let scan = size.saturating_mul(tunables::l2arc_headroom());
-        let cands = arc.l2_candidates(spa, scan, &|_| false);
+        // (l2arc_headroom_boost: compressed buffers take less room, so look further.)
+        let boost = if tunables::compressed_arc_enabled() { tunables::l2arc_headroom_boost() } else { 100 };
+        let scan = size.saturating_mul(tunables::l2arc_headroom()).saturating_mul(boost) / 100;
+        // First what the ARC evicted before a feed could write it, then the lists' tails;
+        // the evicted ones (bounded by the ARC) are written beyond l2arc_write_max.
+        let mut cands = arc.take_l2_pending(spa);
+        let pending: u64 = cands.iter().map(|c| c.bp.psize).sum();
+        let size = size + pending;
+        cands.extend(arc.l2_candidates(spa, scan, &|_| false));
         // Room ahead of the hand for the buffers and their log blocks (l2arc_write_size and
         // l2arc_log_blk_overhead, counting the candidates rather than 512-byte buffers), never
         // more than half the ring.
@@ -621,12 +677,26 @@ impl L2Arc {
         let batch_start = st.hand;
         let mut batch: Vec<u8> = Vec::new();
         let mut placed: Vec<(L2Key, L2Buf)> = Vec::new();
+        let mut placed_keys: Vec<ArcKey> = Vec::new();
         let mut write_psize = 0u64;
         {
             let index = self.index.lock().unwrap_or_else(|p| p.into_inner());
             let in_l2 = |k: &ArcKey| index.contains_key(&L2Key::of_arc(k));
+            let mut seen = std::collections::HashSet::new();
             for c in cands.iter().filter(|c| !in_l2(&c.key)) {
-                let Some(phys) = zio::physical_for_l2(&c.bp, &c.data, salt) else { continue };
+                if !seen.insert(c.key) {
+                    continue; // evicted, read again and in the lists once more
+                }
+                // Kept compressed: written as it is (verified when it came in); else
+                // compressed again, and written only when that reproduces the checksum.
+                let phys: std::borrow::Cow<[u8]> = match (&c.phys, &c.data) {
+                    (Some(p), _) if p.len() as u64 == c.bp.psize => std::borrow::Cow::Borrowed(&p[..]),
+                    (_, Some(d)) => match zio::physical_for_l2(&c.bp, d, salt) {
+                        Some(p) => p,
+                        None => continue,
+                    },
+                    _ => continue,
+                };
                 let psize = phys.len() as u64;
                 let asize = d.asize(psize);
                 if write_psize + psize > size || batch.len() as u64 + asize + lb_room > distance || st.hand + asize + lb_room > d.end {
@@ -638,6 +708,7 @@ impl L2Arc {
                 st.hand += asize;
                 write_psize += psize;
                 let key = L2Key::of_arc(&c.key);
+                placed_keys.push(c.key);
                 placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: c.prefetch }));
                 if d.log_entries > 0 {
                     self.log_insert(&d, &mut st, &c.bp, daddr, psize, (c.mfu, c.prefetch), &mut batch);
@@ -666,6 +737,7 @@ impl L2Arc {
         self.count(|s| &s.write_bytes, write_psize);
         bump(&d.io.writes, 1);
         bump(&d.io.write_bytes, batch.len() as u64);
+        arc.mark_l2(&placed_keys);
         {
             let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
             for (key, buf) in placed {
@@ -700,17 +772,8 @@ impl L2Arc {
         st.open.push(L2LogEntPhys { dva: [w0, w1], birth: bp.birth, prop, daddr, complevel: 0 });
         st.payload_asize += d.asize(psize);
         if st.open.len() as u64 == d.log_entries {
-            let lb = L2LogBlkPhys { prev_lbp: st.lbps[1], entries: std::mem::take(&mut st.open) };
-            let (bytes, lbp) = lb.commit(st.hand, d.ashift, st.payload_asize, st.payload_start);
+            let bytes = self.commit_open(d, st);
             batch.extend_from_slice(&bytes);
-            st.hand += lbp.asize();
-            st.lbps = [lbp, st.lbps[0]];
-            st.lb_list.push_front(lbp);
-            st.alloc += lbp.asize();
-            st.payload_asize = 0;
-            st.payload_start = 0;
-            self.count(|s| &s.log_blk_writes, 1);
-            self.count(|s| &s.write_bytes, lbp.asize());
         }
     }
 
@@ -900,13 +963,28 @@ mod tests {
     }
 
     #[test]
+    fn an_export_commits_the_open_log_block() {
+        let salt = [0u8; 32];
+        // 3 entries a log block, 40 buffers: the 40th waits in the open block.
+        let (mem, l2, blocks, _) = fed_device(40, 78, 6, &salt);
+        l2.shutdown();
+        let again = Arc::new(L2Arc::new(78));
+        again.add_device(6, "mem".into(), mem, 9, true).unwrap();
+        wait_rebuilt(&again);
+        assert_eq!(again.headers(), 40, "every buffer written is found after the export");
+        assert_eq!(again.stats.rebuild_bufs_precached.load(Ordering::Relaxed), 2, "the two copies filling the last block");
+        let (bp, d) = &blocks[39];
+        assert!(again.read(bp, &salt).map(|r| r.0).as_deref() == Some(&d[..]));
+    }
+
+    #[test]
     fn feed_read_rebuild_and_corruption() {
         let salt = [0u8; 32];
         let (mem, l2, blocks, wrote) = fed_device(40, 77, 5, &salt);
         assert!(wrote >= 40 * 8192, "wrote {wrote}");
         assert_eq!(l2.headers(), 40);
         for (bp, d) in &blocks {
-            assert!(l2.read(bp, &salt).as_deref() == Some(&d[..]), "block at {}", bp.dva[0].offset);
+            assert!(l2.read(bp, &salt).map(|r| r.0).as_deref() == Some(&d[..]), "block at {}", bp.dva[0].offset);
         }
         assert_eq!(l2.stats.hits.load(Ordering::Relaxed), 40);
         let (_, _, lbc, _, _) = l2.sizes();
@@ -921,7 +999,7 @@ mod tests {
         assert_eq!(l2b.stats.rebuild_log_blks.load(Ordering::Relaxed), 13);
         // (The cold ARC is fed newest first: block 0 went last, into the open log block.)
         assert!(l2b.read(&blocks[0].0, &salt).is_none());
-        assert!(l2b.read(&blocks[20].0, &salt).as_deref() == Some(&blocks[20].1[..]));
+        assert!(l2b.read(&blocks[20].0, &salt).map(|r| r.0).as_deref() == Some(&blocks[20].1[..]));
         // Another pool's L2ARC starts empty.
         let other = Arc::new(L2Arc::new(78));
         other.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
@@ -988,7 +1066,7 @@ mod tests {
         assert!(found > 0 && found <= held.len() as u64, "{found} found, {} held", held.len());
         let mut hits = 0;
         for (bp, d) in &all {
-            if let Some(got) = again.read(bp, &salt) {
+            if let Some((got, _)) = again.read(bp, &salt) {
                 assert!(got == *d, "block at {} read back wrong", bp.dva[0].offset);
                 hits += 1;
             }
@@ -1033,7 +1111,7 @@ mod tests {
         assert!(r.is_ok() && l.stats.rebuild_abort_cksum_lb_errors.load(Ordering::Relaxed) == 1);
         assert!(l.headers() > 0 && l.headers() < 29, "{}", l.headers());
         for (bp, d) in &blocks {
-            if let Some(got) = l.read(bp, &salt) {
+            if let Some((got, _)) = l.read(bp, &salt) {
                 assert!(got == *d);
             }
         }

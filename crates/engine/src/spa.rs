@@ -480,13 +480,16 @@ impl Spa {
         (allows(primary), allows(secondary) && self.l2arc.has_devices())
     }
 
-    /// Keep a block just read in the ARC as its dataset allows; a prefetched one is not for
-    /// the L2ARC under l2arc_noprefetch (until a demand read hits it).
-    fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>, prefetch: bool) {
+    /// Keep a block just read in the ARC as its dataset allows (`phys`: its physical bytes
+    /// when compressed, what the compressed ARC keeps); a prefetched one is not for the L2ARC
+    /// under l2arc_noprefetch (until a demand read hits it).
+    fn arc_keep(&self, k: ArcKey, bp: &BlockPointer, ds: u64, data: &Arc<Vec<u8>>, phys: Option<Vec<u8>>, prefetch: bool) {
         match self.cacheable(bp, ds) {
             (false, _) => return,
-            (true, true) if !(prefetch && crate::tunables::l2arc_noprefetch()) => self.arc.insert_l2(k, data.clone(), bp),
-            (true, _) => self.arc.insert(k, data.clone()),
+            (true, l2) => {
+                let l2 = l2 && !(prefetch && crate::tunables::l2arc_noprefetch());
+                self.arc.insert_block(k, data.clone(), phys, bp.compress, l2.then_some(bp));
+            }
         }
         if prefetch {
             self.arc.mark_prefetch(&k);
@@ -532,17 +535,28 @@ impl Spa {
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || {
             let mut busy = false;
+            let mut began = std::time::Instant::now();
             loop {
+                // The next feed is due an interval after the last one began, not after it
+                // ended (l2arc_write_interval): a long feed does not slow the feeding down.
                 let wait = if busy && tunables::l2arc_feed_again() { tunables::l2arc_feed_min() } else { tunables::l2arc_feed_secs() };
-                let t0 = std::time::Instant::now();
+                let t0 = began;
                 while t0.elapsed() < wait {
                     std::thread::sleep(wait.saturating_sub(t0.elapsed()).min(std::time::Duration::from_millis(100)));
                     match weak.upgrade() {
-                        Some(s) if !s.l2arc.stopped() => {}
+                        Some(s) if !s.l2arc.stopped() => {
+                            // Buffers evicted unwritten pile up: feed them now, before
+                            // more are pushed out of the bounded queue.
+                            // (Not sooner than l2arc_feed_min_ms after the last feed.)
+                            if t0.elapsed() >= tunables::l2arc_feed_min() && s.arc.l2_pending_bytes() > tunables::l2arc_write_max() / 2 {
+                                break;
+                            }
+                        }
                         _ => return,
                     }
                 }
                 let Some(spa) = weak.upgrade() else { return };
+                began = std::time::Instant::now();
                 let wanted = tunables::l2arc_write_max() + if spa.arc.warm() { 0 } else { tunables::l2arc_write_boost() };
                 let wrote = spa.l2arc.feed_once(&spa.arc, spa.arc_id, &spa.checksum_salt);
                 busy = wrote > wanted / 2;
@@ -626,22 +640,30 @@ impl Spa {
         }
         let mut announce = Announce(self, k, flight, None);
         let l2 = if self.l2arc.has_devices() { self.l2arc.read(bp, &self.checksum_salt) } else { None };
-        let r = match l2 {
-            Some(d) => Ok(Arc::new(d)),
-            None => self.read_bp_uncached(bp).map(Arc::new),
+        let from_l2 = l2.is_some();
+        let (data, phys) = match l2 {
+            Some(d) => d,
+            None => zio::read_bp_keeping(&self.zio_ctx(), bp)?,
         };
-        if let Ok(d) = &r {
-            self.arc_keep(k, bp, ds, d, prefetch);
-            announce.3 = Some(d.clone());
+        let d = Arc::new(data);
+        self.arc_keep(k, bp, ds, &d, phys, prefetch);
+        if from_l2 {
+            // On a cache device already: nothing for the feed when it is evicted.
+            self.arc.mark_l2(&[k]);
         }
-        r
+        announce.3 = Some(d.clone());
+        Ok(d)
     }
 
     fn read_bp_uncached(&self, bp: &BlockPointer) -> Result<Vec<u8>> {
-        // A pool imported read-write heals the bad copies its reads find.
+        zio::read_bp(&self.zio_ctx(), bp)
+    }
+
+    /// The context of this pool's reads: a pool imported read-write heals the bad copies its
+    /// reads find.
+    fn zio_ctx(&self) -> ZioCtx<'_> {
         let mode = if self.readonly { &READ_PLAIN } else { &READ_HEAL };
-        let ctx = ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode };
-        zio::read_bp(&ctx, bp)
+        ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode }
     }
 
     /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep

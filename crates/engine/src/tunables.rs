@@ -13,9 +13,12 @@
 //!   zfs_arc_min             bytes the ARC is not shrunk below (0: 1/32 of zfs_arc_max)
 //!   zfs_arc_sys_free        memory the ARC leaves the system: with less available, the
 //!                           ARC's target shrinks (0: 1/32 of memory + 3 × min_free_kbytes)
+//!   zfs_compressed_arc_enabled  blocks come into the ARC as the pool holds them, compressed
+//!                           (see `arc`); 0: decompressed
 //!   l2arc_write_max         bytes written to a cache device per feed (l2arc_write_boost
 //!                           more while the ARC is cold); l2arc_headroom: how many times that
-//!                           the feed scans of the ARC's lists; l2arc_feed_secs between feeds,
+//!                           the feed scans of the ARC's lists (l2arc_headroom_boost percent
+//!                           of that with compressed ARC); l2arc_feed_secs between feeds,
 //!                           l2arc_feed_min_ms while busy (l2arc_feed_again);
 //!   l2arc_noprefetch        prefetched buffers are not fed
 //!   l2arc_rebuild_enabled   rebuild the L2ARC from a cache device's log blocks at import;
@@ -70,11 +73,12 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 34] = [
+static TUNABLES: [Tunable; 36] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
     tunable("l2arc_headroom", "How far past l2arc_write_max the feed looks into the ARC's lists, in multiples of it (0: the whole lists)", 2, 0, 1000, None),
+    tunable("l2arc_headroom_boost", "With compressed ARC, how far the L2ARC feed looks into the ARC's lists, in percent of l2arc_headroom", 200, 100, 100_000, None),
     tunable("l2arc_meta_percent", "Largest share of the ARC the headers of L2ARC-only buffers may take, percent", 33, 1, 100, None),
     tunable("l2arc_noprefetch", "Prefetched buffers are not written to the L2ARC (1) or are (0)", 1, 0, 1, None),
     tunable("l2arc_rebuild_blocks_min_l2size", "Cache devices smaller than this keep no log blocks (no persistent L2ARC), bytes", 1 << 30, 0, u64::MAX, None),
@@ -90,6 +94,7 @@ static TUNABLES: [Tunable; 34] = [
     tunable("zfs_condense_indirect_vdevs_enable", "Condense the mappings of removed vdevs (1) or not (0)", 1, 0, 1, None),
     tunable("zfs_condense_max_obsolete_bytes", "A removed vdev's mapping is condensed when its obsolete space map is this long, bytes", 1 << 30, 0, u64::MAX, None),
     tunable("zfs_condense_min_mapping_bytes", "Mappings of removed vdevs smaller than this in memory are not condensed for their obsolete share, bytes", 128 << 10, 0, u64::MAX, None),
+    tunable("zfs_compressed_arc_enabled", "The ARC keeps compressed blocks as the pool holds them, a decompressed copy only of those in use (1), or every block decompressed (0); read as blocks come in", 1, 0, 1, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
@@ -263,6 +268,11 @@ pub fn arc_min() -> Option<u64> {
     Some(known!("zfs_arc_min").get()).filter(|v| *v > 0)
 }
 
+/// zfs_compressed_arc_enabled: blocks come into the ARC compressed (read as each comes in).
+pub fn compressed_arc_enabled() -> bool {
+    known!("zfs_compressed_arc_enabled").get() != 0
+}
+
 pub fn arc_sys_free() -> Option<u64> {
     Some(known!("zfs_arc_sys_free").get()).filter(|v| *v > 0)
 }
@@ -282,6 +292,10 @@ pub fn l2arc_feed_secs() -> std::time::Duration {
 
 pub fn l2arc_headroom() -> u64 {
     known!("l2arc_headroom").get()
+}
+
+pub fn l2arc_headroom_boost() -> u64 {
+    known!("l2arc_headroom_boost").get()
 }
 
 pub fn l2arc_meta_percent() -> u64 {

@@ -122,27 +122,41 @@ fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>>
     decompress(bp, &physical)
 }
 
-/// The logical bytes of a block from its verified physical bytes.
-pub fn decompress_physical(bp: &BlockPointer, physical: Vec<u8>) -> Result<Vec<u8>> {
-    decompress_owned(bp, physical)
+/// A block's logical bytes from its verified physical bytes, and those physical bytes too
+/// when the block is compressed (what the compressed ARC keeps).
+pub fn decompress_keeping(bp: &BlockPointer, physical: Vec<u8>) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    if is_uncompressed(bp) {
+        return Ok((decompress_owned(bp, physical)?, None));
+    }
+    let logical = decompress(bp, &physical)?;
+    Ok((logical, Some(physical)))
+}
+
+/// `read_bp` that also hands back the physical bytes of a compressed block (None for
+/// uncompressed, embedded blocks and holes).
+pub fn read_bp_keeping(ctx: &ZioCtx, bp: &BlockPointer) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    if bp.embedded || bp.is_hole() || bp.lsize > MAX_BLOCK || bp.psize > MAX_BLOCK || (bp.is_encrypted_data() && bp.typ != oxzfs_format::types::DMU_OT_DNODE) {
+        return read_bp(ctx, bp).map(|d| (d, None));
+    }
+    decompress_keeping(bp, read_physical(ctx, bp)?)
 }
 
 /// The physical bytes of `bp` made again from its logical bytes (compressed as the bp says,
 /// zero-padded to psize), when they reproduce the bp's checksum: what the L2ARC writes. None
 /// for blocks that cannot be verified that way (embedded, holes, encrypted, checksum=off, or
 /// compressed by a compressor whose output differs from ours).
-pub fn physical_for_l2(bp: &BlockPointer, logical: &[u8], salt: &[u8; 32]) -> Option<Vec<u8>> {
+/// An uncompressed block's logical bytes are its physical bytes, verified when they came in:
+/// handed back as they are, not checksummed again (the feed runs beside foreground reads).
+pub fn physical_for_l2<'a>(bp: &BlockPointer, logical: &'a [u8], salt: &[u8; 32]) -> Option<std::borrow::Cow<'a, [u8]>> {
     if bp.embedded || bp.is_hole() || bp.encrypted || bp.checksum == checksum::ZIO_CHECKSUM_OFF || logical.len() as u64 != bp.lsize || bp.psize > MAX_BLOCK {
         return None;
     }
-    let phys = if is_uncompressed(bp) {
-        (bp.psize == bp.lsize).then(|| logical.to_vec())?
-    } else {
-        let mut c = compress::compress(bp.compress, 0, logical, bp.psize as usize)?;
-        c.resize(bp.psize as usize, 0);
-        c
-    };
-    verify_bp(bp, &phys, salt).then_some(phys)
+    if is_uncompressed(bp) {
+        return (bp.psize == bp.lsize).then_some(std::borrow::Cow::Borrowed(logical));
+    }
+    let mut c = compress::compress(bp.compress, 0, logical, bp.psize as usize)?;
+    c.resize(bp.psize as usize, 0);
+    verify_bp(bp, &c, salt).then_some(std::borrow::Cow::Owned(c))
 }
 
 /// The verified physical (psize) bytes of a non-embedded, non-hole bp.
