@@ -61,3 +61,38 @@ def test_snapdir_on_rw_mount(oxzfs):
     assert tree(os.path.join(snapdir, "third")) == models["third"]
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_snapdir_visible_on_rw_mount(oxzfs):
+    """snapdir=visible on a read-write mount: `.zfs` is listed in the root (readdirplus gives
+    it the control directory's attributes) and leads to the snapshots, whose files read back;
+    elsewhere it stays out of listings. The listing runs on a thread, so that a mount that
+    stops answering fails the test instead of stalling the run."""
+    import threading
+    pool = "sdvis"
+    vdir, alt, root = new_pool(oxzfs, pool, "sdvis", 1, size_mib=256)
+    assert oxzfs.zfs("create", "-o", "snapdir=visible", f"{pool}/fs").returncode == 0
+    fs = os.path.join(root, "fs")
+    os.mkdir(os.path.join(fs, "d"))
+    with open(os.path.join(fs, "d", "f"), "wb") as f:
+        f.write(b"snap me")
+    assert oxzfs.zfs("snapshot", f"{pool}/fs@s1").returncode == 0
+    out = {}
+
+    def walk():
+        out["root"] = sorted(e.name for e in os.scandir(fs))
+        out["zfs"] = os.lstat(os.path.join(fs, ".zfs"))
+        out["snaps"] = sorted(os.listdir(os.path.join(fs, ".zfs", "snapshot")))
+        out["sub"] = sorted(os.listdir(os.path.join(fs, "d")))
+        with open(os.path.join(fs, ".zfs", "snapshot", "s1", "d", "f"), "rb") as f:
+            out["data"] = f.read()
+
+    t = threading.Thread(target=walk, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "listing the root of a snapdir=visible mount did not finish in 60 s"
+    assert out["root"] == [".zfs", "d"], out
+    assert (out["zfs"].st_mode & 0o170000, out["zfs"].st_mode & 0o777) == (0o040000, 0o555), out
+    assert out["snaps"] == ["s1"] and out["sub"] == ["f"] and out["data"] == b"snap me", out
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

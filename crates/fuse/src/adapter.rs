@@ -626,39 +626,18 @@ impl Inner {
         let (ttl, _) = self.ttls(ino);
         let r = match node {
             Node::Obj { k, snap, obj } => self.view(snap.as_ref(), |v| {
-                let dot = self.fattr(k, snap.as_ref(), &v.getattr(obj)?);
-                for (n, e) in list.iter().enumerate().skip(offset as usize) {
-                    // The kernel takes no entry for "." and ".."; they get the directory's
-                    // attributes. A name whose object cannot be read (damage) is given without
-                    // an entry the kernel keeps: a lookup then reports the error.
-                    let (attr, ttl) = match e.name.as_slice() {
-                        b"." | b".." => (FileAttr { ino: INodeNo(e.ino), ..dot }, ttl),
-                        _ if e.obj == 0 => match self.attr_of(e.ino) {
-                            Ok(a) => (a, ttl),
-                            Err(_) => (unreadable(&e, &dot), Duration::ZERO),
-                        },
-                        _ => match v.getattr(e.obj) {
-                            Ok(a) => (self.fattr(k, snap.as_ref(), &a), ttl),
-                            Err(_) => (unreadable(&e, &dot), Duration::ZERO),
-                        },
-                    };
-                    if reply.add(INodeNo(e.ino), (n + 1) as u64, OsStr::from_bytes(&e.name), &ttl, &attr, Generation(0)) {
-                        break;
-                    }
-                }
+                let here = v.getattr(obj)?;
+                let dot = self.fattr(k, snap.as_ref(), &here);
+                // `.zfs` in the live root's listing (snapdir=visible) is the control directory,
+                // with the root's times: read here, not through attr_of, which would take the
+                // pool's lock a second time.
+                add_plus(&list, offset, &dot, ttl, &mut reply, |e| match e.obj {
+                    0 => Ok(ctl_attr(e.ino, &here)),
+                    o => v.getattr(o).map(|a| self.fattr(k, snap.as_ref(), &a)),
+                });
                 Ok(())
             }),
-            Node::CtlZfs | Node::CtlSnapdir => self.attr_of(ino).map(|dot| {
-                for (n, e) in list.iter().enumerate().skip(offset as usize) {
-                    let (attr, ttl) = match self.attr_of(e.ino) {
-                        Ok(a) => (a, ttl),
-                        Err(_) => (unreadable(&e, &dot), Duration::ZERO),
-                    };
-                    if reply.add(INodeNo(e.ino), (n + 1) as u64, OsStr::from_bytes(&e.name), &ttl, &attr, Generation(0)) {
-                        break;
-                    }
-                }
-            }),
+            Node::CtlZfs | Node::CtlSnapdir => self.attr_of(ino).map(|dot| add_plus(&list, offset, &dot, ttl, &mut reply, |e| self.attr_of(e.ino))),
         };
         match r {
             Ok(()) => reply.ok(),
@@ -733,6 +712,25 @@ impl Inner {
         let obj = self.obj(ino);
         let need = if mode & 0x02 != 0 { 0 } else { length.max(0) as u64 };
         w.durable(w.pool.with_fs_space(w.dsobj, need, |os, _| zplw::fallocate(os, obj, offset.max(0) as u64, length.max(0) as u64, mode, os.props.recordsize)))
+    }
+}
+
+/// Add the entries of `list` from position `offset` to a readdirplus reply until it is full,
+/// each with the attributes `attr_of` gives. The kernel takes no entry for "." and "..": they
+/// get the directory's attributes (`dot`). A name whose object cannot be read (damage) is given
+/// without an entry the kernel keeps: a lookup then reports the error.
+fn add_plus(list: &[Ent], offset: u64, dot: &FileAttr, ttl: Duration, reply: &mut ReplyDirectoryPlus, attr_of: impl Fn(&Ent) -> Result<FileAttr, ZfsError>) {
+    for (n, e) in list.iter().enumerate().skip(offset as usize) {
+        let (attr, ttl) = match e.name.as_slice() {
+            b"." | b".." => (FileAttr { ino: INodeNo(e.ino), ..*dot }, ttl),
+            _ => match attr_of(e) {
+                Ok(a) => (a, ttl),
+                Err(_) => (unreadable(e, dot), Duration::ZERO),
+            },
+        };
+        if reply.add(INodeNo(e.ino), (n + 1) as u64, OsStr::from_bytes(&e.name), &ttl, &attr, Generation(0)) {
+            break;
+        }
     }
 }
 
