@@ -150,7 +150,7 @@ impl PoolW {
         let top = self.spa.root_vdev.children.get(scip.vdev as usize).cloned().ok_or_else(|| bad("no such vdev".into()))?;
         let cfg = top.indirect.clone().ok_or_else(|| bad("not an indirect vdev".into()))?;
         let old = cfg.mapping().ok_or_else(|| bad("its mapping is not loaded".into()))?;
-        let old_obj = self.top_config_u64(scip.vdev, "com.delphix:indirect_object").ok_or_else(|| bad("no mapping object in the config".into()))?;
+        let old_obj = self.top_config(scip.vdev).and_then(|c| c.get_u64("com.delphix:indirect_object")).ok_or_else(|| bad("no mapping object in the config".into()))?;
         // The counts: the old mapping's counts object, plus the previous obsolete space map.
         let n = old.entries.len();
         let mut counts = vec![0u64; n];
@@ -202,11 +202,6 @@ impl PoolW {
         cfg.set_mapping(m.clone());
         self.ms.lock().replace_mapping(scip.vdev, m);
         Ok(())
-    }
-
-    /// A u64 of top-level vdev `top`'s config.
-    fn top_config_u64(&self, top: u64, key: &str) -> Option<u64> {
-        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).and_then(|c| c.get_u64(key))
     }
 }
 

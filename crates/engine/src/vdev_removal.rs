@@ -239,9 +239,14 @@ pub const VDEV_TOP_ZAP_OBSOLETE_COUNTS_ARE_PRECISE: &str = "com.delphix:obsolete
 const OBSOLETE_SM_BLKSZ: u64 = 128 << 10;
 
 impl PoolW {
+    /// Top-level vdev `top`'s entry in the pool's config.
+    pub(crate) fn top_config(&self, top: u64) -> Option<&NvList> {
+        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize))
+    }
+
     /// The top-level vdev ZAP of vdev `top` as the config names it.
     pub(crate) fn top_zap(&self, top: u64) -> Option<u64> {
-        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")).filter(|&z| z != 0)
+        self.top_config(top).and_then(|c| c.get_u64("com.delphix:vdev_zap_top")).filter(|&z| z != 0)
     }
 
     /// Append the ranges of removed vdev `top` marked obsolete in this sync pass to its
@@ -603,7 +608,7 @@ impl PoolW {
     pub(crate) fn load_removal(&mut self) -> Result<()> {
         let Some(top) = self.removing_vdev()? else { return Ok(()) };
         let name = self.spa.name.clone();
-        let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
+        let nv = self.top_config(top).cloned().unwrap_or_default();
         let (mapping_object, births_object) = (nv.get_u64("com.delphix:indirect_object").unwrap_or(0), nv.get_u64("com.delphix:indirect_births").unwrap_or(0));
         if mapping_object == 0 || !self.spa.root_vdev.children.get(top as usize).is_some_and(|t| t.is_concrete()) {
             return Err(ZfsError::Invalid(format!("pool '{name}': the removal of vdev {top} is in progress but the vdev has no mapping object")));
@@ -770,7 +775,7 @@ impl PoolW {
             (m.phys, first, m.births.clone(), m.births.len().saturating_sub(1), freed)
         };
         if !entries.is_empty() {
-            let nv = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).and_then(|c| c.get(top as usize)).cloned().unwrap_or_default();
+            let nv = self.top_config(top).cloned().unwrap_or_default();
             let mapping_obj = nv.get_u64("com.delphix:indirect_object").unwrap_or(0);
             let births_obj = nv.get_u64("com.delphix:indirect_births").unwrap_or(0);
             // Each new entry's obsolete count: what it covers that was never allocated.
