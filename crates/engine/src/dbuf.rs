@@ -164,6 +164,20 @@ impl SyncCtx<'_> {
             _ => BlockPointer::hole(),
         }
     }
+
+    /// The bp a written block leaves in its parent: a block compressed away becomes the hole
+    /// `hole_for` makes; a dnode block gets its fill (the dnodes it holds) when counted.
+    pub fn written_bp(&self, w: Written, prev: Option<&BlockPointer>, lsize: u64, typ: u8, fill: Option<u64>) -> BlockPointer {
+        match w {
+            Written::Hole => self.hole_for(prev, lsize, typ, 0),
+            Written::Bp(mut bp) => {
+                if let Some(f) = fill {
+                    bp.fill = f;
+                }
+                bp
+            }
+        }
+    }
 }
 
 /// Dataset-level write policy (from properties).
@@ -490,7 +504,7 @@ impl ObjsetW {
                 for (i, dva) in got.into_iter().enumerate() {
                     bp.dva[i] = dva;
                 }
-                (bp, phys)
+                (bp, phys.into_owned())
             }
         };
         self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, bp.clone());
@@ -1548,13 +1562,21 @@ fn sync_tree(
             changes.push((0, blkid, ctx.hole_for(Some(&b), b.lsize, b.typ, 0)));
         }
     }
-    // Write the dirty L0 blocks.
+    // Write the dirty L0 blocks: those written by an intent-log commit or deduplicated one by
+    // one, the rest as one batch (compressed, checksummed and written on the worker pool).
+    let mut batch: Vec<(u64, &Arc<Vec<u8>>)> = Vec::new();
+    let mut items: Vec<zio::BlockWrite> = Vec::new();
     for (&blkid, data) in blocks {
         let mut p = l0;
         if fills.is_some() {
             p.embed_ok = false;
         }
         let prev = old_bp(0, blkid)?;
+        if !p.dedup && !overrides.contains_key(&blkid) {
+            batch.push((blkid, data));
+            items.push(zio::BlockWrite { data: data.as_slice(), p, prev });
+            continue;
+        }
         if let Some(bp) = overrides.get(&blkid) {
             // Written by an intent-log commit (dmu_sync): installed as it is.
             if !bp.embedded {
@@ -1563,25 +1585,18 @@ fn sync_tree(
             changes.push((0, blkid, bp.clone()));
             continue;
         }
-        let w = if p.dedup {
-            let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
-            if let Written::Bp(bp) = &w {
-                os.spa.cache_written(bp, data.clone(), os.id);
-            }
-            w
-        } else {
-            write_cached(&os.spa, os.id, ctx.alloc, data, &p, ctx.txg, prev.as_ref())?
-        };
-        let bp = match w {
-            Written::Hole => ctx.hole_for(prev.as_ref(), data.len() as u64, p.typ, 0),
-            Written::Bp(mut bp) => {
-                if let Some(f) = fills {
-                    bp.fill = f.get(&blkid).copied().unwrap_or(1);
-                }
-                bp
-            }
-        };
-        changes.push((0, blkid, bp));
+        let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
+        if let Written::Bp(bp) = &w {
+            os.spa.cache_written(bp, data.clone(), os.id);
+        }
+        changes.push((0, blkid, ctx.written_bp(w, prev.as_ref(), data.len() as u64, p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
+    }
+    let written = zio::write_blocks_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &items, ctx.txg)?;
+    for (((blkid, data), b), w) in batch.into_iter().zip(&items).zip(written) {
+        if let Written::Bp(bp) = &w {
+            os.spa.cache_written(bp, data.clone(), os.id);
+        }
+        changes.push((0, blkid, ctx.written_bp(w, b.prev.as_ref(), data.len() as u64, b.p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
     }
     // Apply changes level by level.
     let mut level = 0u8;

@@ -73,7 +73,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 36] = [
+static TUNABLES: [Tunable; 37] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -96,6 +96,7 @@ static TUNABLES: [Tunable; 36] = [
     tunable("zfs_condense_max_obsolete_bytes", "A removed vdev's mapping is condensed when its obsolete space map is this long, bytes", 1 << 30, 0, u64::MAX, None),
     tunable("zfs_condense_min_mapping_bytes", "Mappings of removed vdevs smaller than this in memory are not condensed for their obsolete share, bytes", 128 << 10, 0, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
+    tunable("zfs_dirty_data_sync", "Dirty data past which the open txg is synced even below zfs_dirty_data_sync_percent's share, bytes (OpenZFS 0.7's tunable; 0: the share alone)", 64 << 20, 0, u64::MAX, None),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
     tunable("zfs_removal_suspend_progress", "1: a device removal makes no progress (it stays in progress; testing)", 0, 0, 1, None),
@@ -254,6 +255,10 @@ pub fn vdev_aggregation_limit() -> u64 {
 
 pub fn scrub_min_time() -> std::time::Duration {
     std::time::Duration::from_millis(known!("zfs_scrub_min_time_ms").get())
+}
+
+pub fn dirty_data_sync() -> Option<u64> {
+    Some(known!("zfs_dirty_data_sync").get()).filter(|v| *v > 0)
 }
 
 pub fn dirty_data_max() -> Option<u64> {

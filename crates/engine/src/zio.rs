@@ -561,40 +561,120 @@ pub fn write_block_over(
     txg: u64,
     prev: Option<&BlockPointer>,
 ) -> Result<Written> {
-    let (mut bp, phys) = match prepare(salt, alloc.min_alloc(), data, p, txg)? {
+    let (bp, phys) = match prepare(salt, alloc.min_alloc(), data, p, txg)? {
         Prepared::Hole => return Ok(Written::Hole),
         Prepared::Embedded(bp) => return Ok(Written::Bp(bp)),
         Prepared::Block { bp, phys } => (bp, phys),
     };
-    if let Some(pb) = prev {
-        // (Never over a dedup block: its copies may be shared.)
-        if pb.birth == txg && !pb.embedded && !pb.dedup && !pb.is_hole() && pb.psize == bp.psize && pb.ndvas() >= 1 {
-            bp.dva = pb.dva;
-            if pb.is_gang() {
-                // The same psize cuts into the same children: rewrite the tree where it is.
-                let ctx = ZioCtx::new(root, salt);
-                rewrite_gang(&ctx, &mut bp, &phys, 0)?;
-            } else {
-                write_dvas(root, &bp, &phys)?;
+    write_prepared(root, salt, alloc, bp, &phys, p, txg, prev)
+}
+
+/// The rest of `write_block_over` once the block is prepared: over `prev` when this txg's
+/// earlier pass wrote it at the same size, else newly placed.
+#[allow(clippy::too_many_arguments)]
+fn write_prepared(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, mut bp: BlockPointer, phys: &[u8], p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
+    if let Some(pb) = prev.filter(|pb| rewrites_in_place(pb, &bp, txg)) {
+        bp.dva = pb.dva;
+        if pb.is_gang() {
+            // The same psize cuts into the same children: rewrite the tree where it is.
+            let ctx = ZioCtx::new(root, salt);
+            rewrite_gang(&ctx, &mut bp, phys, 0)?;
+        } else {
+            write_dvas(root, &bp, phys)?;
+        }
+        return Ok(Written::Bp(bp));
+    }
+    place(root, salt, alloc, &mut bp, phys, p, txg)?;
+    Ok(Written::Bp(bp))
+}
+
+/// A block this txg's earlier sync pass wrote at the same physical size is rewritten where
+/// it is (never a dedup block: its copies may be shared).
+fn rewrites_in_place(prev: &BlockPointer, bp: &BlockPointer, txg: u64) -> bool {
+    prev.birth == txg && !prev.embedded && !prev.dedup && !prev.is_hole() && prev.psize == bp.psize && prev.ndvas() >= 1
+}
+
+/// A batch whose blocks hold at least this many bytes in all is compressed, checksummed and
+/// written on the worker pool; a smaller one runs on the caller (a pool's hand-off costs more
+/// than a few small blocks' work).
+const PARALLEL_MIN_BYTES: usize = 256 << 10;
+
+/// One block of a batch (`write_blocks_over`): its logical bytes, its properties and the
+/// block of the previous tree it replaces.
+pub struct BlockWrite<'a> {
+    pub data: &'a [u8],
+    pub p: WriteProps,
+    pub prev: Option<BlockPointer>,
+}
+
+/// `write_block_over` for a batch of blocks, as OpenZFS's zio pipeline spreads a txg's writes
+/// over its issue taskqs: compression and checksums run on the worker pool, the DVAs are
+/// allocated in the batch's order on the caller (the same allocations as one block after
+/// another), and the contiguous blocks' writes then go out on the pool too. A block that
+/// gangs or is rewritten in place is written on the caller when it is allocated. Each
+/// block's outcome, in order.
+pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, items: &[BlockWrite<'a>], txg: u64) -> Result<Vec<Written>> {
+    use rayon::prelude::*;
+    let parallel = items.len() > 1 && items.iter().map(|b| b.data.len()).sum::<usize>() >= PARALLEL_MIN_BYTES;
+    let min_alloc = alloc.min_alloc();
+    let prep = |b: &BlockWrite<'a>| prepare(salt, min_alloc, b.data, &b.p, txg);
+    let prepared: Vec<Result<Prepared>> = if parallel { items.par_iter().map(prep).collect() } else { items.iter().map(prep).collect() };
+    let mut out = Vec::with_capacity(items.len());
+    let mut deferred: Vec<(BlockPointer, std::borrow::Cow<[u8]>)> = Vec::new();
+    for (b, pr) in items.iter().zip(prepared) {
+        let (mut bp, phys) = match pr? {
+            Prepared::Hole => {
+                out.push(Written::Hole);
+                continue;
             }
-            return Ok(Written::Bp(bp));
+            Prepared::Embedded(bp) => {
+                out.push(Written::Bp(bp));
+                continue;
+            }
+            Prepared::Block { bp, phys } => (bp, phys),
+        };
+        let in_place = b.prev.as_ref().is_some_and(|pb| rewrites_in_place(pb, &bp, txg));
+        let psize = phys.len() as u64;
+        let dvas = if in_place || psize >= force_ganging() { None } else { alloc_copies(alloc, b.p.class, psize, b.p.copies.clamp(1, 3), txg) };
+        match dvas {
+            Some(dvas) if parallel => {
+                for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
+                    *slot = *d;
+                }
+                deferred.push((bp.clone(), phys));
+                out.push(Written::Bp(bp));
+            }
+            Some(dvas) => {
+                for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
+                    *slot = *d;
+                }
+                write_dvas(root, &bp, &phys)?;
+                out.push(Written::Bp(bp));
+            }
+            None => out.push(write_prepared(root, salt, alloc, bp, &phys, &b.p, txg, b.prev.as_ref())?),
         }
     }
-    place(root, salt, alloc, &mut bp, &phys, p, txg)?;
-    Ok(Written::Bp(bp))
+    // The worker threads count their writes in the caller's class (a sync's async writes).
+    let class = crate::vdev::iostat::current_class();
+    deferred.par_iter().try_for_each(|(bp, phys)| match class {
+        Some(k) => crate::vdev::iostat::with_class(k, || write_dvas(root, bp, phys)),
+        None => write_dvas(root, bp, phys),
+    })?;
+    Ok(out)
 }
 
 /// A block through zio_write_compress: all zeros (a hole), embedded in its bp, or its
 /// physical bytes and a bp with everything but the DVAs.
-pub enum Prepared {
+pub enum Prepared<'a> {
     Hole,
     Embedded(BlockPointer),
-    Block { bp: BlockPointer, phys: Vec<u8> },
+    /// `phys` borrows the caller's bytes when the block is stored as it is (not compressed).
+    Block { bp: BlockPointer, phys: std::borrow::Cow<'a, [u8]> },
 }
 
 /// Compress (at most 7/8 of lsize, rounded to `min_alloc`), embed when tiny, checksum the
 /// physical bytes.
-pub fn prepare(salt: &[u8; 32], min_alloc: u64, data: &[u8], p: &WriteProps, txg: u64) -> Result<Prepared> {
+pub fn prepare<'a>(salt: &[u8; 32], min_alloc: u64, data: &'a [u8], p: &WriteProps, txg: u64) -> Result<Prepared<'a>> {
     let lsize = data.len() as u64;
     assert!(lsize > 0 && lsize % 512 == 0 && lsize <= MAX_BLOCK, "write of {lsize} bytes");
     let compressing = p.compress != compress::ZIO_COMPRESS_OFF;
@@ -602,7 +682,7 @@ pub fn prepare(salt: &[u8; 32], min_alloc: u64, data: &[u8], p: &WriteProps, txg
         return Ok(Prepared::Hole);
     }
     let mut comp = compress::ZIO_COMPRESS_OFF;
-    let mut phys: Vec<u8> = Vec::new();
+    let mut phys = std::borrow::Cow::Borrowed(data);
     if compressing {
         // Compress only if it saves at least 1/8 (zio_compress_data's d_len).
         let max = (lsize - (lsize >> 3)) as usize;
@@ -612,14 +692,12 @@ pub fn prepare(salt: &[u8; 32], min_alloc: u64, data: &[u8], p: &WriteProps, txg
             }
             let rounded = (c.len() as u64).div_ceil(min_alloc) * min_alloc;
             if rounded < lsize {
-                phys = c;
-                phys.resize(rounded as usize, 0);
+                let mut c = c;
+                c.resize(rounded as usize, 0);
+                phys = std::borrow::Cow::Owned(c);
                 comp = p.compress;
             }
         }
-    }
-    if comp == compress::ZIO_COMPRESS_OFF {
-        phys = data.to_vec();
     }
     let psize = phys.len() as u64;
     let cksum = checksum::compute(p.checksum, &phys, true, salt)
