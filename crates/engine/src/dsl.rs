@@ -448,12 +448,23 @@ pub struct PoolSpace {
 /// the MOS "DDT-statistics" ZAP (64 buckets of ddt_stat_t: blocks, lsize, psize, dsize,
 /// ref_blocks, ref_lsize, ref_psize, ref_dsize).
 pub fn dedup_totals(spa: &Arc<Spa>) -> (u64, u64) {
-    let mos = spa.mos();
-    let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, oxzfs_format::dsl::DMU_POOL_DDT_STATS) else {
+    let Some(key) = spa.mos_root().map(|(bp, _)| bp.cksum) else { return (0, 0) };
+    if let Some((k, v)) = *spa.dedup_totals.lock().unwrap() {
+        if k == key {
+            return v;
+        }
+    }
+    let v = dedup_totals_of(&spa.mos());
+    *spa.dedup_totals.lock().unwrap() = Some((key, v));
+    v
+}
+
+fn dedup_totals_of(mos: &Arc<crate::dmu::Objset>) -> (u64, u64) {
+    let Ok(Some(obj)) = crate::zap::zap_lookup_u64(mos, 1, oxzfs_format::dsl::DMU_POOL_DDT_STATS) else {
         return (0, 0);
     };
     let (mut dsize, mut ref_dsize) = (0u64, 0u64);
-    for e in crate::zap::zap_list(&mos, obj).unwrap_or_default() {
+    for e in crate::zap::zap_list(mos, obj).unwrap_or_default() {
         if e.int_size != 8 {
             continue;
         }

@@ -390,6 +390,9 @@ pub struct Spa {
     pub devices: DeviceMap,
     /// The scrub's state (see `dsl_scan`).
     pub scan: ScanState,
+    /// `dsl::dedup_totals` of the MOS whose bp checksum is the key: every write's space check
+    /// asks, and the DDT statistics change only when a sync writes a new MOS.
+    pub(crate) dedup_totals: Mutex<Option<([u64; 4], (u64, u64))>>,
 }
 
 impl Spa {
@@ -423,6 +426,7 @@ impl Spa {
             inflight: Default::default(),
             devices,
             scan: ScanState::default(),
+            dedup_totals: Mutex::new(None),
         }
     }
 
