@@ -149,6 +149,9 @@ pub struct SyncCtx<'a> {
     pub hole_birth: bool,
     /// The pool's dedup table (travels with the sync, like the allocator).
     pub ddt: &'a mut dyn crate::zio::DedupWriter,
+    /// Data blocks allocated and waiting to be written together (flushed at the end of the
+    /// sync job, before anything names them from disk).
+    pub queue: zio::WriteQueue,
 }
 
 impl SyncCtx<'_> {
@@ -1181,6 +1184,8 @@ impl SyncJob {
             self.delta.add(&bp, 1, (ctx.dsize)(&bp));
         }
         self.bp = bp.clone();
+        // The data blocks gathered by this job go out before anything names them from disk.
+        ctx.queue.flush(&ctx.spa.root_vdev)?;
         Ok(bp)
     }
 
@@ -1574,7 +1579,7 @@ fn sync_tree(
         let prev = old_bp(0, blkid)?;
         if !p.dedup && !overrides.contains_key(&blkid) {
             batch.push((blkid, data));
-            items.push(zio::BlockWrite { data: data.as_slice(), p, prev });
+            items.push(zio::BlockWrite { data, p, prev });
             continue;
         }
         if let Some(bp) = overrides.get(&blkid) {
@@ -1591,7 +1596,7 @@ fn sync_tree(
         }
         changes.push((0, blkid, ctx.written_bp(w, prev.as_ref(), data.len() as u64, p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
     }
-    let written = zio::write_blocks_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &items, ctx.txg)?;
+    let written = zio::write_blocks_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &items, ctx.txg, Some(&mut ctx.queue))?;
     for (((blkid, data), b), w) in batch.into_iter().zip(&items).zip(written) {
         if let Written::Bp(bp) = &w {
             os.spa.cache_written(bp, data.clone(), os.id);

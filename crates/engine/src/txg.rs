@@ -536,6 +536,7 @@ pub(crate) fn run_job(env: &SyncEnv, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, j
         is_mos,
         hole_birth: env.hole_birth,
         ddt: &mut *ddt,
+        queue: Default::default(),
     };
     let bp = job.run(&mut ctx)?;
     let (dead, freed): (Vec<BlockPointer>, Vec<BlockPointer>) = std::mem::take(&mut ctx.freed).into_iter().partition(|b| b.birth <= keep);

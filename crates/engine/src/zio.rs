@@ -35,6 +35,7 @@
 
 use crate::vdev::{ReadMode, Vdev, READ_PLAIN};
 use crate::{Result, ZfsError};
+use std::sync::Arc;
 use oxzfs_format::blkptr::{decode_gang_header, BlockPointer, Dva, SPA_GBH_NBLKPTRS};
 use oxzfs_format::checksum;
 use oxzfs_format::compress;
@@ -602,25 +603,116 @@ const PARALLEL_MIN_BYTES: usize = 256 << 10;
 /// One block of a batch (`write_blocks_over`): its logical bytes, its properties and the
 /// block of the previous tree it replaces.
 pub struct BlockWrite<'a> {
-    pub data: &'a [u8],
+    pub data: &'a Arc<Vec<u8>>,
     pub p: WriteProps,
     pub prev: Option<BlockPointer>,
+}
+
+/// The physical bytes of a queued write: the caller's block as it is, or its compressed copy.
+enum Queued {
+    Shared(Arc<Vec<u8>>),
+    Owned(Vec<u8>),
+}
+
+impl Queued {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Queued::Shared(a) => a,
+            Queued::Owned(v) => v,
+        }
+    }
+}
+
+/// Blocks at least this big go out alone: gathering them into one write would copy each
+/// (SPA_OLD_MAXBLOCKSIZE; a full record is a large write already).
+const AGGREGATE_BELOW: u64 = 128 << 10;
+
+/// The data writes of one objset's sync, gathered before they are issued, as OpenZFS's vdev
+/// queues hold a txg's writes: sorted by device and offset, a run of small blocks that lie
+/// end to end on a mirror or a single device goes out as one write of at most
+/// zfs_vdev_aggregation_limit bytes (the gaps a block's allocation leaves past its bytes
+/// written as zeros), and the writes run on the worker pool. On a disk that pays per request
+/// (a hard disk) a txg of thousands of small files becomes a few writes. raidz blocks go out
+/// one by one: each block's columns and parity are its own.
+#[derive(Default)]
+pub struct WriteQueue {
+    blocks: Vec<(BlockPointer, Queued)>,
+}
+
+impl WriteQueue {
+    /// Write everything queued; on a failure, the first error (the sync fails with it).
+    pub fn flush(&mut self, root: &Vdev) -> Result<()> {
+        use rayon::prelude::*;
+        let blocks = std::mem::take(&mut self.blocks);
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        // One entry per copy: (top-level vdev, offset, asize, block).
+        let mut writes: Vec<(u64, u64, u64, usize)> = Vec::new();
+        for (i, (bp, _)) in blocks.iter().enumerate() {
+            for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+                writes.push((d.vdev, d.offset, d.asize, i));
+            }
+        }
+        writes.sort_unstable();
+        let limit = crate::tunables::vdev_aggregation_limit();
+        // Runs of writes issued as one: indices into `writes`.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for (k, &(vdev, off, asize, i)) in writes.iter().enumerate() {
+            let joins = runs.last().is_some_and(|r| {
+                let (pv, po, pa, _) = writes[r.end - 1];
+                pv == vdev
+                    && po + pa == off
+                    && pa < AGGREGATE_BELOW
+                    && asize < AGGREGATE_BELOW
+                    && off + blocks[i].1.bytes().len() as u64 - writes[r.start].1 <= limit
+                    && root.children.get(vdev as usize).is_some_and(|t| !matches!(t.kind, crate::vdev::VdevKind::Raidz { .. }))
+            });
+            if joins {
+                runs.last_mut().expect("a run").end = k + 1;
+            } else {
+                runs.push(k..k + 1);
+            }
+        }
+        // The worker threads count their writes in the caller's class (a sync's async writes).
+        let class = crate::vdev::iostat::current_class();
+        runs.par_iter().try_for_each(|r| {
+            let (vdev, off, _, i) = writes[r.start];
+            let top = root.children.get(vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {vdev}")))?;
+            let write = |data: &[u8]| match class {
+                Some(k) => crate::vdev::iostat::with_class(k, || top.write(off, data)),
+                None => top.write(off, data),
+            };
+            if r.len() == 1 {
+                return write(blocks[i].1.bytes());
+            }
+            let (lo, hi) = (writes[r.start].1, writes[r.end - 1].1 + blocks[writes[r.end - 1].3].1.bytes().len() as u64);
+            let mut buf = vec![0u8; (hi - lo) as usize];
+            for &(_, o, _, j) in &writes[r.clone()] {
+                let b = blocks[j].1.bytes();
+                buf[(o - lo) as usize..(o - lo) as usize + b.len()].copy_from_slice(b);
+            }
+            write(&buf)
+        })
+    }
 }
 
 /// `write_block_over` for a batch of blocks, as OpenZFS's zio pipeline spreads a txg's writes
 /// over its issue taskqs: compression and checksums run on the worker pool, the DVAs are
 /// allocated in the batch's order on the caller (the same allocations as one block after
-/// another), and the contiguous blocks' writes then go out on the pool too. A block that
-/// gangs or is rewritten in place is written on the caller when it is allocated. Each
-/// block's outcome, in order.
-pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, items: &[BlockWrite<'a>], txg: u64) -> Result<Vec<Written>> {
+/// another), and the contiguous blocks' writes then go to `queue` (the caller flushes it
+/// before anything points at them from disk) or, without one, out on the pool at once. A
+/// block that gangs or is rewritten in place is written on the caller when it is allocated.
+/// Each block's outcome, in order.
+pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, items: &[BlockWrite<'a>], txg: u64, queue: Option<&mut WriteQueue>) -> Result<Vec<Written>> {
     use rayon::prelude::*;
     let parallel = items.len() > 1 && items.iter().map(|b| b.data.len()).sum::<usize>() >= PARALLEL_MIN_BYTES;
     let min_alloc = alloc.min_alloc();
-    let prep = |b: &BlockWrite<'a>| prepare(salt, min_alloc, b.data, &b.p, txg);
+    let prep = |b: &BlockWrite<'a>| prepare(salt, min_alloc, b.data.as_slice(), &b.p, txg);
     let prepared: Vec<Result<Prepared>> = if parallel { items.par_iter().map(prep).collect() } else { items.iter().map(prep).collect() };
     let mut out = Vec::with_capacity(items.len());
-    let mut deferred: Vec<(BlockPointer, std::borrow::Cow<[u8]>)> = Vec::new();
+    let mut own = WriteQueue::default();
+    let defer = queue.is_some() || parallel;
     for (b, pr) in items.iter().zip(prepared) {
         let (mut bp, phys) = match pr? {
             Prepared::Hole => {
@@ -636,30 +728,28 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
         let in_place = b.prev.as_ref().is_some_and(|pb| rewrites_in_place(pb, &bp, txg));
         let psize = phys.len() as u64;
         let dvas = if in_place || psize >= force_ganging() { None } else { alloc_copies(alloc, b.p.class, psize, b.p.copies.clamp(1, 3), txg) };
-        match dvas {
-            Some(dvas) if parallel => {
-                for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
-                    *slot = *d;
-                }
-                deferred.push((bp.clone(), phys));
-                out.push(Written::Bp(bp));
-            }
-            Some(dvas) => {
-                for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
-                    *slot = *d;
-                }
-                write_dvas(root, &bp, &phys)?;
-                out.push(Written::Bp(bp));
-            }
-            None => out.push(write_prepared(root, salt, alloc, bp, &phys, &b.p, txg, b.prev.as_ref())?),
+        let Some(dvas) = dvas else {
+            out.push(write_prepared(root, salt, alloc, bp, &phys, &b.p, txg, b.prev.as_ref())?);
+            continue;
+        };
+        for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
+            *slot = *d;
         }
+        if defer {
+            let bytes = match phys {
+                std::borrow::Cow::Borrowed(_) => Queued::Shared(b.data.clone()),
+                std::borrow::Cow::Owned(v) => Queued::Owned(v),
+            };
+            own.blocks.push((bp.clone(), bytes));
+        } else {
+            write_dvas(root, &bp, &phys)?;
+        }
+        out.push(Written::Bp(bp));
     }
-    // The worker threads count their writes in the caller's class (a sync's async writes).
-    let class = crate::vdev::iostat::current_class();
-    deferred.par_iter().try_for_each(|(bp, phys)| match class {
-        Some(k) => crate::vdev::iostat::with_class(k, || write_dvas(root, bp, phys)),
-        None => write_dvas(root, bp, phys),
-    })?;
+    match queue {
+        Some(q) => q.blocks.append(&mut own.blocks),
+        None => own.flush(root)?,
+    }
     Ok(out)
 }
 
@@ -1208,6 +1298,48 @@ pub(crate) mod write_tests {
             let Written::Bp(bp) = write_block(&root, &salt, &mut alloc, &blk, &props, 9).unwrap() else { panic!() };
             assert!(bp.embedded && bp.psize <= 112);
             assert_eq!(read_bp(&ZioCtx::new(&root, &salt), &bp).unwrap(), blk);
+        }
+    }
+
+    /// A batch through the write queue (as a sync writes a dnode's blocks): small blocks
+    /// lying end to end go out merged, large ones and raidz blocks alone; every block reads
+    /// back, on each copy, after the flush, and nothing is on disk before it.
+    #[test]
+    fn queued_batches_read_back_after_the_flush() {
+        let salt = [5u8; 32];
+        for (kind, n, p, ashift) in [("mirror", 2, 0, 12), ("mirror", 2, 0, 9), ("raidz", 3, 1, 12)] {
+            let (_d, root, _) = pool(kind, n, p, ashift);
+            let mut alloc = Bump { next: 0, top: root.children[0].clone() };
+            let mut seed = 0x9e37_79b9u64;
+            let mut datas: Vec<Arc<Vec<u8>>> = Vec::new();
+            let mut props = Vec::new();
+            for (i, lsize) in [1536u64, 4096, 512, 8192, 131072, 2560, 3584, 131072, 1024].into_iter().enumerate() {
+                let mut data = vec![0u8; lsize as usize];
+                for (j, b) in data.iter_mut().enumerate() {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    *b = if i % 3 == 0 { (j % 13) as u8 } else { (seed >> 56) as u8 };
+                }
+                datas.push(Arc::new(data));
+                let compress = if i % 3 == 0 { compress::ZIO_COMPRESS_LZ4 } else { compress::ZIO_COMPRESS_OFF };
+                props.push(WriteProps { typ: 19, level: 0, checksum: checksum::ZIO_CHECKSUM_FLETCHER_4, compress, complevel: 0, copies: 1 + i % 2, embed_ok: false, class: AllocClass::Normal, dedup: false, dedup_verify: false });
+            }
+            let items: Vec<BlockWrite> = datas.iter().zip(&props).map(|(d, p)| BlockWrite { data: d, p: *p, prev: None }).collect();
+            let mut queue = WriteQueue::default();
+            let written = write_blocks_over(&root, &salt, &mut alloc, &items, 9, Some(&mut queue)).unwrap();
+            let bps: Vec<BlockPointer> = written.into_iter().map(|w| match w {
+                Written::Bp(bp) => bp,
+                Written::Hole => panic!("hole"),
+            }).collect();
+            let ctx = ZioCtx::new(&root, &salt);
+            assert!(read_bp(&ctx, &bps[1]).is_err(), "{kind}: a queued block is not on disk before the flush");
+            queue.flush(&root).unwrap();
+            for (i, (bp, data)) in bps.iter().zip(&datas).enumerate() {
+                assert_eq!(bp.ndvas(), props[i].copies, "{kind} block {i}");
+                for d in 0..bp.ndvas() {
+                    let one = BlockPointer { dva: [bp.dva[d], Dva::default(), Dva::default()], ..bp.clone() };
+                    assert_eq!(&read_bp(&ctx, &one).unwrap(), data.as_ref(), "{kind} block {i} copy {d}");
+                }
+            }
         }
     }
 
