@@ -1080,6 +1080,13 @@ impl Filesystem for ZfsFuse {
             }
             // Nothing here changes: the kernel keeps the file's pages across opens.
             _ if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 => reply.error(erofs()),
+            // A read-only mount keeps no state per open file: ENOSYS tells the kernel so, and
+            // from then on it opens files without asking (and sends no RELEASE), keeping their
+            // pages across opens (FUSE's no_open, the kernel's default flags for it). Two round
+            // trips fewer for every open(2) and close(2). (Not for a snapshot's file in a
+            // writable mount: the answer holds for the whole mount, whose live files are
+            // counted open.) The mount itself is read-only: a write open never gets here.
+            Backend::ReadOnly(_) => reply.error(Errno::from_i32(libc::ENOSYS)),
             _ => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
         }
     }
