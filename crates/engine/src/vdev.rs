@@ -1093,8 +1093,7 @@ mod tests {
     /// never written, the data where it was) and no hole in the range; a durable write lands.
     #[test]
     fn filled_holes_read_the_same_and_durable_writes_land() {
-        let dir = crate::zio::write_tests::tempfile_dir::Dir::new();
-        let path = dir.path().join("dev");
+        let path = std::env::temp_dir().join(format!("oxzfs-fill-{}-{:?}", std::process::id(), std::thread::current().id()));
         let f = File::create(&path).unwrap();
         f.set_len(8 << 20).unwrap();
         f.write_all_at(&[7u8; 4096], 3 << 20).unwrap();
@@ -1109,5 +1108,6 @@ mod tests {
         let mut b = vec![0u8; 8192];
         dev.read_at(&mut b, 5 << 20).unwrap();
         assert!(b.iter().all(|&x| x == 9));
+        let _ = std::fs::remove_file(&path);
     }
 }
