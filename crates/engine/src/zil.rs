@@ -224,7 +224,7 @@ pub const FILL_AHEAD: u64 = 1 << 20;
 
 /// The holes of a sparse file vdev where the next log blocks go, made written space by the
 /// commit that allocated the chain's new tail (`Vdev::fill_holes`): the new tail, and the free
-/// run after it held from the allocator until this is dropped (`Metaslabs::claim_run`), where
+/// run after it held from the allocator until the filling is done (`Metaslabs::claim_run`), where
 /// first-fit puts the blocks that follow. A log block written into a hole of the host file
 /// makes its flush commit the host's allocation too (on ext4 about 180 µs instead of 115 for
 /// an 8 KiB write and fdatasync); one commit in every `FILL_AHEAD` bytes of log pays that once
@@ -235,16 +235,25 @@ pub struct FillAhead {
     /// The tail's offset, and the length to fill from it (tail and held run).
     offset: u64,
     len: u64,
-    /// The held run: its offset and length, and the txg it is held in.
-    held: (u64, u64, u64),
+    /// The held run until given back: its offset and length, and the txg it is held in.
+    held: std::sync::Mutex<Option<(u64, u64, u64)>>,
+}
+
+impl FillAhead {
+    /// Give the held run back (at once after the filling: a commit whose write fails syncs
+    /// the txg next, and the run must not reach its space map as allocated).
+    fn release(&self) {
+        if let Some((off, len, txg)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if len > 0 {
+                self.ms.lock().unclaim(self.vdev, off, len, txg);
+            }
+        }
+    }
 }
 
 impl Drop for FillAhead {
     fn drop(&mut self) {
-        let (off, len, txg) = self.held;
-        if len > 0 {
-            self.ms.lock().unclaim(self.vdev, off, len, txg);
-        }
+        self.release();
     }
 }
 
@@ -575,7 +584,7 @@ impl Zilog {
         }
         let held = ctx.ms.lock().claim_run(d.vdev, end, FILL_AHEAD, ctx.txg);
         self.filled = Some((d.vdev, d.offset, end + held));
-        Some(FillAhead { ms: ctx.ms.clone(), vdev: d.vdev, offset: d.offset, len: d.asize + held, held: (end, held, ctx.txg) })
+        Some(FillAhead { ms: ctx.ms.clone(), vdev: d.vdev, offset: d.offset, len: d.asize + held, held: std::sync::Mutex::new(Some((end, held, ctx.txg))) })
     }
 
     /// zil_create: a new chain (new guid), its first block (sized for `bytes`) allocated in the
@@ -658,9 +667,9 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
     Ok(bp)
 }
 
-/// Write a commit: the file blocks its records point at, flushed, then the log blocks,
-/// flushed (a log block on disk names only blocks already there). On a failure, the
-/// top-level vdev that failed and why.
+/// Write a commit: its `FillAhead` first (the run it held given back at once), then the file
+/// blocks its records point at, flushed, then the log blocks, flushed (a log block on disk
+/// names only blocks already there). On a failure, the top-level vdev that failed and why.
 pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u64, ZfsError)> {
     use crate::vdev::iostat::{with_class, IoClass};
     // A commit's writes are waited for by an fsync: sync writes (ZIO_PRIORITY_SYNC_WRITE),
@@ -674,6 +683,7 @@ pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u6
         if let Some(top) = root.children.get(f.vdev as usize) {
             top.fill_holes(f.offset, f.len);
         }
+        f.release();
     }
     with_class(class, || {
         if !commit.data.is_empty() {
