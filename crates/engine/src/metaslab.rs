@@ -568,6 +568,30 @@ impl Metaslabs {
         true
     }
 
+    /// Hold the free run that starts at `offset` of top-level vdev `vdev`, up to `max` bytes
+    /// and within its metaslab, as allocated in `txg`, for a moment (the intent log's hole
+    /// filling, `zil::FillAhead`): nobody else is handed that space until `unclaim` gives
+    /// it back. The length held (0: `offset` does not start a free run).
+    pub fn claim_run(&mut self, vdev: u64, offset: u64, max: u64, txg: u64) -> u64 {
+        let Some(g) = self.groups.get_mut(vdev as usize).filter(|g| !g.retired && !g.evacuated && g.removing.is_none()) else { return 0 };
+        let Some(m) = g.ms.get_mut((offset >> g.ms_shift) as usize) else { return 0 };
+        let Some(e) = m.free.range(..=offset).next_back().map(|(_, &e)| e).filter(|&e| e > offset) else { return 0 };
+        let len = (e - offset).min(max);
+        remove(&mut m.free, offset, len);
+        m.pend_alloc.push((offset, len, txg));
+        len
+    }
+
+    /// Give back what `claim_run` held (never in a space map: it is still pending in `txg`).
+    pub fn unclaim(&mut self, vdev: u64, offset: u64, len: u64, txg: u64) {
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return };
+        let Some(m) = g.ms.get_mut((offset >> g.ms_shift) as usize) else { return };
+        if let Some(i) = m.pend_alloc.iter().position(|&a| a == (offset, len, txg)) {
+            m.pend_alloc.remove(i);
+            add(&mut m.free, offset, len);
+        }
+    }
+
     pub fn set_sm_object(&mut self, vdev: u64, ms: u64, obj: u64) {
         let m = &mut self.groups[vdev as usize].ms[ms as usize];
         m.sm_object = obj;
@@ -828,5 +852,31 @@ mod tests {
         ms.sync(15, 1);
         ms.sync_done(15, Some(13));
         assert!(is_free(&ms, a), "no reader walks a tree from before the free any more");
+    }
+
+    /// The intent log's hole filling holds the free run after a log block for a moment:
+    /// nothing else is handed it meanwhile, and giving it back leaves no trace in the space
+    /// map (the allocator's state is what it was).
+    #[test]
+    fn a_claimed_run_is_held_and_given_back_without_a_trace() {
+        let mut ms = one_metaslab();
+        let sz = |_| 8192u64;
+        let tail = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
+        assert_eq!(ms.claim_run(0, tail + 8192, 1 << 16, 10), 1 << 16);
+        assert!(!is_free(&ms, tail + 8192) && !is_free(&ms, tail + 8192 + 0xffff));
+        assert!(is_free(&ms, tail + 8192 + 0x10000));
+        let other = ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1;
+        assert_eq!(other, tail + 8192 + 0x10000, "the held run is not handed out");
+        assert_eq!(ms.claim_run(0, tail + 4096, 1 << 16, 10), 0, "not the start of a free run");
+        // Clipped at the end of the free run (and of the metaslab).
+        assert_eq!(ms.claim_run(0, (1 << 20) - 0x3000, 1 << 16, 10), 0x3000);
+        ms.unclaim(0, (1 << 20) - 0x3000, 0x3000, 10);
+        ms.unclaim(0, tail + 8192, 1 << 16, 10);
+        ms.free(0, other, 8192, 10, 10);
+        assert!(is_free(&ms, tail + 8192) && is_free(&ms, other));
+        let synced = ms.sync(10, 1);
+        assert_eq!(synced.len(), 1);
+        // The space map gets the tail's allocation only.
+        assert_eq!(synced[0].new_phys.alloc, 8192);
     }
 }

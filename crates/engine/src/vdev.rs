@@ -23,6 +23,10 @@
 //! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file:
 //! pools open their leaves by path through [`open_device`], which hands out a device registered
 //! for that path ([`register_device`], used by crash tests with `vdev::sim`) before a file.
+//! Beside reads and writes, a device may write durably in one call (`BlockDevice::write_sync`,
+//! pwritev2 RWF_DSYNC on a file: an intent-log block alone on its vdev) and, when it is a sparse
+//! file, have holes written with zeros (`fill_holes`: where the intent log's next blocks go,
+//! so that their flushes commit no allocation of the host file system's).
 //! Locking: the tree is immutable after open; counters are atomics; the registry has its own
 //! mutex, a leaf lock held only to look a path up.
 
@@ -63,6 +67,19 @@ pub trait BlockDevice: Send + Sync {
     /// did not (write with `write_at`).
     fn write_direct(&self, _buf: &[u8], _offset: u64) -> std::io::Result<bool> {
         Ok(false)
+    }
+    /// Write all of `buf` at `offset` and make it durable in one call (pwritev2 with
+    /// RWF_DSYNC: the range written back and the device's cache flushed, not every dirty page
+    /// of the file as a flush would). False when the device cannot (write, then flush).
+    fn write_sync(&self, _buf: &[u8], _offset: u64) -> std::io::Result<bool> {
+        Ok(false)
+    }
+    /// Make the holes of a sparse file in `[offset, offset + len)` written space, by writing
+    /// zeros over them (what they read as already): a later write there then overwrites space
+    /// the host file system holds, and the flush after it commits no allocation to the host's
+    /// journal. Nothing for anything but a regular file.
+    fn fill_holes(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -127,6 +144,64 @@ impl BlockDevice for FileDevice {
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()
+    }
+    fn write_sync(&self, buf: &[u8], offset: u64) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let (mut off, mut left) = (offset, buf);
+        while !left.is_empty() {
+            let iov = libc::iovec { iov_base: left.as_ptr() as *mut libc::c_void, iov_len: left.len() };
+            let n = unsafe { libc::pwritev2(self.file.as_raw_fd(), &iov, 1, off as libc::off_t, libc::RWF_DSYNC) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS) if left.len() == buf.len() => Ok(false),
+                    Some(libc::EINTR) => continue,
+                    _ => Err(e),
+                };
+            }
+            if n == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
+            }
+            off += n as u64;
+            left = &left[n as usize..];
+        }
+        Ok(true)
+    }
+    fn fill_holes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if !self.regular {
+            return Ok(());
+        }
+        let fd = self.file.as_raw_fd();
+        let end = offset.saturating_add(len).min(self.size);
+        let mut at = offset;
+        while at < end {
+            // SEEK_HOLE: the next hole at or after `at` (the end of the file counts as one; a
+            // file system that does not track holes reports only that one).
+            let hole = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_HOLE) };
+            if hole < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let hole = hole as u64;
+            if hole >= end {
+                break;
+            }
+            let data = unsafe { libc::lseek(fd, hole as libc::off_t, libc::SEEK_DATA) };
+            let stop = match data {
+                d if d >= 0 => (d as u64).min(end),
+                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => end,
+                _ => return Err(std::io::Error::last_os_error()),
+            };
+            let zeros = vec![0u8; (stop - hole).min(1 << 20) as usize];
+            let mut o = hole;
+            while o < stop {
+                let n = (stop - o).min(zeros.len() as u64) as usize;
+                self.file.write_all_at(&zeros[..n], o)?;
+                o += n as u64;
+            }
+            at = stop;
+        }
+        Ok(())
     }
     fn name(&self) -> String {
         self.path.display().to_string()
@@ -340,6 +415,15 @@ pub enum VdevKind {
 /// The `path` of a hole vdev: the place of a removed top-level vdev, which keeps the ids of the
 /// others (a missing device's placeholder has none).
 pub const HOLE: &str = "hole";
+
+/// How `Vdev::write_leaf_buf` writes: through the page cache, past it (O_DIRECT where it can),
+/// or durably at once.
+#[derive(Clone, Copy)]
+enum WriteMode {
+    Cached,
+    Direct,
+    Sync,
+}
 
 /// One node of the vdev tree.
 pub struct Vdev {
@@ -613,17 +697,23 @@ impl Vdev {
 
     /// Raw write to a leaf, after the front labels.
     pub fn write_leaf(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.write_leaf_buf(offset, data, false)
+        self.write_leaf_buf(offset, data, WriteMode::Cached)
+    }
+
+    /// `write_leaf`, durable when it returns (`BlockDevice::write_sync`, or a write and a
+    /// flush of the device): an intent-log block alone on its vdev.
+    pub fn write_leaf_sync(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_leaf_buf(offset, data, WriteMode::Sync)
     }
 
     /// `write_leaf` past the page cache where the device allows it (`BlockDevice::write_direct`:
     /// `data`'s address, `offset` and the length aligned to `DIRECT_ALIGN`), through it where
     /// not: a resilver's writes of the new side, which nothing reads soon.
     pub fn write_leaf_direct(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.write_leaf_buf(offset, data, true)
+        self.write_leaf_buf(offset, data, WriteMode::Direct)
     }
 
-    fn write_leaf_buf(&self, offset: u64, data: &[u8], direct: bool) -> Result<()> {
+    fn write_leaf_buf(&self, offset: u64, data: &[u8], mode: WriteMode) -> Result<()> {
         if self.out_of_use() {
             // Not an error of the device: its DTL records what it misses.
             return Err(ZfsError::Unavailable(format!("{} is offline", self.display_name())));
@@ -645,9 +735,10 @@ impl Vdev {
             Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
             _ => Ok(()),
         };
-        let write = || match direct {
-            true => dev.write_direct(data, phys).and_then(|done| if done { Ok(()) } else { dev.write_at(data, phys) }),
-            false => dev.write_at(data, phys),
+        let write = || match mode {
+            WriteMode::Direct => dev.write_direct(data, phys).and_then(|done| if done { Ok(()) } else { dev.write_at(data, phys) }),
+            WriteMode::Sync => dev.write_sync(data, phys).and_then(|done| if done { Ok(()) } else { dev.write_at(data, phys).and_then(|_| dev.flush()) }),
+            WriteMode::Cached => dev.write_at(data, phys),
         };
         injected.and_then(|_| write()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -717,6 +808,25 @@ impl Vdev {
             return Ok(());
         }
         results.into_iter().find_map(|r| r.err()).map_or(Ok(()), Err)
+    }
+
+    /// `BlockDevice::fill_holes` of `[offset, offset + len)` of this vdev's address space on
+    /// every leaf holding it as is (a leaf, a mirror's sides); raidz, whose columns map
+    /// elsewhere, is left alone. The range must be free or the caller's: zeros go where a
+    /// sparse file has never been written, so what it reads stays the same, but a write into
+    /// the same hole meanwhile could land under them. Not counted as I/O (nothing of the
+    /// pool's is written); failures are ignored (nothing depends on it but speed).
+    pub fn fill_holes(&self, offset: u64, len: u64) {
+        match &self.kind {
+            VdevKind::Leaf { .. } => {
+                let Some(dev) = self.dev.as_ref().filter(|_| !self.out_of_use() && !inject::any()) else { return };
+                if let Some(phys) = offset.checked_add(VDEV_LABEL_START_SIZE) {
+                    let _ = dev.fill_holes(phys, len);
+                }
+            }
+            VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.children.iter().for_each(|c| c.fill_holes(offset, len)),
+            _ => {}
+        }
     }
 
     /// Flush every leaf below at once, each on its own thread (the intent log's flush).
@@ -967,4 +1077,37 @@ pub(crate) fn leaf_ashift(root: &Vdev, leaf: &Vdev) -> u8 {
         }
     }
     leaf.ashift
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holes(f: &File, from: u64, to: u64) -> bool {
+        use std::os::fd::AsRawFd;
+        let h = unsafe { libc::lseek(f.as_raw_fd(), from as libc::off_t, libc::SEEK_HOLE) };
+        h >= 0 && (h as u64) < to
+    }
+
+    /// The intent log's hole filling leaves what the file reads as it was (zeros where it was
+    /// never written, the data where it was) and no hole in the range; a durable write lands.
+    #[test]
+    fn filled_holes_read_the_same_and_durable_writes_land() {
+        let path = std::env::temp_dir().join(format!("oxzfs-fill-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let f = File::create(&path).unwrap();
+        f.set_len(8 << 20).unwrap();
+        f.write_all_at(&[7u8; 4096], 3 << 20).unwrap();
+        let dev = FileDevice::open(&path, true).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        dev.fill_holes(2 << 20, 2 << 20).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before, "the file reads the same");
+        let f = File::open(&path).unwrap();
+        // (A file system without SEEK_HOLE reports no hole anywhere: nothing to fill.)
+        assert!(!holes(&f, 2 << 20, 4 << 20), "no hole left in the range");
+        assert!(dev.write_sync(&[9u8; 8192], 5 << 20).unwrap(), "pwritev2 with RWF_DSYNC on a file");
+        let mut b = vec![0u8; 8192];
+        dev.read_at(&mut b, 5 << 20).unwrap();
+        assert!(b.iter().all(|&x| x == 9));
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -10,6 +10,9 @@
 //!        named in the last block's trailer) is filled first, more blocks are allocated as
 //!        needed, and a new tail is allocated and named in the last trailer
 //!     2. without it: the blocks written, the devices holding them flushed — fsync returns
+//!        (a lone block on a one-device vdev: written durably in one call, RWF_DSYNC); on a
+//!        sparse file vdev, first the holes of the new tail and of the free run after it
+//!        written with zeros (`FillAhead`), once per `FILL_AHEAD` of log
 //!   txg sync (quiesce of txg N, `Zilog::freeze`): itxs of N wait for N's uberblock; log
 //!     blocks whose records all belong to txgs ≤ N are freed in N and zh_log moves to the
 //!     first block left (or the tail) — the header and the frees commit with N's data
@@ -39,7 +42,7 @@
 //! file thus writes none of the bytes another process is streaming into another file.
 
 use crate::metaslab::{PoolAlloc, SharedMs};
-use crate::vdev::Vdev;
+use crate::vdev::{Vdev, VdevKind};
 use crate::zio::{AllocClass, DvaAllocator, ZioCtx};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -190,6 +193,8 @@ pub struct Zilog {
     pub replaying: bool,
     /// Why the log on disk could not be replayed (the file system then does not mount).
     pub replay_error: Option<String>,
+    /// The range the last `FillAhead` covered: (top-level vdev, start, end).
+    filled: Option<(u64, u64, u64)>,
 }
 
 /// What a commit has to do, decided under the pool's write state.
@@ -205,11 +210,51 @@ pub enum Prepared {
 }
 
 /// A commit's writes: the file blocks its indirect records point at, then the log blocks
-/// (each as its bp and physical bytes).
+/// (each as its bp and physical bytes); and the space ahead of the new tail to make written
+/// on a sparse file vdev.
 #[derive(Default)]
 pub struct Commit {
     pub data: Vec<(BlockPointer, Vec<u8>)>,
     pub log: Vec<(BlockPointer, Vec<u8>)>,
+    pub fill: Option<FillAhead>,
+}
+
+/// How far past a new tail a commit makes the holes of a sparse file vdev written space.
+pub const FILL_AHEAD: u64 = 1 << 20;
+
+/// The holes of a sparse file vdev where the next log blocks go, made written space by the
+/// commit that allocated the chain's new tail (`Vdev::fill_holes`): the new tail, and the free
+/// run after it held from the allocator until the filling is done (`Metaslabs::claim_run`), where
+/// first-fit puts the blocks that follow. A log block written into a hole of the host file
+/// makes its flush commit the host's allocation too (on ext4 about 180 µs instead of 115 for
+/// an 8 KiB write and fdatasync); one commit in every `FILL_AHEAD` bytes of log pays that once
+/// for the whole run.
+pub struct FillAhead {
+    ms: SharedMs,
+    vdev: u64,
+    /// The tail's offset, and the length to fill from it (tail and held run).
+    offset: u64,
+    len: u64,
+    /// The held run until given back: its offset and length, and the txg it is held in.
+    held: std::sync::Mutex<Option<(u64, u64, u64)>>,
+}
+
+impl FillAhead {
+    /// Give the held run back (at once after the filling: a commit whose write fails syncs
+    /// the txg next, and the run must not reach its space map as allocated).
+    fn release(&self) {
+        if let Some((off, len, txg)) = self.held.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if len > 0 {
+                self.ms.lock().unclaim(self.vdev, off, len, txg);
+            }
+        }
+    }
+}
+
+impl Drop for FillAhead {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// What a commit needs of the file system it logs (the writable objset, above this layer).
@@ -507,6 +552,7 @@ impl Zilog {
             self.lwbs.push_back(Lwb { bp: bp.clone(), alloc_txg: ctx.txg, max_txg });
             self.live_bytes += bp.lsize;
         }
+        commit.fill = self.fill_ahead(ctx, &tail);
         let (count, bytes) = if slog { (&ZIL_STATS.itx_metaslab_slog_count, &ZIL_STATS.itx_metaslab_slog_bytes) } else { (&ZIL_STATS.itx_metaslab_normal_count, &ZIL_STATS.itx_metaslab_normal_bytes) };
         bump(count, recs.len() as u64);
         bump(bytes, total);
@@ -522,6 +568,23 @@ impl Zilog {
         self.older.retain(|(_, v)| !v.is_empty());
         self.dirty = true;
         Ok(Prepared::Write(commit))
+    }
+
+    /// The `FillAhead` for a new tail, unless the last one covered it already: on a leaf or
+    /// mirror top-level vdev with a regular file under it.
+    fn fill_ahead(&mut self, ctx: &CommitCtx, tail: &BlockPointer) -> Option<FillAhead> {
+        let d = tail.dva[0];
+        let end = d.offset + d.asize;
+        if self.filled.is_some_and(|(v, s, e)| v == d.vdev && s <= d.offset && end <= e) {
+            return None;
+        }
+        let top = ctx.root.children.get(d.vdev as usize)?;
+        if !matches!(top.kind, VdevKind::Leaf { .. } | VdevKind::Mirror) || !top.leaves().iter().any(|l| l.dev.as_ref().is_some_and(|dev| dev.file_fd().is_some())) {
+            return None;
+        }
+        let held = ctx.ms.lock().claim_run(d.vdev, end, FILL_AHEAD, ctx.txg);
+        self.filled = Some((d.vdev, d.offset, end + held));
+        Some(FillAhead { ms: ctx.ms.clone(), vdev: d.vdev, offset: d.offset, len: d.asize + held, held: std::sync::Mutex::new(Some((end, held, ctx.txg))) })
     }
 
     /// zil_create: a new chain (new guid), its first block (sized for `bytes`) allocated in the
@@ -604,9 +667,9 @@ fn alloc_block(ctx: &CommitCtx, size: u64, words: [u64; 4]) -> Result<BlockPoint
     Ok(bp)
 }
 
-/// Write a commit: the file blocks its records point at, flushed, then the log blocks,
-/// flushed (a log block on disk names only blocks already there). On a failure, the
-/// top-level vdev that failed and why.
+/// Write a commit: its `FillAhead` first (the run it held given back at once), then the file
+/// blocks its records point at, flushed, then the log blocks, flushed (a log block on disk
+/// names only blocks already there). On a failure, the top-level vdev that failed and why.
 pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u64, ZfsError)> {
     use crate::vdev::iostat::{with_class, IoClass};
     // A commit's writes are waited for by an fsync: sync writes (ZIO_PRIORITY_SYNC_WRITE),
@@ -616,6 +679,12 @@ pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u6
     let log_bytes: u64 = commit.log.iter().map(|(_, b)| b.len() as u64).sum();
     let on_slog = commit.log.iter().any(|(bp, _)| root.children.get(bp.dva[0].vdev as usize).is_some_and(|t| t.is_log));
     let class = if on_slog && log_bytes > crate::tunables::zil_slog_bulk() { IoClass::AsyncWrite } else { IoClass::SyncWrite };
+    if let Some(f) = &commit.fill {
+        if let Some(top) = root.children.get(f.vdev as usize) {
+            top.fill_holes(f.offset, f.len);
+        }
+        f.release();
+    }
     with_class(class, || {
         if !commit.data.is_empty() {
             write_blocks(root, &commit.data)?;
@@ -624,20 +693,28 @@ pub fn write_commit(root: &Vdev, commit: &Commit) -> std::result::Result<(), (u6
     })
 }
 
-/// Write blocks to every DVA and flush the top-level vdevs holding them.
+/// Write blocks to every DVA and flush the top-level vdevs holding them. A top-level vdev
+/// that is one device and takes one write of them (a commit's lone log block) gets it written
+/// durably in one call (`Vdev::write_leaf_sync`) instead of a write and a flush of the whole
+/// device file.
 fn write_blocks(root: &Vdev, blocks: &[(BlockPointer, Vec<u8>)]) -> std::result::Result<(), (u64, ZfsError)> {
-    let mut tops: Vec<u64> = Vec::new();
-    for (bp, data) in blocks {
-        for d in bp.dva.iter().filter(|d| !d.is_empty()) {
-            let top = root.children.get(d.vdev as usize).ok_or_else(|| (d.vdev, ZfsError::Invalid(format!("log block on vdev {}", d.vdev))))?;
-            top.write_parallel(d.offset, data).map_err(|e| (d.vdev, e))?;
-            if !tops.contains(&d.vdev) {
-                tops.push(d.vdev);
-            }
+    let dvas = || blocks.iter().flat_map(|(bp, data)| bp.dva.iter().filter(|d| !d.is_empty()).map(move |d| (*d, data)));
+    let mut tops: Vec<(u64, usize)> = Vec::new();
+    for (d, _) in dvas() {
+        match tops.iter_mut().find(|t| t.0 == d.vdev) {
+            Some(t) => t.1 += 1,
+            None => tops.push((d.vdev, 1)),
         }
     }
-    for t in tops {
-        if let Some(top) = root.children.get(t as usize) {
+    let lone = |t: &Vdev, n: usize| n == 1 && t.is_leaf();
+    for (d, data) in dvas() {
+        let top = root.children.get(d.vdev as usize).ok_or_else(|| (d.vdev, ZfsError::Invalid(format!("log block on vdev {}", d.vdev))))?;
+        let n = tops.iter().find(|t| t.0 == d.vdev).map_or(0, |t| t.1);
+        let r = if lone(top, n) { top.write_leaf_sync(d.offset, data) } else { top.write_parallel(d.offset, data) };
+        r.map_err(|e| (d.vdev, e))?;
+    }
+    for (t, n) in tops {
+        if let Some(top) = root.children.get(t as usize).filter(|top| !lone(top, n)) {
             top.flush_parallel().map_err(|e| (t, e))?;
         }
     }
