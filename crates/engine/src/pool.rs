@@ -1242,6 +1242,27 @@ mod removal_status_tests {
         let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0);
         assert_eq!(s, "remove: Removal of mirror-1 canceled on Wed Nov 25 15:07:05 2026\n");
     }
+
+    #[test]
+    fn rebuild_lines_as_openzfs_2_1_prints_them() {
+        use crate::dsl_scan::ScanState;
+        use crate::vdev_rebuild::RebuildPhys;
+        use oxzfs_format::dsl::DslScanPhys;
+        std::env::set_var("TZ", "UTC");
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        // 20M of 80M scanned in 999 ms: (20M / 1000) * 1000 B/s as OpenZFS counts, 60M to go in 3 s.
+        let mut r = RebuildPhys { state: 1, start_time: t0, scan_time_ms: 999, bytes_scanned: 20 << 20, bytes_issued: 20 << 20, bytes_rebuilt: 20 << 20, bytes_est: 80 << 20, ..Default::default() };
+        assert_eq!(rebuild_status("mirror-0", &r), "  scan: resilver (mirror-0) in progress since Wed Nov 25 12:00:00 2026\n\t20M scanned at 20.0M/s, 20M issued 20.0M/s, 80M total\n\t20M resilvered, 25.00% done, 00:00:03 to go\n");
+        r.state = 3;
+        r.end_time = t0 + 61;
+        r.scan_time_ms = 61_000;
+        assert_eq!(rebuild_status("mirror-0", &r), "  scan: resilvered (mirror-0) 20M in 00:01:01 with 0 errors on Wed Nov 25 12:01:01 2026\n");
+        // A finished scrub and the rebuild before it: both, the scrub first.
+        let scrub = DslScanPhys { func: 1, state: 2, start_time: t0 + 62, end_time: t0 + 63, ..Default::default() };
+        let st = ScanState::new(Some(scrub), t0).stat();
+        let both = scan_and_rebuild_status(&st, &[("mirror-0".into(), r)], t0 + 64);
+        assert!(both.starts_with("  scan: scrub repaired 0B in 00:00:01 with 0 errors on ") && both.contains("\n  scan: resilvered (mirror-0) 20M in 00:01:01"), "{both}");
+    }
 }
 
 /// One record of a pool's history (spa_history.c's nvlists).
