@@ -18,6 +18,11 @@ pub(crate) fn test_pool(name: &str) -> (PathBuf, PoolW) {
     (dir, PoolW::create(&spec, 64 << 20).unwrap())
 }
 
+/// `len` bytes of xorshift noise from `seed` (not 0): data that does not compress.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    oxzfs_format::compress::xorshift_noise(seed, len)
+}
+
 mod export_tests {
     use super::test_pool;
     use crate::txg::*;
@@ -219,16 +224,7 @@ mod vdev_removal_tests {
             let fs = crate::zplw::open_fs(os, 4096).unwrap();
             for i in 0..n {
                 let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
-                let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let data: Vec<u8> = (0..300_000)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
-                crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
+                crate::zplw::write(os, obj, 0, &super::noise((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15), 300_000), 4096).unwrap();
             }
         }
         pw.sync().unwrap();
@@ -510,15 +506,7 @@ mod scan_walk_tests {
             let fs = crate::zplw::open_fs(os, 4096).unwrap();
             for i in 0..40u64 {
                 let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
-                let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                let data: Vec<u8> = (0..(i as usize * 7919) % 300_000 + 1)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let data = super::noise(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, (i as usize * 7919) % 300_000 + 1);
                 crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
             }
         }
