@@ -18,31 +18,28 @@ from test_write import ZDB
 REBUILT = re.compile(r"  scan: resilvered \((mirror-\d+)\) (\S+) in (\d+:\d\d:\d\d) with (\d+) errors on ")
 
 
-def zdb_mos_entries(vdir, pool, obj):
-    """The entries of MOS object OBJ as OpenZFS's zdb -dddd prints them."""
-    r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", pool, str(obj)], capture_output=True, text=True, errors="replace", timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+MOS_OBJECT = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+\d+\s+\S+\s+\S+\s+\S", re.M)
+
+
+def mos_objects(vdir, pool, upto=400):
+    """MOS objects 1..UPTO as OpenZFS's zdb -dddd prints them, by id (one run of zdb; ids
+    with no object end its output, hence no check of its exit status)."""
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", pool, *map(str, range(1, upto))], capture_output=True, text=True, errors="replace", timeout=300)
+    heads = list(MOS_OBJECT.finditer(r.stdout))
+    return {int(m.group(1)): r.stdout[m.start():(heads[k + 1].start() if k + 1 < len(heads) else len(r.stdout))] for k, m in enumerate(heads)}
 
 
 def rebuild_record(vdir, pool):
-    """(the top-level vdev ZAP's com.delphix:vdev_rebuild words, device_rebuild's count) as
-    OpenZFS's zdb reads them from the exported pool."""
-    r = subprocess.run([ZDB, "-e", "-p", vdir, "-C", pool], capture_output=True, text=True, errors="replace", timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    m = re.search(r"com\.delphix:vdev_zap_top: (\d+)", r.stdout)
-    assert m, f"no top-level vdev ZAP in zdb -C:\n{r.stdout}"
-    top = zdb_mos_entries(vdir, pool, m.group(1))
-    m = re.search(r"com\.delphix:vdev_rebuild = (.*)", top)
-    assert m, f"no com.delphix:vdev_rebuild in the top-level vdev ZAP:\n{top}"
-    words = [int(w) for w in m.group(1).split()]
-    root = zdb_mos_entries(vdir, pool, 1)
-    m = re.search(r"features_for_write = (\d+)", root)
-    assert m, root
-    fw = zdb_mos_entries(vdir, pool, m.group(1))
-    m = re.search(r"org\.openzfs:device_rebuild = (\d+)", fw)
-    assert m, f"device_rebuild not enabled:\n{fw}"
-    return words, int(m.group(1))
+    """(the top-level vdev ZAP's com.delphix:vdev_rebuild words, device_rebuild's count in
+    features_for_write) as OpenZFS's zdb reads them from the exported pool."""
+    objs = mos_objects(vdir, pool)
+    assert 1 in objs, f"zdb printed no object directory for {pool}"
+    rec = [m for o in objs.values() for m in re.findall(r"com\.delphix:vdev_rebuild = ([\d ]+)", o)]
+    assert len(rec) == 1, f"com.delphix:vdev_rebuild entries in the MOS: {rec}"
+    fw = int(re.search(r"features_for_write = (\d+)", objs[1]).group(1))
+    m = re.search(r"org\.openzfs:device_rebuild = (\d+)", objs.get(fw, ""))
+    assert m, f"device_rebuild not in features_for_write (object {fw}):\n{objs.get(fw)}"
+    return [int(w) for w in rec[0].split()], int(m.group(1))
 
 
 def rebuilt(text):
