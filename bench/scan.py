@@ -110,6 +110,7 @@ def main():
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--bin", action="append", help="oxzfs binaries to compare (label=path or path)")
     ap.add_argument("--out")
+    ap.add_argument("--tunable", action="append", default=[], help="NAME=VALUE set in each daemon before the runs (repeatable)")
     ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
     a = ap.parse_args()
     ensure_fio()
@@ -137,6 +138,8 @@ def main():
         ox("daemon", "stop", check=False)
         cur["bin"] = path
         ox("daemon", "start")
+        for t in a.tunable:
+            ox("tunable", t)
 
     def allocated():
         out = ox("zpool", "list", "-Hp", "-o", "allocated", "bscan")

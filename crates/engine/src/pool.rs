@@ -446,7 +446,10 @@ impl Pool {
         let reason = self.status_reason(health, !errors.is_empty());
         s.push_str(reason.status_lines());
         let scan = self.spa.scan.stat();
-        s.push_str(&scan_and_rebuild_status(&scan, &self.rebuild_stats(), crate::dsl_scan::now()));
+        let rebuilds = self.rebuild_stats();
+        let named: Vec<(String, crate::vdev_rebuild::RebuildPhys)> = rebuilds.iter().map(|(_, n, p)| (n.clone(), *p)).collect();
+        s.push_str(&scan_and_rebuild_status(&scan, &named, crate::dsl_scan::now()));
+        let rebuilding: Vec<u64> = rebuilds.iter().filter(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_ACTIVE).map(|r| r.0).collect();
         let scanning = scan.scanning().then_some(scan.phys.func);
         let removal = self.removal_stat();
         if let Some(r) = &removal {
@@ -454,7 +457,7 @@ impl Pool {
         }
         // The vdev being evacuated is marked "(removing)" (vs_scan_removing).
         let removing = removal.filter(|r| r.phys.state == 1).map(|r| r.phys.removing_vdev);
-        let marks = Marks { scanning, removing };
+        let marks = Marks { scanning, removing, rebuilding: &rebuilding, below_rebuild: false };
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -518,11 +521,11 @@ impl Pool {
         let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none() && l.state() != VdevState::Offline);
         let scan = self.spa.scan.stat();
         let rebuilds = self.rebuild_stats();
-        let rebuild_end = rebuilds.iter().filter(|r| r.1.state == crate::vdev_rebuild::VDEV_REBUILD_COMPLETE).map(|r| r.1.end_time).max().unwrap_or(0);
+        let rebuild_end = rebuilds.iter().filter(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_COMPLETE).map(|r| r.2.end_time).max().unwrap_or(0);
         let scrubbed_after = scan.phys.func == oxzfs_format::dsl::POOL_SCAN_SCRUB && (scan.phys.state != oxzfs_format::dsl::DSS_FINISHED || scan.phys.end_time >= rebuild_end);
         if scan.scanning() && scan.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
             Reason::Resilvering
-        } else if rebuilds.iter().any(|r| r.1.state == crate::vdev_rebuild::VDEV_REBUILD_ACTIVE) {
+        } else if rebuilds.iter().any(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_ACTIVE) {
             // ZPOOL_STATUS_REBUILDING: the same words.
             Reason::Resilvering
         } else if rebuild_end > 0 && !scrubbed_after && scan.phys.state != oxzfs_format::dsl::DSS_SCANNING {
@@ -733,13 +736,17 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
 /// What print_status_config marks on the rows: `scanning`, the func of the scan under way
 /// (the leaves it wrote to: "(resilvering)" or "(repairing)"); `removing`, the top-level vdev
 /// being evacuated ("(removing)", which OpenZFS prints from 2.2 on).
+/// `rebuilding`: the top-level vdevs whose sequential resilver is active (their leaves it
+/// wrote to: "(resilvering)"), and whether the vdev printed is below one of them.
 #[derive(Clone, Copy)]
-struct Marks {
+struct Marks<'a> {
     scanning: Option<u64>,
     removing: Option<u64>,
+    rebuilding: &'a [u64],
+    below_rebuild: bool,
 }
 
-fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, marks: Marks) {
+fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, mut marks: Marks) {
     if !v.is_concrete() {
         return;
     }
@@ -749,6 +756,12 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, marks: Mark
     }
     if let Some(func) = marks.scanning.filter(|_| v.is_leaf() && v.state() == VdevState::Online && v.stats.scan_processed.load(Ordering::Relaxed) != 0) {
         aux.push_str(if func == oxzfs_format::dsl::POOL_SCAN_RESILVER { "  (resilvering)" } else { "  (repairing)" });
+    }
+    if depth == 2 {
+        marks.below_rebuild = marks.rebuilding.contains(&v.id);
+    }
+    if marks.below_rebuild && v.is_leaf() && v.state() == VdevState::Online && v.stats.rebuild_processed.load(Ordering::Relaxed) != 0 && !aux.ends_with("(resilvering)") {
+        aux.push_str("  (resilvering)");
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {
@@ -1054,7 +1067,7 @@ impl Pool {
     /// was ever removed with evacuation.
     /// The rebuild record of each top-level vdev that has one (vdev_rebuild_get_stats), with
     /// the vdev's name (zpool_vdev_name, VDEV_NAME_TYPE_ID), as the last sync left them.
-    pub fn rebuild_stats(&self) -> Vec<(String, crate::vdev_rebuild::RebuildPhys)> {
+    pub fn rebuild_stats(&self) -> Vec<(u64, String, crate::vdev_rebuild::RebuildPhys)> {
         use crate::vdev_rebuild::{RebuildPhys, VDEV_REBUILD_NONE, VDEV_TOP_ZAP_VDEV_REBUILD_PHYS};
         let mos = self.spa.mos();
         let Some(cfg) = crate::spa_load::read_mos_packed(&mos, "config") else { return Vec::new() };
@@ -1065,7 +1078,7 @@ impl Pool {
             let Some(e) = crate::zap::zap_lookup(&mos, zap, VDEV_TOP_ZAP_VDEV_REBUILD_PHYS.as_bytes()).ok().flatten() else { continue };
             let Some(p) = RebuildPhys::from_words(&e.value_u64s()).filter(|p| p.state != VDEV_REBUILD_NONE) else { continue };
             let name = self.spa.root_vdev.children.get(i).map_or_else(|| i.to_string(), |v| vdev_name(v, true));
-            out.push((name, p));
+            out.push((i as u64, name, p));
         }
         out
     }

@@ -190,21 +190,66 @@ impl PoolW {
             return Ok(Step::Done);
         }
         let piece = crate::tunables::rebuild_max_segment().max(1 << tv.ashift.max(9));
-        let mut buf = vec![0u8; piece as usize];
+        // The pieces of this step, in order, up to the budget: (offset, length) of the I/O and
+        // the allocated bytes it covers. The I/O is widened to DIRECT_ALIGN (a few bytes of free
+        // space copied with it, within the metaslab: harmless) so that it is written past the
+        // page cache, and thus to the disk while the next pieces are read.
+        let align = crate::vdev::DIRECT_ALIGN as u64;
+        let ms_end = |at: u64| ((at >> tv.metaslab_shift.max(1)) + 1) << tv.metaslab_shift.max(1);
+        let mut pieces = Vec::new();
         let mut copied = 0u64;
         'segs: for (s, l) in segs {
             let mut at = s.max(p.last_offset);
-            let end = s + l;
-            while at < end {
+            while at < s + l {
                 if copied >= budget {
                     break 'segs;
                 }
-                let n = piece.min(end - at);
-                let b = &mut buf[..n as usize];
-                if sources.iter().any(|src| src.read_leaf_into(at, b).is_ok()) {
+                let n = piece.min(s + l - at);
+                let io_at = at / align * align;
+                let io_end = (at + n).div_ceil(align).saturating_mul(align).min(ms_end(at)).max(at + n);
+                pieces.push((io_at, io_end - io_at, n, at + n));
+                at += n;
+                copied += n;
+            }
+        }
+        // Read on a thread of its own while the pieces read before are written, at most
+        // zfs_rebuild_vdev_limit bytes ahead (vr_bytes_inflight_max); buffers go back and forth.
+        let ahead = (crate::tunables::rebuild_vdev_limit() / piece).clamp(1, 64) as usize;
+        let align = align as usize;
+        // Where a piece at `at` goes in a buffer: its address matches the offset modulo
+        // DIRECT_ALIGN, so that aligned pieces are written past the page cache.
+        let place = |b: &Vec<u8>, at: u64| b.as_ptr().align_offset(align) + (at % align as u64) as usize;
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, u64, u64, u64, Vec<u8>, bool)>(ahead);
+        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::scope(|sc| {
+            let sources = &sources;
+            let pieces = &pieces;
+            let class = crate::vdev::iostat::current_class();
+            sc.spawn(move || {
+                let read = || {
+                    for &(at, len, n, end) in pieces {
+                        let mut b = free_rx.try_recv().unwrap_or_else(|_| vec![0u8; piece as usize + 4 * align]);
+                        let o = place(&b, at);
+                        let ok = sources.iter().any(|src| src.read_leaf_into(at, &mut b[o..o + len as usize]).is_ok());
+                        if full_tx.send((at, len, n, end, b, ok)).is_err() {
+                            return;
+                        }
+                    }
+                };
+                match class {
+                    Some(k) => crate::vdev::iostat::with_class(k, read),
+                    None => read(),
+                }
+            });
+            for (at, len, n, end, b, ok) in full_rx {
+                if ok {
+                    let o = place(&b, at);
                     for t in &targets {
-                        match t.write_leaf_direct(at, b) {
-                            Ok(()) => p.bytes_rebuilt += n,
+                        match t.write_leaf_direct(at, &b[o..o + len as usize]) {
+                            Ok(()) => {
+                                p.bytes_rebuilt += n;
+                                t.stats.rebuild_processed.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                            }
                             Err(_) => p.errors += 1,
                         }
                     }
@@ -213,11 +258,10 @@ impl PoolW {
                 }
                 p.bytes_scanned += n;
                 p.bytes_issued += n;
-                at += n;
-                p.last_offset = at;
-                copied += n;
+                p.last_offset = end;
+                let _ = free_tx.send(b);
             }
-        }
+        });
         p.scan_time_ms = scan_time_ms;
         self.put_rebuild_phys(top, &p)?;
         Ok(Step::More)
