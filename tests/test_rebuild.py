@@ -135,3 +135,18 @@ def test_s_on_raidz_gets_openzfs_errors(oxzfs):
     with open(d3, "rb") as f:
         assert not f.read().strip(b"\0"), "a refused replace wrote to the device"
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_s_without_the_feature_gets_openzfs_errors(oxzfs):
+    """A pool from before feature flags has no device_rebuild: spa_vdev_attach's ENOTSUP, in
+    libzfs's words for attach and for replace; a plain attach still works."""
+    pool = "rbv28"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: d[:1], 2, 34, "-o", "version=28")
+    d1 = os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("attach", "-s", pool, "d0", d1)
+    assert (r.returncode, r.stderr) == (1, f"cannot attach {d1} to d0: can only attach to mirrors and top-level disks\n"), repr(r)
+    r = oxzfs.zpool("replace", "-s", pool, "d0", d1)
+    assert (r.returncode, r.stderr) == (1, f"cannot replace d0 with {d1}: only mirror and dRAID vdevs support sequential reconstruction\n"), repr(r)
+    assert oxzfs.zpool("get", "-H", "-o", "value", "feature@device_rebuild", pool, check=True).stdout.strip() in ("-", "disabled", "")
+    assert oxzfs.export(pool).returncode == 0

@@ -173,7 +173,7 @@ impl PoolW {
     #[allow(clippy::too_many_arguments)]
     pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, spare: Option<u64>, old_name: &str, new_name: &str, rebuild: bool) -> Result<u64> {
         let msg = if replacing { format!("cannot replace {old_name} with {new_name}") } else { format!("cannot attach {new_name} to {old_name}") };
-        self.rebuild_attach_check(rebuild, &msg)?;
+        self.rebuild_attach_check(rebuild, replacing, &msg)?;
         // spa_vdev_attach: nothing is attached while a device is being removed.
         if self.removing_vdev()?.is_some() {
             return Err(ZfsError::Posix(libc::EBUSY, format!("{msg}: {new_name} is busy, or device removal is in progress")));
@@ -193,7 +193,7 @@ impl PoolW {
             _ => return Err(ZfsError::Posix(libc::ENOTSUP, format!("{msg}: can only attach to mirrors and top-level disks"))),
         }
         if rebuild && (!crate::vdev_rebuild::rebuild_top_ok(top, leaf) || self.top_zap(top.id).is_none()) {
-            return Err(ZfsError::Posix(libc::ENOTSUP, format!("{msg}: only mirror and dRAID vdevs support sequential reconstruction")));
+            return Err(crate::vdev_rebuild::not_rebuildable(replacing, &msg));
         }
         let dev = open_device(new_path, true).map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot open '{}': {e}", new_path.display())))?;
         // vdev_get_min_asize: a mirror side must hold the whole top-level vdev, a raidz child

@@ -138,10 +138,10 @@ impl PoolW {
     /// spa_vdev_attach's checks of `zpool attach/replace` against rebuilds: with -s
     /// (`rebuild`) the feature must be enabled and no healing resilver under way; without,
     /// no rebuild under way. `msg` is the command's "cannot ..." prefix.
-    pub(crate) fn rebuild_attach_check(&mut self, rebuild: bool, msg: &str) -> Result<()> {
+    pub(crate) fn rebuild_attach_check(&mut self, rebuild: bool, replacing: bool, msg: &str) -> Result<()> {
         if rebuild {
             if !self.feature_enabled(DEVICE_REBUILD) {
-                return Err(ZfsError::Posix(libc::ENOTSUP, format!("{msg}: only mirror and dRAID vdevs support sequential reconstruction")));
+                return Err(not_rebuildable(replacing, msg));
             }
             let s = self.spa.scan.stat();
             if s.scanning() && s.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
@@ -303,6 +303,12 @@ impl PoolW {
     pub fn top_guid(&self, top: u64) -> u64 {
         self.top_config(top).and_then(|c| c.get_u64("guid")).unwrap_or(0)
     }
+}
+
+/// ENOTSUP of a -s attach or replace in libzfs's words (zpool_vdev_attach).
+pub(crate) fn not_rebuildable(replacing: bool, msg: &str) -> ZfsError {
+    let why = if replacing { "only mirror and dRAID vdevs support sequential reconstruction" } else { "can only attach to mirrors and top-level disks" };
+    ZfsError::Posix(libc::ENOTSUP, format!("{msg}: {why}"))
 }
 
 /// spa_vdev_attach's check of a -s attach or replace: the top-level vdev that would hold the
