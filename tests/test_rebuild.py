@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from conftest import status_rows, unmount_below
-from test_resilver import blank, state_of, status, zdb_checks
+from conftest import status_rows
+from test_resilver import attached_held_killed_reimported, blank, state_of, status, zdb_checks
 from test_scrub import alone, check_reads, import_rw, new_pool
 from test_write import ZDB
 
@@ -156,19 +156,10 @@ def test_s_without_the_feature_gets_openzfs_errors(oxzfs):
 @pytest.mark.nightly
 def test_attach_s_goes_on_after_kill9(oxzfs):
     """The daemon killed while a rebuild is held: the record in the top-level vdev ZAP says it
-    is active, so the next import (a new daemon) takes it up and completes it; a detach of the
-    new side meanwhile would have canceled it. The new side alone then holds every file."""
+    is active, so the next import (a new daemon) takes it up and completes it. The new side
+    alone then holds every file."""
     pool = "rbkill"
-    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, 35)
-    import_rw(oxzfs, vdir, pool, alt)
-    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
-    assert oxzfs.zpool("attach", "-s", pool, "d0", os.path.join(vdir, "d1")).returncode == 0
-    assert "  scan: resilver (mirror-0) in progress since " in status(oxzfs, pool)
-    oxzfs.kill9()
-    unmount_below(alt)  # the killed daemon's mount is dead
-    r = oxzfs.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
-    assert r.returncode == 0, repr(r)
-    assert oxzfs.zpool("wait", "-t", "resilver", pool).returncode == 0
+    vdir, alt, want = attached_held_killed_reimported(oxzfs, pool, 35, ["-s"], "  scan: resilver (mirror-0) in progress since ")
     text = status(oxzfs, pool)
     assert rebuilt(text) == ("mirror-0", 0) and state_of(text, "d1") == "ONLINE", text
     oxzfs.zpool("wait", "-t", "scrub", pool, check=True)
