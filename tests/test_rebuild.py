@@ -70,6 +70,15 @@ def test_attach_s_rebuilds_a_new_side_then_scrubs(oxzfs):
     assert len(words) == 12 and words[0] == 3 and count == 0, (words, count)
     # bytes_scanned == bytes_est covered, bytes_rebuilt > 0, no errors.
     assert words[7] > 0 and words[9] > 0 and words[11] == 0, words
+    # A healing resilver later clears the record (vdev_rebuild_clear_sync): status shows it alone.
+    import_rw(oxzfs, vdir, pool, alt)
+    assert oxzfs.zpool("offline", pool, "d1").returncode == 0
+    assert oxzfs.zpool("online", pool, "d1").returncode == 0
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    assert re.search(r"  scan: resilvered \S+ in \S+ with 0 errors on ", text) and "(mirror-0)" not in text, text
+    assert oxzfs.export(pool).returncode == 0
+    assert rebuild_record(vdir, pool) == ([0] * 12, 0)
     only = alone(oxzfs, vdir, "d1", pool)
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
@@ -102,6 +111,9 @@ def test_replace_s_of_a_wiped_side_and_export_in_the_middle(oxzfs):
         blank(d3, 64)
         r = oxzfs.zpool("attach", pool, "d1", d3)
         assert (r.returncode, r.stderr) == (1, f"cannot attach {d3} to d1: currently sequentially resilvering\n"), repr(r)
+        # Nor is a scrub started (dsl_scan_setup_check: EBUSY).
+        r = oxzfs.zpool("scrub", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot scrub {pool}: currently resilvering\n"), repr(r)
         assert oxzfs.export(pool).returncode == 0
         words, count = rebuild_record(vdir, pool)
         assert words[0] == 1 and count == 1, (words, count)

@@ -102,6 +102,11 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
             s.pass_scrub_pause = 0;
         }
         ScrubCmd::Start => {
+            // dsl_scan_setup_check: not while a sequential resilver is active (libzfs names
+            // any EBUSY that is not a scrub's "currently resilvering").
+            if !g.rebuilding_tops()?.is_empty() {
+                return Err(ZfsError::Posix(libc::EBUSY, "currently resilvering".into()));
+            }
             // dsl_scan_setup_sync, after a sync that puts what was written so far on disk
             // (in to_examine and below max_txg).
             drop(s);
@@ -192,6 +197,9 @@ pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
     let mut s = spa.scan.lock();
     let t = now();
     setup(&mut g, &mut s, POOL_SCAN_RESILVER, min_txg, max_txg, t)?;
+    // dsl_scan_setup_sync of a resilver: the records of finished sequential resilvers are
+    // cleared (vdev_rebuild_clear_sync), so that status shows this scan.
+    g.rebuild_clear_all()?;
     publish(h, g, s, &spa, true)?;
     Ok(true)
 }

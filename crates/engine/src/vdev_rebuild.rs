@@ -125,7 +125,7 @@ impl PoolW {
 
     /// The top-level vdevs whose rebuild is active (vdev_rebuild_active), by id.
     pub fn rebuilding_tops(&mut self) -> Result<Vec<u64>> {
-        let n = self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).map_or(0, |c| c.len() as u64);
+        let n = self.top_count();
         let mut out = Vec::new();
         for top in 0..n {
             if self.rebuild_phys(top)?.is_some_and(|p| p.state == VDEV_REBUILD_ACTIVE) {
@@ -297,6 +297,26 @@ impl PoolW {
         self.feature_incr(DEVICE_REBUILD, -1)?;
         self.log_history_internal("rebuild", &format!("vdev_id={top} vdev_guid={top_guid} canceled"))?;
         self.sync()
+    }
+
+    /// vdev_rebuild_clear_sync of every top-level vdev: a record that is not active is zeroed
+    /// where the top-level vdev ZAP has one.
+    pub fn rebuild_clear_all(&mut self) -> Result<()> {
+        let n = self.top_count();
+        for top in 0..n {
+            if self.rebuild_phys(top)?.is_some_and(|p| p.state != VDEV_REBUILD_ACTIVE && p != RebuildPhys::default()) {
+                self.put_rebuild_phys(top, &RebuildPhys::default())?;
+            }
+            for l in self.spa.root_vdev.children.get(top as usize).map(|t| t.leaves()).unwrap_or_default() {
+                l.stats.rebuild_processed.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// How many top-level vdevs the config has (holes and indirect ones counted).
+    fn top_count(&self) -> u64 {
+        self.config_nv.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")).map_or(0, |c| c.len() as u64)
     }
 
     /// The guid of top-level vdev `top` as the config has it.
