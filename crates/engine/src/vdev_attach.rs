@@ -30,7 +30,10 @@
 //! NEW gets a leaf ZAP and a DTL of every txg up to a few past the open one (it holds nothing
 //! yet: reads avoid it), its labels with the sync; the caller reopens the pool over the new
 //! tree and starts the resilver, at whose end a `replacing` vdev loses its old child
-//! (spa_vdev_resilver_done, `replacement_done`). A detached leaf's DTL object and leaf ZAP
+//! (spa_vdev_resilver_done, `replacement_done`). With -s (a mirror or a top-level disk only,
+//! device_rebuild enabled) the record of a sequential resilver goes into the top-level vdev's ZAP
+//! with the same sync and `vdev_rebuild_thread` copies the allocated space instead; a plain
+//! attach is refused while one is active. A detached leaf's DTL object and leaf ZAP
 //! leave the MOS and its labels are cleared.
 //!
 //! All of these run under the pool lock and sync a txg, which puts the new config in the MOS

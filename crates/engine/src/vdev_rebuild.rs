@@ -20,7 +20,10 @@
 //! the MOS with the next sync, so an export or a crash goes on from there. At the end the
 //! DTLs of the leaves below are cleared up to `max_txg` (the DTL's end when it began: every
 //! later txg was written to every side), the state is complete and the feature's count drops.
-//! A rebuild none of whose leaves lacks a txg any more (the new side detached) is canceled.
+//! A rebuild none of whose leaves lacks a txg any more (the new side detached or offline) is
+//! canceled. While one is active no healing resilver covers its leaves, no scrub is set up and
+//! a plain attach is refused; a healing resilver's setup zeroes the records of finished ones
+//! (vdev_rebuild_clear_sync). `zpool status` reads the records from the synced MOS (`pool`).
 
 use crate::dsl_pool::PoolW;
 use crate::vdev::{Vdev, VdevKind, VdevState};
