@@ -391,9 +391,10 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
         }
         remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
+            // The rebuild thread first: at its end it may start a scrub.
+            oxzfs::vdev_rebuild_thread::stop(&h);
             oxzfs::dsl_scrub::stop(&h);
             oxzfs::vdev_removal_thread::stop(&h);
-            oxzfs::vdev_rebuild_thread::stop(&h);
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");
                 code = 1;
