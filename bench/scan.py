@@ -16,6 +16,11 @@ turns (old, new, old, new, ... so the shared machine's noise falls on both alike
              dropped: bytes written to the new side (the allocated bytes) / wall time, against
              fio writing --data-mib to a new file in the same directory (1 MiB writes, fsync at
              the end); the side is detached again afterwards
+  rebuild    `zpool replace -s -w` of the vdev by the blank file, then back (two samples per run;
+             sequential reconstruction: every allocated range copied in metaslab order, no block
+             tree, no checksums), the scrub that follows it turned off
+             (zfs_rebuild_scrub_enabled=0): allocated bytes / wall time, against the same fio
+             write; binaries without -s show "-"
 
   order      (--trace) one more scrub per binary under strace (pread64 of the daemon): how many
              reads of the vdev file, their mean size, the share that start where the one before
@@ -106,6 +111,7 @@ def main():
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--bin", action="append", help="oxzfs binaries to compare (label=path or path)")
     ap.add_argument("--out")
+    ap.add_argument("--tunable", action="append", default=[], help="NAME=VALUE set in each daemon before the runs (repeatable)")
     ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
     a = ap.parse_args()
     ensure_fio()
@@ -133,12 +139,14 @@ def main():
         ox("daemon", "stop", check=False)
         cur["bin"] = path
         ox("daemon", "start")
+        for t in a.tunable:
+            ox("tunable", t)
 
     def allocated():
         out = ox("zpool", "list", "-Hp", "-o", "allocated", "bscan")
         return int(out.split()[0])
 
-    rows = {label: {"scrub": [], "resilver": []} for label, _ in bins}
+    rows = {label: {"scrub": [], "resilver": [], "rebuild": []} for label, _ in bins}
     try:
         size = a.data_mib << 21
         for d in (dev0, dev1):
@@ -189,9 +197,19 @@ def main():
                 ox("zpool", "attach", "-w", "bscan", dev0, dev1)
                 rows[label]["resilver"].append(alloc / (time.time() - t))
                 ox("zpool", "detach", "bscan", dev1)
-                ox("zpool", "export", "bscan")
                 with open(dev1, "wb") as f:
                     f.truncate(size)
+                if subprocess.run([cur["bin"], "tunable", "zfs_rebuild_scrub_enabled=0"], env=env, capture_output=True).returncode == 0:
+                    # replace -s onto the blank side and back: two samples, the pool on dev0 again.
+                    for old, new in ((dev0, dev1), (dev1, dev0)):
+                        drop_caches()
+                        t = time.time()
+                        ox("zpool", "replace", "-s", "-w", "bscan", old, new)
+                        rows[label]["rebuild"].append(alloc / (time.time() - t))
+                        ox("zpool", "status", "bscan")  # the replaced side detached (and its labels cleared)
+                    with open(dev1, "wb") as f:
+                        f.truncate(size)
+                ox("zpool", "export", "bscan")
         order = {}
         if a.trace:
             for label, path in bins:
@@ -216,12 +234,13 @@ def main():
             f"fio sequential read of the vdev file:  {spread(seq_read)}",
             f"fio sequential write of a new file:    {spread(seq_write)}",
             "",
-            "| binary | scrub MiB/s (min-max) | scrub / fio read | resilver MiB/s (min-max) | resilver / fio write |",
-            "|---|---|---|---|---|",
+            "| binary | scrub MiB/s (min-max) | scrub / fio read | resilver MiB/s (min-max) | resilver / fio write | rebuild (replace -s) MiB/s (min-max) | rebuild / fio write |",
+            "|---|---|---|---|---|---|---|",
         ]
         for label, _ in bins:
-            s, r = rows[label]["scrub"], rows[label]["resilver"]
-            lines.append(f"| {label} | {spread(s)} | {statistics.median(s) / rd:.0%} | {spread(r)} | {statistics.median(r) / wr:.0%} |")
+            s, r, b = rows[label]["scrub"], rows[label]["resilver"], rows[label]["rebuild"]
+            reb = f"{spread(b)} | {statistics.median(b) / wr:.0%}" if b else "- | -"
+            lines.append(f"| {label} | {spread(s)} | {statistics.median(s) / rd:.0%} | {spread(r)} | {statistics.median(r) / wr:.0%} | {reb} |")
         if order:
             lines += ["", "read order of one scrub (strace, the vdev file's pread64s):", "",
                       "| binary | reads | mean size | start where the last ended | jumps in all |", "|---|---|---|---|---|"]

@@ -399,6 +399,23 @@ def test_hot_spare_takes_a_place_and_stays_or_goes_back(oxzfs):
     check_reads(oxzfs, only, pool, alt, want)
 
 
+def attached_held_killed_reimported(oxzfs, pool, seed, flags, held):
+    """A one-disk pool POOL (fill SEED) gets d1 attached (`zpool attach FLAGS`) with
+    zfs_scan_suspend_progress=1, status showing HELD; the daemon is killed (-9), the pool
+    imported again by a new one and the resilver waited for: (vdev dir, altroot, manifest)."""
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, seed)
+    import_rw(oxzfs, vdir, pool, alt)
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    assert oxzfs.zpool("attach", *flags, pool, "d0", os.path.join(vdir, "d1")).returncode == 0
+    assert held in status(oxzfs, pool)
+    oxzfs.kill9()
+    unmount_below(alt)  # the killed daemon's mount is dead
+    r = oxzfs.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    assert oxzfs.zpool("wait", "-t", "resilver", pool).returncode == 0
+    return vdir, alt, want
+
+
 @pytest.mark.nightly
 def test_attach_resilver_goes_on_after_kill9(oxzfs):
     """The daemon killed while a new mirror side is being resilvered: the MOS says a resilver
@@ -406,16 +423,7 @@ def test_attach_resilver_goes_on_after_kill9(oxzfs):
     daemon, which starts with the scan going again) resilvers it to the end; the new side
     alone then holds every file."""
     pool = "rskill"
-    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, 20)
-    import_rw(oxzfs, vdir, pool, alt)
-    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
-    assert oxzfs.zpool("attach", pool, "d0", os.path.join(vdir, "d1")).returncode == 0
-    assert "scan: resilver in progress since " in status(oxzfs, pool)
-    oxzfs.kill9()
-    unmount_below(alt)  # the killed daemon's mount is dead
-    r = oxzfs.zpool("import", "-f", "-d", vdir, "-R", alt, pool)
-    assert r.returncode == 0, repr(r)
-    assert oxzfs.zpool("wait", "-t", "resilver", pool).returncode == 0
+    vdir, alt, want = attached_held_killed_reimported(oxzfs, pool, 20, [], "scan: resilver in progress since ")
     text = status(oxzfs, pool)
     assert resilvered(text)[1] == 0 and state_of(text, "d1") == "ONLINE", text
     assert oxzfs.export(pool).returncode == 0

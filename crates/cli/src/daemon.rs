@@ -262,11 +262,11 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (out, waits, resilver_waits, removal_waits) = {
+                let (out, waits, resilver_waits, removal_waits, rebuild_waits) = {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
                     let out = commands::execute(&mut st, &argv, &cwd);
-                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits))
+                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits), std::mem::take(&mut st.rebuild_waits))
                 };
                 // An evacuation that stopped on an error fails the command waiting for it.
                 let mut out = out;
@@ -275,6 +275,9 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                         out.1.push_str(&format!("{e}\n"));
                         out.2 = 1;
                     }
+                }
+                for h in rebuild_waits {
+                    oxzfs::vdev_rebuild_thread::wait(&h);
                 }
                 for spa in waits {
                     oxzfs::dsl_scrub::wait(&spa);

@@ -31,6 +31,8 @@ pub struct State {
     /// Pools whose resilver the request waits for, in the same way (`zpool wait -t resilver`,
     /// `zpool attach -w`, `zpool replace -w`).
     pub resilver_waits: Vec<Arc<oxzfs::spa::Spa>>,
+    /// Pools whose sequential resilver (attach/replace -s) the command waits for.
+    pub rebuild_waits: Vec<Arc<PoolHandle>>,
     /// Pools whose device removal the request waits for (`zpool remove -w`, `zpool wait -t
     /// remove`).
     /// Pools whose removal a command waits for, with the thread's run it started (`zpool

@@ -294,6 +294,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                 Ok((pool, h)) => {
                     oxzfs::dsl_scrub::resume_after_import(&h);
                     oxzfs::vdev_removal_thread::resume_after_import(&h);
+                    oxzfs::vdev_rebuild_thread::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
                     if !o.no_mount && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
@@ -390,6 +391,8 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
         }
         remove_mountpoints(&derived, &imp.mounts);
         if let Some(h) = imp.rw.take() {
+            // The rebuild thread first: at its end it may start a scrub.
+            oxzfs::vdev_rebuild_thread::stop(&h);
             oxzfs::dsl_scrub::stop(&h);
             oxzfs::vdev_removal_thread::stop(&h);
             if let Err(e) = h.export() {
@@ -633,6 +636,12 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
         st.waits.push(imp.pool.spa.clone());
     } else if resilver {
         st.resilver_waits.push(imp.pool.spa.clone());
+    }
+    if scrub || resilver {
+        // A sequential resilver (attach/replace -s) is a resilver to wait for too.
+        if let Some(h) = &imp.rw {
+            st.rebuild_waits.push(h.clone());
+        }
     }
     ok(String::new())
 }
@@ -1846,9 +1855,6 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{usage_text}")),
     };
-    if o.sequential {
-        return fail("sequential reconstruction (-s) is not supported");
-    }
     let (name, old) = match (o.operands.first(), o.operands.get(1)) {
         (None, _) => return usage(format!("missing pool name argument\n{usage_text}")),
         (Some(_), None) => return usage(format!("missing <device> specification\n{usage_text}")),
@@ -1895,13 +1901,21 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
         }
     }
     let spare = if replacing { h.lock().spare_guid(&new_path) } else { None };
-    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, spare, &old, &new);
+    let r = h.lock().vdev_attach(old_guid, &new_path, replacing, spare, &old, &new, o.sequential);
     if let Err(e) = r {
         return err_out(e, &what);
     }
     let dirs = device_dirs(imp, &[&new_path]);
     if let Err(e) = reopen(imp, &h, &dirs) {
         return err_out(e, &format!("{what}: reopening the pool"));
+    }
+    if o.sequential {
+        // The record is on disk with the new leaf: the rebuild thread takes it from there.
+        oxzfs::vdev_rebuild_thread::resume_after_import(&h);
+        if o.wait {
+            st.rebuild_waits.push(h.clone());
+        }
+        return ok(String::new());
     }
     if let Err(e) = oxzfs::dsl_scrub::resilver(&h) {
         return err_out(e, &format!("cannot resilver '{name}'"));
@@ -1960,8 +1974,10 @@ pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
 pub fn finish_replacements(st: &mut State) {
     for imp in st.pools.values_mut() {
         let Some(h) = imp.rw.clone() else { continue };
+        // A healing resilver under way decides when it ends; a scrub (the one that follows a
+        // sequential resilver among them) does not hold the replaced device.
         let scan = imp.pool.spa.scan.stat();
-        if scan.scanning() || scan.running {
+        if scan.scanning() && scan.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
             continue;
         }
         let done = h.lock().replacement_done();

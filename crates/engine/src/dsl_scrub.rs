@@ -102,6 +102,11 @@ pub fn scrub(h: &Arc<PoolHandle>, cmd: ScrubCmd) -> Result<()> {
             s.pass_scrub_pause = 0;
         }
         ScrubCmd::Start => {
+            // dsl_scan_setup_check: not while a sequential resilver is active (libzfs names
+            // any EBUSY that is not a scrub's "currently resilvering").
+            if !g.rebuilding_tops()?.is_empty() {
+                return Err(ZfsError::Posix(libc::EBUSY, "currently resilvering".into()));
+            }
             // dsl_scan_setup_sync, after a sync that puts what was written so far on disk
             // (in to_examine and below max_txg).
             drop(s);
@@ -169,10 +174,11 @@ fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: 
 
 /// The txgs a resilver must cover (vdev_resilver_needed): from just before the first txg any
 /// leaf in use misses to the end of the last (vdev_dtl_min, vdev_dtl_max); None when no leaf
-/// in use misses any.
-fn resilver_needed(spa: &Spa) -> Option<(u64, u64)> {
-    let bounds = spa.root_vdev.leaves().into_iter().filter(|l| !l.out_of_use() && l.dev.is_some()).filter_map(|l| l.stats.dtl_bounds());
-    bounds.fold(None, |acc: Option<(u64, u64)>, (a, b)| Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))).map(|(a, b)| (a.saturating_sub(1), b))
+/// in use misses any. The leaves of top-level vdevs being rebuilt (`rebuilding`, by id:
+/// vdev_rebuild) are the rebuild's, not a resilver's.
+fn resilver_needed(spa: &Spa, rebuilding: &[u64]) -> Option<(u64, u64)> {
+    let tops = spa.root_vdev.children.iter().filter(|t| !rebuilding.contains(&t.id));
+    crate::vdev_rebuild::dtl_span(tops.flat_map(|t| t.leaves()))
 }
 
 /// Start a resilver (dsl_resilver_restart) when a leaf in use misses txgs: a scrub under way
@@ -182,7 +188,8 @@ pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
     let spa = h.lock_open().spa.clone();
     stop_thread(&spa, Request::Pause);
     let mut g = h.lock();
-    let Some((min_txg, max_txg)) = resilver_needed(&spa) else {
+    let rebuilding = g.rebuilding_tops()?;
+    let Some((min_txg, max_txg)) = resilver_needed(&spa, &rebuilding) else {
         drop(g);
         resume_after_import(h);
         return Ok(false);
@@ -190,6 +197,9 @@ pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
     let mut s = spa.scan.lock();
     let t = now();
     setup(&mut g, &mut s, POOL_SCAN_RESILVER, min_txg, max_txg, t)?;
+    // dsl_scan_setup_sync of a resilver: the records of finished sequential resilvers are
+    // cleared (vdev_rebuild_clear_sync), so that status shows this scan.
+    g.rebuild_clear_all()?;
     publish(h, g, s, &spa, true)?;
     Ok(true)
 }
@@ -199,10 +209,13 @@ pub fn resilver(h: &Arc<PoolHandle>) -> Result<bool> {
 /// no scan under way, a leaf in use that misses txgs gets its resilver (spa_load's
 /// vdev_resilver_needed check).
 pub fn resume_after_import(h: &Arc<PoolHandle>) {
-    let spa = h.lock_open().spa.clone();
+    let (spa, rebuilding) = {
+        let mut g = h.lock_open();
+        (g.spa.clone(), g.rebuilding_tops().unwrap_or_default())
+    };
     {
         let s = spa.scan.lock();
-        if !s.scanning() && !s.running && resilver_needed(&spa).is_some() {
+        if !s.scanning() && !s.running && resilver_needed(&spa, &rebuilding).is_some() {
             drop(s);
             if let Err(e) = resilver(h) {
                 spa.scan.lock().last_error = Some(e.to_string());

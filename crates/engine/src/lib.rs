@@ -58,6 +58,7 @@ pub mod vdev_indirect;
 pub mod vdev_removal;
 pub mod vdev_dtl;
 pub mod vdev_attach;
+pub mod vdev_rebuild;
 pub mod zfs_znode;
 pub mod zpl;
 pub mod zplw;
@@ -66,6 +67,7 @@ pub mod zfs_replay;
 pub mod traverse;
 pub mod dsl_scrub;
 pub mod vdev_removal_thread;
+pub mod vdev_rebuild_thread;
 pub mod pool;
 #[cfg(test)]
 mod pool_tests;

@@ -446,7 +446,10 @@ impl Pool {
         let reason = self.status_reason(health, !errors.is_empty());
         s.push_str(reason.status_lines());
         let scan = self.spa.scan.stat();
-        s.push_str(&scan_status(&scan, crate::dsl_scan::now()));
+        let rebuilds = self.rebuild_stats();
+        let named: Vec<(String, crate::vdev_rebuild::RebuildPhys)> = rebuilds.iter().map(|(_, n, p)| (n.clone(), *p)).collect();
+        s.push_str(&scan_and_rebuild_status(&scan, &named, crate::dsl_scan::now()));
+        let rebuilding: Vec<u64> = rebuilds.iter().filter(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_ACTIVE).map(|r| r.0).collect();
         let scanning = scan.scanning().then_some(scan.phys.func);
         let removal = self.removal_stat();
         if let Some(r) = &removal {
@@ -454,7 +457,7 @@ impl Pool {
         }
         // The vdev being evacuated is marked "(removing)" (vs_scan_removing).
         let removing = removal.filter(|r| r.phys.state == 1).map(|r| r.phys.removing_vdev);
-        let marks = Marks { scanning, removing };
+        let marks = Marks { scanning, removing, rebuilding: &rebuilding, below_rebuild: false };
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -517,8 +520,16 @@ impl Pool {
     fn status_reason(&self, health: VdevState, data_errors: bool) -> Reason {
         let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none() && l.state() != VdevState::Offline);
         let scan = self.spa.scan.stat();
+        let rebuilds = self.rebuild_stats();
+        let rebuild_end = rebuilds.iter().filter(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_COMPLETE).map(|r| r.2.end_time).max().unwrap_or(0);
+        let scrubbed_after = scan.phys.func == oxzfs_format::dsl::POOL_SCAN_SCRUB && (scan.phys.state != oxzfs_format::dsl::DSS_FINISHED || scan.phys.end_time >= rebuild_end);
         if scan.scanning() && scan.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
             Reason::Resilvering
+        } else if rebuilds.iter().any(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_ACTIVE) {
+            // ZPOOL_STATUS_REBUILDING: the same words.
+            Reason::Resilvering
+        } else if rebuild_end > 0 && !scrubbed_after && scan.phys.state != oxzfs_format::dsl::DSS_SCANNING {
+            Reason::RebuildScrub
         } else if health == VdevState::Unavail && missing {
             Reason::MissingDevNr
         } else if data_errors {
@@ -623,6 +634,7 @@ impl Pool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reason {
     Resilvering,
+    RebuildScrub,
     OfflineDev,
     FaultedDevR,
     MissingDevR,
@@ -646,6 +658,7 @@ impl Reason {
             Reason::VersionOlder => "status: The pool is formatted using a legacy on-disk format.  The pool can\n\tstill be used, but some features are unavailable.\naction: Upgrade the pool using 'zpool upgrade'.  Once this is done, the\n\tpool will no longer be accessible on software that does not support\n\tfeature flags.\n",
             Reason::OfflineDev => "status: One or more devices has been taken offline by the administrator.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n",
             Reason::Resilvering => "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n",
+            Reason::RebuildScrub => "status: One or more devices have been sequentially resilvered, scrubbing\n\tthe pool is recommended.\naction: Use 'zpool scrub' to verify all data checksums.\n",
             Reason::Ok => "",
         }
     }
@@ -723,13 +736,17 @@ fn status_row(s: &mut String, name: &str, state: &str, v: &Vdev, depth: usize, w
 /// What print_status_config marks on the rows: `scanning`, the func of the scan under way
 /// (the leaves it wrote to: "(resilvering)" or "(repairing)"); `removing`, the top-level vdev
 /// being evacuated ("(removing)", which OpenZFS prints from 2.2 on).
+/// `rebuilding`: the top-level vdevs whose sequential resilver is active (their leaves it
+/// wrote to: "(resilvering)"), and whether the vdev printed is below one of them.
 #[derive(Clone, Copy)]
-struct Marks {
+struct Marks<'a> {
     scanning: Option<u64>,
     removing: Option<u64>,
+    rebuilding: &'a [u64],
+    below_rebuild: bool,
 }
 
-fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, marks: Marks) {
+fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, mut marks: Marks) {
     if !v.is_concrete() {
         return;
     }
@@ -739,6 +756,12 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, marks: Mark
     }
     if let Some(func) = marks.scanning.filter(|_| v.is_leaf() && v.state() == VdevState::Online && v.stats.scan_processed.load(Ordering::Relaxed) != 0) {
         aux.push_str(if func == oxzfs_format::dsl::POOL_SCAN_RESILVER { "  (resilvering)" } else { "  (repairing)" });
+    }
+    if depth == 2 {
+        marks.below_rebuild = marks.rebuilding.contains(&v.id);
+    }
+    if marks.below_rebuild && v.is_leaf() && v.state() == VdevState::Online && v.stats.rebuild_processed.load(Ordering::Relaxed) != 0 && !aux.ends_with("(resilvering)") {
+        aux.push_str("  (resilvering)");
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {
@@ -906,6 +929,66 @@ fn arc_max_from_env() -> Option<u64> {
     crate::tunables::arc_max()
 }
 
+/// print_scan_status of OpenZFS 2.1: the scrub's lines when the last scan was a scrub, then
+/// the resilver's or the sequential resilvers' (`rebuilds`: each top-level vdev's name and
+/// record), whichever is active, else whichever ended last.
+pub fn scan_and_rebuild_status(st: &crate::dsl_scan::ScanInner, rebuilds: &[(String, crate::vdev_rebuild::RebuildPhys)], now: u64) -> String {
+    use crate::vdev_rebuild::VDEV_REBUILD_ACTIVE;
+    use oxzfs_format::dsl::{DSS_SCANNING, POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
+    let p = &st.phys;
+    let have_resilver = p.func == POOL_SCAN_RESILVER;
+    let resilver_end = if have_resilver { p.end_time } else { 0 };
+    let active_resilver = have_resilver && p.state == DSS_SCANNING;
+    let active_rebuild = rebuilds.iter().any(|r| r.1.state == VDEV_REBUILD_ACTIVE);
+    let rebuild_end = if active_rebuild { 0 } else { rebuilds.iter().map(|r| r.1.end_time).max().unwrap_or(0) };
+    let mut s = String::new();
+    if p.func == POOL_SCAN_SCRUB {
+        s.push_str(&scan_status(st, now));
+    }
+    if active_resilver || (!active_rebuild && have_resilver && resilver_end > 0 && resilver_end > rebuild_end) {
+        s.push_str(&scan_status(st, now));
+    } else if active_rebuild || (!active_resilver && rebuild_end > 0 && rebuild_end > resilver_end) {
+        for (name, r) in rebuilds {
+            s.push_str(&rebuild_status(name, r));
+        }
+    }
+    s
+}
+
+/// The `scan:` lines of one top-level vdev's sequential resilver (print_rebuild_status_impl
+/// of OpenZFS 2.1; the rates over the run time the record holds).
+pub fn rebuild_status(name: &str, r: &crate::vdev_rebuild::RebuildPhys) -> String {
+    use crate::nicenum::nicebytes;
+    use crate::vdev_rebuild::{VDEV_REBUILD_ACTIVE, VDEV_REBUILD_CANCELED, VDEV_REBUILD_COMPLETE};
+    let mut s = String::from("  scan: ");
+    match r.state {
+        VDEV_REBUILD_COMPLETE => {
+            let _ = write!(s, "resilvered ({name}) {} in {} with {} errors on {}", nicebytes(r.bytes_rebuilt), secs_to_dhms(r.scan_time_ms / 1000), r.errors, ctime(r.end_time));
+            return s;
+        }
+        VDEV_REBUILD_CANCELED => {
+            let _ = write!(s, "resilver ({name}) canceled on {}", ctime(r.end_time));
+            return s;
+        }
+        VDEV_REBUILD_ACTIVE => {
+            let _ = write!(s, "resilver ({name}) in progress since {}", ctime(r.start_time));
+        }
+        _ => return String::new(),
+    }
+    let scan_rate = (r.bytes_scanned / (r.scan_time_ms + 1)) * 1000;
+    let issue_rate = (r.bytes_issued / (r.scan_time_ms + 1)) * 1000;
+    let pct = (r.bytes_scanned as f64 * 100.0 / (r.bytes_est + 1) as f64).min(100.0);
+    let left = secs_to_dhms(r.bytes_est.saturating_sub(r.bytes_scanned) / scan_rate.max(1));
+    let _ = writeln!(s, "\t{} scanned at {}/s, {} issued {}/s, {} total", nicebytes(r.bytes_scanned), nicebytes(scan_rate), nicebytes(r.bytes_issued), nicebytes(issue_rate), nicebytes(r.bytes_est));
+    let _ = write!(s, "\t{} resilvered, {pct:.2}% done", nicebytes(r.bytes_rebuilt));
+    if scan_rate >= 10 << 20 {
+        let _ = writeln!(s, ", {left} to go");
+    } else {
+        s.push_str(", no estimated completion time\n");
+    }
+    s
+}
+
 /// The `scan:` line of `zpool status` (print_scan_status and print_scan_scrub_resilver_status
 /// of OpenZFS 2.1): nothing for a pool never scrubbed, as 2.1 prints it.
 pub fn scan_status(st: &crate::dsl_scan::ScanInner, now: u64) -> String {
@@ -982,6 +1065,24 @@ pub struct RemovalStat {
 impl Pool {
     /// The pool's removal state (spa_removing_phys in the MOS directory), None when no device
     /// was ever removed with evacuation.
+    /// The rebuild record of each top-level vdev that has one (vdev_rebuild_get_stats), with
+    /// the vdev's name (zpool_vdev_name, VDEV_NAME_TYPE_ID), as the last sync left them.
+    pub fn rebuild_stats(&self) -> Vec<(u64, String, crate::vdev_rebuild::RebuildPhys)> {
+        use crate::vdev_rebuild::{RebuildPhys, VDEV_REBUILD_NONE, VDEV_TOP_ZAP_VDEV_REBUILD_PHYS};
+        let mos = self.spa.mos();
+        let Some(cfg) = crate::spa_load::read_mos_packed(&mos, "config") else { return Vec::new() };
+        let Some(tops) = cfg.get_nvlist("vdev_tree").and_then(|t| t.get_nvlist_array("children")) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (i, t) in tops.iter().enumerate() {
+            let Some(zap) = t.get_u64("com.delphix:vdev_zap_top") else { continue };
+            let Some(e) = crate::zap::zap_lookup(&mos, zap, VDEV_TOP_ZAP_VDEV_REBUILD_PHYS.as_bytes()).ok().flatten() else { continue };
+            let Some(p) = RebuildPhys::from_words(&e.value_u64s()).filter(|p| p.state != VDEV_REBUILD_NONE) else { continue };
+            let name = self.spa.root_vdev.children.get(i).map_or_else(|| i.to_string(), |v| vdev_name(v, true));
+            out.push((i as u64, name, p));
+        }
+        out
+    }
+
     pub fn removal_stat(&self) -> Option<RemovalStat> {
         let mos = self.spa.mos();
         let e = crate::zap::zap_lookup(&mos, 1, oxzfs_format::removal::DMU_POOL_REMOVING.as_bytes()).ok().flatten()?;
@@ -1153,6 +1254,27 @@ mod removal_status_tests {
         p.state = 3;
         let s = removal_status(&RemovalStat { phys: p, mapping_memory: 0 }, &root, t0);
         assert_eq!(s, "remove: Removal of mirror-1 canceled on Wed Nov 25 15:07:05 2026\n");
+    }
+
+    #[test]
+    fn rebuild_lines_as_openzfs_2_1_prints_them() {
+        use crate::dsl_scan::ScanState;
+        use crate::vdev_rebuild::RebuildPhys;
+        use oxzfs_format::dsl::DslScanPhys;
+        std::env::set_var("TZ", "UTC");
+        let t0 = 1_795_608_000; // Wed Nov 25 12:00:00 2026 UTC
+        // 20M of 80M scanned in 999 ms: (20M / 1000) * 1000 B/s as OpenZFS counts, 60M to go in 3 s.
+        let mut r = RebuildPhys { state: 1, start_time: t0, scan_time_ms: 999, bytes_scanned: 20 << 20, bytes_issued: 20 << 20, bytes_rebuilt: 20 << 20, bytes_est: 80 << 20, ..Default::default() };
+        assert_eq!(rebuild_status("mirror-0", &r), "  scan: resilver (mirror-0) in progress since Wed Nov 25 12:00:00 2026\n\t20M scanned at 20.0M/s, 20M issued 20.0M/s, 80M total\n\t20M resilvered, 25.00% done, 00:00:03 to go\n");
+        r.state = 3;
+        r.end_time = t0 + 61;
+        r.scan_time_ms = 61_000;
+        assert_eq!(rebuild_status("mirror-0", &r), "  scan: resilvered (mirror-0) 20M in 00:01:01 with 0 errors on Wed Nov 25 12:01:01 2026\n");
+        // A finished scrub and the rebuild before it: both, the scrub first.
+        let scrub = DslScanPhys { func: 1, state: 2, start_time: t0 + 62, end_time: t0 + 63, ..Default::default() };
+        let st = ScanState::new(Some(scrub), t0).stat();
+        let both = scan_and_rebuild_status(&st, &[("mirror-0".into(), r)], t0 + 64);
+        assert!(both.starts_with("  scan: scrub repaired 0B in 00:00:01 with 0 errors on ") && both.contains("\n  scan: resilvered (mirror-0) 20M in 00:01:01"), "{both}");
     }
 }
 

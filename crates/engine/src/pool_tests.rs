@@ -18,6 +18,11 @@ pub(crate) fn test_pool(name: &str) -> (PathBuf, PoolW) {
     (dir, PoolW::create(&spec, 64 << 20).unwrap())
 }
 
+/// `len` bytes of xorshift noise from `seed` (not 0): data that does not compress.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    oxzfs_format::compress::xorshift_noise(seed, len)
+}
+
 mod export_tests {
     use super::test_pool;
     use crate::txg::*;
@@ -207,10 +212,30 @@ mod vdev_removal_tests {
 
     /// A pool `name` of two 1 GiB file vdevs in a fresh temporary directory, for writing.
     fn two_file_vdev_pool(name: &str) -> (std::path::PathBuf, PoolW) {
+        file_vdev_pool(name, &["d0", "d1"])
+    }
+
+    /// `n` files of 300000 bytes that do not compress in the root file system of pool `name`,
+    /// synced.
+    fn random_files(pw: &mut PoolW, name: &str, n: u64) {
+        let ds = pw.find_dataset(name).unwrap().expect("the root dataset");
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..n {
+                let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                crate::zplw::write(os, obj, 0, &super::noise((i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15), 300_000), 4096).unwrap();
+            }
+        }
+        pw.sync().unwrap();
+    }
+
+    /// A pool `name` of 1 GiB file vdevs `names` (striped) in a fresh temporary directory.
+    fn file_vdev_pool(name: &str, names: &[&str]) -> (std::path::PathBuf, PoolW) {
         let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let devs: Vec<_> = ["d0", "d1"].iter().map(|n| dir.join(n)).collect();
+        let devs: Vec<_> = names.iter().map(|n| dir.join(n)).collect();
         for d in &devs {
             std::fs::File::create(d).unwrap().set_len(1 << 30).unwrap();
         }
@@ -274,6 +299,54 @@ mod vdev_removal_tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// attach -s, stepped: a rebuild stopped after a few steps and an export resumes at the
+    /// offset the MOS holds (nothing below it copied again), completes with the DTL empty and
+    /// the feature's count back to 0, and the new side alone passes OpenZFS's zdb -bcc.
+    #[test]
+    fn a_rebuild_stopped_midway_resumes_from_its_offset() {
+        use crate::vdev_rebuild::{Step, DEVICE_REBUILD, VDEV_REBUILD_ACTIVE, VDEV_REBUILD_COMPLETE};
+        let (dir, mut pw) = file_vdev_pool("rbstep", &["d0"]);
+        random_files(&mut pw, "rbstep", 20);
+        let d1 = dir.join("d1");
+        std::fs::File::create(&d1).unwrap().set_len(1 << 30).unwrap();
+        let d0 = pw.spa.root_vdev.children[0].guid;
+        pw.vdev_attach(d0, &d1, false, None, "d0", "d1", true).unwrap();
+        assert!(pw.feature_active(DEVICE_REBUILD));
+        pw.export().unwrap();
+        drop(pw);
+        let mut pw = reopen(&dir, "rbstep");
+        let first = pw.rebuild_phys(0).unwrap().unwrap();
+        assert_eq!((first.state, first.last_offset), (VDEV_REBUILD_ACTIVE, 0));
+        let mut steps = 0;
+        while steps < 3 && pw.rebuild_step(0, 64 << 10, 1).unwrap() == Step::More {
+            steps += 1;
+        }
+        let mid = pw.rebuild_phys(0).unwrap().unwrap();
+        assert!(mid.last_offset > 0 && mid.bytes_scanned < first.bytes_est, "{mid:?} of {first:?}");
+        pw.sync().unwrap();
+        pw.export().unwrap();
+        drop(pw);
+        let mut pw = reopen(&dir, "rbstep");
+        assert_eq!(pw.rebuild_phys(0).unwrap(), Some(mid), "the record as the last sync left it");
+        assert!(pw.spa.root_vdev.children[0].children[1].is_stale());
+        while pw.rebuild_step(0, 1 << 20, 2).unwrap() == Step::More {}
+        let end = pw.rebuild_phys(0).unwrap().unwrap();
+        assert!(end.bytes_scanned >= first.bytes_est && end.bytes_scanned < first.bytes_est + (1 << 20), "each range once: {end:?} of {first:?}");
+        let guid = pw.top_guid(0);
+        pw.rebuild_complete(0, guid, 2).unwrap();
+        assert_eq!(pw.rebuild_phys(0).unwrap().map(|p| p.state), Some(VDEV_REBUILD_COMPLETE));
+        assert!(!pw.feature_active(DEVICE_REBUILD) && pw.feature_enabled(DEVICE_REBUILD));
+        assert!(!pw.spa.root_vdev.children[0].children[1].is_stale(), "the DTL is cleared");
+        pw.export().unwrap();
+        drop(pw);
+        zdb_clean(&dir, "rbstep");
+        // d0 out of the way: d1 alone holds every block.
+        std::fs::rename(dir.join("d0"), std::env::temp_dir().join(format!("oxzfs-rbstep-d0-{}", std::process::id()))).unwrap();
+        zdb_clean(&dir, "rbstep");
+        std::fs::remove_file(std::env::temp_dir().join(format!("oxzfs-rbstep-d0-{}", std::process::id()))).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Out of space for the copies: a step goes on with halved allocations (spa_vdev_copy_impl)
     /// where the destination has only small holes, and fails with ENOSPC, nothing kept, when
     /// not even one sector is free; once space is back the step goes on, and the pool is
@@ -282,25 +355,7 @@ mod vdev_removal_tests {
     fn evacuation_step_halves_then_fails_on_enospc() {
         let (dir, mut pw) = two_file_vdev_pool("evacnospc");
         // Some data on both vdevs, some of it to copy.
-        let ds = pw.find_dataset("evacnospc").unwrap().expect("the root dataset");
-        {
-            let os = pw.objset(ds).unwrap();
-            let fs = crate::zplw::open_fs(os, 4096).unwrap();
-            for i in 0..40u64 {
-                let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
-                let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let data: Vec<u8> = (0..300_000)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
-                crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
-            }
-        }
-        pw.sync().unwrap();
+        random_files(&mut pw, "evacnospc", 40);
         pw.start_removal(1).unwrap();
         let txg = pw.txg;
         // Vdev 0 filled, but for 8K holes every 16K.
@@ -451,15 +506,7 @@ mod scan_walk_tests {
             let fs = crate::zplw::open_fs(os, 4096).unwrap();
             for i in 0..40u64 {
                 let obj = crate::zplw::create(os, fs.root, format!("f{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
-                let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                let data: Vec<u8> = (0..(i as usize * 7919) % 300_000 + 1)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let data = super::noise(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, (i as usize * 7919) % 300_000 + 1);
                 crate::zplw::write(os, obj, 0, &data, 4096).unwrap();
             }
         }

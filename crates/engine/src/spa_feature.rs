@@ -32,6 +32,7 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:obsolete_counts", "obsolete_counts", false, "Reduce memory used by removed devices when their blocks are freed or remapped.", false),
     ("com.delphix:spacemap_v2", "spacemap_v2", false, "Space maps representing large segments are more efficient.", true),
     ("org.zfsonlinux:allocation_classes", "allocation_classes", false, "Support for separate allocation classes.", false),
+    ("org.openzfs:device_rebuild", "device_rebuild", false, "Support for sequential mirror/dRAID device rebuilds", false),
     ("org.freebsd:zstd_compress", "zstd_compress", true, "zstd compression algorithm support.", false),
 ];
 

@@ -33,6 +33,10 @@
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
 //!   zfs_remove_max_segment  the largest range a device removal copies at once (read at
 //!                           each step; rounded up to the pool's largest sector)
+//!   zfs_rebuild_max_segment  the largest range a sequential reconstruction copies at once;
+//!                           zfs_rebuild_vdev_limit: bytes per leaf it copies in one step
+//!                           (txg syncs held off); zfs_rebuild_scrub_enabled: a scrub follows
+//!                           a completed one (see vdev_rebuild)
 //!   zfs_condense_indirect_vdevs_enable  condense removed vdevs' mappings when
 //!                           zfs_condense_indirect_obsolete_pct of what one maps is obsolete
 //!                           (and it is over zfs_condense_min_mapping_bytes in memory), or its
@@ -73,7 +77,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 37] = [
+static TUNABLES: [Tunable; 40] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -99,6 +103,9 @@ static TUNABLES: [Tunable; 37] = [
     tunable("zfs_dirty_data_sync", "Dirty data past which the open txg is synced even below zfs_dirty_data_sync_percent's share, bytes (OpenZFS 0.7's tunable; 0: the share alone)", 64 << 20, 0, u64::MAX, None),
     tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
+    tunable("zfs_rebuild_max_segment", "Largest range a sequential reconstruction (zpool attach/replace -s) copies at once, bytes", 1 << 20, 4096, 16 << 20, None),
+    tunable("zfs_rebuild_scrub_enabled", "1: a scrub verifies the pool's checksums after a sequential reconstruction completes", 1, 0, 1, None),
+    tunable("zfs_rebuild_vdev_limit", "Bytes a sequential reconstruction copies per leaf of the top-level vdev between looks at the pool (each step holds txg syncs off)", 32 << 20, 1 << 20, 1 << 30, None),
     tunable("zfs_removal_suspend_progress", "1: a device removal makes no progress (it stays in progress; testing)", 0, 0, 1, None),
     tunable("zfs_remove_max_segment", "Largest range a device removal copies at once (one mapping entry), bytes", 16 << 20, 512, 1 << 30, None),
     tunable("zfs_scan_fill_weight", "How much a sorted scan prefers extents well filled with blocks over large ones (zfs_scan_issue_strategy 2)", 3, 0, 1000, None),
@@ -215,6 +222,18 @@ pub fn txg_timeout() -> std::time::Duration {
 
 pub fn removal_suspend_progress() -> bool {
     known!("zfs_removal_suspend_progress").get() != 0
+}
+
+pub fn rebuild_max_segment() -> u64 {
+    known!("zfs_rebuild_max_segment").get()
+}
+
+pub fn rebuild_scrub_enabled() -> bool {
+    known!("zfs_rebuild_scrub_enabled").get() != 0
+}
+
+pub fn rebuild_vdev_limit() -> u64 {
+    known!("zfs_rebuild_vdev_limit").get()
 }
 
 pub fn remove_max_segment() -> u64 {

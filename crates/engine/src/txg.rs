@@ -671,6 +671,8 @@ pub struct PoolHandle {
     /// The device-removal thread's state (see `vdev_removal_thread`): kept here, it outlives
     /// the reopen that ends a removal.
     pub removal: crate::vdev_removal::RemovalCtl,
+    /// The rebuild thread's state (see `vdev_rebuild_thread`), of the same shape.
+    pub rebuild: crate::vdev_removal::RemovalCtl,
 }
 
 /// The write state held by a command: no txg is syncing meanwhile (see `PoolHandle`).
@@ -723,6 +725,7 @@ impl PoolHandle {
             wakeup: std::sync::Mutex::new(std::time::Instant::now()),
             limits: DirtyLimits::from_system(),
             removal: Default::default(),
+            rebuild: Default::default(),
         });
         let weak = Arc::downgrade(&h);
         std::thread::Builder::new()

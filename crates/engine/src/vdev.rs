@@ -314,6 +314,8 @@ pub struct VdevStats {
     dtl_any: std::sync::atomic::AtomicBool,
     /// Leaves: bytes the running scan wrote here (vs_scan_processed: the "(resilvering)" marker).
     pub scan_processed: AtomicU64,
+    /// Leaves: bytes the running sequential resilver wrote here (vs_rebuild_processed).
+    pub rebuild_processed: AtomicU64,
 }
 
 impl VdevStats {

@@ -30,7 +30,10 @@
 //! NEW gets a leaf ZAP and a DTL of every txg up to a few past the open one (it holds nothing
 //! yet: reads avoid it), its labels with the sync; the caller reopens the pool over the new
 //! tree and starts the resilver, at whose end a `replacing` vdev loses its old child
-//! (spa_vdev_resilver_done, `replacement_done`). A detached leaf's DTL object and leaf ZAP
+//! (spa_vdev_resilver_done, `replacement_done`). With -s (a mirror or a top-level disk only,
+//! device_rebuild enabled) the record of a sequential resilver goes into the top-level vdev's ZAP
+//! with the same sync and `vdev_rebuild_thread` copies the allocated space instead; a plain
+//! attach is refused while one is active. A detached leaf's DTL object and leaf ZAP
 //! leave the MOS and its labels are cleared.
 //!
 //! All of these run under the pool lock and sync a txg, which puts the new config in the MOS
@@ -166,8 +169,14 @@ impl PoolW {
     /// spa_vdev_attach: NEW (`new_path`) beside leaf `old` — a mirror side (`replacing`
     /// false) or its replacement; a hot spare (`spare`: its guid) replaces under a `spare`
     /// vdev and keeps its guid. Returns the new leaf's guid. Nothing is written when refused.
-    pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, spare: Option<u64>, old_name: &str, new_name: &str) -> Result<u64> {
+    ///
+    /// With `rebuild` (-s) the new leaf is rebuilt sequentially (`vdev_rebuild`): its record
+    /// goes into the top-level vdev's ZAP with the same sync, for the caller to start the
+    /// thread after the reopen; no healing resilver is to be started for that vdev.
+    #[allow(clippy::too_many_arguments)]
+    pub fn vdev_attach(&mut self, old: u64, new_path: &Path, replacing: bool, spare: Option<u64>, old_name: &str, new_name: &str, rebuild: bool) -> Result<u64> {
         let msg = if replacing { format!("cannot replace {old_name} with {new_name}") } else { format!("cannot attach {new_name} to {old_name}") };
+        self.rebuild_attach_check(rebuild, replacing, &msg)?;
         // spa_vdev_attach: nothing is attached while a device is being removed.
         if self.removing_vdev()?.is_some() {
             return Err(ZfsError::Posix(libc::EBUSY, format!("{msg}: {new_name} is busy, or device removal is in progress")));
@@ -185,6 +194,9 @@ impl PoolW {
                 return Err(ZfsError::Posix(libc::ENOTSUP, format!("{msg}: already in replacing/spare config; wait for completion or use 'zpool detach'")));
             }
             _ => return Err(ZfsError::Posix(libc::ENOTSUP, format!("{msg}: can only attach to mirrors and top-level disks"))),
+        }
+        if rebuild && (!crate::vdev_rebuild::rebuild_top_ok(top, leaf) || self.top_zap(top.id).is_none()) {
+            return Err(crate::vdev_rebuild::not_rebuildable(replacing, &msg));
         }
         let dev = open_device(new_path, true).map_err(|e| ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot open '{}': {e}", new_path.display())))?;
         // vdev_get_min_asize: a mirror side must hold the whole top-level vdev, a raidz child
@@ -261,6 +273,11 @@ impl PoolW {
         self.config_nv = cfg;
         // The new leaf lacks every txg so far (vdev_dtl_dirty from TXG_INITIAL).
         self.dtl_write_for(new_guid, 0, &[(1, self.txg + DTL_HEADROOM)])?;
+        if rebuild {
+            let (min_txg, max_txg) = crate::vdev_rebuild::rebuild_range(top, self.txg + DTL_HEADROOM);
+            let guid = self.top_guid(top.id);
+            self.rebuild_initiate(top.id, guid, min_txg, max_txg)?;
+        }
         self.added.insert(new_guid, dev);
         self.config_dirty = true;
         self.sync()?;

@@ -493,6 +493,18 @@ impl RemovalCtl {
         let g = self.lock();
         let _g = self.cv.wait_while(g, |r| f(r)).unwrap_or_else(|p| p.into_inner());
     }
+
+    /// Ask the thread to stop, if one runs, and wait until it has.
+    pub fn stop_thread(&self) {
+        {
+            let mut r = self.lock();
+            if !r.running {
+                return;
+            }
+            r.request = RemovalRequest::Stop;
+        }
+        self.wait_while(|r| r.running);
+    }
 }
 
 impl PoolW {

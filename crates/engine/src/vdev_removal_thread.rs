@@ -53,14 +53,7 @@ pub fn resume_after_import(h: &Arc<PoolHandle>) {
 
 /// Stop the thread, if one runs, leaving the removal as it is (export, cancel).
 pub fn stop(h: &PoolHandle) {
-    {
-        let mut r = h.removal.lock();
-        if !r.running {
-            return;
-        }
-        r.request = RemovalRequest::Stop;
-    }
-    h.removal.wait_while(|r| r.running);
+    h.removal.stop_thread();
 }
 
 /// `zpool remove -s`: stop the thread and cancel the removal.

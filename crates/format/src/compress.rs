@@ -117,5 +117,20 @@ pub fn compress(alg: u8, level: u8, src: &[u8], max_psize: usize) -> Option<Vec<
     (out.len() <= max_psize).then_some(out)
 }
 
+/// `len` bytes of xorshift noise from `seed` (not 0): data no codec compresses, for tests
+/// here and in the engine.
+#[doc(hidden)]
+pub fn xorshift_noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -4,15 +4,7 @@
 use super::*;
 
 fn xorshift(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    xorshift_noise(seed, len)
 }
 
 fn samples() -> Vec<(&'static str, Vec<u8>)> {
