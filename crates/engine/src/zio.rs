@@ -627,8 +627,9 @@ impl Queued {
 /// (SPA_OLD_MAXBLOCKSIZE; a full record is a large write already).
 const AGGREGATE_BELOW: u64 = 128 << 10;
 
-/// The data writes of one objset's sync, gathered before they are issued, as OpenZFS's vdev
-/// queues hold a txg's writes: sorted by device and offset, a run of small blocks that lie
+/// The data writes of one objset's sync, gathered before they are issued (at the job's end,
+/// or once they hold 64 MiB), as OpenZFS's vdev queues hold a txg's writes: sorted by device
+/// and offset, a run of small blocks that lie
 /// end to end on a mirror or a single device goes out as one write of at most
 /// zfs_vdev_aggregation_limit bytes (the gaps a block's allocation leaves past its bytes
 /// written as zeros), and the writes run on the worker pool. On a disk that pays per request
@@ -637,13 +638,20 @@ const AGGREGATE_BELOW: u64 = 128 << 10;
 #[derive(Default)]
 pub struct WriteQueue {
     blocks: Vec<(BlockPointer, Queued)>,
+    /// Bytes held (what the blocks will write).
+    bytes: u64,
 }
+
+/// A queue holding this much goes out before the job's end: a large txg's compressed copies
+/// are not all held at once, and its first writes overlap the rest of the job.
+const QUEUE_FLUSH_BYTES: u64 = 64 << 20;
 
 impl WriteQueue {
     /// Write everything queued; on a failure, the first error (the sync fails with it).
     pub fn flush(&mut self, root: &Vdev) -> Result<()> {
         use rayon::prelude::*;
         let blocks = std::mem::take(&mut self.blocks);
+        self.bytes = 0;
         if blocks.is_empty() {
             return Ok(());
         }
@@ -736,6 +744,7 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
             *slot = *d;
         }
         if defer {
+            own.bytes += phys.len() as u64;
             let bytes = match phys {
                 std::borrow::Cow::Borrowed(_) => Queued::Shared(b.data.clone()),
                 std::borrow::Cow::Owned(v) => Queued::Owned(v),
@@ -747,7 +756,13 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
         out.push(Written::Bp(bp));
     }
     match queue {
-        Some(q) => q.blocks.append(&mut own.blocks),
+        Some(q) => {
+            q.bytes += own.bytes;
+            q.blocks.append(&mut own.blocks);
+            if q.bytes >= QUEUE_FLUSH_BYTES {
+                q.flush(root)?;
+            }
+        }
         None => own.flush(root)?,
     }
     Ok(out)
