@@ -67,6 +67,11 @@ impl PoolW {
     /// dsl_dir_diduse_transfer_space: `used` bytes more (or fewer) in dir `dir`, of which
     /// `tonew` go to breakdown `newtype` and `tonew − used` leave `oldtype`; each ancestor
     /// gets what its child's reservation does not already account for (CHILD_RSRV → CHILD).
+    ///
+    /// A dir's used bytes never go below zero. Should a change ask for more than a dir holds
+    /// (an accounting that drifted, e.g. $MOS's after a crash lost its last delta), the
+    /// ancestors get the change the dir's used bytes really took, so each parent's CHILD and
+    /// CHILD_RSRV stay the sum of its children's.
     #[allow(clippy::too_many_arguments)]
     pub fn dir_transfer(&mut self, dir: u64, used: i64, psize: i64, lsize: i64, tonew: i64, oldtype: usize, newtype: usize) -> Result<()> {
         let (mut cur, mut used, mut tonew, mut oldtype, mut newtype) = (dir, used, tonew, oldtype, newtype);
@@ -76,8 +81,14 @@ impl PoolW {
                 break;
             }
             let mut p = self.dir_at(cur)?;
-            let accounted = parent_delta(p.used_bytes, used, p.reserved);
-            p.used_bytes = add(p.used_bytes, used);
+            let before = p.used_bytes;
+            p.used_bytes = add(before, used);
+            if p.used_bytes as i64 - before as i64 != used {
+                // Clamped: the rest of this level follows the change the dir really took.
+                tonew -= used - (p.used_bytes as i64 - before as i64);
+                used = p.used_bytes as i64 - before as i64;
+            }
+            let accounted = parent_delta(before, used, p.reserved);
             p.compressed_bytes = add(p.compressed_bytes, psize);
             p.uncompressed_bytes = add(p.uncompressed_bytes, lsize);
             if p.flags & DD_FLAG_USED_BREAKDOWN != 0 {

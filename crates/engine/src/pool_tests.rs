@@ -707,3 +707,81 @@ mod zpl_read_tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// The dsl_dir space accounting (dsl_space): each parent's CHILD and CHILD_RSRV stay the sums
+/// of its children's used bytes and unused reservations, and $MOS's used bytes are the MOS's
+/// blocks once the pool is exported.
+mod dsl_accounting_tests {
+    use super::test_pool;
+    use crate::dsl_pool::PoolW;
+    use oxzfs_format::dsl::{DD_USED_CHILD, DD_USED_CHILD_RSRV, DD_USED_HEAD};
+
+    /// OpenZFS's invariants of every dir under `dir`: used is the breakdown's sum; CHILD and
+    /// CHILD_RSRV are what the children hold and reserve.
+    fn check_tree(pw: &mut PoolW, dir: u64) {
+        let p = pw.dir_phys(dir).unwrap();
+        assert_eq!(p.used_bytes, p.used_breakdown.iter().sum::<u64>(), "dir {dir}: {p:?}");
+        let kids: Vec<u64> = pw.mos.zap(p.child_dir_zapobj).unwrap().entries.values().filter_map(|(_, v)| v.first().copied()).collect();
+        let (mut used, mut rsrv) = (0, 0);
+        for k in kids {
+            let c = pw.dir_phys(k).unwrap();
+            used += c.used_bytes;
+            rsrv += c.reserved.saturating_sub(c.used_bytes);
+            check_tree(pw, k);
+        }
+        assert_eq!((p.used_breakdown[DD_USED_CHILD], p.used_breakdown[DD_USED_CHILD_RSRV]), (used, rsrv), "dir {dir}: {p:?}");
+    }
+
+    /// A change that asks more of a dir than it holds (an accounting that drifted) takes the
+    /// dir to zero, and its ancestors follow what it really lost: with a reservation below,
+    /// the root's CHILD_RSRV and CHILD still add up.
+    #[test]
+    fn parents_follow_a_change_larger_than_a_dir_holds() {
+        let (tmp, mut pw) = test_pool("dslclamp");
+        pw.create_dataset("dslclamp/a", &[("reservation".into(), "50M".into())], false).unwrap();
+        pw.sync().unwrap();
+        let root = pw.find_dir("dslclamp").unwrap().unwrap();
+        check_tree(&mut pw, root);
+        for dir in [pw.mos_dir, pw.find_dir("dslclamp/a").unwrap().unwrap()] {
+            let held = pw.dir_phys(dir).unwrap().used_bytes as i64;
+            assert!(held > 0);
+            let d = -(held + (1 << 20));
+            pw.dir_transfer(dir, d, 0, 0, d, DD_USED_HEAD, DD_USED_HEAD).unwrap();
+            assert_eq!(pw.dir_phys(dir).unwrap().used_bytes, 0);
+            check_tree(&mut pw, root);
+        }
+        drop(pw);
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    /// $MOS's used bytes are charged a txg late; export syncs until the last change is
+    /// charged, so the pool imported again finds them equal to the MOS's blocks.
+    #[test]
+    fn export_charges_the_mos_its_last_change() {
+        let (tmp, mut pw) = test_pool("dslmos");
+        // Until a sync leaves a change of the MOS still to charge.
+        let mut pending = false;
+        for i in 0..20 {
+            pw.create_dataset(&format!("dslmos/d{i}"), &[("reservation".into(), "4M".into())], false).unwrap();
+            if pw.mos_delta.dsize != 0 {
+                pending = true;
+                break;
+            }
+        }
+        assert!(pending, "no sync left a change of the MOS to charge");
+        pw.export().unwrap();
+        let scan = crate::spa::scan(&[tmp.clone()]);
+        let mut pw = PoolW::open(crate::spa::choose(&scan, "dslmos").unwrap(), 64 << 20, "test").unwrap();
+        let root_vdev = pw.spa.root_vdev.clone();
+        let rootbp = pw.spa.mos.lock().unwrap().as_ref().map(|(bp, _)| bp.clone()).unwrap();
+        let mut bps = Vec::new();
+        crate::dsl_dataset::collect_objset_bps(&pw.spa, &rootbp, 0, &mut bps).unwrap();
+        let blocks: u64 = bps.iter().map(|b| crate::metaslab::dsize_of(&root_vdev, b)).sum();
+        let mos_dir = pw.mos_dir;
+        assert_eq!(pw.dir_phys(mos_dir).unwrap().used_bytes, blocks);
+        let root = pw.find_dir("dslmos").unwrap().unwrap();
+        check_tree(&mut pw, root);
+        drop(pw);
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+}

@@ -187,7 +187,7 @@ impl PoolW {
     /// Export: sync, then mark the labels exported.
     pub fn export(&mut self) -> Result<()> {
         self.zil_close_all();
-        self.sync()?;
+        self.sync_settled()?;
         self.set_label_state(1)
     }
 

@@ -155,6 +155,21 @@ impl PoolW {
         r
     }
 
+    /// Sync, then sync again (at most TXG_DEFER_SIZE more txgs, as OpenZFS's txg_sync_stop
+    /// does before a pool goes away) while the MOS's own space change of the last sync is
+    /// still to be charged to $MOS: that change is applied a txg late and would otherwise
+    /// be lost with the in-memory state at export.
+    pub fn sync_settled(&mut self) -> Result<()> {
+        self.sync()?;
+        for _ in 0..2 {
+            if self.mos_delta == SpaceDelta::default() {
+                break;
+            }
+            self.sync()?;
+        }
+        Ok(())
+    }
+
     /// Refuse to sync (or export) a pool whose earlier sync failed.
     pub fn check_suspended(&self) -> Result<()> {
         match &self.suspended {
@@ -1028,7 +1043,7 @@ impl PoolHandle {
     pub fn reopen(&self, dirs: &[PathBuf]) -> Result<Arc<Spa>> {
         let mut w = self.lock();
         w.zil_close_all();
-        w.sync()?;
+        w.sync_settled()?;
         // The new handle rebuilds the L2ARC from the cache devices; this one writes no more.
         w.spa.l2arc.shutdown();
         let guid = w.spa.guid;

@@ -609,10 +609,14 @@ fn case(l: &Layout, seed: u64, zdb: u8, dir: &Path, tally: &mut Tally) -> Result
     let mut fs = Fs::open(dir).map_err(|e| format!("read-write import after the crashes: {e}"))?;
     let nops = 5 + rng.below(20) as usize;
     let mut run = workload(&mut fs, &mut model, None, &mut rng, nops)?;
-    // Export syncs one more txg, with the content unchanged.
-    let last = fs.pw.txg;
+    // Export syncs one to three more txgs (until $MOS is charged its last change), with the
+    // content unchanged.
+    let first = fs.pw.txg;
     fs.pw.export().map_err(|e| format!("export: {e}"))?;
-    run.states.insert(last, model.clone());
+    let last = fs.pw.synced_txg;
+    for txg in first..=last {
+        run.states.insert(txg, model.clone());
+    }
     run.synced = last;
     drop(fs);
     drop(m);
