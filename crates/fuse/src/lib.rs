@@ -204,7 +204,20 @@ impl MountHandle {
     /// Unmount. A busy mount fails with EBUSY unless `force` (then it is detached lazily).
     /// On error the handle is given back, still mounted.
     pub fn unmount(mut self, force: bool) -> Result<(), (MountHandle, std::io::Error)> {
-        if let Err(e) = unmount_path(&self.mountpoint, force) {
+        // The kernel sends a FUSE file's RELEASE after close(2) has returned and holds the
+        // mount until the reply, so a file closed just before shows the mount busy for a
+        // moment: retry for up to a second before calling it busy.
+        let mut r = unmount_path(&self.mountpoint, force);
+        for _ in 0..20 {
+            match &r {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    r = unmount_path(&self.mountpoint, force);
+                }
+                _ => break,
+            }
+        }
+        if let Err(e) = r {
             if e.raw_os_error() != Some(libc::EINVAL) && e.raw_os_error() != Some(libc::ENOENT) {
                 return Err((self, e));
             }
