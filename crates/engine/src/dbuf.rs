@@ -1256,8 +1256,8 @@ pub fn write_policy(props: &OsProps, ctx: PolicyEnv, typ: u8, level: u8, meta: b
     if ctx.is_mos {
         copies = 3;
     }
-    if ctx.pass >= 5 {
-        compress = ZIO_COMPRESS_OFF; // zfs_sync_pass_dont_compress: let the passes converge
+    if ctx.pass as u64 >= crate::tunables::sync_pass_dont_compress() {
+        compress = ZIO_COMPRESS_OFF; // let the passes converge
     }
     let class = if typ == types::DMU_OT_DDT_ZAP {
         AllocClass::Dedup
@@ -1622,7 +1622,7 @@ fn sync_tree(
         let mut p = l0;
         p.level = lvl;
         p.embed_ok = false;
-        p.compress = if ctx.pass >= 5 { ZIO_COMPRESS_OFF } else if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
+        p.compress = if ctx.pass as u64 >= crate::tunables::sync_pass_dont_compress() { ZIO_COMPRESS_OFF } else if ctx.lz4 { ZIO_COMPRESS_LZ4 } else { ZIO_COMPRESS_LZJB };
         p.checksum = md_checksum(p.checksum);
         if !ctx.is_mos && !types::ot_is_metadata(l0.typ) {
             p.copies = (p.copies + 1).min(3);

@@ -51,6 +51,7 @@
 //!                           sorted scan's)
 //!   zfs_scrub_min_time_ms   how long a scrub walks the pool between txg syncs (it holds
 //!                           syncs off meanwhile; read at each turn)
+//!   zfs_sync_pass_dont_compress  the sync pass from which blocks are written uncompressed
 //! ```
 //!
 //! A value is a number with an optional K/M/G/T suffix (powers of 1024). The environment
@@ -77,7 +78,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 40] = [
+static TUNABLES: [Tunable; 41] = [
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),
@@ -115,6 +116,7 @@ static TUNABLES: [Tunable; 40] = [
     tunable("zfs_scan_mem_lim_fact", "A sorted scan's queues may take physical memory / this (at least 16M, at most 1/20 of the pool's allocated bytes)", 20, 1, 1 << 20, None),
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
+    tunable("zfs_sync_pass_dont_compress", "Sync pass of a txg from which its blocks are written uncompressed, so the passes converge", 8, 1, 100, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
     tunable("zfs_vdev_aggregation_limit", "Largest read made of adjacent blocks at once (the sorted scan's ranges), bytes", 1 << 20, 128 << 10, 16 << 20, None),
     tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
@@ -266,6 +268,10 @@ pub fn scan_max_ext_gap() -> u64 {
 
 pub fn scan_mem_lim_fact() -> u64 {
     known!("zfs_scan_mem_lim_fact").get()
+}
+
+pub fn sync_pass_dont_compress() -> u64 {
+    known!("zfs_sync_pass_dont_compress").get()
 }
 
 pub fn vdev_aggregation_limit() -> u64 {
