@@ -40,7 +40,7 @@ use crate::zfs_znode::{self, linux_xattr_name, stored_xattr_names, S_IFDIR, S_IF
 use crate::{Result, ZfsError};
 use oxzfs_format::dnode::DnodePhys;
 use oxzfs_format::sa::{SaRegistry, ZnodeAttrs};
-use oxzfs_format::types::DMU_OT_SA;
+use oxzfs_format::types::{DMU_OT_DIRECTORY_CONTENTS, DMU_OT_SA};
 use oxzfs_format::znode;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -217,9 +217,14 @@ pub trait ZplRead {
         Ok(zn)
     }
 
+    /// Object `ino` must be a directory (ENOTDIR), as `dir` checks it.
+    fn check_dir(&self, ino: u64) -> Result<()> {
+        self.dir(ino).map(|_| ())
+    }
+
     /// The object `name` names in directory `dir` ("." and ".." are not entries).
     fn dir_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
-        self.dir(dir)?;
+        self.check_dir(dir)?;
         if name.len() > MAXNAMELEN {
             return Err(posix(libc::ENAMETOOLONG, format!("{}: name of {} bytes", self.os().describe(dir), name.len())));
         }
@@ -250,7 +255,7 @@ pub trait ZplRead {
 
     /// The entries of directory `dir`, without "." and "..", sorted by name.
     fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
-        self.dir(dir)?;
+        self.check_dir(dir)?;
         let mut out: Vec<DirEntry> = self
             .dir_values(dir)?
             .into_iter()
@@ -376,6 +381,16 @@ impl ZplRead for Live<'_> {
         };
         load_znode(os, sa, ino).map(Arc::new)
     }
+
+    /// A directory's dnode is of the ZPL's directory type: that is checked without decoding
+    /// its znode (a lookup's parent, every time); anything else gets `dir`'s full check and
+    /// its error.
+    fn check_dir(&self, ino: u64) -> Result<()> {
+        if self.0.dnode(ino).map_or(false, |d| d.typ == DMU_OT_DIRECTORY_CONTENTS) {
+            return Ok(());
+        }
+        self.dir(ino).map(|_| ())
+    }
 }
 
 /// The file system as a mount reads it: read-only (`Zfs`: a read-only import's dataset, a
@@ -407,6 +422,13 @@ impl<'a> ZplRead for View<'a> {
         match self {
             View::Synced(z) => z.znode(ino),
             View::Open(l) => l.znode(ino),
+        }
+    }
+
+    fn check_dir(&self, ino: u64) -> Result<()> {
+        match self {
+            View::Synced(z) => z.check_dir(ino),
+            View::Open(l) => l.check_dir(ino),
         }
     }
 
