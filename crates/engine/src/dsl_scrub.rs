@@ -355,10 +355,7 @@ fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_
         };
         std::thread::scope(|sc| {
             let writer = mode.resilver.then(|| {
-                sc.spawn(move || match class {
-                    Some(k) => crate::vdev::iostat::with_class(k, writer),
-                    None => writer(),
-                })
+                sc.spawn(move || crate::vdev::iostat::in_class(class, writer))
             });
             let job_tx = job_tx;
             let limit = crate::tunables::vdev_aggregation_limit();
@@ -433,10 +430,7 @@ fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_
             .into_iter()
             .map(|(v, ios)| {
                 let one = &one;
-                sc.spawn(move || match class {
-                    Some(k) => crate::vdev::iostat::with_class(k, || one(v, ios)),
-                    None => one(v, ios),
-                })
+                sc.spawn(move || crate::vdev::iostat::in_class(class, || one(v, ios)))
             })
             .collect();
         sum(hs.into_iter().map(|h| h.join().unwrap_or((0, true))).collect())

@@ -798,10 +798,7 @@ impl Vdev {
             // The sides' threads count their writes in this thread's class (an intent-log
             // commit's are sync writes).
             let class = iostat::current_class();
-            let write = move |c: &Arc<Vdev>| match class {
-                Some(k) => iostat::with_class(k, || c.write(offset, data)),
-                None => c.write(offset, data),
-            };
+            let write = move |c: &Arc<Vdev>| iostat::in_class(class, || c.write(offset, data));
             let hs: Vec<_> = self.children.iter().map(|c| s.spawn(move || write(c))).collect();
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ZfsError::Invalid("mirror side write panicked".into())))).collect()
         });

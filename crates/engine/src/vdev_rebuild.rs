@@ -239,10 +239,7 @@ impl PoolW {
                         }
                     }
                 };
-                match class {
-                    Some(k) => crate::vdev::iostat::with_class(k, read),
-                    None => read(),
-                }
+                crate::vdev::iostat::in_class(class, read)
             });
             for (at, len, n, end, b, ok) in full_rx {
                 if ok {

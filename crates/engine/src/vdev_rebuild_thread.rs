@@ -42,31 +42,17 @@ pub fn resume_after_import(h: &Arc<PoolHandle>) {
     if scrubbing {
         let _ = crate::dsl_scrub::scrub(h, crate::dsl_scrub::ScrubCmd::Cancel);
     }
-    {
-        let mut r = h.rebuild.lock();
-        if r.running {
-            return;
-        }
-        r.running = true;
-        r.request = RemovalRequest::None;
-        r.runs += 1;
-    }
+    let Some(id) = h.rebuild.begin() else { return };
     let h2 = h.clone();
     let spawned = std::thread::Builder::new().name(format!("rebuild {}", h.name())).spawn(move || {
         let res = crate::vdev::iostat::with_class(crate::vdev::iostat::IoClass::Scrub, || run(&h2));
-        let mut r = h2.rebuild.lock();
         if let Err(e) = &res {
             tracing::warn!("pool '{}': sequential resilver stopped: {e}", h2.name());
-            r.last_error = Some((r.runs, e.to_string()));
         }
-        r.running = false;
-        r.request = RemovalRequest::None;
-        drop(r);
-        h2.rebuild.notify();
+        h2.rebuild.finish(id, res.err().map(|e| e.to_string()));
     });
     if spawned.is_err() {
-        h.rebuild.lock().running = false;
-        h.rebuild.notify();
+        h.rebuild.finish(id, None);
     }
 }
 

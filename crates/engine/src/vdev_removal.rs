@@ -494,6 +494,31 @@ impl RemovalCtl {
         let _g = self.cv.wait_while(g, |r| f(r)).unwrap_or_else(|p| p.into_inner());
     }
 
+    /// Mark a run of the thread begun: its id, or None when one runs already.
+    pub fn begin(&self) -> Option<u64> {
+        let mut r = self.lock();
+        if r.running {
+            return None;
+        }
+        r.running = true;
+        r.request = RemovalRequest::None;
+        r.runs += 1;
+        Some(r.runs)
+    }
+
+    /// Mark run `id` ended, with the error that stopped it (None: it ended well, or its
+    /// thread could not be started), and wake those waiting for it.
+    pub fn finish(&self, id: u64, error: Option<String>) {
+        let mut r = self.lock();
+        if let Some(e) = error {
+            r.last_error = Some((id, e));
+        }
+        r.running = false;
+        r.request = RemovalRequest::None;
+        drop(r);
+        self.notify();
+    }
+
     /// Ask the thread to stop, if one runs, and wait until it has.
     pub fn stop_thread(&self) {
         {

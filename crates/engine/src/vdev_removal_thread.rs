@@ -88,16 +88,7 @@ pub fn last_error(h: &PoolHandle) -> Option<String> {
 }
 
 fn spawn(h: &Arc<PoolHandle>) -> u64 {
-    let id = {
-        let mut r = h.removal.lock();
-        if r.running {
-            return r.runs;
-        }
-        r.running = true;
-        r.request = RemovalRequest::None;
-        r.runs += 1;
-        r.runs
-    };
+    let Some(id) = h.removal.begin() else { return h.removal.lock().runs };
     let h2 = h.clone();
     let name = format!("remove {}", h.name());
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
@@ -113,18 +104,10 @@ fn spawn(h: &Arc<PoolHandle>) -> u64 {
         if let Err(e) = &res {
             tracing::warn!("pool '{}': device removal stopped: {e}", h2.name());
         }
-        let mut r = h2.removal.lock();
-        if let Err(e) = res {
-            r.last_error = Some((id, e.to_string()));
-        }
-        r.running = false;
-        r.request = RemovalRequest::None;
-        drop(r);
-        h2.removal.notify();
+        h2.removal.finish(id, res.err().map(|e| e.to_string()));
     });
     if spawned.is_err() {
-        h.removal.lock().running = false;
-        h.removal.notify();
+        h.removal.finish(id, None);
     }
     id
 }

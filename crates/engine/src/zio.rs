@@ -687,10 +687,7 @@ impl WriteQueue {
         runs.par_iter().try_for_each(|r| {
             let (vdev, off, _, i) = writes[r.start];
             let top = root.children.get(vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {vdev}")))?;
-            let write = |data: &[u8]| match class {
-                Some(k) => crate::vdev::iostat::with_class(k, || top.write(off, data)),
-                None => top.write(off, data),
-            };
+            let write = |data: &[u8]| crate::vdev::iostat::in_class(class, || top.write(off, data));
             if r.len() == 1 {
                 return write(blocks[i].1.bytes());
             }

@@ -54,6 +54,15 @@ pub fn with_class<R>(class: IoClass, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Run `f` with this thread's leaf I/O counted in `class` if it is one (a worker thread
+/// taking the class of the thread that handed it the I/O, from [`current_class`]).
+pub fn in_class<R>(class: Option<IoClass>, f: impl FnOnce() -> R) -> R {
+    match class {
+        Some(k) => with_class(k, f),
+        None => f(),
+    }
+}
+
 /// The class this thread's I/O is counted in, if one was set ([`with_class`]).
 pub fn current_class() -> Option<IoClass> {
     CLASS.with(|c| c.get())
