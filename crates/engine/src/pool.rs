@@ -1276,6 +1276,71 @@ mod removal_status_tests {
         let both = scan_and_rebuild_status(&st, &[("mirror-0".into(), r)], t0 + 64);
         assert!(both.starts_with("  scan: scrub repaired 0B in 00:00:01 with 0 errors on ") && both.contains("\n  scan: resilvered (mirror-0) 20M in 00:01:01"), "{both}");
     }
+
+    /// The rows print_status_config marks: a leaf a sequential resilver has written to
+    /// (vs_rebuild_processed), below a top-level vdev whose rebuild is active, is
+    /// "(resilvering)"; a leaf a healing scan wrote to (vs_scan_processed) is "(resilvering)"
+    /// or, for a scrub, "(repairing)", and never twice.
+    #[test]
+    fn resilvering_and_repairing_marks_as_openzfs_prints_them() {
+        use oxzfs_format::dsl::{POOL_SCAN_RESILVER, POOL_SCAN_SCRUB};
+        use oxzfs_format::nvlist::{NvList, NvValue};
+        // A mirror of two file leaves that are there (ONLINE).
+        let dir = std::env::temp_dir().join(format!("oxzfs-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut devices = crate::vdev::DeviceMap::new();
+        let leaf = |name: &str, id: u64, devices: &mut crate::vdev::DeviceMap| {
+            let path = dir.join(name);
+            std::fs::File::create(&path).unwrap().set_len(64 << 20).unwrap();
+            let dev: std::sync::Arc<dyn crate::vdev::BlockDevice> = std::sync::Arc::new(crate::vdev::FileDevice::open(&path, false).unwrap());
+            devices.insert(20 + id, (path.clone(), dev));
+            let mut nv = NvList::new();
+            nv.add_str("type", "file");
+            nv.add_u64("id", id);
+            nv.add_u64("guid", 20 + id);
+            nv.add_str("path", path.to_str().unwrap());
+            nv
+        };
+        let kids = vec![leaf("b", 0, &mut devices), leaf("c", 1, &mut devices)];
+        let mut mirror = NvList::new();
+        mirror.add_str("type", "mirror");
+        mirror.add_u64("id", 1);
+        mirror.add_u64("guid", 30);
+        mirror.insert("children", NvValue::NvListArray(kids));
+        let mut rootnv = NvList::new();
+        rootnv.add_str("type", "root");
+        rootnv.add_u64("id", 0);
+        rootnv.add_u64("guid", 40);
+        rootnv.insert("children", NvValue::NvListArray(vec![mirror]));
+        let root = Vdev::from_config(&rootnv, &devices, 0).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let rows = |marks: Marks| {
+            let mut s = String::new();
+            for t in &root.children {
+                status_tree(&mut s, t, 2, 12, marks);
+            }
+            s.lines().map(|l| (l.split_whitespace().next().unwrap_or("").to_string(), l.trim_end().to_string())).collect::<Vec<_>>()
+        };
+        let marked = |marks: Marks, mark: &str| -> Vec<String> { rows(marks).into_iter().filter(|(_, l)| l.ends_with(mark)).map(|(n, _)| n).collect() };
+        let none = Marks { scanning: None, removing: None, rebuilding: &[], below_rebuild: false };
+        let (b, c) = (&root.children[0].children[0], &root.children[0].children[1]);
+        assert!(marked(none, ")").is_empty(), "{:?}", rows(none));
+        // The rebuild wrote to c: only c is marked, and only while mirror-1's rebuild is active.
+        c.stats.rebuild_processed.store(4096, Ordering::Relaxed);
+        let rebuilding = Marks { rebuilding: &[1], ..none };
+        assert_eq!(marked(rebuilding, "  (resilvering)"), [c.display_name()], "{:?}", rows(rebuilding));
+        assert!(marked(none, ")").is_empty(), "{:?}", rows(none));
+        let elsewhere = Marks { rebuilding: &[7], ..none };
+        assert!(marked(elsewhere, ")").is_empty(), "{:?}", rows(elsewhere));
+        // A healing scan that wrote to b and c: both marked once.
+        b.stats.scan_processed.store(512, Ordering::Relaxed);
+        c.stats.scan_processed.store(512, Ordering::Relaxed);
+        let resilver = Marks { scanning: Some(POOL_SCAN_RESILVER), ..rebuilding };
+        assert_eq!(marked(resilver, "  (resilvering)"), [b.display_name(), c.display_name()], "{:?}", rows(resilver));
+        assert!(rows(resilver).iter().all(|(_, l)| l.matches("(resilvering)").count() <= 1), "{:?}", rows(resilver));
+        let scrub = Marks { scanning: Some(POOL_SCAN_SCRUB), ..none };
+        assert_eq!(marked(scrub, "  (repairing)"), [b.display_name(), c.display_name()], "{:?}", rows(scrub));
+    }
 }
 
 /// One record of a pool's history (spa_history.c's nvlists).
