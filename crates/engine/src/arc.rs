@@ -9,7 +9,9 @@
 //! (OpenZFS's dbuf caches take 1/32 for data and 1/64 for metadata), in an LRU of their own
 //! (`hot`), counted as overhead_size and in the ARC's size. A block stored uncompressed, or
 //! any block with zfs_compressed_arc_enabled=0, is kept decompressed (one buffer, no
-//! overhead); so are blocks just written (the writer gives the logical bytes).
+//! overhead). A block just written is kept compressed, without a copy until someone reads
+//! it, when its writer hands over the compressed bytes (a sync's batches of data blocks do);
+//! else decompressed (the blocks written one by one: metadata, dedup, the intent log's).
 //!
 //! Four lists as in OpenZFS's arc.c (after Megiddo and Modha): MRU holds blocks seen once, MFU
 //! blocks seen again; MRU-ghost and MFU-ghost remember the keys (not the data) of blocks recently
@@ -289,7 +291,7 @@ impl State {
         let copy = match b.phys {
             Some(p) => {
                 e.phys = Some(p);
-                Some(b.data)
+                b.copy.then_some(b.data)
             }
             None => {
                 e.data = Some(b.data);
@@ -317,6 +319,9 @@ struct Bufs {
     data: Arc<Vec<u8>>,
     phys: Option<Arc<Vec<u8>>>,
     compress: u8,
+    /// With `phys`: keep `data` beside it as a copy in use (a block read, which its reader
+    /// holds), or not (a block just written: the next reader decompresses it).
+    copy: bool,
 }
 
 impl Bufs {
@@ -775,12 +780,12 @@ impl Arc_ {
 
     /// Insert a block just read. Adapts `p` on ghost hits, then evicts to stay under `c_max`.
     pub fn insert(&self, key: ArcKey, data: Arc<Vec<u8>>) {
-        self.put(key, Bufs { data, phys: None, compress: 0 }, false, None)
+        self.put(key, Bufs { data, phys: None, compress: 0, copy: false }, false, None)
     }
 
     /// `insert`, remembering the block pointer of a block the L2ARC may hold.
     pub fn insert_l2(&self, key: ArcKey, data: Arc<Vec<u8>>, bp: &BlockPointer) {
-        self.put(key, Bufs { data, phys: None, compress: 0 }, false, Some(Box::new(bp.clone())))
+        self.put(key, Bufs { data, phys: None, compress: 0, copy: false }, false, Some(Box::new(bp.clone())))
     }
 
     /// Insert a block just read: its logical bytes `data` and, when the pool holds it
@@ -789,13 +794,21 @@ impl Arc_ {
     /// pointer when the L2ARC may hold it.
     pub fn insert_block(&self, key: ArcKey, data: Arc<Vec<u8>>, phys: Option<Vec<u8>>, compress: u8, l2bp: Option<&BlockPointer>) {
         let phys = phys.filter(|_| crate::tunables::compressed_arc_enabled()).map(Arc::new);
-        self.put(key, Bufs { data, phys, compress }, false, l2bp.map(|b| Box::new(b.clone())))
+        self.put(key, Bufs { data, phys, compress, copy: true }, false, l2bp.map(|b| Box::new(b.clone())))
     }
 
     /// Insert a block just written: as `insert`, but a cached entry under the same key takes
     /// the new bytes (the device holds them now).
     pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>, l2bp: Option<&BlockPointer>) {
-        self.put(key, Bufs { data, phys: None, compress: 0 }, true, l2bp.map(|b| Box::new(b.clone())))
+        self.replace_block(key, data, None, 0, l2bp)
+    }
+
+    /// `replace` with the block's compressed bytes `phys` (function `compress`) when the
+    /// writer has them: kept compressed alone (no decompressed copy: nobody reads it yet).
+    pub fn replace_block(&self, key: ArcKey, data: Arc<Vec<u8>>, phys: Option<Arc<Vec<u8>>>, compress: u8, l2bp: Option<&BlockPointer>) {
+        let phys = phys.filter(|_| crate::tunables::compressed_arc_enabled());
+        let compress = if phys.is_some() { compress } else { 0 };
+        self.put(key, Bufs { data, phys, compress, copy: false }, true, l2bp.map(|b| Box::new(b.clone())))
     }
 
     fn put(&self, key: ArcKey, bufs: Bufs, replace: bool, l2bp: Option<Box<BlockPointer>>) {
@@ -1167,6 +1180,16 @@ mod tests {
         arc.flush_spa(1);
         let s = arc.stats();
         assert_eq!((s.size, s.compressed_size, s.uncompressed_size, s.overhead_size), (0, 0, 0, 0), "{s:?}");
+        // A block just written with its compressed bytes is kept compressed, without a copy
+        // until it is read; it replaces what the key held, and the feed gets those bytes.
+        let (l, p) = block(3000);
+        arc.insert(k(3000), Arc::new(vec![9u8; 128 << 10]));
+        arc.replace_block(k(3000), l.clone(), Some(Arc::new(p.clone())), ZIO_COMPRESS_LZ4, Some(&bp));
+        let s = arc.stats();
+        assert_eq!((s.size, s.compressed_size, s.uncompressed_size, s.overhead_size), (p.len() as u64, p.len() as u64, 128 << 10, 0), "{s:?}");
+        assert_eq!(arc.l2_candidates(1, 0, &|_| false)[0].phys.as_deref(), Some(&p));
+        assert_eq!(*arc.get(&k(3000)).unwrap(), *l);
+        assert_eq!(arc.stats().overhead_size, 128 << 10, "read, it has its copy in use");
     }
 
     #[test]

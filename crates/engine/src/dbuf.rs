@@ -1610,9 +1610,9 @@ fn sync_tree(
         changes.push((0, blkid, ctx.written_bp(w, prev.as_ref(), data.len() as u64, p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
     }
     let written = zio::write_blocks_over(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, &items, ctx.txg, Some(&mut ctx.queue))?;
-    for (((blkid, data), b), w) in batch.into_iter().zip(&items).zip(written) {
+    for (((blkid, data), b), (w, phys)) in batch.into_iter().zip(&items).zip(written) {
         if let Written::Bp(bp) = &w {
-            os.spa.cache_written(bp, data.clone(), os.id);
+            os.spa.cache_written_block(bp, data.clone(), phys, os.id);
         }
         changes.push((0, blkid, ctx.written_bp(w, b.prev.as_ref(), data.len() as u64, b.p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
     }

@@ -16,7 +16,7 @@
 //! l2arc_write_max (+ l2arc_write_boost while cold) bytes. A buffer goes as the pool holds it:
 //! its physical (compressed) bytes, so that a read can verify it against the block pointer's
 //! checksum; a block the ARC keeps compressed is written as it is, one it keeps decompressed
-//! (zfs_compressed_arc_enabled=0, blocks just written) is compressed again as the bp says and
+//! (zfs_compressed_arc_enabled=0, compressed blocks written one by one) is compressed again as the bp says and
 //! written only when that reproduces the checksum (what OpenZFS does without compressed
 //! ARC). The ARC also hands the feed what it evicted before a feed wrote it (`take_l2_pending`,
 //! at most l2arc_write_max + l2arc_write_boost bytes waiting; the feed thread goes early when

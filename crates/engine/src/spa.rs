@@ -675,16 +675,24 @@ impl Spa {
     /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
     /// `ds`: the dataset written (its primarycache/secondarycache apply).
     pub fn cache_written(&self, bp: &BlockPointer, data: Arc<Vec<u8>>, ds: u64) {
+        self.cache_written_block(bp, data, None, ds)
+    }
+
+    /// `cache_written`, with the block's compressed bytes `phys` when the writer has them: the
+    /// ARC then keeps the block compressed, as a block read is kept, and the L2ARC feed writes
+    /// those bytes as they are instead of compressing the block again.
+    pub fn cache_written_block(&self, bp: &BlockPointer, data: Arc<Vec<u8>>, phys: Option<Arc<Vec<u8>>>, ds: u64) {
         if bp.is_hole() || data.len() as u64 != bp.lsize {
             return;
         }
+        let phys = phys.filter(|p| bp.compress != oxzfs_format::compress::ZIO_COMPRESS_OFF && p.len() as u64 == bp.psize && !bp.is_gang() && !bp.embedded);
         if let Some(k) = arc_key(self.arc_id, bp) {
             // A block rewritten in place (a later sync pass) is not what the L2ARC holds.
             self.l2arc.forget(bp);
             match self.cacheable(bp, ds) {
                 (false, _) => {}
                 (true, l2) => {
-                    self.arc.replace(k, data, l2.then_some(bp));
+                    self.arc.replace_block(k, data, phys, bp.compress, l2.then_some(bp));
                     self.classify(&k, bp);
                 }
             }

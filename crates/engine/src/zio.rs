@@ -608,18 +608,13 @@ pub struct BlockWrite<'a> {
     pub prev: Option<BlockPointer>,
 }
 
-/// The physical bytes of a queued write: the caller's block as it is, or its compressed copy.
-enum Queued {
-    Shared(Arc<Vec<u8>>),
-    Owned(Vec<u8>),
-}
+/// The physical bytes of a queued write: the caller's block as it is, or its compressed copy
+/// (shared with the ARC, which keeps it).
+struct Queued(Arc<Vec<u8>>);
 
 impl Queued {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Queued::Shared(a) => a,
-            Queued::Owned(v) => v,
-        }
+        &self.0
     }
 }
 
@@ -708,8 +703,9 @@ impl WriteQueue {
 /// another), and the contiguous blocks' writes then go to `queue` (the caller flushes it
 /// before anything points at them from disk) or, without one, out on the pool at once. A
 /// block that gangs or is rewritten in place is written on the caller when it is allocated.
-/// Each block's outcome, in order.
-pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, items: &[BlockWrite<'a>], txg: u64, queue: Option<&mut WriteQueue>) -> Result<Vec<Written>> {
+/// Each block's outcome, in order, with its compressed bytes when it was compressed and
+/// written whole (what the ARC keeps of it under zfs_compressed_arc_enabled).
+pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, items: &[BlockWrite<'a>], txg: u64, queue: Option<&mut WriteQueue>) -> Result<Vec<(Written, Option<Arc<Vec<u8>>>)>> {
     use rayon::prelude::*;
     let parallel = items.len() > 1 && items.iter().map(|b| b.data.len()).sum::<usize>() >= PARALLEL_MIN_BYTES;
     let min_alloc = alloc.min_alloc();
@@ -721,11 +717,11 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
     for (b, pr) in items.iter().zip(prepared) {
         let (mut bp, phys) = match pr? {
             Prepared::Hole => {
-                out.push(Written::Hole);
+                out.push((Written::Hole, None));
                 continue;
             }
             Prepared::Embedded(bp) => {
-                out.push(Written::Bp(bp));
+                out.push((Written::Bp(bp), None));
                 continue;
             }
             Prepared::Block { bp, phys } => (bp, phys),
@@ -734,23 +730,26 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
         let psize = phys.len() as u64;
         let dvas = if in_place || psize >= force_ganging() { None } else { alloc_copies(alloc, b.p.class, psize, b.p.copies.clamp(1, 3), txg) };
         let Some(dvas) = dvas else {
-            out.push(write_prepared(root, salt, alloc, bp, &phys, &b.p, txg, b.prev.as_ref())?);
+            out.push((write_prepared(root, salt, alloc, bp, &phys, &b.p, txg, b.prev.as_ref())?, None));
             continue;
         };
         for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
             *slot = *d;
         }
+        let (bytes, compressed) = match phys {
+            std::borrow::Cow::Borrowed(_) => (b.data.clone(), None),
+            std::borrow::Cow::Owned(v) => {
+                let v = Arc::new(v);
+                (v.clone(), Some(v))
+            }
+        };
         if defer {
-            own.bytes += phys.len() as u64;
-            let bytes = match phys {
-                std::borrow::Cow::Borrowed(_) => Queued::Shared(b.data.clone()),
-                std::borrow::Cow::Owned(v) => Queued::Owned(v),
-            };
-            own.blocks.push((bp.clone(), bytes));
+            own.bytes += bytes.len() as u64;
+            own.blocks.push((bp.clone(), Queued(bytes)));
         } else {
-            write_dvas(root, &bp, &phys)?;
+            write_dvas(root, &bp, &bytes)?;
         }
-        out.push(Written::Bp(bp));
+        out.push((Written::Bp(bp), compressed));
     }
     match queue {
         Some(q) => {
@@ -1338,9 +1337,19 @@ pub(crate) mod write_tests {
             let items: Vec<BlockWrite> = datas.iter().zip(&props).map(|(d, p)| BlockWrite { data: d, p: *p, prev: None }).collect();
             let mut queue = WriteQueue::default();
             let written = write_blocks_over(&root, &salt, &mut alloc, &items, 9, Some(&mut queue)).unwrap();
-            let bps: Vec<BlockPointer> = written.into_iter().map(|w| match w {
-                Written::Bp(bp) => bp,
-                Written::Hole => panic!("hole"),
+            let bps: Vec<BlockPointer> = written.into_iter().enumerate().map(|(i, w)| match w {
+                (Written::Bp(bp), phys) => {
+                    // The compressed bytes come back for the ARC, exactly what the bp stores.
+                    match phys {
+                        Some(p) => {
+                            assert!(bp.compress != compress::ZIO_COMPRESS_OFF && p.len() as u64 == bp.psize, "{kind} block {i}");
+                            assert_eq!(compress::decompress(bp.compress, &p, bp.lsize as usize).unwrap(), *datas[i], "{kind} block {i}");
+                        }
+                        None => assert_eq!(bp.compress, compress::ZIO_COMPRESS_OFF, "{kind} block {i}"),
+                    }
+                    bp
+                }
+                (Written::Hole, _) => panic!("hole"),
             }).collect();
             let ctx = ZioCtx::new(&root, &salt);
             assert!(read_bp(&ctx, &bps[1]).is_err(), "{kind}: a queued block is not on disk before the flush");
