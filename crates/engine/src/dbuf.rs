@@ -1024,8 +1024,9 @@ impl ObjsetW {
             open.dn.nlevels = synced.nlevels;
             open.dn.used = synced.used;
             open.dn.flags |= synced.flags & DNODE_FLAG_USED_BYTES;
+            // The open txg's own blocks count whatever the sync made of the frozen ones.
             if open.dn.maxblkid == before.maxblkid {
-                open.dn.maxblkid = synced.maxblkid;
+                open.dn.maxblkid = synced.maxblkid.max(open.blocks.keys().next_back().copied().unwrap_or(0));
             }
             if open.dn.datablkszsec == before.datablkszsec {
                 open.dn.datablkszsec = synced.datablkszsec;
@@ -1692,7 +1693,9 @@ fn sync_tree(
     dn.nlevels = nlevels;
     dn.used = used.max(0) as u64;
     dn.flags |= DNODE_FLAG_USED_BYTES;
-    if trunc_from == Some(0) && dn.blkptr.iter().all(|b| b.is_hole()) {
+    // Blocks dirtied after the truncation keep the maxblkid they raised even when they were
+    // written as holes (zeros), as OpenZFS's dbuf_dirty raises dn_maxblkid.
+    if trunc_from == Some(0) && blocks.is_empty() && dn.blkptr.iter().all(|b| b.is_hole()) {
         dn.maxblkid = 0;
     }
     Ok(())

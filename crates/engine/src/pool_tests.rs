@@ -785,3 +785,45 @@ mod dsl_accounting_tests {
         let _ = std::fs::remove_dir_all(tmp);
     }
 }
+
+/// Changes made in the open txg while the last one syncs (the sync thread writes the
+/// datasets without the lock) land whole on disk, whatever the sync made of the txg before.
+mod overlap_tests {
+    use super::test_pool;
+    use crate::zpl::{ZplRead, Zfs};
+    use crate::zplw;
+
+    /// A file truncated to nothing and then written with zeros far out syncs as holes; a
+    /// write past those zeros in the next txg, made while that sync runs, must still be read
+    /// back once synced (the dnode's maxblkid then covered only block 0, and the block, on
+    /// disk and checksummed, read as zeros).
+    #[test]
+    fn a_write_during_the_sync_of_zeros_after_a_truncation_stays() {
+        let (dir, mut pw) = test_pool("ovlzero");
+        let ds = pw.find_dataset("ovlzero").unwrap().expect("the root dataset");
+        let rs = 128 << 10;
+        let os = pw.objset(ds).unwrap();
+        let fs = zplw::open_fs(os, rs).unwrap();
+        let f = zplw::create(os, fs.root, b"f", zplw::S_IFREG | 0o644, 0, 0, 0, None, 5).unwrap();
+        zplw::write(os, f, 180_705, &super::noise(7, 3 << 20), rs).unwrap();
+        pw.sync().unwrap();
+        let os = pw.objset(ds).unwrap();
+        zplw::setattr(os, f, &zplw::SetAttr { size: Some(0), ..Default::default() }, rs).unwrap();
+        zplw::write(os, f, 0, &vec![0u8; 300_000], rs).unwrap();
+        zplw::write(os, f, 323_710, &vec![0u8; 2 << 20], rs).unwrap();
+        let tail = b"edehaaagfbdhheade";
+        pw.sync_overlapped(|pw| {
+            let os = pw.objset(ds)?;
+            zplw::write(os, f, 2_421_089, tail, rs).map(|_| ())
+        })
+        .unwrap();
+        pw.sync().unwrap();
+        let os = pw.objset(ds).unwrap();
+        let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
+        assert_eq!(synced.getattr(f).unwrap().size, 2_421_106);
+        assert_eq!(synced.read(f, 2_421_089, 17).unwrap(), tail, "the write made during the sync");
+        assert!(synced.read(f, 0, 2_421_089).unwrap().iter().all(|&b| b == 0));
+        drop(pw);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

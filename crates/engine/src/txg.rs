@@ -139,9 +139,16 @@ impl PoolW {
     /// Sync the open txg and open the next one (stopping the world: quiesce, sync the
     /// datasets and finish under the caller's hold of the write state).
     pub fn sync(&mut self) -> Result<()> {
+        self.sync_overlapped(|_| Ok(()))
+    }
+
+    /// `sync`, with `meanwhile` run on the open txg after the quiesce and before the
+    /// datasets are written (what writers do while the sync thread writes without the lock).
+    pub(crate) fn sync_overlapped(&mut self, meanwhile: impl FnOnce(&mut PoolW) -> Result<()>) -> Result<()> {
         self.check_suspended()?;
         let r = (|| -> Result<()> {
             let mut q = self.quiesce();
+            meanwhile(self)?;
             let env = self.sync_env();
             sync_datasets(&env, &self.ms.clone(), &mut self.ddt, &mut q)?;
             let ub = self.sync_finish(q)?;
