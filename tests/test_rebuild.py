@@ -8,6 +8,7 @@ count must be what OpenZFS leaves: complete, and 0 (enabled, not active) once it
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -81,6 +82,49 @@ def test_attach_s_rebuilds_a_new_side_then_scrubs(oxzfs):
     assert rebuild_record(vdir, pool) == ([0] * 12, 0)
     only = alone(oxzfs, vdir, "d1", pool)
     zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_status_marks_the_side_a_rebuild_writes(oxzfs):
+    """While `zpool attach -s` writes the new side (each write held 200 ms by zinject -D, one
+    1 MiB step at a time), `zpool status` marks that side "(resilvering)" and only it, as
+    OpenZFS's zpool marks a leaf with rebuild bytes processed under an active rebuild; once
+    the rebuild is done the mark is gone and the new side alone reads back every file."""
+    pool = "rbmark"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: d[:1], 2, 34)
+    d1 = os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+    seen = []
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    try:
+        oxzfs.run("tunable", "zfs_rebuild_vdev_limit=1048576", check=True)
+        assert oxzfs.zpool("attach", "-s", pool, "d0", d1).returncode == 0
+        r = oxzfs.run("zinject", "-d", d1, "-D", "200:1", pool)
+        assert r.returncode == 0 and r.stdout.startswith("Added handler "), repr(r)
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            text = status(oxzfs, pool)
+            if "  scan: resilver (mirror-0) in progress since " not in text:
+                break
+            marked = [ln.split()[0] for ln in text.splitlines() if ln.rstrip().endswith("(resilvering)")]
+            if marked:
+                seen.append((marked, text))
+                break
+            time.sleep(0.05)
+    finally:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0")
+        oxzfs.run("tunable", "zfs_rebuild_vdev_limit=33554432")
+        oxzfs.run("zinject", "-c", "all")
+    assert seen, f"no (resilvering) mark while the rebuild ran:\n{text}"
+    marked, text = seen[0]
+    assert [m.rsplit("/", 1)[-1] for m in marked] == ["d1"], text
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    oxzfs.zpool("wait", "-t", "scrub", pool, check=True)
+    text = status(oxzfs, pool)
+    assert rebuilt(text) == ("mirror-0", 0) and "(resilvering)" not in text, text
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", pool)
     check_reads(oxzfs, only, pool, alt, want)
 
 
