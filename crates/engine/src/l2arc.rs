@@ -30,6 +30,9 @@
 //! feed. The buffers of a feed are written in one device write. At export (`shutdown`) the
 //! open log block is written too, its empty slots filled with copies of its last entry (a
 //! rebuild counts them as precached), so that the buffers of the last feeds are found again.
+//! Before that, after the export's last sync, one more feed (`feed_last`) takes what the ARC
+//! holds eligible and unwritten from anywhere in its lists, metadata first: the blocks the
+//! last txgs rewrote, which no tail held yet.
 //!
 //! Read (`read`): an ARC miss looks the block up by its first DVA and birth (`L2Key`; the
 //! log entries hold no checksum); the bytes at the entry's address are verified against the
@@ -628,6 +631,23 @@ impl L2Arc {
     /// One feed (l2arc_feed_thread's body) from the buffers of the pool whose ARC keys carry
     /// `spa`: returns the bytes written.
     pub fn feed_once(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32]) -> u64 {
+        self.feed(arc, spa, salt, false)
+    }
+
+    /// The last feed before an export (after its last sync): what the ARC holds eligible and
+    /// not yet on a cache device, from anywhere in its lists, metadata first, up to
+    /// l2arc_write_max (+ l2arc_write_boost while cold) bytes, on each writable device. The
+    /// tails a periodic feed looks at never hold the blocks the last txgs rewrote (dnode and
+    /// indirect blocks of files just read under atime=on, of files just written): without
+    /// this, the first reads after the import would find only their older copies on the cache
+    /// device, stale, and go to the pool for them. OpenZFS feeds no more at export; this
+    /// writes no more than one feed does.
+    pub fn feed_last(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32]) -> u64 {
+        let n = self.devs.read().unwrap_or_else(|p| p.into_inner()).len();
+        (0..n).map(|_| self.feed(arc, spa, salt, true)).sum()
+    }
+
+    fn feed(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32], last: bool) -> u64 {
         if self.stop.load(Ordering::Relaxed) {
             return 0;
         }
@@ -658,7 +678,13 @@ impl L2Arc {
         let mut cands = arc.take_l2_pending(spa);
         let pending: u64 = cands.iter().map(|c| c.bp.psize).sum();
         let size = size + pending;
-        cands.extend(arc.l2_candidates(spa, scan, &|_| false));
+        if last {
+            let mut all = arc.l2_candidates(spa, 0, &|_| false);
+            all.sort_by_key(|c| !is_metadata(&c.bp));
+            cands.extend(all);
+        } else {
+            cands.extend(arc.l2_candidates(spa, scan, &|_| false));
+        }
         // Room ahead of the hand for the buffers and their log blocks (l2arc_write_size and
         // l2arc_log_blk_overhead, counting the candidates rather than 512-byte buffers), never
         // more than half the ring.
@@ -960,6 +986,35 @@ mod tests {
             arc.insert_l2(ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), bp);
         }
         (arc, blocks)
+    }
+
+    /// A block at the head of a warm ARC (a dnode block the last txg rewrote) is beyond what
+    /// a periodic feed looks at; the export's last feed writes it, metadata before data.
+    #[test]
+    fn the_last_feed_takes_new_metadata_from_the_head() {
+        let salt = [0u8; 32];
+        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
+        let key = |bp: &BlockPointer| ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum };
+        // 48 MiB of ARC over 56 MiB of 8 KiB blocks: warm, and more than the feed's window
+        // (l2arc_write_max × l2arc_headroom × l2arc_headroom_boost: 32 MiB at the defaults).
+        let arc = AdaptiveCache::new(48 << 20);
+        for i in 0..7168 {
+            let (bp, d) = block(i, &salt);
+            arc.insert_l2(key(&bp), Arc::new(d), &bp);
+        }
+        assert!(arc.warm());
+        let l2 = Arc::new(L2Arc::new(79));
+        l2.add_device(7, "mem".into(), mem_dev(128 << 20), 9, true).unwrap();
+        let drain = || (0..64).any(|_| l2.feed_once(&arc, 1, &salt) == 0);
+        assert!(drain());
+        let (mut meta, d) = block(9000, &salt);
+        meta.typ = oxzfs_format::types::DMU_OT_DNODE;
+        arc.insert_l2(key(&meta), Arc::new(d.clone()), &meta);
+        // (What the insert pushed out of the ARC unwritten goes first.)
+        assert!(drain());
+        assert!(l2.read(&meta, &salt).is_none(), "the periodic feed does not look at the head");
+        assert!(l2.feed_last(&arc, 1, &salt) > 0);
+        assert!(l2.read(&meta, &salt).map(|r| r.0) == Some(d), "the newest metadata block is on the cache device");
     }
 
     #[test]
