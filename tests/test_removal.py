@@ -426,6 +426,41 @@ def test_mirror_data_vdev_removed(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
+def test_mirror_removed_onto_a_mirror_side_by_side_keeps_damage_repairable(oxzfs):
+    """A mirror removed onto another mirror is copied side by side, as OpenZFS's
+    spa_vdev_copy_one_child copies it: source side 0 to destination side 0, 1 to 1. Damage on
+    one source side that no read has met yet (30% of its used sectors overwritten while the
+    pool was exported) lands on one destination side only, so the scrub after the removal
+    repairs it all from the other (bytes repaired, 0 errors), every file reads back from the
+    pool and OpenZFS's zdb -bcc is clean. One source side copied to both would have left
+    those blocks with no good copy anywhere."""
+    from test_damage import rot_sectors
+    from test_scrub import check_reads, fill, import_rw
+    pool = "rmside"
+    base = os.path.join(oxzfs.base, pool)
+    shutil.rmtree(base, ignore_errors=True)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 4, 1024)  # (the slop space, 128 MiB at least, must stay free after the removal)
+    r = oxzfs.zpool("create", "-R", alt, pool, "mirror", devs[0], devs[1], "mirror", devs[2], devs[3])
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    want = fill(os.path.join(alt, pool), 36)
+    assert oxzfs.export(pool).returncode == 0
+    assert rot_sectors(devs[0], seed=36) > 0
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.zpool("remove", "-w", pool, "mirror-0")
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zpool("scrub", "-w", pool)
+    assert r.returncode == 0, repr(r)
+    text = oxzfs.zpool("status", "-v", pool, check=True).stdout
+    m = re.search(r"scan: scrub repaired (\S+) in \S+ with (\d+) errors", text)
+    assert m and m.group(1) != "0B" and m.group(2) == "0", text
+    assert re.search(r"^remove: Removal of vdev 0 copied", text, re.M), text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    check_reads(oxzfs, vdir, pool, alt, want)
+
+
 def test_second_removal_goes_through_the_first_mapping(oxzfs):
     """Two vdevs removed one after the other: the first's copies sit on the second, so the
     second's mapping moves them on and a read of a first-removed block goes through both

@@ -990,19 +990,57 @@ impl PoolW {
     }
 }
 
-/// Bytes a copy reads and writes at a time.
-const COPY_CHUNK: u64 = 1 << 20;
-
-/// Copy `size` bytes at `from` of top-level vdev `src` to `to` of `dst`: chunks read by one
-/// thread and written by another, so the read of the next chunk goes on during the write of
-/// the last (OpenZFS issues a copy's read and its writes as zios in flight together). A read
-/// or write error ends the copy with that error.
+/// Copy `size` bytes at `from` of top-level vdev `src` to `to` of `dst`. A mirror copied to a
+/// mirror goes child by child, as OpenZFS's spa_vdev_copy_one_child does: each destination
+/// side from the source side of its own index (wrapping when the source has fewer), so that
+/// damage no read has found yet on one source side lands on one destination side only and a
+/// scrub can still repair it from another. Otherwise the source is read as a whole (one
+/// side of a mirror, without checksums: there is no block pointer here) and written to every
+/// side of the destination.
 fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<()> {
+    if let Some(pairs) = side_by_side(src, dst) {
+        for (s, d) in pairs {
+            if !s.copy_leaf_to(from, d, to, size)? {
+                copy_chunks(&|at, n| s.read_leaf(at, n), from, &|at, b| d.write_leaf(at, b), to, size)?;
+            }
+        }
+        return Ok(());
+    }
     if copy_in_kernel(src, from, dst, to, size)? {
         return Ok(());
     }
+    copy_chunks(&|at, n| src.read_mode(at, n, &|_| true, &crate::vdev::READ_PLAIN), from, &|at, b| dst.write(at, b), to, size)
+}
+
+/// The (source side, destination side) pairs of a mirror copied to a mirror whose sides are
+/// all healthy and up to date (source side `i % n` for destination side `i`); None for any
+/// other pair of vdevs, or when a side is missing, offline or behind (the copy then reads the
+/// source mirror as a whole, which picks a side that has the data).
+fn side_by_side<'a>(src: &'a crate::vdev::Vdev, dst: &'a crate::vdev::Vdev) -> Option<Vec<(&'a crate::vdev::Vdev, &'a crate::vdev::Vdev)>> {
+    use crate::vdev::VdevKind;
+    let mirror = |v: &crate::vdev::Vdev| matches!(v.kind, VdevKind::Mirror) && !v.children.is_empty() && v.children.iter().all(|c| healthy_leaf(c));
+    if !mirror(src) || !mirror(dst) {
+        return None;
+    }
+    Some(dst.children.iter().enumerate().map(|(i, d)| (src.children[i % src.children.len()].as_ref(), d.as_ref())).collect())
+}
+
+/// A leaf online, in use and missing no txg (its DTL empty).
+fn healthy_leaf(l: &crate::vdev::Vdev) -> bool {
+    use crate::vdev::{VdevKind, VdevState};
+    matches!(l.kind, VdevKind::Leaf { .. }) && l.state() == VdevState::Online && !l.out_of_use() && l.stats.dtl_bounds().is_none()
+}
+
+/// Bytes a copy reads and writes at a time.
+const COPY_CHUNK: u64 = 1 << 20;
+
+/// Copy `size` bytes with `read(offset, len)` at `from` and `write(offset, bytes)` at `to`:
+/// chunks read by one thread and written by another, so the read of the next chunk goes on
+/// during the write of the last (OpenZFS issues a copy's read and its writes as zios in
+/// flight together). A read or write error ends the copy with that error.
+fn copy_chunks(read: &(dyn Fn(u64, u64) -> Result<Vec<u8>> + Sync), from: u64, write: &dyn Fn(u64, &[u8]) -> Result<()>, to: u64, size: u64) -> Result<()> {
     if size <= COPY_CHUNK {
-        return dst.write(to, &src.read_mode(from, size, &|_| true, &crate::vdev::READ_PLAIN)?);
+        return write(to, &read(from, size)?);
     }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, Vec<u8>)>>(2);
     std::thread::scope(|scope| {
@@ -1010,7 +1048,7 @@ fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u
             let mut at = 0;
             while at < size {
                 let n = COPY_CHUNK.min(size - at);
-                let r = src.read_mode(from + at, n, &|_| true, &crate::vdev::READ_PLAIN).map(|d| (at, d));
+                let r = read(from + at, n).map(|d| (at, d));
                 let failed = r.is_err();
                 if tx.send(r).is_err() || failed {
                     return;
@@ -1021,7 +1059,7 @@ fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u
         // Dropping the receiver on an error stops the reader at its next send.
         for chunk in rx {
             let (at, data) = chunk?;
-            dst.write(to + at, &data)?;
+            write(to + at, &data)?;
         }
         Ok(())
     })
@@ -1032,16 +1070,15 @@ fn copy_range(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u
 /// of the destination is a file the kernel can copy into (see `Vdev::copy_leaf_to`). False
 /// when not, nothing written.
 fn copy_in_kernel(src: &crate::vdev::Vdev, from: u64, dst: &crate::vdev::Vdev, to: u64, size: u64) -> Result<bool> {
-    use crate::vdev::{VdevKind, VdevState};
-    let healthy = |l: &crate::vdev::Vdev| matches!(l.kind, VdevKind::Leaf { .. }) && l.state() == VdevState::Online && !l.out_of_use() && l.stats.dtl_bounds().is_none();
+    use crate::vdev::VdevKind;
     let source = match src.kind {
         VdevKind::Leaf { .. } => Some(src),
-        VdevKind::Mirror if src.children.iter().all(|c| healthy(c)) => src.children.first().map(|c| c.as_ref()),
+        VdevKind::Mirror if src.children.iter().all(|c| healthy_leaf(c)) => src.children.first().map(|c| c.as_ref()),
         _ => None,
     };
     let targets: Vec<&crate::vdev::Vdev> = match dst.kind {
         VdevKind::Leaf { .. } => vec![dst],
-        VdevKind::Mirror if dst.children.iter().all(|c| healthy(c)) => dst.children.iter().map(|c| c.as_ref()).collect(),
+        VdevKind::Mirror if dst.children.iter().all(|c| healthy_leaf(c)) => dst.children.iter().map(|c| c.as_ref()).collect(),
         _ => Vec::new(),
     };
     let Some(source) = source.filter(|_| !targets.is_empty()) else { return Ok(false) };
