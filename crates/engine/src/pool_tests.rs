@@ -826,4 +826,131 @@ mod overlap_tests {
         drop(pw);
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// xorshift64: the random choices of `random_changes_across_overlapping_syncs`.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            if n == 0 { 0 } else { self.next() % n }
+        }
+        fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+            v[self.below(v.len() as u64) as usize]
+        }
+    }
+
+    /// One random change of one of the files, applied to the file system and to the byte
+    /// model: writes (zeros, text, noise) at the start, the end, inside or past the end;
+    /// truncations down and up; holes punched.
+    fn change(os: &mut crate::dbuf::ObjsetW, rng: &mut Rng, files: &[(u64, u64)], model: &mut [Vec<u8>], meanwhile: bool) {
+        let i = if rng.below(2) == 0 { 1 } else { rng.below(files.len() as u64) as usize };
+        let (obj, rs) = files[i];
+        let m = &mut model[i];
+        let size = m.len() as u64;
+        match rng.below(10) {
+            0..=5 => {
+                let off = match rng.below(4) {
+                    0 => 0,
+                    1 => size,
+                    2 => rng.below(size + 1),
+                    _ => size + rng.below(300_000),
+                };
+                let n = rng.pick(&[1usize, 17, 512, 4096, 131_072, 300_000]);
+                // (The second file is written mostly with zeros, synced as holes, except
+                // by the changes made during a sync: those land in a tree of holes.)
+                let kind = if i == 1 && !meanwhile { rng.below(8).saturating_sub(5) } else { rng.below(3) };
+                let data = match kind {
+                    0 => vec![0u8; n],
+                    1 => b"abcdefgh".iter().cycle().take(n).copied().collect(),
+                    _ => super::noise(rng.next() | 1, n),
+                };
+                zplw::write(os, obj, off, &data, rs).unwrap();
+                let end = off as usize + n;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[off as usize..end].copy_from_slice(&data);
+            }
+            6..=8 => {
+                let new = rng.pick(&[0, 0, size / 2, size + 1, size + 100_000, size.saturating_sub(1)]);
+                zplw::setattr(os, obj, &zplw::SetAttr { size: Some(new), ..Default::default() }, rs).unwrap();
+                m.resize(new as usize, 0);
+            }
+            _ => {
+                let off = rng.below(size + 1);
+                let len = rng.below(size - off + 1);
+                zplw::fallocate(os, obj, off, len, 0x03, rs).unwrap();
+                m[off as usize..(off + len) as usize].fill(0);
+            }
+        }
+    }
+
+    /// Random writes, truncations and punched holes on files of 128 KiB and 4 KiB records,
+    /// with syncs between them, many of them overlapped by changes made in the next txg while
+    /// the datasets are written (as writers go on while the sync thread writes without the
+    /// lock): once synced, every file reads back as the model of its bytes says.
+    #[test]
+    fn random_changes_across_overlapping_syncs() {
+        let (dir, mut pw) = test_pool("ovlrand");
+        let ds = pw.find_dataset("ovlrand").unwrap().expect("the root dataset");
+        for seed in 1..=16u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let os = pw.objset(ds).unwrap();
+            let fs = zplw::open_fs(os, 128 << 10).unwrap();
+            let mut files = Vec::new();
+            for (k, rs) in [(0, 128u64 << 10), (1, 128 << 10), (2, 4096)] {
+                let name = format!("s{seed}f{k}");
+                files.push((zplw::create(os, fs.root, name.as_bytes(), zplw::S_IFREG | 0o644, 0, 0, 0, None, 5).unwrap(), rs));
+            }
+            let mut model = vec![Vec::new(); files.len()];
+            // After each sync, the synced tree holds what the model held at its quiesce.
+            let check = |pw: &mut crate::dsl_pool::PoolW, model: &[Vec<u8>], op: usize| {
+                let os = pw.objset(ds).unwrap();
+                let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
+                for (k, ((obj, _), m)) in files.iter().zip(model).enumerate() {
+                    assert_eq!(synced.getattr(*obj).unwrap().size, m.len() as u64, "seed {seed} op {op} file {k}: size");
+                    let got = synced.read(*obj, 0, m.len() as u64).unwrap();
+                    let first = got.iter().zip(m.iter()).position(|(a, b)| a != b);
+                    assert!(first.is_none(), "seed {seed} op {op} file {k} ({} bytes): first difference at {first:?}", m.len());
+                }
+            };
+            for op in 0..120 {
+                let os = pw.objset(ds).unwrap();
+                change(os, &mut rng, &files, &mut model, false);
+                match rng.below(8) {
+                    0 | 1 => {
+                        let quiesced = model.clone();
+                        let n = 1 + rng.below(4);
+                        let mut r = Rng(rng.next() | 1);
+                        let mut m = std::mem::take(&mut model);
+                        pw.sync_overlapped(|pw| {
+                            let os = pw.objset(ds)?;
+                            for _ in 0..n {
+                                change(os, &mut r, &files, &mut m, true);
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                        model = m;
+                        check(&mut pw, &quiesced, op);
+                    }
+                    2 => {
+                        pw.sync().unwrap();
+                        check(&mut pw, &model, op);
+                    }
+                    _ => {}
+                }
+            }
+            pw.sync().unwrap();
+            check(&mut pw, &model, 120);
+        }
+        drop(pw);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
