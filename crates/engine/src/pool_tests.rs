@@ -641,7 +641,7 @@ mod zpl_read_tests {
 
     /// Everything the reads show of the tree under `dir`: per path its attributes (with or
     /// without the block figures, which a sync changes), bytes or target, and xattrs.
-    fn walk(fs: &impl ZplRead, with_blocks: bool) -> Vec<String> {
+    pub(super) fn walk(fs: &impl ZplRead, with_blocks: bool) -> Vec<String> {
         let mut out = Vec::new();
         let root = fs.root().unwrap();
         let mut stack = vec![(String::new(), root)];
@@ -951,6 +951,110 @@ mod overlap_tests {
             }
             pw.sync().unwrap();
             check(&mut pw, &model, 120);
+        }
+        drop(pw);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// One random change of the tree (files and directories made, written, truncated, linked,
+    /// renamed and removed, xattrs set) under the directories of `dirs`, with a few names so
+    /// that changes meet each other; refusals (EEXIST, ENOENT, ENOTEMPTY, ...) are part of it.
+    fn tree_change(os: &mut crate::dbuf::ObjsetW, fs: &zplw::FsInfo, rng: &mut Rng, dirs: &mut Vec<u64>) {
+        use crate::zpl::{Live, ZplRead};
+        const NAMES: [&[u8]; 5] = [b"a", b"b", b"c", b"dir", b"long-name-of-a-file"];
+        let dir = dirs[rng.below(dirs.len() as u64) as usize];
+        let name = rng.pick(&NAMES);
+        let target = Live(os).dir_value(dir, name).ok().flatten();
+        let rs = 128 << 10;
+        let _ = match rng.below(12) {
+            0 | 1 => zplw::create(os, dir, name, zplw::S_IFREG | 0o644, 0, 0, 0, None, 5).map(|_| ()),
+            2 => zplw::create(os, dir, name, zplw::S_IFDIR | 0o755, 0, 0, 0, None, 5).map(|d| dirs.push(d)),
+            3..=5 => match target {
+                Some(obj) => {
+                    let off = rng.pick(&[0u64, 4096, 131_072, 200_000]);
+                    let n = rng.pick(&[1usize, 5000, 131_072, 300_000]);
+                    let data = if rng.below(2) == 0 { vec![0u8; n] } else { super::noise(rng.next() | 1, n) };
+                    zplw::write(os, obj, off, &data, rs).map(|_| ())
+                }
+                None => Ok(()),
+            },
+            6 => match target {
+                Some(obj) => zplw::setattr(os, obj, &zplw::SetAttr { size: Some(rng.pick(&[0u64, 1000, 140_000])), ..Default::default() }, rs).map(|_| ()),
+                None => Ok(()),
+            },
+            7 => zplw::unlink(os, fs, dir, name, &|_| false),
+            8 => zplw::rmdir(os, fs, dir, name),
+            9 => {
+                let ddir = dirs[rng.below(dirs.len() as u64) as usize];
+                zplw::rename(os, fs, dir, name, ddir, rng.pick(&NAMES), 0, &|_| false)
+            }
+            10 => match target {
+                Some(obj) => zplw::link(os, obj, dirs[rng.below(dirs.len() as u64) as usize], rng.pick(&NAMES)).map(|_| ()),
+                None => Ok(()),
+            },
+            _ => match target {
+                Some(obj) => {
+                    let v = super::noise(rng.next() | 1, rng.pick(&[10usize, 300, 5000]));
+                    zplw::setxattr(os, obj, rng.pick(&[b"user.x".as_slice(), b"user.long"]), &v, 0, 5)
+                }
+                None => Ok(()),
+            },
+        };
+    }
+
+    /// Random changes of a tree, with syncs between them, most of them overlapped by changes
+    /// of the next txg: after every sync, the synced tree reads exactly as the live one read
+    /// at the quiesce (every path's attributes, bytes, xattrs and directory entries).
+    #[test]
+    fn random_tree_changes_across_overlapping_syncs() {
+        use super::zpl_read_tests::walk;
+        use crate::zpl::Live;
+        let (dir, mut pw) = test_pool("ovltree");
+        let ds = pw.find_dataset("ovltree").unwrap().expect("the root dataset");
+        let seeds: u64 = if std::env::var("OXZFS_NIGHTLY").is_ok_and(|v| v == "1") { 128 } else { 8 };
+        for seed in 1..=seeds {
+            let mut rng = Rng(seed.wrapping_mul(0xd129_0d5e_37b1_4a65) | 1);
+            let os = pw.objset(ds).unwrap();
+            let fs = zplw::open_fs(os, 128 << 10).unwrap();
+            let top = zplw::create(os, fs.root, format!("t{seed}").as_bytes(), zplw::S_IFDIR | 0o755, 0, 0, 0, None, 5).unwrap();
+            let mut dirs = vec![top];
+            let check = |pw: &mut crate::dsl_pool::PoolW, want: &[String], op: usize| {
+                let os = pw.objset(ds).unwrap();
+                let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
+                let got = walk(&*synced, false);
+                if got != want {
+                    let first = got.iter().zip(want).find(|(g, w)| g != w).map(|(g, w)| (g.chars().take(300).collect::<String>(), w.chars().take(300).collect::<String>()));
+                    panic!("seed {seed} op {op}: the synced tree ({} paths) differs from the live one at the quiesce ({} paths); first difference: {first:?}", got.len(), want.len());
+                }
+            };
+            for op in 0..80 {
+                let os = pw.objset(ds).unwrap();
+                tree_change(os, &fs, &mut rng, &mut dirs);
+                match rng.below(4) {
+                    0 => {
+                        let want = walk(&Live(pw.objset(ds).unwrap()), false);
+                        let n = 1 + rng.below(4);
+                        let mut r = Rng(rng.next() | 1);
+                        let mut d = std::mem::take(&mut dirs);
+                        pw.sync_overlapped(|pw| {
+                            let os = pw.objset(ds)?;
+                            for _ in 0..n {
+                                tree_change(os, &fs, &mut r, &mut d);
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                        dirs = d;
+                        check(&mut pw, &want, op);
+                    }
+                    1 => {
+                        let want = walk(&Live(pw.objset(ds).unwrap()), false);
+                        pw.sync().unwrap();
+                        check(&mut pw, &want, op);
+                    }
+                    _ => {}
+                }
+            }
         }
         drop(pw);
         let _ = std::fs::remove_dir_all(dir);
