@@ -827,7 +827,19 @@ mod overlap_tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// xorshift64: the random choices of `random_changes_across_overlapping_syncs`.
+    /// Seeds a randomized test runs: `default`, or `nightly` in the nightly run
+    /// (OXZFS_NIGHTLY=1, scripts/test.sh --nightly).
+    fn seeds(default: u64, nightly: u64) -> u64 {
+        if std::env::var("OXZFS_NIGHTLY").is_ok_and(|v| v == "1") { nightly } else { default }
+    }
+
+    /// The file system of dataset `ds` as last synced (read from its objset block on disk).
+    fn synced(pw: &mut crate::dsl_pool::PoolW, ds: u64) -> std::sync::Arc<Zfs> {
+        let os = pw.objset(ds).unwrap();
+        Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap()
+    }
+
+    /// xorshift64: the random choices of the randomized tests here.
     struct Rng(u64);
 
     impl Rng {
@@ -899,9 +911,7 @@ mod overlap_tests {
     fn random_changes_across_overlapping_syncs() {
         let (dir, mut pw) = test_pool("ovlrand");
         let ds = pw.find_dataset("ovlrand").unwrap().expect("the root dataset");
-        // 16 seeds by default, 256 in the nightly run (OXZFS_NIGHTLY=1, scripts/test.sh --nightly).
-        let seeds: u64 = if std::env::var("OXZFS_NIGHTLY").is_ok_and(|v| v == "1") { 256 } else { 16 };
-        for seed in 1..=seeds {
+        for seed in 1..=seeds(16, 256) {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let os = pw.objset(ds).unwrap();
             let fs = zplw::open_fs(os, 128 << 10).unwrap();
@@ -913,8 +923,7 @@ mod overlap_tests {
             let mut model = vec![Vec::new(); files.len()];
             // After each sync, the synced tree holds what the model held at its quiesce.
             let check = |pw: &mut crate::dsl_pool::PoolW, model: &[Vec<u8>], op: usize| {
-                let os = pw.objset(ds).unwrap();
-                let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
+                let synced = synced(pw, ds);
                 for (k, ((obj, _), m)) in files.iter().zip(model).enumerate() {
                     assert_eq!(synced.getattr(*obj).unwrap().size, m.len() as u64, "seed {seed} op {op} file {k}: size");
                     let got = synced.read(*obj, 0, m.len() as u64).unwrap();
@@ -1011,17 +1020,14 @@ mod overlap_tests {
         use crate::zpl::Live;
         let (dir, mut pw) = test_pool("ovltree");
         let ds = pw.find_dataset("ovltree").unwrap().expect("the root dataset");
-        let seeds: u64 = if std::env::var("OXZFS_NIGHTLY").is_ok_and(|v| v == "1") { 128 } else { 8 };
-        for seed in 1..=seeds {
+        for seed in 1..=seeds(8, 128) {
             let mut rng = Rng(seed.wrapping_mul(0xd129_0d5e_37b1_4a65) | 1);
             let os = pw.objset(ds).unwrap();
             let fs = zplw::open_fs(os, 128 << 10).unwrap();
             let top = zplw::create(os, fs.root, format!("t{seed}").as_bytes(), zplw::S_IFDIR | 0o755, 0, 0, 0, None, 5).unwrap();
             let mut dirs = vec![top];
             let check = |pw: &mut crate::dsl_pool::PoolW, want: &[String], op: usize| {
-                let os = pw.objset(ds).unwrap();
-                let synced = Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap();
-                let got = walk(&*synced, false);
+                let got = walk(&*synced(pw, ds), false);
                 if got != want {
                     let first = got.iter().zip(want).find(|(g, w)| g != w).map(|(g, w)| (g.chars().take(300).collect::<String>(), w.chars().take(300).collect::<String>()));
                     panic!("seed {seed} op {op}: the synced tree ({} paths) differs from the live one at the quiesce ({} paths); first difference: {first:?}", got.len(), want.len());
