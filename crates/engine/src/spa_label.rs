@@ -30,16 +30,19 @@ pub struct UbWrite {
 impl UbWrite {
     /// vdev_config_sync: the labels' even halves, the uberblocks, the odd halves, each after a
     /// flush of every device. A failing device does not stop the pool (a log device that
-    /// died, a mirror side): the txg is on disk when each step reached some device, and
-    /// flush errors are left to the writes that follow, as OpenZFS does.
+    /// died, a mirror side): the txg is on disk when each step reached some device. The
+    /// flushes before and after the uberblocks must reach some device too (`flush_any`):
+    /// OpenZFS leaves flush errors to the writes that follow, which here may never come (a
+    /// power cut at that flush left a sync reported done, and the fsync that waited for it
+    /// acknowledged, with its uberblock in no device's stable storage).
     pub(crate) fn write(&self) -> Result<()> {
-        self.root.flush_all();
+        self.root.flush_any()?;
         if self.config_dirty {
             write_all(&self.even)?;
             self.root.flush_all();
         }
         write_all(&self.ubs)?;
-        self.root.flush_all();
+        self.root.flush_any()?;
         if self.config_dirty {
             write_all(&self.odd)?;
             self.root.flush_all();

@@ -853,6 +853,30 @@ impl Vdev {
         }
     }
 
+    /// `flush_all`, failing when no leaf with a device flushed (the last error): the writes
+    /// before it are then on stable storage nowhere. A txg sync's flushes around its
+    /// uberblocks: a device lost with its side of a mirror does not stop the pool, but a
+    /// sync whose every flush failed (a lone disk gone, the power cut) is not on disk and
+    /// must not be reported synced — nor an fsync that waited for it acknowledged.
+    pub fn flush_any(&self) -> Result<()> {
+        let (mut good, mut err) = (0usize, None);
+        for l in self.leaves() {
+            if let Some(d) = &l.dev {
+                match d.flush() {
+                    Ok(()) => good += 1,
+                    Err(e) => {
+                        l.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                        err = Some(ZfsError::Io { device: d.name(), offset: 0, source: e });
+                    }
+                }
+            }
+        }
+        match err {
+            Some(e) if good == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Flush every leaf below (write cache barrier).
     pub fn flush(&self) -> Result<()> {
         for l in self.leaves() {

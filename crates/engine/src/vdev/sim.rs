@@ -75,6 +75,9 @@ pub enum Fault {
 struct SimCtl {
     ops: AtomicU64,
     crash_at: AtomicU64,
+    /// Flushes issued, and the one that crashes (`SimMachine::arm_crash_at_flush`).
+    flushes: AtomicU64,
+    crash_at_flush: AtomicU64,
     crashed: AtomicBool,
 }
 
@@ -85,7 +88,8 @@ impl SimCtl {
             return Err(dead(what, dev));
         }
         let n = self.ops.fetch_add(1, Ordering::SeqCst);
-        if n >= self.crash_at.load(Ordering::SeqCst) {
+        let flush_due = what == "flush" && self.flushes.fetch_add(1, Ordering::SeqCst) >= self.crash_at_flush.load(Ordering::SeqCst);
+        if n >= self.crash_at.load(Ordering::SeqCst) || flush_due {
             self.crashed.store(true, Ordering::SeqCst);
             return Err(dead(what, dev));
         }
@@ -112,7 +116,7 @@ impl Default for SimMachine {
 impl SimMachine {
     /// A machine that never crashes until [`SimMachine::arm_crash`].
     pub fn new() -> SimMachine {
-        let ctl = SimCtl { crash_at: AtomicU64::new(u64::MAX), ..Default::default() };
+        let ctl = SimCtl { crash_at: AtomicU64::new(u64::MAX), crash_at_flush: AtomicU64::new(u64::MAX), ..Default::default() };
         SimMachine { ctl: Arc::new(ctl), devices: Mutex::new(Vec::new()) }
     }
 
@@ -135,6 +139,12 @@ impl SimMachine {
     /// Crash when I/O number `at` (counting from 0, see [`SimMachine::ops`]) is issued.
     pub fn arm_crash(&self, at: u64) {
         self.ctl.crash_at.store(at, Ordering::SeqCst);
+    }
+
+    /// Crash at the `n`th flush from now (1: the next one), whatever the I/Os between.
+    pub fn arm_crash_at_flush(&self, n: u64) {
+        let done = self.ctl.flushes.load(Ordering::SeqCst);
+        self.ctl.crash_at_flush.store(done + n.max(1) - 1, Ordering::SeqCst);
     }
 
     /// Whether the armed crash has happened.
