@@ -839,6 +839,21 @@ mod overlap_tests {
         Zfs::open(crate::dmu::Objset::open_id(&os.spa, &os.bp, ds).unwrap()).unwrap()
     }
 
+    /// A sync of `pw` overlapped by 1-4 changes of the next txg on dataset `ds` (`change`,
+    /// with its own random stream drawn from `rng`, on the test's `state`).
+    fn sync_with_changes<S>(pw: &mut crate::dsl_pool::PoolW, ds: u64, rng: &mut Rng, state: &mut S, change: impl Fn(&mut crate::dbuf::ObjsetW, &mut Rng, &mut S)) {
+        let n = 1 + rng.below(4);
+        let mut r = Rng(rng.next() | 1);
+        pw.sync_overlapped(|pw| {
+            let os = pw.objset(ds)?;
+            for _ in 0..n {
+                change(os, &mut r, state);
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+
     /// xorshift64: the random choices of the randomized tests here.
     struct Rng(u64);
 
@@ -937,18 +952,7 @@ mod overlap_tests {
                 match rng.below(8) {
                     0 | 1 => {
                         let quiesced = model.clone();
-                        let n = 1 + rng.below(4);
-                        let mut r = Rng(rng.next() | 1);
-                        let mut m = std::mem::take(&mut model);
-                        pw.sync_overlapped(|pw| {
-                            let os = pw.objset(ds)?;
-                            for _ in 0..n {
-                                change(os, &mut r, &files, &mut m, true);
-                            }
-                            Ok(())
-                        })
-                        .unwrap();
-                        model = m;
+                        sync_with_changes(&mut pw, ds, &mut rng, &mut model, |os, r, m| change(os, r, &files, m, true));
                         check(&mut pw, &quiesced, op);
                     }
                     2 => {
@@ -1039,18 +1043,7 @@ mod overlap_tests {
                 match rng.below(4) {
                     0 => {
                         let want = walk(&Live(pw.objset(ds).unwrap()), false);
-                        let n = 1 + rng.below(4);
-                        let mut r = Rng(rng.next() | 1);
-                        let mut d = std::mem::take(&mut dirs);
-                        pw.sync_overlapped(|pw| {
-                            let os = pw.objset(ds)?;
-                            for _ in 0..n {
-                                tree_change(os, &fs, &mut r, &mut d);
-                            }
-                            Ok(())
-                        })
-                        .unwrap();
-                        dirs = d;
+                        sync_with_changes(&mut pw, ds, &mut rng, &mut dirs, |os, r, d| tree_change(os, &fs, r, d));
                         check(&mut pw, &want, op);
                     }
                     1 => {

@@ -191,6 +191,11 @@ impl PoolW {
     pub fn export(&mut self) -> Result<()> {
         self.zil_close_all();
         self.sync_settled()?;
+        // A last feed of what the last txgs rewrote; no L2ARC feed writes to the cache
+        // devices once the pool is exported.
+        let spa = self.spa.clone();
+        spa.l2arc.feed_last(&spa.arc, spa.arc_id, &spa.checksum_salt);
+        spa.l2arc.shutdown();
         self.set_label_state(1)
     }
 

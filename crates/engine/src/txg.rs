@@ -1076,14 +1076,7 @@ impl PoolHandle {
         if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
         }
-        // The last txgs, then a last feed of what they rewrote; no L2ARC feed writes to the
-        // cache devices once the pool is exported.
-        w.zil_close_all();
-        w.sync_settled()?;
-        let spa = w.spa.clone();
-        spa.l2arc.feed_last(&spa.arc, spa.arc_id, &spa.checksum_salt);
-        spa.l2arc.shutdown();
-        w.set_label_state(1)
+        w.export()
     }
 }
 
