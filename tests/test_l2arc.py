@@ -386,6 +386,45 @@ def test_compressed_arc_caches_more_than_its_size(oxzfs):
     assert oxzfs.export(pool).returncode == 0
 
 
+@pytest.mark.parametrize("how", ["dedup", "intent-log"])
+def test_written_blocks_enter_the_arc_compressed(oxzfs, how):
+    """Blocks written one by one, not in a sync's batch, are kept in the ARC as the pool
+    stores them too: those of a dedup dataset, and those an intent-log commit writes where
+    they belong (logbias=throughput under sync=always) and the sync then installs. What the
+    pool's blocks take in the ARC is measured by its export, which drops them."""
+    tune(oxzfs)
+    assert oxzfs.run("tunable", "zfs_arc_max=512M").returncode == 0
+    pool = "wc" + how[0]
+    base = os.path.join(oxzfs.base, pool)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    props = ["dedup=on"] if how == "dedup" else ["logbias=throughput", "sync=always"]
+    r = oxzfs.zpool("create", "-O", "compression=lz4", *sum((["-O", p] for p in props), []), "-R", alt, pool, *make_devs(vdir, 1, 128))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    line = b" lines of text kept compressed from the moment they are written\n"
+    data = b"".join(b"%08d" % i + line for i in range((16 << 20) // (8 + len(line)) + 1))[:16 << 20]
+    path = os.path.join(alt, pool, "text")
+    zil0 = kstat(oxzfs, "zil")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        for off in range(0, len(data), 128 << 10):
+            os.pwrite(fd, data[off:off + (128 << 10)], off)
+    finally:
+        os.close(fd)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    if how == "intent-log":
+        # (Every 128 KiB write went to its place and the log named it.)
+        zil1 = kstat(oxzfs, "zil")
+        assert zil1["zil_itx_indirect_bytes"] - zil0["zil_itx_indirect_bytes"] >= len(data), (zil0, zil1)
+    held = arcstats(oxzfs)
+    assert oxzfs.export(pool).returncode == 0
+    left = arcstats(oxzfs)
+    comp = held["compressed_size"] - left["compressed_size"]
+    uncomp = held["uncompressed_size"] - left["uncompressed_size"]
+    assert uncomp >= len(data) and 0 < comp < uncomp // 3, (held, left)
+    tune(oxzfs)
+
+
 def test_zfs_arc_max_shrinks_the_arc_at_once(oxzfs):
     tune(oxzfs)
     pool = "l2c"

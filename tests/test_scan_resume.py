@@ -18,6 +18,8 @@ from conftest import Oxzfs, diff_manifests, fresh_daemon
 from test_resilver import resilvered, status
 from test_scrub import DONE, alone, fill, import_rw, new_pool, scan_line, tunable
 from test_write import ZDB, make_devs, zdb_check
+from test_zil import logged_workload, tree, zdb_blocks
+from conftest import unmount_below
 
 PROGRESS = re.compile(r"\t(\S+) scanned(?: at \S+/s)?, (\S+) issued(?: at \S+/s)?, (\S+) total\n"
                       r"\t\S+ (?:repaired|resilvered), (\d+\.\d\d)% done")
@@ -167,3 +169,72 @@ def test_resilver_resumes_after_kill9_and_completes_the_new_side(oxzfs_bin, work
     # The new side alone: OpenZFS's zdb -bcc is clean and every file reads back.
     only = alone(ox2, vdir, "d1", "rsres")
     zdb_check(only, pool)
+
+
+def test_scrub_resumed_inside_a_dataset_reads_its_claimed_log_again(oxzfs_bin, work_dir):
+    """A crash's intent log claimed by an import with -N (replayed only by the first mount) is
+    the head dataset's: a scrub that stopped inside that dataset reads the log again when it
+    goes on, before its bookmark, as OpenZFS's dsl_scan_visitds does. A log block damaged on
+    one mirror side while the pool was exported is repaired by the rest of the scrub, and the
+    mount then replays the whole log."""
+    ox = fresh_daemon(oxzfs_bin, work_dir, "scan-resume-zil")
+    pool = "rszil"
+    vdir, alt = os.path.join(ox.base, "vdevs"), os.path.join(ox.base, "alt")
+    d0, d1 = make_devs(vdir, 2, 128)
+    root = os.path.join(alt, pool)
+    try:
+        r = ox.zpool("create", "-R", alt, pool, "mirror", d0, d1)
+        assert r.returncode == 0, repr(r)
+        ox.imported.append(pool)
+        fill(root, 23)
+        assert ox.zpool("sync", pool).returncode == 0
+        # No txg sync from here on: the changes survive the kill through the log only.
+        tunable(ox, "zfs_txg_timeout=3600")
+        work = os.path.join(root, "logged")
+        os.mkdir(work)
+        snaps = logged_workload(work, 6, sizes=(100, 4096, 5000))
+        ox.kill9()
+        unmount_below(alt)
+        blocks = zdb_blocks(vdir, pool)
+        assert len(blocks) > 5, f"zdb lists {len(blocks)} log blocks"
+        _, vdev, off = blocks[len(blocks) // 2]
+        assert vdev == 0
+        r = subprocess.run([ZDB, "-e", "-p", vdir, "-d", pool], capture_output=True, text=True, timeout=300)
+        m = re.search(rf"^Dataset {pool} \[ZPL\], ID (\d+),", r.stdout, re.M)
+        assert m, r.stdout + r.stderr
+        head = int(m.group(1))
+        r = ox.zpool("import", "-N", "-f", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        tunable(ox, "zfs_txg_timeout=1")
+        delay(ox, d0, pool, 8)
+        assert ox.zpool("scrub", pool).returncode == 0
+        hold_part_way(ox, pool)
+        assert ox.run("zinject", "-c", "all").returncode == 0
+        assert ox.export(pool).returncode == 0
+        e = scan_entry(vdir, pool)
+        assert (e["func"], e["state"]) == (1, 1) and e["bookmark"][0] == head, \
+            f"the scrub did not stop inside dataset {head}: {e}"
+        with open(d0, "r+b") as f:
+            f.seek(0x400000 + off + 200)
+            f.write(os.urandom(64))
+        r = ox.zpool("import", "-N", "-d", vdir, "-R", alt, pool)
+        assert r.returncode == 0, repr(r)
+        tunable(ox, "zfs_scan_suspend_progress=0")
+        assert ox.zpool("wait", "-t", "scrub", pool).returncode == 0
+        line = scan_line(ox, pool)
+        m = DONE.match(line)
+        assert m and m.group(1) != "0B" and m.group(2) == "0", f"the damaged log block was not repaired: {line!r}"
+        sides = []
+        for d in (d0, d1):
+            with open(d, "rb") as f:
+                f.seek(0x400000 + off)
+                sides.append(f.read(512))
+        assert sides[0] == sides[1], "the damaged log block was not rewritten on its side"
+        assert ox.zfs("mount", "-a").returncode == 0
+        got = tree(work)
+        bad = sorted(k for k in set(snaps[-1]) | set(got) if got.get(k) != snaps[-1].get(k))
+        assert not bad, f"after the scrub and the mount's replay: {bad[:10]}"
+        assert ox.export(pool).returncode == 0
+    finally:
+        ox.teardown()
+    zdb_check(vdir, pool)

@@ -9,9 +9,9 @@
 //! (OpenZFS's dbuf caches take 1/32 for data and 1/64 for metadata), in an LRU of their own
 //! (`hot`), counted as overhead_size and in the ARC's size. A block stored uncompressed, or
 //! any block with zfs_compressed_arc_enabled=0, is kept decompressed (one buffer, no
-//! overhead). A block just written is kept compressed, without a copy until someone reads
-//! it, when its writer hands over the compressed bytes (a sync's batches of data blocks do);
-//! else decompressed (the blocks written one by one: metadata, dedup, the intent log's).
+//! overhead). A block just written is kept compressed as its writer compressed it: a data
+//! block without a copy until someone reads it, a metadata block with its copy beside it (the
+//! next sync reads it back, as OpenZFS's dbuf keeps its buffer beside the header's bytes).
 //!
 //! Four lists as in OpenZFS's arc.c (after Megiddo and Modha): MRU holds blocks seen once, MFU
 //! blocks seen again; MRU-ghost and MFU-ghost remember the keys (not the data) of blocks recently
@@ -800,15 +800,17 @@ impl Arc_ {
     /// Insert a block just written: as `insert`, but a cached entry under the same key takes
     /// the new bytes (the device holds them now).
     pub fn replace(&self, key: ArcKey, data: Arc<Vec<u8>>, l2bp: Option<&BlockPointer>) {
-        self.replace_block(key, data, None, 0, l2bp)
+        self.replace_block(key, data, None, 0, false, l2bp)
     }
 
     /// `replace` with the block's compressed bytes `phys` (function `compress`) when the
-    /// writer has them: kept compressed alone (no decompressed copy: nobody reads it yet).
-    pub fn replace_block(&self, key: ArcKey, data: Arc<Vec<u8>>, phys: Option<Arc<Vec<u8>>>, compress: u8, l2bp: Option<&BlockPointer>) {
+    /// writer has them: kept compressed, with `data` as the copy in use when `copy` (metadata
+    /// the next sync reads back, as a dbuf keeps its buffer beside the header's compressed
+    /// bytes), else alone (a data block nobody reads yet).
+    pub fn replace_block(&self, key: ArcKey, data: Arc<Vec<u8>>, phys: Option<Arc<Vec<u8>>>, compress: u8, copy: bool, l2bp: Option<&BlockPointer>) {
         let phys = phys.filter(|_| crate::tunables::compressed_arc_enabled());
         let compress = if phys.is_some() { compress } else { 0 };
-        self.put(key, Bufs { data, phys, compress, copy: false }, true, l2bp.map(|b| Box::new(b.clone())))
+        self.put(key, Bufs { data, phys, compress, copy }, true, l2bp.map(|b| Box::new(b.clone())))
     }
 
     fn put(&self, key: ArcKey, bufs: Bufs, replace: bool, l2bp: Option<Box<BlockPointer>>) {
@@ -929,6 +931,15 @@ impl Arc_ {
                 }
             }
         }
+    }
+
+    /// How `key` is held, for tests: (compressed bytes kept, decompressed bytes kept);
+    /// None when not resident.
+    #[cfg(test)]
+    pub(crate) fn held(&self, key: &ArcKey) -> Option<(bool, bool)> {
+        let st = self.state.lock().unwrap();
+        let e = st.entries.get(key).filter(|e| matches!(e.list, ListId::Mru | ListId::Mfu))?;
+        Some((e.phys.is_some(), e.data.is_some()))
     }
 
     pub fn stats(&self) -> ArcStats {
@@ -1184,7 +1195,7 @@ mod tests {
         // until it is read; it replaces what the key held, and the feed gets those bytes.
         let (l, p) = block(3000);
         arc.insert(k(3000), Arc::new(vec![9u8; 128 << 10]));
-        arc.replace_block(k(3000), l.clone(), Some(Arc::new(p.clone())), ZIO_COMPRESS_LZ4, Some(&bp));
+        arc.replace_block(k(3000), l.clone(), Some(Arc::new(p.clone())), ZIO_COMPRESS_LZ4, false, Some(&bp));
         let s = arc.stats();
         assert_eq!((s.size, s.compressed_size, s.uncompressed_size, s.overhead_size), (p.len() as u64, p.len() as u64, 128 << 10, 0), "{s:?}");
         assert_eq!(arc.l2_candidates(1, 0, &|_| false)[0].phys.as_deref(), Some(&p));

@@ -106,8 +106,9 @@ pub struct DirtyObj {
     /// Whole blocks punched out (become holes at sync).
     pub holes: std::collections::BTreeSet<u64>,
     /// Blocks an intent-log commit already wrote where they belong (dmu_sync's override):
-    /// blkid → their bp, which the sync installs instead of writing the block again.
-    pub overrides: BTreeMap<u64, BlockPointer>,
+    /// blkid → their bp, which the sync installs instead of writing the block again, and
+    /// their compressed bytes when stored compressed (what the ARC keeps of them).
+    pub overrides: BTreeMap<u64, (BlockPointer, Option<Arc<Vec<u8>>>)>,
 }
 
 /// Space accounting of what a sync wrote and freed (for the dataset and dsl_dir).
@@ -459,7 +460,7 @@ impl ObjsetW {
         }
         let keys: Vec<u64> = d.overrides.range(range).map(|(k, _)| *k).collect();
         for k in keys {
-            if let Some(bp) = d.overrides.remove(&k) {
+            if let Some((bp, _)) = d.overrides.remove(&k) {
                 self.zil.free_at_sync(bp);
             }
         }
@@ -482,7 +483,7 @@ impl ObjsetW {
     /// than writing the block again.
     pub fn dmu_sync(&mut self, obj: u64, blkid: u64, txg: u64, env: PolicyEnv, alloc: &mut dyn DvaAllocator) -> Result<Option<(BlockPointer, Vec<u8>)>> {
         let Some(d) = self.dirty.get(&obj) else { return Ok(None) };
-        if let Some(bp) = d.overrides.get(&blkid) {
+        if let Some((bp, _)) = d.overrides.get(&blkid) {
             return Ok(Some((bp.clone(), Vec::new())));
         }
         let Some(data) = d.blocks.get(&blkid) else { return Ok(None) };
@@ -507,10 +508,15 @@ impl ObjsetW {
                 for (i, dva) in got.into_iter().enumerate() {
                     bp.dva[i] = dva;
                 }
-                (bp, phys.into_owned())
+                (bp, phys)
             }
         };
-        self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, bp.clone());
+        let kept = match &phys {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(v) => Some(Arc::new(v.clone())),
+        };
+        let phys = phys.into_owned();
+        self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, (bp.clone(), kept));
         Ok(Some((bp, phys)))
     }
 
@@ -1410,9 +1416,9 @@ fn sync_spill(os: &mut SyncJob, ctx: &mut SyncCtx, dn: &mut DnodePhys, spill: Op
 /// `ds`: the dataset (objset) the block belongs to.
 #[allow(clippy::too_many_arguments)]
 fn write_cached(spa: &Spa, ds: u64, alloc: &mut dyn DvaAllocator, data: &Arc<Vec<u8>>, p: &WriteProps, txg: u64, prev: Option<&BlockPointer>) -> Result<Written> {
-    let w = zio::write_block_over(&spa.root_vdev, &spa.checksum_salt, alloc, data, p, txg, prev)?;
+    let (w, phys) = zio::write_block_over(&spa.root_vdev, &spa.checksum_salt, alloc, data, p, txg, prev)?;
     if let Written::Bp(bp) = &w {
-        spa.cache_written(bp, data.clone(), ds);
+        spa.cache_written_block(bp, data.clone(), phys, ds);
     }
     Ok(w)
 }
@@ -1481,7 +1487,7 @@ fn sync_tree(
     holes: &std::collections::BTreeSet<u64>,
     l0: WriteProps,
     fills: Option<&HashMap<u64, u64>>,
-    overrides: &BTreeMap<u64, BlockPointer>,
+    overrides: &BTreeMap<u64, (BlockPointer, Option<Arc<Vec<u8>>>)>,
 ) -> Result<()> {
     let old = dn.clone();
     let epbs = (old.indblkshift as u32) - 7;
@@ -1596,17 +1602,17 @@ fn sync_tree(
             items.push(zio::BlockWrite { data, p, prev });
             continue;
         }
-        if let Some(bp) = overrides.get(&blkid) {
+        if let Some((bp, phys)) = overrides.get(&blkid) {
             // Written by an intent-log commit (dmu_sync): installed as it is.
             if !bp.embedded {
-                os.spa.cache_written(bp, data.clone(), os.id);
+                os.spa.cache_written_block(bp, data.clone(), phys.clone(), os.id);
             }
             changes.push((0, blkid, bp.clone()));
             continue;
         }
-        let w = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
+        let (w, phys) = ctx.ddt.dedup_write(&os.spa.root_vdev, &os.spa.checksum_salt, ctx.alloc, data, &p, p.dedup_verify, ctx.txg)?;
         if let Written::Bp(bp) = &w {
-            os.spa.cache_written(bp, data.clone(), os.id);
+            os.spa.cache_written_block(bp, data.clone(), phys, os.id);
         }
         changes.push((0, blkid, ctx.written_bp(w, prev.as_ref(), data.len() as u64, p.typ, fills.and_then(|f| f.get(&blkid).copied()))));
     }

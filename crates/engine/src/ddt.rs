@@ -35,6 +35,7 @@ use oxzfs_format::dsl::DMU_POOL_DDT_STATS;
 use oxzfs_format::types;
 use oxzfs_format::zap::{ZAP_FLAG_HASH64, ZAP_FLAG_PRE_HASHED_KEY, ZAP_FLAG_UINT64_KEY};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The checksum a dedup=on / dedup=verify dataset dedups with (ZIO_DEDUPCHECKSUM).
 pub const ZIO_DEDUPCHECKSUM: u8 = checksum::ZIO_CHECKSUM_SHA256;
@@ -76,8 +77,8 @@ pub struct Ddt {
 
 /// dva_get_dsize_sync: a DVA's allocated bytes scaled by its vdev's deflate ratio.
 impl DedupWriter for Ddt {
-    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<Written> {
-        self.write(root, salt, alloc, data, p, verify, txg)
+    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<(Written, Option<Arc<Vec<u8>>>)> {
+        self.write_keeping(root, salt, alloc, data, p, verify, txg)
     }
 }
 
@@ -179,9 +180,17 @@ impl Ddt {
     /// blocks are returned as they are (never deduplicated).
     #[allow(clippy::too_many_arguments)]
     pub fn write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<Written> {
+        Ok(self.write_keeping(root, salt, alloc, data, p, verify, txg)?.0)
+    }
+
+    /// `write`, returning with the outcome the block's compressed bytes when it is stored
+    /// compressed (a reference added to a copy already written has the same bytes): what the
+    /// ARC keeps of it under zfs_compressed_arc_enabled.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_keeping(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<(Written, Option<Arc<Vec<u8>>>)> {
         let (mut bp, phys) = match zio::prepare(salt, alloc.min_alloc(), data, p, txg)? {
-            Prepared::Hole => return Ok(Written::Hole),
-            Prepared::Embedded(bp) => return Ok(Written::Bp(bp)),
+            Prepared::Hole => return Ok((Written::Hole, None)),
+            Prepared::Embedded(bp) => return Ok((Written::Bp(bp), None)),
             Prepared::Block { bp, phys } => (bp, phys),
         };
         let key = DdtKey::of_bp(&bp);
@@ -191,11 +200,11 @@ impl Ddt {
                     if !checksum::checksum_info(p.checksum).map_or(false, |i| i.dedup()) {
                         // A weak checksum: try again with the strong one.
                         let strong = WriteProps { checksum: ZIO_DEDUPCHECKSUM, ..*p };
-                        return self.write(root, salt, alloc, data, &strong, true, txg);
+                        return self.write_keeping(root, salt, alloc, data, &strong, true, txg);
                     }
                     // A strong checksum cannot tell them apart: an ordinary write.
                     zio::place(root, salt, alloc, &mut bp, &phys, p, txg)?;
-                    return Ok(Written::Bp(bp));
+                    return Ok((Written::Bp(bp), zio::compressed_bytes(phys)));
                 }
             }
         }
@@ -221,7 +230,7 @@ impl Ddt {
         }
         ph.refcnt += 1;
         bp.dedup = true;
-        Ok(Written::Bp(bp))
+        Ok((Written::Bp(bp), zio::compressed_bytes(phys)))
     }
 
     /// zio_ddt_free: drop one reference of dedup bp `bp` (its copies are freed at sync when

@@ -33,7 +33,7 @@
 //! up to the claimed sequence read at once (speculatively, every copy checked against the
 //! chain's embedded checksum, bad copies rewritten), and the blocks its indirect write records
 //! name scanned as any other block (bookmarks objset:0:-2:seq and objset:object:-2:blkid).
-//! A walk resumed inside the dataset does not visit it again.
+//! A walk resumed inside the dataset visits it again.
 //!
 //! With a sink (the sorted scan), the blocks the walk would read go to the scan's queues
 //! instead, gang blocks excepted; the walk itself still reads what it descends through (from
@@ -249,8 +249,10 @@ impl<'a> ScanWalk<'a> {
             return; // created after the scan began: nothing of it, nor after it, to read
         }
         // Only a head's intent log is the dataset's (a snapshot's header may name the same
-        // chain); $ORIGIN has none.
-        if ds.num_children == 0 && self.bookmark.is_zero() {
+        // chain); $ORIGIN has none. Visited again by a walk resumed inside the dataset, as
+        // OpenZFS's dsl_scan_visitds does (the log's blocks have no place in the bookmark's
+        // order).
+        if ds.num_children == 0 {
             self.visit_zil(dsobj, &ds.bp);
         }
         self.visit_rootbp(dsobj, &ds.bp);

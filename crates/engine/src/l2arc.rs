@@ -16,7 +16,7 @@
 //! l2arc_write_max (+ l2arc_write_boost while cold) bytes. A buffer goes as the pool holds it:
 //! its physical (compressed) bytes, so that a read can verify it against the block pointer's
 //! checksum; a block the ARC keeps compressed is written as it is, one it keeps decompressed
-//! (zfs_compressed_arc_enabled=0, compressed blocks written one by one) is compressed again as the bp says and
+//! (zfs_compressed_arc_enabled=0) is compressed again as the bp says and
 //! written only when that reproduces the checksum (what OpenZFS does without compressed
 //! ARC). The ARC also hands the feed what it evicted before a feed wrote it (`take_l2_pending`,
 //! at most l2arc_write_max + l2arc_write_boost bytes waiting; the feed thread goes early when
@@ -328,6 +328,7 @@ impl L2Arc {
             std::thread::Builder::new()
                 .name("l2arc_rebuild".into())
                 .spawn(move || {
+                    lowest_priority();
                     me.rebuild(&dd, &h);
                     dd.rebuilding.store(false, Ordering::Release);
                 })
@@ -902,6 +903,17 @@ impl L2Arc {
 /// A message for the daemon's log (its standard error): devices left out, rebuilds.
 pub fn log(msg: String) {
     eprintln!("l2arc: {msg}");
+}
+
+/// Run the calling thread at the lowest priority (nice 19), as OpenZFS runs its L2ARC feed and
+/// rebuild threads (minclsyspri, MAX_PRIO - 1): their work waits for the readers', whose CPU
+/// they would otherwise take on a busy machine. On Linux the nice value is the thread's own.
+pub(crate) fn lowest_priority() {
+    // SAFETY: gettid and setpriority take no pointers; a failure leaves the priority as it is.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
 }
 
 /// Whether a block is metadata for the ARC (arc_buf_type: indirect blocks and every object

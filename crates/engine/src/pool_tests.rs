@@ -71,6 +71,20 @@ mod arc_tests {
         assert_eq!(after.1, before.1, "every block read back was cached when written");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Metadata a sync writes one block at a time (here the MOS's dnode tree) enters the ARC
+    /// as the pool stores it, compressed, with its decompressed bytes beside it for the next
+    /// sync to read back.
+    #[test]
+    fn written_metadata_is_kept_compressed_with_its_copy() {
+        let (dir, mut pw) = test_pool("arcmeta");
+        pw.sync().unwrap();
+        let bp = pw.mos.phys.meta_dnode.blkptr[0].clone();
+        assert!(bp.compress != oxzfs_format::compress::ZIO_COMPRESS_OFF && bp.psize < bp.lsize, "{bp:?}");
+        let key = crate::spa::arc_key(pw.spa.arc_id, &bp).expect("a block on disk");
+        assert_eq!(pw.spa.arc.held(&key), Some((true, true)), "compressed bytes and the copy in use");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 mod space_tests {

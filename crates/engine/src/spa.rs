@@ -538,6 +538,7 @@ impl Spa {
         use crate::tunables;
         let weak = Arc::downgrade(self);
         let _ = std::thread::Builder::new().name("l2arc_feed".into()).spawn(move || {
+            crate::l2arc::lowest_priority();
             let mut busy = false;
             let mut began = std::time::Instant::now();
             loop {
@@ -673,14 +674,10 @@ impl Spa {
     /// Keep the logical bytes of a block just written in the ARC (as OpenZFS's dbufs keep
     /// their arc bufs after the write): the next sync reads back the blocks it rewrites (space
     /// map tails, indirect blocks, dnode blocks) and need not read and decompress them.
-    /// `ds`: the dataset written (its primarycache/secondarycache apply).
-    pub fn cache_written(&self, bp: &BlockPointer, data: Arc<Vec<u8>>, ds: u64) {
-        self.cache_written_block(bp, data, None, ds)
-    }
-
-    /// `cache_written`, with the block's compressed bytes `phys` when the writer has them: the
-    /// ARC then keeps the block compressed, as a block read is kept, and the L2ARC feed writes
-    /// those bytes as they are instead of compressing the block again.
+    /// `ds`: the dataset written (its primarycache/secondarycache apply). `phys`: the block's
+    /// compressed bytes when it is stored compressed: the ARC then keeps the block compressed,
+    /// as a block read is kept, and the L2ARC feed writes those bytes as they are instead of
+    /// compressing the block again.
     pub fn cache_written_block(&self, bp: &BlockPointer, data: Arc<Vec<u8>>, phys: Option<Arc<Vec<u8>>>, ds: u64) {
         if bp.is_hole() || data.len() as u64 != bp.lsize {
             return;
@@ -692,7 +689,7 @@ impl Spa {
             match self.cacheable(bp, ds) {
                 (false, _) => {}
                 (true, l2) => {
-                    self.arc.replace_block(k, data, phys, bp.compress, l2.then_some(bp));
+                    self.arc.replace_block(k, data, phys, bp.compress, crate::l2arc::is_metadata(bp), l2.then_some(bp));
                     self.classify(&k, bp);
                 }
             }

@@ -511,7 +511,8 @@ pub enum AllocClass {
 /// it (`ddt::Ddt` implements it; the syncing objset only sees this).
 pub trait DedupWriter {
     #[allow(clippy::too_many_arguments)]
-    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<Written>;
+    /// The outcome, with the block's compressed bytes when it is stored compressed.
+    fn dedup_write(&mut self, root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAllocator, data: &[u8], p: &WriteProps, verify: bool, txg: u64) -> Result<(Written, Option<Arc<Vec<u8>>>)>;
 }
 
 /// Where blocks go: the write pipeline asks for one DVA at a time.
@@ -547,12 +548,14 @@ pub fn write_block(
     p: &WriteProps,
     txg: u64,
 ) -> Result<Written> {
-    write_block_over(root, salt, alloc, data, p, txg, None)
+    Ok(write_block_over(root, salt, alloc, data, p, txg, None)?.0)
 }
 
 /// The write pipeline, rewriting `prev` in place when it was born in this txg and the new
 /// physical size equals its own (sync passes ≥ 2 converge this way, as OpenZFS's
 /// zfs_sync_pass_rewrite). Otherwise new DVAs are allocated (the caller frees `prev`).
+/// Returned with the outcome: the block's compressed bytes when it was compressed and written
+/// whole (what the ARC keeps of it under zfs_compressed_arc_enabled).
 pub fn write_block_over(
     root: &Vdev,
     salt: &[u8; 32],
@@ -561,13 +564,22 @@ pub fn write_block_over(
     p: &WriteProps,
     txg: u64,
     prev: Option<&BlockPointer>,
-) -> Result<Written> {
+) -> Result<(Written, Option<Arc<Vec<u8>>>)> {
     let (bp, phys) = match prepare(salt, alloc.min_alloc(), data, p, txg)? {
-        Prepared::Hole => return Ok(Written::Hole),
-        Prepared::Embedded(bp) => return Ok(Written::Bp(bp)),
+        Prepared::Hole => return Ok((Written::Hole, None)),
+        Prepared::Embedded(bp) => return Ok((Written::Bp(bp), None)),
         Prepared::Block { bp, phys } => (bp, phys),
     };
-    write_prepared(root, salt, alloc, bp, &phys, p, txg, prev)
+    let w = write_prepared(root, salt, alloc, bp, &phys, p, txg, prev)?;
+    Ok((w, compressed_bytes(phys)))
+}
+
+/// The physical bytes of a prepared block when they are not the caller's (compressed).
+pub fn compressed_bytes(phys: std::borrow::Cow<'_, [u8]>) -> Option<Arc<Vec<u8>>> {
+    match phys {
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(v) => Some(Arc::new(v)),
+    }
 }
 
 /// The rest of `write_block_over` once the block is prepared: over `prev` when this txg's
@@ -736,13 +748,8 @@ pub fn write_blocks_over<'a>(root: &Vdev, salt: &[u8; 32], alloc: &mut dyn DvaAl
         for (slot, d) in bp.dva.iter_mut().zip(&dvas) {
             *slot = *d;
         }
-        let (bytes, compressed) = match phys {
-            std::borrow::Cow::Borrowed(_) => (b.data.clone(), None),
-            std::borrow::Cow::Owned(v) => {
-                let v = Arc::new(v);
-                (v.clone(), Some(v))
-            }
-        };
+        let compressed = compressed_bytes(phys);
+        let bytes = compressed.clone().unwrap_or_else(|| b.data.clone());
         if defer {
             own.bytes += bytes.len() as u64;
             own.blocks.push((bp.clone(), Queued(bytes)));
@@ -1189,7 +1196,7 @@ pub(crate) mod write_tests {
                 assert_eq!(bp.asize_total(), all.iter().map(|d| d.asize).sum::<u64>(), "{kind} limit {limit}: {deep_headers} {data_total}");
                 // A later pass rewrites the same size in place.
                 let data2: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
-                let Written::Bp(bp2) = write_block_over(&root, &salt, &mut alloc, &data2, &props, 9, Some(&bp)).unwrap() else { panic!() };
+                let (Written::Bp(bp2), _) = write_block_over(&root, &salt, &mut alloc, &data2, &props, 9, Some(&bp)).unwrap() else { panic!() };
                 assert_eq!(bp2.dva, bp.dva);
                 assert_ne!(bp2.cksum, bp.cksum);
                 assert_eq!(read_bp(&ctx, &bp2).unwrap(), data2);
