@@ -2,10 +2,10 @@
 //! statistics as OpenZFS's arc_summary script words and lays them out (72 columns, its
 //! number formats), read from the same counters as `oxzfs arcstats`.
 //!
-//! Sections: arc, archits, l2arc, tunables, vdev (oxzfs has no vdev cache: the section says
-//! so, as OpenZFS's does with the cache disabled). OpenZFS's dmu, spl and zil sections read
-//! kstats oxzfs does not keep (the prefetcher's, the kernel porting layer's, the intent log's
-//! counters) and are left out; asked for by name, they say the data is not available.
+//! Sections: arc, archits, dmu (the prefetcher's zfetchstats), l2arc, tunables, vdev (oxzfs
+//! has no vdev cache: the section says so, as OpenZFS's does with the cache disabled), zil.
+//! OpenZFS's spl section reads the kernel porting layer's module parameters, which oxzfs does
+//! not have: left out, and asked for by name it says the data is not available.
 
 use crate::verb::{fail, ok, usage, Out};
 use std::collections::BTreeMap;

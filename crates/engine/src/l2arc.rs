@@ -699,8 +699,8 @@ impl L2Arc {
             return 0;
         }
         self.evict(&d, &mut st, distance);
-        let noprefetch = tunables::l2arc_noprefetch();
-        let _ = noprefetch; // prefetched buffers are not told apart from demand ones yet
+        // (l2arc_noprefetch: a prefetched buffer is not a candidate until a demand read hits
+        // it; the ARC gives it no block pointer before that, see `Spa::arc_keep`.)
         let batch_start = st.hand;
         let mut batch: Vec<u8> = Vec::new();
         let mut placed: Vec<(L2Key, L2Buf)> = Vec::new();
