@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -22,6 +23,34 @@ ZDB = oracle_pools.ZDB
 
 # Small devices keep log blocks only below OpenZFS's 1 GiB default of this tunable.
 TUNABLES = ["zfs_arc_max=16M", "l2arc_rebuild_blocks_min_l2size=0", "l2arc_feed_secs=1", "l2arc_write_max=32M"]
+
+
+# OpenZFS 2.1's arcstats rows, in its order (module/zfs/arc.c, arc_stats).
+OPENZFS_ARCSTATS = """
+hits misses demand_data_hits demand_data_misses demand_metadata_hits demand_metadata_misses
+prefetch_data_hits prefetch_data_misses prefetch_metadata_hits prefetch_metadata_misses mru_hits
+mru_ghost_hits mfu_hits mfu_ghost_hits deleted mutex_miss access_skip evict_skip
+evict_not_enough evict_l2_cached evict_l2_eligible evict_l2_eligible_mfu evict_l2_eligible_mru
+evict_l2_ineligible evict_l2_skip hash_elements hash_elements_max hash_collisions hash_chains
+hash_chain_max p c c_min c_max size compressed_size uncompressed_size overhead_size hdr_size
+data_size metadata_size dbuf_size dnode_size bonus_size other_size anon_size anon_evictable_data
+anon_evictable_metadata mru_size mru_evictable_data mru_evictable_metadata mru_ghost_size
+mru_ghost_evictable_data mru_ghost_evictable_metadata mfu_size mfu_evictable_data
+mfu_evictable_metadata mfu_ghost_size mfu_ghost_evictable_data mfu_ghost_evictable_metadata
+l2_hits l2_misses l2_prefetch_asize l2_mru_asize l2_mfu_asize l2_bufc_data_asize
+l2_bufc_metadata_asize l2_feeds l2_rw_clash l2_read_bytes l2_write_bytes l2_writes_sent
+l2_writes_done l2_writes_error l2_writes_lock_retry l2_evict_lock_retry l2_evict_reading
+l2_evict_l1cached l2_free_on_write l2_abort_lowmem l2_cksum_bad l2_io_error l2_size l2_asize
+l2_hdr_size l2_log_blk_writes l2_log_blk_avg_asize l2_log_blk_asize l2_log_blk_count
+l2_data_to_meta_ratio l2_rebuild_success l2_rebuild_unsupported l2_rebuild_io_errors
+l2_rebuild_dh_errors l2_rebuild_cksum_lb_errors l2_rebuild_lowmem l2_rebuild_size
+l2_rebuild_asize l2_rebuild_bufs l2_rebuild_bufs_precached l2_rebuild_log_blks
+memory_throttle_count memory_direct_count memory_indirect_count memory_all_bytes
+memory_free_bytes memory_available_bytes arc_no_grow arc_tempreserve arc_loaned_bytes arc_prune
+arc_meta_used arc_meta_limit arc_dnode_limit arc_meta_max arc_meta_min async_upgrade_sync
+demand_hit_predictive_prefetch demand_hit_prescient_prefetch arc_need_free arc_sys_free
+arc_raw_size cached_only_in_progress abd_chunk_waste_size
+""".split()
 
 
 def tune(ox):
@@ -272,6 +301,15 @@ def test_secondarycache_none_feeds_no_data(oxzfs):
     # 16 MiB of the file.
     assert s["l2_size"] < 4 << 20, s
     assert cache_row(oxzfs, pool, cache)[0] < 4 << 20
+    # secondarycache=metadata: read again after an import, the file's data is not fed, its
+    # metadata may be.
+    assert oxzfs.zfs("set", "secondarycache=metadata", pool).returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    import_pool(oxzfs, vdir, alt, pool)
+    assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
+    feeds = arcstats(oxzfs)["l2_feeds"]
+    s = wait_for(oxzfs, "three L2ARC feeds", lambda s: s["l2_feeds"] >= feeds + 3)
+    assert s["l2_bufc_data_asize"] == 0 and s["l2_bufc_metadata_asize"] > 0 and s["l2_size"] < 4 << 20, s
     # secondarycache=all: the same file is fed once it is read again.
     assert oxzfs.zfs("set", "secondarycache=all", pool).returncode == 0
     assert oxzfs.export(pool).returncode == 0
@@ -279,6 +317,139 @@ def test_secondarycache_none_feeds_no_data(oxzfs):
     assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
     wait_for(oxzfs, "a feed of the file", lambda s: s["l2_size"] >= 12 << 20)
     assert oxzfs.export(pool).returncode == 0
+
+
+def pool_with_file(ox, pool, mib, layout):
+    """POOL (compression=off) on the devices LAYOUT(vdev dir) returns, under ox.base/POOL, with
+    file f of MIB MiB of random bytes: (vdev dir, altroot, the file's path, its sha256)."""
+    base = os.path.join(ox.base, pool)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    r = ox.zpool("create", "-O", "compression=off", "-R", alt, pool, *layout(vdir))
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    path = os.path.join(alt, pool, "f")
+    data = os.urandom(mib << 20)
+    with open(path, "wb") as f:
+        f.write(data)
+    return vdir, alt, path, hashlib.sha256(data).hexdigest()
+
+
+def test_primarycache_keeps_what_it_says(oxzfs):
+    """primarycache=none keeps none of the dataset's blocks in the ARC (the second read of a
+    file misses again), =metadata only its metadata (data misses again, its indirect block
+    hits), =all both (the second read hits)."""
+    tune(oxzfs)
+    assert oxzfs.run("tunable", "zfs_arc_max=256M").returncode == 0
+    pool = "l2pc"
+    vdir, alt, path, want = pool_with_file(oxzfs, pool, 4, lambda vdir: make_devs(vdir, 1, 128))
+    blocks = (4 << 20) >> 17
+
+    def data_misses(s):
+        return s["demand_data_misses"] + s["prefetch_data_misses"]
+
+    for policy in ("none", "metadata", "all"):
+        assert oxzfs.zfs("set", f"primarycache={policy}", pool).returncode == 0
+        # (An export and import empty the ARC of the pool's blocks.)
+        assert oxzfs.export(pool).returncode == 0
+        import_pool(oxzfs, vdir, alt, pool)
+        assert read_direct(path) == want
+        s1 = arcstats(oxzfs)
+        assert read_direct(path) == want
+        s2 = arcstats(oxzfs)
+        dh, dm = s2["demand_data_hits"] - s1["demand_data_hits"], data_misses(s2) - data_misses(s1)
+        mh = s2["demand_metadata_hits"] - s1["demand_metadata_hits"]
+        if policy == "all":
+            assert dh >= blocks and dm == 0, (policy, s1, s2)
+        else:
+            assert dh == 0 and dm >= blocks, (policy, s1, s2)
+        if policy == "metadata":
+            assert mh > 0, (policy, s1, s2)
+    assert oxzfs.export(pool).returncode == 0
+    tune(oxzfs)
+
+
+def test_two_cache_devices_serve_within_an_import_and_one_goes_under_reads(oxzfs):
+    """Two cache devices take turns (both hold blocks, both in iostat -v). A file three times
+    the ARC, read again in the same import, comes back from them once the ARC has evicted it.
+    One is removed while a reader goes over the file again and again: every read is right, the
+    device leaves status and iostat, the other keeps serving. With l2arc_rebuild_enabled=0 an
+    import does not rebuild from the one left."""
+    tune(oxzfs)
+    # (Feeds of 8 MiB: the evicted part of the file does not all go to the first device fed.)
+    assert oxzfs.run("tunable", "l2arc_write_max=8M").returncode == 0
+    s0 = arcstats(oxzfs)
+    pool = "l2two"
+    caches = []
+
+    def layout(vdir):
+        data_dev = make_devs(vdir, 1, 160)
+        caches.extend(os.path.join(vdir, f"cache{i}") for i in range(2))
+        for c in caches:
+            with open(c, "wb") as f:
+                f.truncate(96 << 20)
+        return data_dev + ["cache"] + caches
+
+    vdir, alt, path, want = pool_with_file(oxzfs, pool, 48, layout)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert read_direct(path) == want
+    wait_for(oxzfs, "a feed of each device", lambda s: all(cache_row(oxzfs, pool, c)[0] >= 4 << 20 for c in caches))
+    s1 = arcstats(oxzfs)
+    assert read_direct(path) == want
+    s2 = arcstats(oxzfs)
+    assert s2["l2_hits"] - s1["l2_hits"] >= 64 and s2["l2_cksum_bad"] == s1["l2_cksum_bad"], (s1, s2)
+    assert sum(cache_row(oxzfs, pool, c)[3] for c in caches) >= 8 << 20
+
+    # zpool remove of one while a reader loops over the file.
+    errors, rounds, stop = [], [0], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                if read_direct(path) != want:
+                    errors.append("a read differs")
+            except OSError as e:
+                errors.append(repr(e))
+            rounds[0] += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        time.sleep(0.3)
+        r = oxzfs.zpool("remove", pool, caches[0])
+        assert r.returncode == 0, repr(r)
+        time.sleep(0.5)
+        at_removal = rounds[0]
+        deadline = time.time() + 30
+        while rounds[0] < at_removal + 2 and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        t.join(60)
+    assert not errors and rounds[0] >= 3, (errors, rounds)
+    st = oxzfs.zpool("status", pool).stdout
+    assert caches[0] not in st and caches[1] in st, st
+    iv = oxzfs.zpool("iostat", "-v", pool).stdout
+    assert caches[0] not in iv and caches[1] in iv, iv
+    s3 = arcstats(oxzfs)
+    assert read_direct(path) == want
+    assert arcstats(oxzfs)["l2_hits"] > s3["l2_hits"]
+
+    # l2arc_rebuild_enabled=0: the import leaves the device's content alone (nothing restored).
+    assert oxzfs.export(pool).returncode == 0
+    assert oxzfs.run("tunable", "l2arc_rebuild_enabled=0").returncode == 0
+    try:
+        before = arcstats(oxzfs)
+        import_pool(oxzfs, vdir, alt, pool)
+        time.sleep(2)
+        after = arcstats(oxzfs)
+        assert after["l2_rebuild_success"] == before["l2_rebuild_success"] and after["l2_rebuild_bufs"] == before["l2_rebuild_bufs"], (before, after)
+        assert read_direct(path) == want
+        assert arcstats(oxzfs)["l2_hits"] == after["l2_hits"]
+    finally:
+        assert oxzfs.run("tunable", "l2arc_rebuild_enabled=1").returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    assert arcstats(oxzfs)["l2_cksum_bad"] == s0["l2_cksum_bad"]
+    tune(oxzfs)
 
 
 def test_arcstats_usage_and_json(oxzfs):
@@ -296,6 +467,12 @@ def test_arcstats_usage_and_json(oxzfs):
     # The hits and misses by kind add up to the totals.
     kinds = ("demand_data", "demand_metadata", "prefetch_data", "prefetch_metadata")
     assert sum(j[f"{k}_hits"] for k in kinds) == j["hits"] and sum(j[f"{k}_misses"] for k in kinds) == j["misses"], j
+    # Every row is one of OpenZFS's, under its name and in its order; every l2_rebuild_ one is there.
+    names = [ln.split()[0] for ln in oxzfs.run("arcstats").stdout.splitlines()[2:]]
+    assert set(names) <= set(OPENZFS_ARCSTATS), set(names) - set(OPENZFS_ARCSTATS)
+    assert names == [n for n in OPENZFS_ARCSTATS if n in names], names
+    assert {n for n in OPENZFS_ARCSTATS if n.startswith("l2_rebuild_")} <= set(names), names
+    assert j["data_size"] + j["metadata_size"] == j["size"] and j["memory_all_bytes"] > j["c_max"], j
 
 
 def test_arc_summary_reads_the_arcstats(oxzfs):

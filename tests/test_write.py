@@ -655,6 +655,15 @@ def test_zpool_iostat_latency_queues_histograms_and_intervals(oxzfs):
     # (the class heading of the log is an empty line when vdevs are named, as in OpenZFS)
     assert [ln.split()[0] for ln in lines[3:-1] if ln.strip()] == [log], r.stdout
 
+    # -y: the report since import is left out. The one interval of an idle pool shows no
+    # writes, where the report since import shows those of the test so far.
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    since = oxzfs.zpool("iostat", "-Hp", pool, check=True).stdout.split("\t")
+    r = oxzfs.zpool("iostat", "-Hp", "-y", pool, "1", "1")
+    rows = [ln.split("\t") for ln in r.stdout.splitlines()]
+    assert r.returncode == 0 and len(rows) == 1 and rows[0][0] == pool, repr(r)
+    assert int(since[4]) > 0 and rows[0][4] == "0" and rows[0][6] == "0", (since, rows)
+
     # One report per interval: the first since import, the next ones only what their second saw.
     cp = subprocess.Popen([oxzfs.binary, "zpool", "iostat", "-Hp", pool, "1", "4"], env=oxzfs.env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -221,7 +221,20 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
     let [dmh, dmm] = s.access[1];
     let [pdh, pdm] = s.access[2];
     let [pmh, pmm] = s.access[3];
-    // In the order of OpenZFS's arcstats kstat.
+    // The L2ARC's counters are the process's (every pool's since the daemon started); its
+    // sizes are those of the pools imported now.
+    let l2 = oxzfs::l2arc::L2_STATS.snapshot();
+    let l2c = |name: &str| l2.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
+    let mut parts = [0u64; 5];
+    for imp in st.pools.values() {
+        for (p, v) in parts.iter_mut().zip(imp.pool.spa.l2arc.asize_breakdown()) {
+            *p += v;
+        }
+    }
+    let [l2_mfu, l2_mru, l2_prefetch, l2_data, l2_meta] = parts;
+    // In the order of OpenZFS 2.1's arcstats kstat; OpenZFS's rows for what oxzfs has no
+    // counterpart of (its hash table's chains, the anonymous state, the kernel's reclaim
+    // callbacks, lock retries) are left out.
     let mut rows: Vec<(&'static str, u64)> = vec![
         ("hits", s.hits),
         ("misses", s.misses),
@@ -253,32 +266,49 @@ fn arcstat_rows(st: &State) -> Vec<(&'static str, u64)> {
         ("compressed_size", s.compressed_size),
         ("uncompressed_size", s.uncompressed_size),
         ("overhead_size", s.overhead_size),
+        // (The blocks held by kind; dnode_size is part of metadata_size, as arc_meta_used is.)
+        ("data_size", s.size.saturating_sub(s.meta_used)),
+        ("metadata_size", s.meta_used),
         ("dnode_size", s.dnode_size),
         ("mru_size", s.mru_size),
         ("mru_ghost_size", s.mru_ghost_size),
         ("mfu_size", s.mfu_size),
         ("mfu_ghost_size", s.mfu_ghost_size),
+    ];
+    rows.extend([
+        ("l2_hits", l2c("l2_hits")),
+        ("l2_misses", l2c("l2_misses")),
+        ("l2_prefetch_asize", l2_prefetch),
+        ("l2_mru_asize", l2_mru),
+        ("l2_mfu_asize", l2_mfu),
+        ("l2_bufc_data_asize", l2_data),
+        ("l2_bufc_metadata_asize", l2_meta),
+    ]);
+    let before_sizes = ["l2_feeds", "l2_rw_clash", "l2_read_bytes", "l2_write_bytes", "l2_writes_sent", "l2_writes_done", "l2_writes_error", "l2_evict_reading", "l2_abort_lowmem", "l2_cksum_bad", "l2_io_error"];
+    rows.extend(before_sizes.map(|n| (n, l2c(n))));
+    rows.extend([
+        ("l2_size", l2size),
+        ("l2_asize", l2asize),
+        ("l2_hdr_size", hdr),
+        ("l2_log_blk_writes", l2c("l2_log_blk_writes")),
+        // (The log blocks on the devices now: their mean size, and the buffers' bytes to theirs.)
+        ("l2_log_blk_avg_asize", lba.checked_div(lbc).unwrap_or(0)),
+        ("l2_log_blk_asize", lba),
+        ("l2_log_blk_count", lbc),
+        ("l2_data_to_meta_ratio", l2asize.checked_div(lba).unwrap_or(0)),
+    ]);
+    rows.extend(l2.iter().filter(|(n, _)| n.starts_with("l2_rebuild_")).copied());
+    rows.extend([
         ("memory_throttle_count", s.throttles),
+        ("memory_all_bytes", oxzfs::arc::physmem()),
+        // (a signed kstat in OpenZFS: shown here as 0 when memory is short)
+        ("memory_available_bytes", avail.max(0) as u64),
+        ("arc_no_grow", u64::from(s.no_grow)),
         ("arc_meta_used", s.meta_used),
         ("arc_meta_limit", meta_limit),
         ("arc_dnode_limit", meta_limit / 10),
-        ("arc_no_grow", u64::from(s.no_grow)),
-        // (a signed kstat in OpenZFS: shown here as 0 when memory is short)
-        ("memory_available_bytes", avail.max(0) as u64),
         ("arc_sys_free", oxzfs::arc::sys_free()),
-    ];
-    // The L2ARC's counters are the process's (every pool's since the daemon started); its
-    // sizes are those of the pools imported now.
-    rows.extend(oxzfs::l2arc::L2_STATS.snapshot());
-    rows.extend([("l2_size", l2size), ("l2_asize", l2asize), ("l2_hdr_size", hdr), ("l2_log_blk_count", lbc), ("l2_log_blk_asize", lba)]);
-    let names = ["l2_mfu_asize", "l2_mru_asize", "l2_prefetch_asize", "l2_bufc_data_asize", "l2_bufc_metadata_asize"];
-    let mut parts = [0u64; 5];
-    for imp in st.pools.values() {
-        for (p, v) in parts.iter_mut().zip(imp.pool.spa.l2arc.asize_breakdown()) {
-            *p += v;
-        }
-    }
-    rows.extend(names.into_iter().zip(parts));
+    ]);
     rows
 }
 

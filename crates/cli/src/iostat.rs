@@ -863,8 +863,10 @@ pub fn run_interval(args: &[String], request: &dyn Fn(&[String]) -> Result<(Stri
         }
         print!("{out}");
         let _ = std::io::stdout().flush();
+        let skipped = a.omit_since_boot && iteration == 1;
         prev = Some(snap);
-        if left != 0 {
+        // (-y: the report left out is not one of the `count`, as in OpenZFS's loop.)
+        if left != 0 && !skipped {
             left -= 1;
             if left == 0 {
                 return 0;

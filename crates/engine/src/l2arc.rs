@@ -36,7 +36,9 @@
 //!
 //! Read (`read`): an ARC miss looks the block up by its first DVA and birth (`L2Key`; the
 //! log entries hold no checksum); the bytes at the entry's address are verified against the
-//! reader's bp, then decompressed. A bad block (overwritten, corrupted, stale) counts in
+//! reader's bp, then decompressed. An entry the feed wrote of another block under the same DVA
+//! and birth (rewritten in place; told by its size or checksum) is a miss. A bad block
+//! (overwritten, corrupted, stale) counts in
 //! l2_cksum_bad, a failed device read in l2_io_error; both leave the reader to the pool. A
 //! device that fails writes, or reads repeatedly, is dropped from the L2ARC (faulted).
 //!
@@ -50,7 +52,7 @@
 //! The index of what the devices hold (`index`, OpenZFS's L2ARC-only headers) outlives the
 //! ARC's copy of the data; it is bounded by the devices' size and by l2arc_meta_percent of
 //! the ARC (`L2_HDR_SIZE` bytes a header, as OpenZFS counts them): past that the feed stops
-//! (l2_abort_lowmem) and a rebuild ends (l2_rebuild_abort_lowmem).
+//! (l2_abort_lowmem) and a rebuild ends (l2_rebuild_lowmem).
 //!
 //! Locks: a device's state (`L2Dev::st`) before the index; the ARC's lock is never held with
 //! either. Readers take only the index, briefly, and read the device without locks: a buffer
@@ -104,6 +106,12 @@ struct L2Buf {
     psize: u64,
     asize: u64,
     compress: u8,
+    /// The first word of the block's checksum when the feed wrote it (0: unknown, a rebuilt
+    /// entry). A block rewritten in place in a later sync pass keeps its DVA and birth, which
+    /// name the entry, but not its checksum: the old bytes, fed after the rewrite, must not
+    /// answer a read of the new block (OpenZFS drops the old header when the block is
+    /// rewritten, so it never meets them).
+    cksum0: u64,
     /// From MFU (else MRU), metadata (else data), prefetched: the arcstats breakdown of
     /// what the devices hold (l2_mfu_asize and the like).
     mfu: bool,
@@ -131,8 +139,8 @@ macro_rules! l2stats {
 
 l2stats!(
     hits, misses, feeds, rw_clash, read_bytes, write_bytes, writes_sent, writes_done, writes_error, evict_reading, abort_lowmem, cksum_bad, io_error,
-    log_blk_writes, rebuild_success, rebuild_abort_unsupported, rebuild_abort_io_errors, rebuild_abort_dh_errors, rebuild_abort_cksum_lb_errors,
-    rebuild_abort_lowmem, rebuild_size, rebuild_asize, rebuild_bufs, rebuild_bufs_precached, rebuild_log_blks,
+    log_blk_writes, rebuild_success, rebuild_unsupported, rebuild_io_errors, rebuild_dh_errors, rebuild_cksum_lb_errors,
+    rebuild_lowmem, rebuild_size, rebuild_asize, rebuild_bufs, rebuild_bufs_precached, rebuild_log_blks,
 );
 
 /// The process's L2ARC counters, every pool's since the daemon started (arcstats counts as
@@ -351,7 +359,7 @@ impl L2Arc {
     fn read_header(&self, d: &L2Dev) -> Option<L2DevHdrPhys> {
         let mut b = vec![0u8; d.hdr_asize as usize];
         if let Err(e) = d.dev.read_at(&mut b, VDEV_LABEL_START_SIZE) {
-            self.count(|s| &s.rebuild_abort_dh_errors, 1);
+            self.count(|s| &s.rebuild_dh_errors, 1);
             log(format!("cache device {}: L2ARC header unreadable ({e}); starting empty", d.path.display()));
             return None;
         }
@@ -371,12 +379,12 @@ impl L2Arc {
                 Some(h)
             }
             Ok(_) => {
-                self.count(|s| &s.rebuild_abort_unsupported, 1);
+                self.count(|s| &s.rebuild_unsupported, 1);
                 log(format!("cache device {}: L2ARC header of another pool, device or geometry; starting empty", d.path.display()));
                 None
             }
             Err(e) => {
-                self.count(|s| &s.rebuild_abort_unsupported, 1);
+                self.count(|s| &s.rebuild_unsupported, 1);
                 if magic == L2ARC_DEV_HDR_MAGIC || magic.swap_bytes() == L2ARC_DEV_HDR_MAGIC {
                     log(format!("cache device {}: bad L2ARC header ({e}); starting empty", d.path.display()));
                 }
@@ -410,7 +418,7 @@ impl L2Arc {
             let asize = lbps[0].asize();
             let mut b = vec![0u8; asize as usize];
             if let Err(e) = d.dev.read_at(&mut b, lbps[0].daddr) {
-                self.count(|s| &s.rebuild_abort_io_errors, 1);
+                self.count(|s| &s.rebuild_io_errors, 1);
                 log(format!("cache device {}: L2ARC log block at {} unreadable ({e}); rebuild stops", d.path.display(), lbps[0].daddr));
                 ok = false;
                 break;
@@ -418,14 +426,14 @@ impl L2Arc {
             let lb = match L2LogBlkPhys::read(&b, &lbps[0], d.log_entries as usize) {
                 Ok(lb) => lb,
                 Err(e) => {
-                    self.count(|s| &s.rebuild_abort_cksum_lb_errors, 1);
+                    self.count(|s| &s.rebuild_cksum_lb_errors, 1);
                     log(format!("cache device {}: L2ARC log block at {}: {e}; rebuild stops", d.path.display(), lbps[0].daddr));
                     ok = false;
                     break;
                 }
             };
             if self.headers() * L2_HDR_SIZE > cap {
-                self.count(|s| &s.rebuild_abort_lowmem, 1);
+                self.count(|s| &s.rebuild_lowmem, 1);
                 log(format!("cache device {}: L2ARC headers reached l2arc_meta_percent of the ARC; rebuild stops", d.path.display()));
                 ok = false;
                 break;
@@ -476,6 +484,7 @@ impl L2Arc {
                 psize,
                 asize,
                 compress: le.prop.compress(),
+                cksum0: 0,
                 mfu: le.prop.state() == oxzfs_format::l2arc::ARC_STATE_MFU,
                 meta: le.prop.typ() == oxzfs_format::l2arc::ARC_BUFC_METADATA,
                 prefetch: le.prop.prefetch(),
@@ -593,10 +602,11 @@ impl L2Arc {
             self.count(|s| &s.misses, 1);
             return None;
         };
-        if buf.psize != bp.psize || buf.lsize != bp.lsize || buf.compress != bp.compress {
-            // Another block under the same DVA and birth: never a hit.
+        if buf.psize != bp.psize || buf.lsize != bp.lsize || buf.compress != bp.compress || (buf.cksum0 != 0 && buf.cksum0 != bp.cksum[0]) {
+            // Another block under the same DVA and birth (rewritten in place): not the one
+            // asked for, a miss.
             drop_entry();
-            self.count(|s| &s.cksum_bad, 1);
+            self.count(|s| &s.misses, 1);
             return None;
         }
         let mut b = vec![0u8; buf.asize as usize];
@@ -736,7 +746,7 @@ impl L2Arc {
                 write_psize += psize;
                 let key = L2Key::of_arc(&c.key);
                 placed_keys.push(c.key);
-                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: c.prefetch }));
+                placed.push((key, L2Buf { dev: d.guid, daddr, lsize: c.bp.lsize, psize, asize, compress: c.bp.compress, cksum0: c.bp.cksum[0], mfu: c.mfu, meta: is_metadata(&c.bp), prefetch: c.prefetch }));
                 if d.log_entries > 0 {
                     self.log_insert(&d, &mut st, &c.bp, daddr, psize, (c.mfu, c.prefetch), &mut batch);
                 }
@@ -1071,7 +1081,7 @@ mod tests {
         let other = Arc::new(L2Arc::new(78));
         other.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
         assert_eq!(other.headers(), 0);
-        assert_eq!(other.stats.rebuild_abort_unsupported.load(Ordering::Relaxed), 1);
+        assert_eq!(other.stats.rebuild_unsupported.load(Ordering::Relaxed), 1);
         // That pool wrote its own header: this pool's next import finds nothing to rebuild.
         let again = Arc::new(L2Arc::new(77));
         again.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
@@ -1091,6 +1101,22 @@ mod tests {
             assert!(l2b.read(bp, &salt).is_none());
         }
         assert!(!l2b.has_devices());
+    }
+
+    /// A block rewritten in place (same DVA and birth, other bytes and checksum) is not
+    /// answered by the entry the feed wrote of the old one: a miss, not a bad checksum, and the
+    /// entry goes; the old block itself still reads.
+    #[test]
+    fn a_block_rewritten_in_place_misses_instead_of_failing_its_checksum() {
+        let salt = [0u8; 32];
+        let (_mem, l2, blocks, _) = fed_device(4, 79, 5, &salt);
+        let mut new = blocks[1].0.clone();
+        new.cksum[0] ^= 1;
+        assert!(l2.read(&new, &salt).is_none());
+        assert_eq!((l2.stats.cksum_bad.load(Ordering::Relaxed), l2.stats.misses.load(Ordering::Relaxed)), (0, 1));
+        assert_eq!(l2.headers(), 3, "the entry goes");
+        let (other, od) = &blocks[2];
+        assert!(l2.read(other, &salt).map(|r| r.0).as_deref() == Some(&od[..]));
     }
 
     #[test]
@@ -1162,7 +1188,7 @@ mod tests {
         let mut bad = image.clone();
         bad[VDEV_LABEL_START_SIZE as usize + 100] ^= 4;
         let (r, l) = rebuilt(bad);
-        assert!(r.is_ok() && l.headers() == 0 && l.stats.rebuild_abort_unsupported.load(Ordering::Relaxed) == 1);
+        assert!(r.is_ok() && l.headers() == 0 && l.stats.rebuild_unsupported.load(Ordering::Relaxed) == 1);
         // The device cut short: its geometry no longer matches the header's.
         let (r, l) = rebuilt(image[..48 << 20].to_vec());
         assert!(r.is_ok() && l.headers() == 0);
@@ -1175,7 +1201,7 @@ mod tests {
         let second = h.start_lbps[1].daddr as usize;
         bad[second + 8] ^= 1;
         let (r, l) = rebuilt(bad);
-        assert!(r.is_ok() && l.stats.rebuild_abort_cksum_lb_errors.load(Ordering::Relaxed) == 1);
+        assert!(r.is_ok() && l.stats.rebuild_cksum_lb_errors.load(Ordering::Relaxed) == 1);
         assert!(l.headers() > 0 && l.headers() < 29, "{}", l.headers());
         for (bp, d) in &blocks {
             if let Some((got, _)) = l.read(bp, &salt) {
