@@ -316,6 +316,16 @@ def test_secondarycache_none_feeds_no_data(oxzfs):
     import_pool(oxzfs, vdir, alt, pool)
     assert sha(os.path.join(root, "f")) == hashlib.sha256(data).hexdigest()
     wait_for(oxzfs, "a feed of the file", lambda s: s["l2_size"] >= 12 << 20)
+    # l2arc_feed_secs: an idle pool's feed thread wakes once every that many seconds.
+    assert oxzfs.run("tunable", "l2arc_feed_secs=3").returncode == 0
+    try:
+        time.sleep(1.5)
+        f0 = arcstats(oxzfs)["l2_feeds"]
+        time.sleep(9)
+        fed = arcstats(oxzfs)["l2_feeds"] - f0
+        assert 2 <= fed <= 4, f"{fed} feeds in 9 s at l2arc_feed_secs=3"
+    finally:
+        assert oxzfs.run("tunable", "l2arc_feed_secs=1").returncode == 0
     assert oxzfs.export(pool).returncode == 0
 
 

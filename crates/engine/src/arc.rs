@@ -587,7 +587,10 @@ impl Arc_ {
         let c_max = c_max.max(c_min).max(1 << 20);
         self.c_min.store(c_min.min(c_max), Ordering::Relaxed);
         self.c_max.store(c_max, Ordering::Relaxed);
-        self.c.store(c_max, Ordering::Relaxed);
+        // (arc_tuning_update: the target keeps its place between the new bounds; it grows
+        // toward a higher c_max as blocks come in, and stays low while memory is short.)
+        let c = self.c.load(Ordering::Relaxed).min(c_max).max(c_min.min(c_max));
+        self.c.store(c, Ordering::Relaxed);
         let mut st = self.state.lock().unwrap();
         st.p = st.p.min(c_max);
         self.evict(&mut st);
@@ -1094,6 +1097,14 @@ mod tests {
         assert!(arc.stats().size <= s.c);
         // Never below c_min.
         arc.reap(-(1 << 40));
+        assert_eq!(arc.stats().c, 1 << 20);
+        // New limits keep the lowered target within them (arc_tuning_update): not back to
+        // c_max while memory is short.
+        arc.set_limits(8 << 20, 2 << 20);
+        assert_eq!(arc.stats().c, 2 << 20);
+        arc.set_limits(16 << 20, 2 << 20);
+        assert_eq!((arc.stats().c, arc.stats().c_max), (2 << 20, 16 << 20));
+        arc.set_limits(1 << 20, 1 << 20);
         assert_eq!(arc.stats().c, 1 << 20);
     }
 

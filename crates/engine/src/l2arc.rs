@@ -97,6 +97,29 @@ impl L2Key {
     }
 }
 
+/// How much one feed writes and looks at: l2arc_write_max (+ l2arc_write_boost while the ARC
+/// is cold) bytes, from l2arc_headroom times that of each list's tail (× l2arc_headroom_boost
+/// percent with compressed ARC: compressed buffers take less room, so it looks further).
+#[derive(Clone, Copy, Debug)]
+struct FeedSize {
+    write_max: u64,
+    write_boost: u64,
+    headroom: u64,
+    headroom_boost: u64,
+}
+
+impl FeedSize {
+    /// As the tunables say now.
+    fn now() -> FeedSize {
+        FeedSize {
+            write_max: tunables::l2arc_write_max(),
+            write_boost: tunables::l2arc_write_boost(),
+            headroom: tunables::l2arc_headroom(),
+            headroom_boost: if tunables::compressed_arc_enabled() { tunables::l2arc_headroom_boost() } else { 100 },
+        }
+    }
+}
+
 /// Where a buffer lives on a cache device.
 #[derive(Clone, Copy, Debug)]
 struct L2Buf {
@@ -642,7 +665,7 @@ impl L2Arc {
     /// One feed (l2arc_feed_thread's body) from the buffers of the pool whose ARC keys carry
     /// `spa`: returns the bytes written.
     pub fn feed_once(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32]) -> u64 {
-        self.feed(arc, spa, salt, false)
+        self.feed(arc, spa, salt, false, &FeedSize::now())
     }
 
     /// The last feed before an export (after its last sync): what the ARC holds eligible and
@@ -655,10 +678,11 @@ impl L2Arc {
     /// writes no more than one feed does.
     pub fn feed_last(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32]) -> u64 {
         let n = self.devs.read().unwrap_or_else(|p| p.into_inner()).len();
-        (0..n).map(|_| self.feed(arc, spa, salt, true)).sum()
+        let size = FeedSize::now();
+        (0..n).map(|_| self.feed(arc, spa, salt, true, &size)).sum()
     }
 
-    fn feed(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32], last: bool) -> u64 {
+    fn feed(&self, arc: &AdaptiveCache, spa: u64, salt: &[u8; 32], last: bool, fs: &FeedSize) -> u64 {
         if self.stop.load(Ordering::Relaxed) {
             return 0;
         }
@@ -680,10 +704,8 @@ impl L2Arc {
         }
         self.count(|s| &s.feeds, 1);
         let warm = arc.warm();
-        let size = tunables::l2arc_write_max() + if warm { 0 } else { tunables::l2arc_write_boost() };
-        // (l2arc_headroom_boost: compressed buffers take less room, so look further.)
-        let boost = if tunables::compressed_arc_enabled() { tunables::l2arc_headroom_boost() } else { 100 };
-        let scan = size.saturating_mul(tunables::l2arc_headroom()).saturating_mul(boost) / 100;
+        let size = fs.write_max + if warm { 0 } else { fs.write_boost };
+        let scan = size.saturating_mul(fs.headroom).saturating_mul(fs.headroom_boost) / 100;
         // First what the ARC evicted before a feed could write it, then the lists' tails;
         // the evicted ones (bounded by the ARC) are written beyond l2arc_write_max.
         let mut cands = arc.take_l2_pending(spa);
@@ -1101,6 +1123,60 @@ mod tests {
             assert!(l2b.read(bp, &salt).is_none());
         }
         assert!(!l2b.has_devices());
+    }
+
+    /// One feed writes l2arc_write_max bytes of buffers, plus l2arc_write_boost while the ARC
+    /// is cold, from l2arc_headroom times that of each list's tail; the next feed goes on
+    /// with the rest.
+    #[test]
+    fn a_feed_writes_write_max_plus_boost_while_cold_from_headroom_of_the_tails() {
+        tunables::set("l2arc_rebuild_blocks_min_l2size", "0").unwrap();
+        let salt = [0u8; 32];
+        let (arc, blocks) = setup(40, &salt);
+        assert!(!arc.warm());
+        let l2 = Arc::new(L2Arc::new(80));
+        l2.add_device(5, "mem".into(), mem_dev(64 << 20), 9, true).unwrap();
+        let buffers = |l2: &L2Arc| l2.index.lock().unwrap().len() as u64;
+        // 5 blocks of write_max and 3 of boost: 8 of the 40.
+        let fs = FeedSize { write_max: 5 * 8192, write_boost: 3 * 8192, headroom: 2, headroom_boost: 100 };
+        l2.feed(&arc, 1, &salt, false, &fs);
+        assert_eq!(buffers(&l2), 8);
+        // headroom 1: only write_max + boost bytes of the tail are looked at, and those are on
+        // the device already: nothing more.
+        l2.feed(&arc, 1, &salt, false, &FeedSize { headroom: 1, ..fs });
+        assert_eq!(buffers(&l2), 8);
+        // headroom 2: the next 8 of the tail's 16.
+        l2.feed(&arc, 1, &salt, false, &fs);
+        assert_eq!(buffers(&l2), 16);
+        // Warm (the ARC has evicted): no boost. (A 1 MiB ARC filled with blocks no feed
+        // takes, then the 40 blocks again: what it evicts is the former.)
+        let warm = AdaptiveCache::new(1 << 20);
+        for i in 0..200u64 {
+            warm.insert(ArcKey { spa: 1, vdev: 1, offset: i << 13, birth: 3, cksum: [i; 4] }, Arc::new(vec![0u8; 8192]));
+        }
+        for (bp, d) in &blocks {
+            warm.insert_l2(ArcKey { spa: 1, vdev: 0, offset: bp.dva[0].offset, birth: bp.birth, cksum: bp.cksum }, Arc::new(d.clone()), bp);
+        }
+        assert!(warm.warm());
+        let l2w = Arc::new(L2Arc::new(80));
+        l2w.add_device(5, "mem".into(), mem_dev(64 << 20), 9, true).unwrap();
+        l2w.feed(&warm, 1, &salt, false, &FeedSize { headroom: 100, ..fs });
+        assert_eq!(buffers(&l2w), 5);
+    }
+
+    /// A device whose write fails is dropped at once (faulted), the failure counted; no
+    /// buffer is recorded on it.
+    #[test]
+    fn a_failed_feed_write_drops_the_device() {
+        let salt = [0u8; 32];
+        let (arc, _) = setup(4, &salt);
+        let l2 = Arc::new(L2Arc::new(81));
+        let mem = mem_dev(64 << 20);
+        l2.add_device(5, "mem".into(), mem.clone(), 9, true).unwrap();
+        mem.fail.store(true, Ordering::Relaxed);
+        assert_eq!(l2.feed_once(&arc, 1, &salt), 0);
+        assert_eq!(l2.stats.writes_error.load(Ordering::Relaxed), 1);
+        assert!(!l2.has_devices() && l2.headers() == 0);
     }
 
     /// A block rewritten in place (same DVA and birth, other bytes and checksum) is not
