@@ -108,6 +108,13 @@ def zdb_blocks(vdir, pool):
             for m in re.finditer(r"Block seqno (\d+), [^\n]*?DVA\[0\]=<(\w+):(\w+):\w+>", r.stdout)]
 
 
+def zil_kstat(ox):
+    """`oxzfs kstat zil` as {row: value}."""
+    r = ox.run("kstat", "zil")
+    assert r.returncode == 0, repr(r)
+    return {n: int(v) for n, _, v in (ln.split() for ln in r.stdout.splitlines()[2:])}
+
+
 def crash_after_fsyncs(ox, pool, alt, devs, seed, create_opts=(), layout=("mirror",), sizes=(100, 4096, 5000, 70000)):
     r = ox.zpool("create", *create_opts, "-R", alt, pool, *layout, *devs)
     assert r.returncode == 0, repr(r)
@@ -251,10 +258,17 @@ def test_large_writes_logged_indirect(runner, logdev):
             os.fsync(fd)
     finally:
         os.close(fd)
+    before = zil_kstat(ox)
     with open(os.path.join(root, "small"), "wb") as f:
         f.write(os.urandom(3000))
         f.flush()
         os.fsync(f.fileno())
+    after = zil_kstat(ox)
+    # A small write is copied into the record, but under logbias=throughput it too goes to its
+    # block (zfs_log_write: WR_INDIRECT whatever its size).
+    delta = {k: after[k] - before[k] for k in ("zil_itx_indirect_count", "zil_itx_needcopy_count")}
+    assert delta == ({"zil_itx_indirect_count": 1, "zil_itx_needcopy_count": 0} if logdev else
+                     {"zil_itx_indirect_count": 0, "zil_itx_needcopy_count": 1}), delta
     want = tree(root)
     ox.kill9()
     unmount_below(alt)
@@ -264,6 +278,46 @@ def test_large_writes_logged_indirect(runner, logdev):
     assert r.stdout.count("has blkptr, will claim") >= 24, r.stdout[-3000:]
     zdb_check(vdir, pool)
     reimport_matches(ox, pool, alt, [vdir], want, "differs after replay")
+
+
+def test_writes_sharing_a_block_survive_kill9(runner):
+    """Writes of zfs_immediate_write_sz or more that share a 128K record before an fsync (two
+    64K writes, four 32K ones, an unaligned 48K then 80K) each get a record naming the one block
+    the commit wrote: the replay claims that block once and applies every record. (It once
+    dropped every record after the first that named a block, losing the second 64K.)"""
+    ox, base = runner("shared")
+    pool, alt, vdir = "zlogshr", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    r = ox.zpool("create", "-R", alt, pool, *make_devs(vdir, 1, 256))
+    assert r.returncode == 0, repr(r)
+    assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+    root = os.path.join(alt, pool)
+    want = {}
+    for name, pieces in (("two64", [65536, 65536]), ("four32", [32768] * 4), ("odd", [49152, 81920])):
+        fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            data = b""
+            for n in pieces:
+                d = os.urandom(n)
+                os.write(fd, d)
+                data += d
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want[name] = data
+    before = zil_kstat(ox)
+    assert before["zil_itx_indirect_count"] >= 8, before
+    ox.kill9()
+    unmount_below(alt)
+    zdb_check(vdir, pool)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    for name, data in want.items():
+        with open(os.path.join(root, name), "rb") as f:
+            got = f.read()
+        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}, first difference at {next((i for i, (x, y) in enumerate(zip(got, data)) if x != y), min(len(got), len(data)))}"
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
 
 
 def test_bad_log_block_ends_the_chain(runner):

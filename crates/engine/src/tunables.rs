@@ -26,8 +26,9 @@
 //!   l2arc_meta_percent      share of the ARC the L2ARC's headers may take
 //!   zfs_max_recordsize      largest recordsize `zfs set` accepts (read at each set)
 //!   metaslab_force_ganging  blocks at least this big are written as gang blocks (testing)
-//!   zfs_immediate_write_sz  under logbias=throughput, an fsync after a write at least this
-//!                           big syncs the txg instead of copying the bytes into the log
+//!   zfs_immediate_write_sz  without a log device, a write at least this big goes to its
+//!                           final blocks at an fsync and the log record points at them
+//!                           (every write does under logbias=throughput)
 //!   vdev_removal_max_span   free gaps up to this size between allocated ranges are copied
 //!                           with them by a device removal, one mapping entry for the lot
 //!   zfs_removal_suspend_progress  1: a device removal makes no progress (testing)
@@ -102,7 +103,7 @@ static TUNABLES: [Tunable; 41] = [
     tunable("zfs_condense_min_mapping_bytes", "Mappings of removed vdevs smaller than this in memory are not condensed for their obsolete share, bytes", 128 << 10, 0, u64::MAX, None),
     tunable("zfs_dirty_data_max", "Dirty data before writers wait, bytes (0: 10% of memory, at most 4G)", 0, 0, u64::MAX, Some("OXZFS_DIRTY_DATA_MAX")),
     tunable("zfs_dirty_data_sync", "Dirty data past which the open txg is synced even below zfs_dirty_data_sync_percent's share, bytes (OpenZFS 0.7's tunable; 0: the share alone)", 64 << 20, 0, u64::MAX, None),
-    tunable("zfs_immediate_write_sz", "Writes this big go to their final blocks at an fsync and the log records point at them, without a log device or under logbias=throughput", 32 << 10, 512, 16 << 20, None),
+    tunable("zfs_immediate_write_sz", "Without a log device, writes this big go to their final blocks at an fsync and the log records point at them (every write does under logbias=throughput)", 32 << 10, 512, 16 << 20, None),
     tunable("zfs_max_recordsize", "Largest recordsize a dataset may be given, bytes", 1 << 20, 128 << 10, 16 << 20, Some("OXZFS_ZFS_MAX_RECORDSIZE")),
     tunable("zfs_rebuild_max_segment", "Largest range a sequential reconstruction (zpool attach/replace -s) copies at once, bytes", 1 << 20, 4096, 16 << 20, None),
     tunable("zfs_rebuild_scrub_enabled", "1: a scrub verifies the pool's checksums after a sequential reconstruction completes", 1, 0, 1, None),

@@ -77,6 +77,9 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
         let mut blocks: Vec<BlockPointer> = Vec::new();
         let mut records: Vec<LogRecord> = Vec::new();
         let mut to_free: Vec<BlockPointer> = Vec::new();
+        // The blocks indirect writes name, each claimed once (zil_bp_tree_add): the pieces of
+        // one block's writes, logged before the txg synced, name the same block.
+        let mut named: std::collections::HashSet<(u64, u64, u64)> = std::collections::HashSet::new();
         let (mut max_blk, mut max_lr) = (0u64, 0u64);
         for (bp, recs) in &chain.blocks {
             let seq = bp.cksum[fz::ZIL_ZC_SEQ];
@@ -96,8 +99,9 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
                 // An indirect write's block: claimed like the chain's, freed after replay
                 // when its txg never synced (else the file's tree holds it).
                 if let LrBody::Write { blkptr, .. } = &r.body {
-                    if !blkptr.is_hole() && blkptr.birth >= claim_txg {
+                    if !blkptr.is_hole() && blkptr.birth >= claim_txg && named.insert((blkptr.dva[0].vdev, blkptr.dva[0].offset, blkptr.birth)) {
                         if !claimed_before && !claim(pw, blkptr)? {
+                            named.remove(&(blkptr.dva[0].vdev, blkptr.dva[0].offset, blkptr.birth));
                             continue;
                         }
                         to_free.push(blkptr.clone());

@@ -402,13 +402,13 @@ impl Zilog {
             return Ok(Prepared::Sync);
         }
         let itxs: Vec<(u64, &Itx)> = self.older.iter().flat_map(|(t, v)| v.iter().map(move |i| (*t, i))).chain(self.open.iter().map(|i| (ctx.txg, i))).filter(|(_, i)| i.taken_by(target)).collect();
-        // zfs_log_write's choice: a write of zfs_immediate_write_sz or more goes to its final
-        // blocks, which its records point at (WR_INDIRECT), when there is no log device, and
-        // any write under logbias=throughput. Such a write of a txg already quiescing syncs
-        // that txg instead (its blocks are no longer the open txg's to write).
+        // zfs_log_write's choice: every write under logbias=throughput, and a write of
+        // zfs_immediate_write_sz or more when there is no log device, goes to its final
+        // blocks, which its records point at (WR_INDIRECT). Such a write of a txg already
+        // quiescing syncs that txg instead (its blocks are no longer the open txg's to write).
         let slog = ctx.ms.lock().has_class(AllocClass::Log);
         let big = crate::tunables::immediate_write_sz();
-        let indirect = |length: u64| (logbias_throughput || !slog) && length >= big;
+        let indirect = |length: u64| logbias_throughput || (!slog && length >= big);
         let mut bytes = 0u64;
         for (txg, itx) in &itxs {
             bytes += match itx {
