@@ -77,6 +77,8 @@ def test_offline_online_resilvers_only_what_was_missed(oxzfs):
     text = status(oxzfs, pool)
     assert state_of(text, "d1") == "OFFLINE" and state_of(text, "mirror-0") == "DEGRADED", text
     assert " state: DEGRADED" in text, text
+    # status -x: a pool with a problem is shown whole.
+    assert oxzfs.zpool("status", "-x", pool, check=True).stdout == text
     assert ("status: One or more devices has been taken offline by the administrator.\n"
             "\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\n"
             "action: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n") in text, text
@@ -113,6 +115,12 @@ def test_offline_online_resilvers_only_what_was_missed(oxzfs):
     text = status(oxzfs, pool)
     done, errors = resilvered(text)
     assert errors == 0 and state_of(text, "d1") == "ONLINE" and " state: ONLINE" in text, text
+    # status -x: a healthy pool named is said to be so; with no pool named, only unhealthy ones
+    # are shown.
+    r = oxzfs.zpool("status", "-x", pool)
+    assert r.returncode == 0 and r.stdout == f"pool '{pool}' is healthy\n", repr(r)
+    r = oxzfs.zpool("status", "-x")
+    assert r.returncode == 0 and pool not in r.stdout, repr(r)
     # Only the txgs d1 missed: about the 3 MiB written meanwhile, not the whole pool.
     assert 3 << 20 <= done < 8 << 20, f"resilvered {done} bytes for 3 MiB missed:\n{text}"
     assert oxzfs.export(pool).returncode == 0
@@ -304,17 +312,20 @@ def test_replace_in_raidz_with_a_side_offline(oxzfs):
         os.rename(os.path.join(vdir, "d0.away"), os.path.join(vdir, "d0"))
 
 
-@pytest.mark.nightly
-def test_special_vdev_grows_into_a_mirror_and_back(oxzfs):
-    pool = "rsspecial"
-    vdir, alt, want = new_pool(oxzfs, pool, lambda d: [d[0], "special", d[1]], 2, 17)
+@pytest.mark.parametrize("cls", ["special", "dedup"])
+def test_special_vdev_grows_into_a_mirror_and_back(oxzfs, cls):
+    """A special (or dedup) vdev becomes a mirror by attach, resilvered, and back by detach;
+    the class's blocks then live on the new side alone."""
+    pool = "rs" + cls
+    opts = ("-O", "dedup=on") if cls == "dedup" else ()
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: [d[0], cls, d[1]], 2, 17, *opts)
     d2 = os.path.join(vdir, "d2")
     blank(d2, 64)
     import_rw(oxzfs, vdir, pool, alt)
     r = oxzfs.zpool("attach", "-w", pool, "d1", d2)
     assert r.returncode == 0, repr(r)
     text = status(oxzfs, pool)
-    assert resilvered(text)[1] == 0 and "\tspecial\t\n\t  mirror-1 " in text, text
+    assert resilvered(text)[1] == 0 and f"\t{cls}\t\n\t  mirror-1 " in text, text
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
     import_rw(oxzfs, vdir, pool, alt)
@@ -323,7 +334,7 @@ def test_special_vdev_grows_into_a_mirror_and_back(oxzfs):
     assert "mirror-1" not in status_rows(text) and state_of(text, "d2") == "ONLINE", text
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
-    # The metadata lives on d2 now: d1 wiped, everything reads.
+    # The class's blocks live on d2 now: d1 wiped, everything reads.
     blank(os.path.join(vdir, "d1"), 64)
     check_reads(oxzfs, vdir, pool, alt, want)
 

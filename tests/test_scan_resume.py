@@ -238,3 +238,36 @@ def test_scrub_resumed_inside_a_dataset_reads_its_claimed_log_again(oxzfs_bin, w
     finally:
         ox.teardown()
     zdb_check(vdir, pool)
+
+
+def test_wait_for_a_scrub_does_not_wait_for_a_resilver(oxzfs):
+    """`zpool wait -t scrub` waits for a scrub only, as OpenZFS's spa_activity_in_progress
+    tells them apart: it returns while a resilver runs; `-t scrub,resilver` waits for that
+    resilver to end."""
+    pool = "waitkind"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: [d[0]], 2, 25)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    import_rw(oxzfs, vdir, pool, alt)
+    waiter = None
+    tunable(oxzfs, "zfs_scan_suspend_progress=1")
+    try:
+        assert oxzfs.zpool("attach", pool, d0, d1).returncode == 0
+        assert scan_line(oxzfs, pool).startswith("resilver in progress since "), scan_line(oxzfs, pool)
+        r = oxzfs.zpool("wait", "-t", "scrub", pool, timeout=60)
+        assert r.returncode == 0 and r.stdout == r.stderr == "", repr(r)
+        waiter = subprocess.Popen([oxzfs.binary, "zpool", "wait", "-t", "scrub,resilver", pool], env=oxzfs.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert waiter.poll() is None, "zpool wait -t scrub,resilver returned while the resilver was held"
+        assert scan_line(oxzfs, pool).startswith("resilver in progress since ")
+    finally:
+        tunable(oxzfs, "zfs_scan_suspend_progress=0")
+        if waiter is not None and waiter.poll() is None:
+            try:
+                waiter.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                waiter.kill()
+    assert waiter.returncode == 0, waiter.communicate()
+    assert re.match(r"resilvered \S+ in \d\d:\d\d:\d\d with 0 errors on ", scan_line(oxzfs, pool)), scan_line(oxzfs, pool)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

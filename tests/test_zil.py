@@ -670,3 +670,196 @@ def test_setid_bits_a_write_takes_away_are_replayed(runner):
     assert (oct(st.st_mode & 0o7777), st.st_size) == (oct(0o777), 2)
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def _new_pool(ox, base, pool, ndevs=1):
+    """A pool on `ndevs` fresh files, mounted below base/alt, with no txg sync to come (what
+    survives a kill -9 survives through the log): (alt, vdir, root)."""
+    alt, vdir = os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    r = ox.zpool("create", "-R", alt, pool, *make_devs(vdir, ndevs, 256))
+    assert r.returncode == 0, repr(r)
+    assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
+    return alt, vdir, os.path.join(alt, pool)
+
+
+def test_sync_always_logs_every_change_without_fsync(runner):
+    """Under sync=always every change is in the log before it is answered: files written and
+    closed without an fsync, a directory made, a rename, an unlink, a symlink and a chmod all
+    come back after a kill -9 (with no txg sync meanwhile), zdb reads their records in the log
+    the crash left, and the kstat counts the commits."""
+    ox, base = runner("always")
+    pool = "zlogalw"
+    alt, vdir, root = _new_pool(ox, base, pool)
+    assert ox.zfs("set", "sync=always", pool).returncode == 0
+    before = zil_kstat(ox)
+    rng = random.Random(21)
+    for i in range(8):
+        with open(os.path.join(root, f"f{i}"), "wb", buffering=0) as f:
+            for _ in range(3):
+                f.write(os.urandom(rng.choice((100, 4096, 5000))))
+    os.mkdir(os.path.join(root, "d"))
+    os.rename(os.path.join(root, "f1"), os.path.join(root, "d", "g1"))
+    os.unlink(os.path.join(root, "f2"))
+    os.symlink("some/target", os.path.join(root, "d", "sl"))
+    os.chmod(os.path.join(root, "f3"), 0o600)
+    with open(os.path.join(root, "f4"), "r+b", buffering=0) as f:
+        f.seek(10)
+        f.write(b"overwritten in place")
+    want = tree(root)
+    after = zil_kstat(ox)
+    # 8 creates, 25 writes, mkdir, rename, unlink, symlink, chmod: each committed on its own.
+    assert after["zil_commit_count"] - before["zil_commit_count"] >= 38, (before, after)
+    assert after["zil_itx_count"] - before["zil_itx_count"] >= 38, (before, after)
+    ox.kill9()
+    unmount_below(alt)
+    counts, text = zdb_intent_log(vdir, pool)
+    assert counts.get("TX_CREATE", 0) >= 8 and counts.get("TX_WRITE", 0) >= 25, text[-3000:]
+    for t in ("TX_MKDIR", "TX_RENAME", "TX_REMOVE", "TX_SYMLINK", "TX_SETATTR"):
+        assert counts.get(t, 0) >= 1, f"zdb -ivv shows no {t}:\n{text[-3000:]}"
+    reimport_matches(ox, pool, alt, [vdir], want, "changes made under sync=always lost after kill -9")
+
+
+def test_sync_disabled_fsync_logs_nothing(runner):
+    """Under sync=disabled an fsync writes no log (as OpenZFS's zfs_fsync, which skips
+    zil_commit): the kstat counts no log write and no record, zdb finds no record in the log
+    a kill -9 leaves, and with no txg sync meanwhile the import shows the files as the last
+    txg left them: the fsync'd rewrite and the fsync'd new file are gone. The pool imports
+    cleanly and zdb finds it clean."""
+    ox, base = runner("disabled")
+    pool = "zlogdis"
+    alt, vdir, root = _new_pool(ox, base, pool)
+    old = os.urandom(5000)
+    with open(os.path.join(root, "old"), "wb") as f:
+        f.write(old)
+    assert ox.zpool("sync", pool).returncode == 0
+    assert ox.zfs("set", "sync=disabled", pool).returncode == 0
+    before = zil_kstat(ox)
+    with open(os.path.join(root, "old"), "r+b") as f:
+        f.write(os.urandom(3000))
+        f.flush()
+        os.fsync(f.fileno())
+    with open(os.path.join(root, "new"), "wb") as f:
+        f.write(os.urandom(4096))
+        f.flush()
+        os.fsync(f.fileno())
+    os.mkdir(os.path.join(root, "d"))
+    fsync_path(os.path.join(root, "d"))
+    fsync_path(root)
+    after = zil_kstat(ox)
+    for k in ("zil_commit_writer_count", "zil_itx_count"):
+        assert after[k] == before[k], (k, before, after)
+    ox.kill9()
+    unmount_below(alt)
+    counts, text = zdb_intent_log(vdir, pool)
+    assert not {k: v for k, v in counts.items() if v}, f"zdb -ivv finds records of fsyncs under sync=disabled:\n{text[-3000:]}"
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    assert ox.zfs("get", "-H", "-o", "value", "sync", pool).stdout == "disabled\n"
+    got = tree(root)
+    assert got == {"old": ("f", 0o644, old)}, {k: (v[0], len(v[-1]) if v[0] == "f" else v) for k, v in got.items()}
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
+def test_fdatasync_and_sync_opens_survive_kill9(runner):
+    """fdatasync commits a file's writes as fsync does, and a file opened with O_DSYNC or
+    O_SYNC has every write committed before write(2) returns (no fsync called): after a kill -9
+    with no txg sync meanwhile, the import's replay brings all three back byte for byte, while
+    a file written and closed with no sync at all gets its create back but not its bytes."""
+    ox, base = runner("dsync")
+    pool = "zlogdsy"
+    alt, vdir, root = _new_pool(ox, base, pool)
+    rng = random.Random(31)
+    want = {}
+    plain = os.urandom(5000)
+    with open(os.path.join(root, "plain"), "wb") as f:
+        f.write(plain)
+    before = zil_kstat(ox)
+    nsync = 0
+    for name, flags in (("fdatasync", 0), ("o_dsync", os.O_DSYNC), ("o_sync", os.O_SYNC)):
+        fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY | flags, 0o644)
+        try:
+            data = b""
+            for _ in range(5):
+                d = os.urandom(rng.choice((100, 4096, 5000)))
+                os.write(fd, d)
+                data += d
+            if flags:
+                nsync += 5
+            else:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        want[name] = data
+    after = zil_kstat(ox)
+    assert after["zil_commit_count"] - before["zil_commit_count"] >= nsync + 1, (before, after)
+    ox.kill9()
+    unmount_below(alt)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    for name, data in want.items():
+        with open(os.path.join(root, name), "rb") as f:
+            got = f.read()
+        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}"
+    assert os.path.exists(os.path.join(root, "plain"))
+    assert os.path.getsize(os.path.join(root, "plain")) < len(plain), "bytes never synced came back"
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
+def test_concurrent_fsyncs_share_log_writes(runner):
+    """Group commit: threads each appending to their own file and fsyncing it after every
+    append, all at once, find their records written by another fsync's log write (the kstat
+    counts fewer log writers than commits); after a kill -9 every file has all its fsync'd
+    bytes back."""
+    import threading
+    ox, base = runner("group")
+    pool = "zloggrp"
+    alt, vdir, root = _new_pool(ox, base, pool)
+    nthreads, rounds = 8, 30
+    want, errors = {}, []
+    start = threading.Barrier(nthreads)
+
+    def worker(i):
+        try:
+            rng = random.Random(100 + i)
+            name = f"t{i}"
+            fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                data = b""
+                start.wait()
+                for _ in range(rounds):
+                    d = os.urandom(rng.choice((100, 512, 3000)))
+                    os.write(fd, d)
+                    os.fsync(fd)
+                    data += d
+            finally:
+                os.close(fd)
+            want[name] = data
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append((i, repr(e)))
+
+    before = zil_kstat(ox)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    after = zil_kstat(ox)
+    delta = {k: after[k] - before[k] for k in ("zil_commit_count", "zil_commit_writer_count")}
+    assert delta["zil_commit_count"] >= nthreads * rounds, delta
+    assert 0 < delta["zil_commit_writer_count"] < delta["zil_commit_count"], delta
+    ox.kill9()
+    unmount_below(alt)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    for name, data in sorted(want.items()):
+        with open(os.path.join(root, name), "rb") as f:
+            got = f.read()
+        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}"
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)

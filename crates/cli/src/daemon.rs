@@ -280,7 +280,7 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                     oxzfs::vdev_rebuild_thread::wait(&h);
                 }
                 for spa in waits {
-                    oxzfs::dsl_scrub::wait(&spa);
+                    oxzfs::dsl_scrub::wait_func(&spa, oxzfs_format::dsl::POOL_SCAN_SCRUB);
                 }
                 for spa in resilver_waits {
                     oxzfs::dsl_scrub::wait_func(&spa, oxzfs_format::dsl::POOL_SCAN_RESILVER);

@@ -606,7 +606,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
         Err(e) => return usage(format!("{e}\n{WAIT_USAGE}")),
     };
     let mut scrub = o.activities.clone().is_empty();
-    let mut resilver = false;
+    let mut resilver = o.activities.clone().is_empty();
     let mut remove = o.activities.clone().is_empty();
     for list in o.activities.clone() {
         for a in list.split(',') {
@@ -632,13 +632,13 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
             st.removal_waits.push((h.clone(), None));
         }
     }
+    // (spa_activity_in_progress: a scrub is waited for as a scrub only, a resilver as a
+    // healing resilver or a sequential one, attach/replace -s.)
     if scrub {
         st.waits.push(imp.pool.spa.clone());
-    } else if resilver {
-        st.resilver_waits.push(imp.pool.spa.clone());
     }
-    if scrub || resilver {
-        // A sequential resilver (attach/replace -s) is a resilver to wait for too.
+    if resilver {
+        st.resilver_waits.push(imp.pool.spa.clone());
         if let Some(h) = &imp.rw {
             st.rebuild_waits.push(h.clone());
         }

@@ -243,12 +243,8 @@ pub fn stop(h: &PoolHandle) {
     stop_thread(&spa, Request::Pause);
 }
 
-/// Wait while the pool scrubs (`zpool wait -t scrub`, `zpool scrub -w`).
-pub fn wait(spa: &Spa) {
-    spa.scan.wait_while(|s| s.scanning() && !s.paused() && s.running);
-}
-
-/// Wait while the pool runs a scan of kind `func` (`zpool wait -t resilver`: POOL_SCAN_RESILVER).
+/// Wait while the pool runs a scan of kind `func` (`zpool wait -t scrub`: POOL_SCAN_SCRUB,
+/// `-t resilver`: POOL_SCAN_RESILVER); a paused scrub is not waited for.
 pub fn wait_func(spa: &Spa, func: u64) {
     spa.scan.wait_while(|s| s.phys.func == func && s.scanning() && !s.paused() && s.running);
 }
