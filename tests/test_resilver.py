@@ -16,7 +16,7 @@ import manifest as manifest_mod
 from conftest import diff_manifests, status_rows, unmount_below, zfs_fuse_imported
 from test_gang import digest as file_hash
 from test_damage import rot_sectors
-from test_scrub import alone, check_reads, import_rw, new_pool
+from test_scrub import alone, check_reads, import_rw, new_pool, scrub_done
 from test_write import _strip_xattrs, zdb_check
 
 
@@ -277,6 +277,33 @@ def test_replace_resilvers_the_new_device_and_survives_export(oxzfs):
     # The replaced d0 is out of the pool: wiped, and with d1 away, d2 alone holds everything.
     blank(os.path.join(vdir, "d0"), 64)
     only = alone(oxzfs, vdir, "d2", "rsrepl")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+
+
+def test_a_wiped_side_replaced_in_place_is_resilvered_whole(oxzfs):
+    """A mirror side wiped while the pool was away (labels and all, as a new disk in the old
+    one's place) is UNAVAIL at import; `zpool replace POOL DEV` with no new device resilvers it
+    where it is, whole: every file on it alone afterwards, a scrub then repairs nothing, and
+    zdb is clean."""
+    pool = "rswipe"
+    vdir, alt, want = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 26)
+    d1 = os.path.join(vdir, "d1")
+    blank(d1, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+    text = status(oxzfs, pool)
+    # (shown by its guid, as OpenZFS shows a leaf it could not open)
+    assert " state: DEGRADED" in text and re.search(r"\t    \d+ +UNAVAIL .*  was \S+/d1\n", text), text
+    r = oxzfs.zpool("replace", "-w", pool, d1)
+    assert r.returncode == 0, repr(r)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    allocated = int(oxzfs.zpool("list", "-Hp", "-o", "allocated", pool, check=True).stdout)
+    assert errors == 0 and allocated * 0.8 <= done <= allocated * 1.2, f"resilvered {done} of {allocated}:\n{text}"
+    assert state_of(text, "d1") == "ONLINE" and " state: ONLINE" in text and "replacing" not in text, text
+    assert scrub_done(oxzfs, pool) == ("0B", 0)
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", pool)
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
 

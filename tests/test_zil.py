@@ -115,6 +115,24 @@ def zil_kstat(ox):
     return {n: int(v) for n, _, v in (ln.split() for ln in r.stdout.splitlines()[2:])}
 
 
+def killed_and_imported(ox, vdir, alt, pool):
+    """kill -9 the daemon serving POOL, then import it again (read-write: the log replays)."""
+    ox.kill9()
+    unmount_below(alt)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+
+
+def assert_files(root, want):
+    """Every file of WANT ({name: bytes}) below ROOT holds exactly its bytes."""
+    for name, data in sorted(want.items()):
+        with open(os.path.join(root, name), "rb") as f:
+            got = f.read()
+        first = next((i for i, (x, y) in enumerate(zip(got, data)) if x != y), min(len(got), len(data)))
+        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}, first difference at {first}"
+
+
 def crash_after_fsyncs(ox, pool, alt, devs, seed, create_opts=(), layout=("mirror",), sizes=(100, 4096, 5000, 70000)):
     r = ox.zpool("create", *create_opts, "-R", alt, pool, *layout, *devs)
     assert r.returncode == 0, repr(r)
@@ -306,16 +324,8 @@ def test_writes_sharing_a_block_survive_kill9(runner):
         want[name] = data
     before = zil_kstat(ox)
     assert before["zil_itx_indirect_count"] >= 8, before
-    ox.kill9()
-    unmount_below(alt)
-    zdb_check(vdir, pool)
-    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
-    assert r.returncode == 0, repr(r)
-    ox.imported.append(pool)
-    for name, data in want.items():
-        with open(os.path.join(root, name), "rb") as f:
-            got = f.read()
-        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}, first difference at {next((i for i, (x, y) in enumerate(zip(got, data)) if x != y), min(len(got), len(data)))}"
+    killed_and_imported(ox, vdir, alt, pool)
+    assert_files(root, want)
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
 
@@ -794,15 +804,8 @@ def test_fdatasync_and_sync_opens_survive_kill9(runner):
         want[name] = data
     after = zil_kstat(ox)
     assert after["zil_commit_count"] - before["zil_commit_count"] >= nsync + 1, (before, after)
-    ox.kill9()
-    unmount_below(alt)
-    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
-    assert r.returncode == 0, repr(r)
-    ox.imported.append(pool)
-    for name, data in want.items():
-        with open(os.path.join(root, name), "rb") as f:
-            got = f.read()
-        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}"
+    killed_and_imported(ox, vdir, alt, pool)
+    assert_files(root, want)
     assert os.path.exists(os.path.join(root, "plain"))
     assert os.path.getsize(os.path.join(root, "plain")) < len(plain), "bytes never synced came back"
     assert ox.export(pool).returncode == 0
@@ -852,14 +855,7 @@ def test_concurrent_fsyncs_share_log_writes(runner):
     delta = {k: after[k] - before[k] for k in ("zil_commit_count", "zil_commit_writer_count")}
     assert delta["zil_commit_count"] >= nthreads * rounds, delta
     assert 0 < delta["zil_commit_writer_count"] < delta["zil_commit_count"], delta
-    ox.kill9()
-    unmount_below(alt)
-    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
-    assert r.returncode == 0, repr(r)
-    ox.imported.append(pool)
-    for name, data in sorted(want.items()):
-        with open(os.path.join(root, name), "rb") as f:
-            got = f.read()
-        assert got == data, f"{name}: {len(got)} bytes back of {len(data)}"
+    killed_and_imported(ox, vdir, alt, pool)
+    assert_files(root, want)
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
