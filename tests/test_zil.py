@@ -8,6 +8,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import time
 
@@ -106,13 +107,6 @@ def zdb_blocks(vdir, pool):
     r = subprocess.run([ZDB, "-e", "-p", vdir, "-iiivvvvv", pool], capture_output=True, text=True, errors="replace", timeout=600)
     return [(int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16))
             for m in re.finditer(r"Block seqno (\d+), [^\n]*?DVA\[0\]=<(\w+):(\w+):\w+>", r.stdout)]
-
-
-def zil_kstat(ox):
-    """`oxzfs kstat zil` as {row: value}."""
-    r = ox.run("kstat", "zil")
-    assert r.returncode == 0, repr(r)
-    return {n: int(v) for n, _, v in (ln.split() for ln in r.stdout.splitlines()[2:])}
 
 
 def killed_and_imported(ox, vdir, alt, pool):
@@ -353,6 +347,62 @@ def test_bad_log_block_ends_the_chain(runner):
     assert len(got) < len(snaps[-1])
     assert ox.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def fletcher4(data):
+    """OpenZFS's fletcher-4 of little-endian DATA: four 64-bit words."""
+    a = b = c = d = 0
+    m = (1 << 64) - 1
+    for (w,) in struct.iter_unpack("<I", data):
+        a = (a + w) & m
+        b = (b + a) & m
+        c = (c + b) & m
+        d = (d + c) & m
+    return a, b, c, d
+
+
+def test_a_record_that_does_not_parse_is_refused_and_left_in_place(runner):
+    """A log block whose checksum is right but one of whose records does not parse (its
+    length below a record header's) is not replayed: the pool imports, the file system's
+    mount is refused with an error naming the dataset, the log block and the record, and the
+    chain is left in place for OpenZFS's zdb, which still lists its records."""
+    ox, base = runner("badrec")
+    pool, alt, vdir = "zlogrec", os.path.join(base, "alt"), os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 1, 256)
+    crash_after_fsyncs(ox, pool, alt, devs, 3, layout=(), sizes=(100, 4096, 5000))
+    before, _ = zdb_intent_log(vdir, pool)
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-iiivvvvv", pool], capture_output=True, text=True, errors="replace", timeout=600)
+    blocks = [(int(m.group(1)), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16), [int(w, 16) for w in m.group(5).split(":")])
+              for m in re.finditer(r"Block seqno (\d+), [^\n]*?DVA\[0\]=<(\w+):(\w+):\w+> .*? size=(\w+)L/\w+P .*?cksum=([0-9a-f:]+)", r.stdout)]
+    assert len(blocks) > 3, r.stdout[-3000:]
+    seq, vdev, off, size, verifier = blocks[len(blocks) // 2]
+    assert vdev == 0
+    with open(devs[0], "r+b") as f:
+        f.seek(0x400000 + off)
+        blk = bytearray(f.read(size))
+        # A slim log block (zil_chain_t first): zc_nused at 136, the embedded checksum's four
+        # words at 152; the first record right after the 184-byte header. Its lrc_reclen
+        # becomes 8, shorter than a record header, and the block's checksum is made right.
+        nused = struct.unpack_from("<Q", blk, 136)[0]
+        assert 184 < nused <= size, nused
+        struct.pack_into("<Q", blk, 184 + 8, 8)
+        region = bytearray(blk[:nused])
+        struct.pack_into("<4Q", region, 152, *verifier)
+        struct.pack_into("<4Q", blk, 152, *fletcher4(bytes(region)))
+        f.seek(0x400000 + off)
+        f.write(blk)
+    r = ox.run("zpool", "import", "-d", vdir, "-R", alt, pool)
+    ox.imported.append(pool)
+    text = r.stdout + r.stderr
+    # (imported, its mount refused: zpool import's exit status 1, as OpenZFS's when a mount fails)
+    assert r.returncode == 1 and text.startswith(f"cannot mount '{pool}': intent log of '{pool}': log block seq {seq} "), repr(r)
+    assert "record 1: " in text and "(the log is left in place)" in text, repr(r)
+    st = ox.zpool("list", "-H", "-o", "name,health", pool)
+    assert st.returncode == 0 and st.stdout == f"{pool}\tONLINE\n", repr(st)
+    assert not os.path.ismount(os.path.join(alt, pool))
+    assert ox.export(pool).returncode == 0
+    after, text = zdb_intent_log(vdir, pool)
+    assert after.get("Total", 0) > 0 and after.get("TX_CREATE", 0) >= 1, text[-3000:]
 
 
 def test_scrub_reads_a_claimed_log_and_repairs_it(runner):
