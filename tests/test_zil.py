@@ -349,6 +349,29 @@ def test_bad_log_block_ends_the_chain(runner):
     zdb_check(vdir, pool)
 
 
+def test_an_acl_set_then_fsynced_survives_kill9(runner):
+    """An ACL change has no log record of its own: the fsync after it syncs the txg (as OpenZFS
+    logs it, TX_ACL, only where the pool's features give it one); either way the ACL set
+    before an acknowledged fsync is back after a kill -9."""
+    ox, base = runner("acl")
+    pool = "zlogacl"
+    alt, vdir, root = _new_pool(ox, base, pool)
+    path = os.path.join(root, "f")
+    with open(path, "wb") as f:
+        f.write(b"acl")
+    # system.posix_acl_access: version 2, then (tag, perm, id): user::rw-, user:65534:r--,
+    # group::r--, mask::r--, other::---.
+    undefined = 0xFFFFFFFF
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in
+                                          ((1, 6, undefined), (2, 4, 65534), (4, 4, undefined), (0x10, 4, undefined), (0x20, 0, undefined)))
+    os.setxattr(path, "system.posix_acl_access", acl)
+    fsync_path(path)
+    killed_and_imported(ox, vdir, alt, pool)
+    assert os.getxattr(path, "system.posix_acl_access") == acl
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
 def fletcher4(data):
     """OpenZFS's fletcher-4 of little-endian DATA: four 64-bit words."""
     a = b = c = d = 0
