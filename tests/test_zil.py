@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Oxzfs, unmount_below
 import oracle_pools
+from test_gang import digest as file_digest
 from test_write import ZDB, make_devs, zdb_check
 
 
@@ -185,11 +186,13 @@ def test_fsync_survives_kill9_through_the_log(runner):
     zdb_check(vdir, pool)
     # A read-only import shows the pool as its last txg left it and replays nothing.
     ox2, base2 = runner("ro")
+    digests = [file_digest(d) for d in devs]
     r = ox2.import_ro(vdir, pool, alt, force=True)
     assert r.returncode == 0, repr(r)
     ro = tree(os.path.join(alt, pool))
     assert len(ro) < len(want), "a read-only import replayed the log"
     assert ox2.export(pool).returncode == 0
+    assert [file_digest(d) for d in devs] == digests, "a read-only import and export wrote to a device"
     assert zdb_intent_log(vdir, pool)[0] == counts, "a read-only import changed the log"
     # A read-write import replays it: everything fsync'd is back.
     r = ox2.run("zpool", "import", "-f", "-d", vdir, "-R", alt, pool)
