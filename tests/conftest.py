@@ -17,6 +17,7 @@ loadfile`, scripts/test.sh): one module stays in one worker with its daemon and 
 used only under its system-wide lock (oracle_pools.ZfsFuse), oracle pools are made under a file lock.
 """
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -239,6 +240,12 @@ class Oxzfs:
         self.binary = binary
         self.base = base
         self.socket = os.path.join(base, "oxzfs.sock")
+        if len(self.socket.encode()) > 100:
+            # A unix socket's path has room for 107 bytes: a deep work directory gets one
+            # under /tmp, named after it (the daemon's log sits beside the socket).
+            tag = hashlib.sha256(base.encode()).hexdigest()[:16]
+            os.makedirs("/tmp/oxzfs-sockets", exist_ok=True)
+            self.socket = f"/tmp/oxzfs-sockets/{tag}.sock"
         self.env = dict(os.environ, OXZFS_SOCKET=self.socket, RUST_BACKTRACE="1")
         self.daemon_proc = None
         self.imported = []
@@ -301,10 +308,10 @@ class Oxzfs:
     def daemon_log_tail(self, lines=40):
         """The last lines of the daemon logs of this runner (the launcher's and the daemon's own)."""
         out = []
-        for name in ("daemon.log", "oxzfs.sock.log"):
+        for path in (os.path.join(self.base, "daemon.log"), self.socket + ".log"):
             with contextlib.suppress(OSError):
-                tail = open(os.path.join(self.base, name), errors="replace").read().splitlines()[-lines:]
-                out.append(f"[{name}]\n" + "\n".join(tail) + "\n")
+                tail = open(path, errors="replace").read().splitlines()[-lines:]
+                out.append(f"[{os.path.basename(path)}]\n" + "\n".join(tail) + "\n")
         return "".join(out)
 
     def kill9(self):

@@ -387,7 +387,7 @@ def fletcher4(data):
     return a, b, c, d
 
 
-def test_a_record_that_does_not_parse_is_refused_and_left_in_place(runner):
+def test_an_unparsable_record_is_refused_by_name_and_left(runner):
     """A log block whose checksum is right but one of whose records does not parse (its
     length below a record header's) is not replayed: the pool imports, the file system's
     mount is refused with an error naming the dataset, the log block and the record, and the
