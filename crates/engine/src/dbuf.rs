@@ -511,11 +511,9 @@ impl ObjsetW {
                 (bp, phys)
             }
         };
-        let kept = match &phys {
-            std::borrow::Cow::Borrowed(_) => None,
-            std::borrow::Cow::Owned(v) => Some(Arc::new(v.clone())),
-        };
-        let phys = phys.into_owned();
+        // (The ARC keeps the compressed bytes; the commit writes a copy of what is written.)
+        let kept = zio::compressed_bytes(phys);
+        let phys = kept.as_ref().map_or_else(|| data.to_vec(), |k| k.to_vec());
         self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, (bp.clone(), kept));
         Ok(Some((bp, phys)))
     }
