@@ -13,11 +13,13 @@ import random
 import re
 import shutil
 import subprocess
+import time
 import zlib
 
 import pytest
 
 import manifest as manifest_mod
+import oracle_pools
 import populate as populate_mod
 from conftest import Oxzfs, count, diff_manifests, fresh_daemon, status_rows, zfs_fuse_imported
 from test_damage import LABELS_BACK, LABELS_FRONT, SECTOR, rot_sectors
@@ -638,3 +640,70 @@ def test_zinject_a_flushes_the_arc(oxzfs):
     assert oxzfs.zpool("clear", pool).returncode == 0
     assert read_past_page_cache() == first
     assert oxzfs.export(pool).returncode == 0
+
+
+DITTO = re.compile(r"^index \w+ refcnt \d+ ditto DVA\[0\]=<0:([0-9a-f]+):([0-9a-f]+)>", re.M)
+
+
+def zfs_fuse_ditto_pool(work_dir, vdir, zalt, pool, block):
+    """A two-way mirror made by zfs-fuse (version 23) with dedupditto=100 and one file of 120
+    copies of BLOCK: past 100 references zfs-fuse writes the block's ditto copy
+    (DDT_PHYS_DITTO), which no block pointer names. Exported when done."""
+    devs = make_devs(vdir, 2, 64)
+    with oracle_pools.ZfsFuse(work_dir):
+        def zf(*cmd):
+            r = subprocess.run(list(cmd), capture_output=True, text=True)
+            assert r.returncode == 0, f"zfs-fuse: {' '.join(cmd)}: {r.stdout}{r.stderr}"
+            return r.stdout
+        try:
+            zf("zpool", "create", "-f", "-R", zalt, pool, "mirror", *devs)
+            zf("zpool", "set", "dedupditto=100", pool)
+            zf("zfs", "set", "dedup=on", pool)
+            mnt = zf("zfs", "get", "-H", "-o", "value", "mountpoint", pool).strip()
+            deadline = time.time() + 20
+            while not os.path.ismount(mnt):
+                assert time.time() < deadline, f"zfs-fuse did not mount {pool} at {mnt}"
+                time.sleep(0.2)
+            with open(os.path.join(mnt, "f"), "wb") as f:
+                for _ in range(120):
+                    f.write(block)
+        finally:
+            subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
+
+
+def test_scrub_reads_the_dedup_tables_ditto_copies(oxzfs, work_dir):
+    """The dedup table's ditto copies (DDT_PHYS_DITTO, written by older systems past dedupditto
+    references) are named by no block pointer: only a scrub that walks the table first, as
+    OpenZFS's does, reads them. One mirror side of the ditto copy is overwritten; our scrub
+    repairs it from the other side, and both sides hold the same bytes there afterwards."""
+    pool = "ditto23"
+    base = os.path.join(oxzfs.base, pool)
+    shutil.rmtree(base, ignore_errors=True)
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    block = random.Random(41).randbytes(128 << 10)
+    zfs_fuse_ditto_pool(work_dir, vdir, os.path.join(base, "zfs-fuse-alt"), pool, block)
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "-DDDDD", pool], capture_output=True, text=True, errors="replace", timeout=300)
+    copies = [(int(o, 16), int(s, 16)) for o, s in DITTO.findall(r.stdout)]
+    assert len(copies) == 1, f"zfs-fuse left {len(copies)} ditto copies, one expected:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+    off, size = copies[0]
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    with open(d0, "r+b") as f:
+        f.seek(LABELS_FRONT + off)
+        f.write(random.Random(42).randbytes(size))
+
+    def side(path):
+        with open(path, "rb") as f:
+            f.seek(LABELS_FRONT + off)
+            return f.read(size)
+    assert side(d0) != side(d1)
+    import_rw(oxzfs, vdir, pool, alt)
+    repaired, errors = scrub_done(oxzfs, pool)
+    assert errors == 0 and repaired != "0B", f"the scrub repaired {repaired} with {errors} errors: it did not read the ditto copy"
+    assert cksum_of(oxzfs, pool, "d0")[0] > 0
+    assert scrub_done(oxzfs, pool) == ("0B", 0), "a second scrub must find nothing to repair"
+    mnt = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", pool, check=True).stdout.strip()
+    with open(os.path.join(mnt, "f"), "rb") as f:
+        assert f.read() == block * 120
+    assert oxzfs.export(pool).returncode == 0
+    assert side(d0) == side(d1), "the ditto copy's bad side was not rewritten"
+    zdb_check(vdir, pool)

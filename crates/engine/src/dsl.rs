@@ -681,7 +681,14 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
                 // Inherited mountpoints get the rest of the name appended.
                 let owner = src.strip_prefix("inherited from ").unwrap_or(&base).to_string();
                 let rest = base.strip_prefix(&owner).unwrap_or("");
-                let v = if s == "none" || s == "legacy" { s } else { format!("{}{}", s.trim_end_matches('/'), rest) };
+                // "/" stays "/" (zfs-fuse's `zpool create -R` stores it for the root).
+                let v = match s.as_str() {
+                    "none" | "legacy" => s,
+                    _ => match format!("{}{}", s.trim_end_matches('/'), rest) {
+                        v if v.is_empty() => "/".into(),
+                        v => v,
+                    },
+                };
                 (v, src)
             }
             _ => (format!("/{base}"), "default".into()),

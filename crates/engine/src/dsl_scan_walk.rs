@@ -24,9 +24,18 @@
 //! at or after it. The accounting objects are never passed over nor stopped in: they are read
 //! again by each walk that goes through their objset, as OpenZFS does. Blocks born at or before
 //! cur_min_txg are passed over with everything below them, blocks born after cur_max_txg are
-//! descended through but not read. The dedup table is not walked first: its blocks are read
-//! where the datasets meet them (the `scan` entry keeps the DDT bookmark at zero, so OpenZFS
-//! resuming our walk walks the DDT before going on from our bookmark).
+//! descended through but not read.
+//!
+//! Before all of it, the dedup table (dsl_scan_ddt): every entry of the classes up to
+//! scn_ddt_class_max (ditto and duplicate for a scrub or a full resilver, ditto alone for an
+//! incremental one), each of its copies born by max_txg read once — among them the ditto
+//! copies older systems kept (DDT_PHYS_DITTO), which no block pointer names. Its position is
+//! the `scan` entry's DDT bookmark (class, type, checksum, ZAP cursor serialized as OpenZFS's
+//! zap_cursor_serialize does), so either of us resumes the other's walk of the table. A dedup
+//! block the datasets meet is not read again when this walk read its copies in the table
+//! phase (`ddt_scrubbed`; OpenZFS asks the table's classes, ddt_class_contains, and catches
+//! entries changing class with a hook in the DDT's sync — keeping the copies read makes the
+//! hook unneeded: an entry the table phase did not read is read where the datasets meet it).
 //!
 //! A head dataset's intent log, when its chain is claimed (a crash's log after an import with
 //! -N, before the mount replays it; dsl_scan_zil), is visited before its tree: every log block
@@ -54,10 +63,17 @@ use oxzfs_format::dsl::{DslDatasetPhys, DslDirPhys};
 use oxzfs_format::objset::ObjsetPhys;
 use oxzfs_format::zil as fz;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+/// A dedup table copy the table phase read: the table's checksum function, the block's
+/// checksum and its first DVA (vdev, offset).
+pub type DdtCopy = (u8, [u64; 4], u64, u64);
+
 pub use crate::dsl_scan::ZB_DESTROYED_OBJSET;
+
+/// DDT_TYPES: the table's one on-disk type (ZAP).
+const DDT_TYPES: u64 = 1;
 /// zb_level of an objset's root block (-1).
 const ZB_ROOT_LEVEL: u64 = u64::MAX;
 /// Added to the level of a meta-dnode block so that it sorts before its objects' blocks.
@@ -172,6 +188,12 @@ pub struct ScanWalk<'a> {
     /// The sorted scan's queues (`dsl_scan_queue`): when set, the blocks to read go there
     /// instead of being read now (dsl_scan_enqueue), except gang blocks.
     pub sink: Option<&'a mut dyn FnMut(&Zb, &BlockPointer)>,
+    /// scn_ddt_class_max, and scn_ddt_bookmark (class, type, checksum, cursor): the table
+    /// phase is under way while the bookmark's class is at most the class max.
+    pub ddt_class_max: u64,
+    pub ddt_bookmark: [u64; 4],
+    /// The copies the table phase of this process read (kept across turns by the caller).
+    pub ddt_read: Option<&'a mut HashSet<DdtCopy>>,
     suspending: bool,
     visited: u64,
 }
@@ -198,6 +220,9 @@ impl<'a> ScanWalk<'a> {
             stop,
             progress,
             sink: None,
+            ddt_class_max: phys.ddt_class_max,
+            ddt_bookmark: phys.ddt_bookmark,
+            ddt_read: None,
             suspending: false,
             visited: 0,
         }
@@ -206,6 +231,14 @@ impl<'a> ScanWalk<'a> {
     /// dsl_scan_visit: walk on from the bookmark; true when the walk reached its end.
     pub fn visit(&mut self) -> bool {
         let mos = self.spa.mos();
+        if self.ddt_bookmark[0] <= self.ddt_class_max {
+            self.cur_min_txg = self.min_txg;
+            self.cur_max_txg = self.max_txg;
+            self.visit_ddt(&mos);
+            if self.suspending {
+                return false;
+            }
+        }
         if self.bookmark.objset == 0 {
             self.cur_min_txg = self.min_txg;
             self.cur_max_txg = self.max_txg;
@@ -240,6 +273,65 @@ impl<'a> ScanWalk<'a> {
         }
         self.bookmark = Zb { objset: ZB_DESTROYED_OBJSET, ..Zb::default() };
         true
+    }
+
+    /// dsl_scan_ddt: the table's entries from the DDT bookmark on, class by class (type, then
+    /// checksum function within it), each ZAP in cursor order; each copy of an entry born by
+    /// max_txg read (dsl_scan_ddt_entry), with the zero bookmark. Stops between entries.
+    fn visit_ddt(&mut self, mos: &Objset) {
+        use oxzfs_format::ddt::{ddt_object_name, decode_phys, DdtClass, DdtKey};
+        let [mut class, mut typ, mut cks, mut cursor] = self.ddt_bookmark;
+        while class <= self.ddt_class_max && (class as usize) < DdtClass::ALL.len() {
+            while typ < DDT_TYPES {
+                while cks < oxzfs_format::checksum::ZIO_CHECKSUM_FUNCTIONS as u64 {
+                    let name = ddt_object_name(oxzfs_format::checksum::checksum_name(cks as u8), DdtClass::ALL[class as usize]);
+                    let obj = crate::zap::zap_lookup_u64(mos, 1, &name).ok().flatten().unwrap_or(0);
+                    let (bits, entries) = match obj {
+                        0 => (0, Vec::new()),
+                        _ => crate::zap::Zap::open(mos, obj).and_then(|z| z.list_in_cursor_order(mos)).unwrap_or_else(|_| {
+                            // A table object that does not read: an error of its MOS object;
+                            // the walk goes on with the next.
+                            self.spa.record_error(0, obj, 0, 0);
+                            (0, Vec::new())
+                        }),
+                    };
+                    // zap_cursor_init_serialized: [ cd | hash bits ].
+                    let from = if cursor == 0 || bits == 0 { (0, 0) } else { (cursor << (64 - bits), (cursor >> bits) as u32) };
+                    for (h, cd, e) in entries.into_iter().filter(|(h, cd, _)| (*h, *cd) >= from) {
+                        if let (Ok(key), Ok(phys)) = (DdtKey::from_zap_key(&e.name), decode_phys(&e.value)) {
+                            let max_txg = self.max_txg;
+                            for p in phys.iter().filter(|p| p.phys_birth != 0 && p.phys_birth <= max_txg) {
+                                let bp = key.bp(cks as u8, p);
+                                if let Some(read) = self.ddt_read.as_deref_mut() {
+                                    read.insert((cks as u8, bp.cksum, bp.dva[0].vdev, bp.dva[0].offset));
+                                }
+                                self.read_or_queue(&bp, &Zb::default());
+                            }
+                        }
+                        self.visited += 1;
+                        cursor = (h >> (64 - bits)) | ((cd as u64 + 1) << bits);
+                        self.ddt_bookmark = [class, typ, cks, cursor];
+                        if (self.stop)() {
+                            self.suspending = true;
+                            return;
+                        }
+                    }
+                    cursor = 0;
+                    cks += 1;
+                }
+                cks = 0;
+                typ += 1;
+            }
+            typ = 0;
+            class += 1;
+        }
+        self.ddt_bookmark = [class, 0, 0, 0];
+    }
+
+    /// Whether the table phase of this walk read `bp` (a dedup block) already.
+    fn ddt_scrubbed(&self, bp: &BlockPointer) -> bool {
+        let Some(read) = self.ddt_read.as_deref() else { return false };
+        bp.dedup && read.contains(&(bp.checksum, bp.cksum, bp.dva[0].vdev, bp.dva[0].offset))
     }
 
     /// dsl_scan_visitds: dataset `dsobj`'s tree, then its next snapshot and clones queued.
@@ -417,6 +509,10 @@ impl<'a> ScanWalk<'a> {
         // Stopped below it: it is read when a later walk finishes its subtree (OpenZFS reads
         // it at each stop below it, and again then).
         if self.suspending || bp.physical_birth() > self.cur_max_txg {
+            return;
+        }
+        // Read by the table phase (dsl_scan_visitbp's ddt_class_contains).
+        if self.ddt_scrubbed(bp) {
             return;
         }
         // dsl_scan_scrub_cb: only copies born in the scan's range are read.

@@ -158,7 +158,10 @@ fn setup(g: &mut PoolW, s: &mut crate::dsl_scan::ScanInner, func: u64, min_txg: 
         g.mos.free_object(s.phys.queue_obj)?;
     }
     let (_, allocated) = g.ms.lock().space_totals();
-    s.phys = DslScanPhys { func, state: DSS_SCANNING, queue_obj, min_txg, max_txg, start_time: t, cur_min_txg: min_txg, cur_max_txg: max_txg, to_examine: allocated, ddt_class_max: DDT_CLASS_DUPLICATE, ..Default::default() };
+    // An incremental scan (a resilver of the txgs a leaf missed) reads only the table's ditto
+    // class first, the rest where the datasets meet it (dsl_scan_setup_sync).
+    let ddt_class_max = if min_txg > crate::spa::TXG_INITIAL { oxzfs_format::ddt::DdtClass::Ditto as u64 } else { DDT_CLASS_DUPLICATE };
+    s.phys = DslScanPhys { func, state: DSS_SCANNING, queue_obj, min_txg, max_txg, start_time: t, cur_min_txg: min_txg, cur_max_txg: max_txg, to_examine: allocated, ddt_class_max, ..Default::default() };
     s.pass_start = t;
     s.pass_exam = 0;
     s.pass_issued = 0;
@@ -451,6 +454,8 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
         }
     }
     let mut queues = crate::dsl_scan_queue::ScanQueues::default();
+    // The dedup table's copies this process's table phase read (see dsl_scan_walk).
+    let mut ddt_read = std::collections::HashSet::new();
     // Bytes per second the last issue read (None before the first).
     let mut issue_rate: Option<f64> = None;
     loop {
@@ -508,9 +513,10 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
             if sorted {
                 walk.sink = Some(&mut sink);
             }
+            walk.ddt_read = Some(&mut ddt_read);
             let done = walk.visit();
             // Where the walk stands, for the next turn and the next sync (one with the figures).
-            let (bookmark, cur_min, cur_max, queue) = (walk.bookmark, walk.cur_min_txg, walk.cur_max_txg, std::mem::take(&mut walk.queue));
+            let (bookmark, ddt_bookmark, cur_min, cur_max, queue) = (walk.bookmark, walk.ddt_bookmark, walk.cur_min_txg, walk.cur_max_txg, std::mem::take(&mut walk.queue));
             drop(walk);
             // Everything queued is read before the turn lets syncs go (see dsl_scan_queue):
             // the bookmark it leaves has nothing unread before it.
@@ -528,6 +534,7 @@ fn run(h: &Arc<PoolHandle>, spa: &Arc<Spa>) -> Result<()> {
                 Some(())
             } else {
                 s.phys.bookmark = bookmark.words();
+                s.phys.ddt_bookmark = ddt_bookmark;
                 s.phys.cur_min_txg = cur_min;
                 s.phys.cur_max_txg = cur_max;
                 s.queue = queue;

@@ -559,6 +559,76 @@ mod scan_walk_tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[test]
+    fn the_dedup_table_is_walked_first_and_resumes_from_its_bookmark() {
+        use oxzfs_format::dsl::DDT_CLASS_DUPLICATE;
+        let (dir, mut pw) = test_pool("scanddt");
+        pw.set_prop("scanddt", "dedup", Some("on")).unwrap();
+        let ds = pw.find_dataset("scanddt").unwrap().expect("the root dataset");
+        // 60 distinct 4K blocks: the first 40 written twice (duplicate class), the rest once.
+        {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            for i in 0..100u64 {
+                let obj = crate::zplw::create(os, fs.root, format!("d{i}").as_bytes(), 0o100644, 0, 0, 0, None, 5).unwrap();
+                let k = if i < 80 { i % 40 } else { i - 40 };
+                crate::zplw::write(os, obj, 0, &super::noise(k + 1, 4096), 4096).unwrap();
+            }
+        }
+        pw.sync().unwrap();
+        let spa = pw.spa.clone();
+        let mode = ReadMode::new(false, true);
+        // One walk from the start: what it reads, by first DVA, and how often.
+        let walk_all = |phys: &mut DslScanPhys, budget: u64| {
+            let mut reads: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+            let mut ddt_read = std::collections::HashSet::new();
+            let (mut queue, mut turns, mut stopped_in_ddt) = (BTreeMap::new(), 0, 0);
+            loop {
+                let n = std::cell::Cell::new(0u64);
+                let stop = || n.get() >= budget;
+                let mut progress = |zb: &Zb, bp: &oxzfs_format::blkptr::BlockPointer, ok: bool| {
+                    assert!(ok);
+                    n.set(n.get() + 1);
+                    if (zb.object as i64) >= 0 {
+                        *reads.entry((bp.dva[0].vdev, bp.dva[0].offset)).or_default() += 1;
+                    }
+                };
+                let mut w = ScanWalk::new(&spa, &mode, phys, std::mem::take(&mut queue), &stop, &mut progress);
+                w.ddt_read = Some(&mut ddt_read);
+                let done = w.visit();
+                phys.bookmark = w.bookmark.words();
+                phys.ddt_bookmark = w.ddt_bookmark;
+                (phys.cur_min_txg, phys.cur_max_txg) = (w.cur_min_txg, w.cur_max_txg);
+                queue = std::mem::take(&mut w.queue);
+                drop(w);
+                turns += 1;
+                if done {
+                    return (reads, turns, stopped_in_ddt);
+                }
+                if phys.ddt_bookmark[0] <= phys.ddt_class_max {
+                    assert_ne!(phys.ddt_bookmark[3], 0, "a walk stopped in the table says where in it");
+                    stopped_in_ddt += 1;
+                }
+            }
+        };
+        let start = DslScanPhys { max_txg: u64::MAX - 1, ddt_class_max: DDT_CLASS_DUPLICATE, ..Default::default() };
+        let (whole, _, _) = walk_all(&mut start.clone(), u64::MAX);
+        // Without the table phase (class max below ditto's): the same blocks, the shared ones
+        // read once per reference.
+        let (plain, _, _) = walk_all(&mut DslScanPhys { ddt_bookmark: [3, 0, 0, 0], ..start.clone() }, u64::MAX);
+        assert_eq!(whole.keys().collect::<Vec<_>>(), plain.keys().collect::<Vec<_>>(), "the same blocks either way");
+        assert!(whole.values().all(|&n| n == 1), "with the table walked first every block is read once: {whole:?}");
+        assert_eq!(plain.values().filter(|&&n| n == 2).count(), 40, "the datasets meet each shared block twice");
+        for budget in [1, 3, 16] {
+            let mut phys = start.clone();
+            let (reads, turns, in_ddt) = walk_all(&mut phys, budget);
+            assert_eq!(reads, whole, "in turns of {budget} ({turns} turns)");
+            assert!(budget > 40 || in_ddt >= 40 / budget as usize / 2, "turns of {budget} stopped in the table {in_ddt} times");
+            assert!(phys.ddt_bookmark[0] > DDT_CLASS_DUPLICATE, "the table phase ended: {:?}", phys.ddt_bookmark);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Write `n` files named PREFIX<i> to the root file system of `pw`'s pool and sync.
     fn files(pw: &mut crate::dsl_pool::PoolW, ds: u64, prefix: &str, n: u64) {
         {

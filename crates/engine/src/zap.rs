@@ -236,6 +236,26 @@ impl Zap {
         }
     }
 
+    /// Every entry with its hash and collision differentiator, in the order of OpenZFS's ZAP
+    /// cursor (by hash, then cd), and the ZAP's hash bits (zap_hashbits): what a serialized
+    /// cursor (`zap_cursor_serialize`, kept in the scan's DDT bookmark) is made of. A micro ZAP
+    /// has no such order on disk: its entries come in their slots' order, numbered as the cd.
+    pub fn list_in_cursor_order(&self, os: &Objset) -> Result<(u32, Vec<(u64, u32, ZapEntry)>)> {
+        match &self.kind {
+            Kind::Micro { entries, .. } => Ok((28, entries.iter().cloned().enumerate().map(|(i, e)| (0, i as u32, e)).collect())),
+            Kind::Fat(fat) => {
+                let table = self.pointer_table(os, fat)?;
+                let leaves: BTreeSet<u64> = table.into_iter().collect();
+                let mut out = Vec::new();
+                for blk in leaves {
+                    out.extend(self.leaf(os, blk)?.entries.into_iter().map(|e| (e.hash, e.cd, leaf_entry(e))));
+                }
+                out.sort_by_key(|(h, cd, _)| (*h, *cd));
+                Ok((fz::zap_hashbits(fat.hdr.flags), out))
+            }
+        }
+    }
+
     /// The entry named `name`, if any.
     pub fn lookup(&self, os: &Objset, name: &[u8]) -> Result<Option<ZapEntry>> {
         match &self.kind {
