@@ -15,6 +15,7 @@ use oxzfs::spa;
 use oxzfs::dsl_pool::PoolW;
 use oxzfs::spa_create::{CreateSpec, VdevClass, VdevSpec};
 use oxzfs::txg::PoolHandle;
+use oxzfs::vdev::VdevState;
 use oxzfs::ZfsError;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -472,7 +473,7 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
             o.operands.iter().map(|n| format!("pool '{n}' is healthy\n")).collect()
         });
     }
-    ok(shown.iter().map(|p| p.pool.status_text(o.verbose)).collect::<Vec<_>>().join("\n"))
+    ok(shown.iter().map(|p| p.pool.status_text_for(o.verbose, p.rw.as_ref().is_some_and(|h| h.is_suspended()))).collect::<Vec<_>>().join("\n"))
 }
 
 const CLEAR_USAGE: &str = "usage:\n\tclear <pool> [device]";
@@ -496,17 +497,46 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
         _ => return usage(format!("too many arguments\n{CLEAR_USAGE}")),
     }
     let name = &o.operands[0];
-    let Some(imp) = st.pools.get(name) else {
+    let Some(imp) = st.pools.get_mut(name) else {
         return fail(format!("cannot open '{name}': no such pool"));
     };
-    let root = &imp.pool.spa.root_vdev;
     let target = match o.operands.get(1) {
         None => None,
-        Some(dev) => match root.find(dev) {
+        Some(dev) => match imp.pool.spa.root_vdev.find(dev) {
             Some(v) => Some(v.guid),
             None => return fail(format!("cannot clear errors for {dev}: no such device in pool")),
         },
     };
+    // vdev_clear reopens the removed leaves at or below the target: those whose device is
+    // back return (and are resilvered), the others stay REMOVED. A suspended pool fails with
+    // EIO while a device is absent, as zio_resume makes it; with every device back it is
+    // still not resumed here (the txg whose sync failed is not kept to be written again).
+    if let Some(h) = imp.rw.clone() {
+        let what = o.operands.get(1).unwrap_or(name);
+        let spa = imp.pool.spa.clone();
+        let under: Vec<&oxzfs::vdev::Vdev> = match target.and_then(|g| spa.root_vdev.find(&g.to_string())) {
+            Some(t) => t.leaves(),
+            None => spa.root_vdev.leaves(),
+        };
+        let removed: Vec<Option<PathBuf>> = under.into_iter().filter(|l| l.state() == VdevState::Removed).map(|l| oxzfs::vdev_probe::returned(&spa, l)).collect();
+        if h.is_suspended() {
+            let absent = spa.root_vdev.leaves().into_iter().any(|l| l.state() == VdevState::Removed && oxzfs::vdev_probe::returned(&spa, l).is_none());
+            return fail(if absent {
+                format!("cannot clear errors for {what}: I/O error")
+            } else {
+                format!("cannot clear errors for {what}: I/O error (the pool's I/O is suspended: export it and import it again)")
+            });
+        }
+        let back: Vec<PathBuf> = removed.into_iter().flatten().collect();
+        if !back.is_empty() {
+            let dirs = device_dirs(imp, &back.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+            oxzfs::vdev_probe::undo_same(&h.lock());
+            if let Err(e) = reopen(imp, &h, &dirs) {
+                return err_out(e, &format!("cannot clear errors for {what}: reopening the pool"));
+            }
+        }
+    }
+    let root = &imp.pool.spa.root_vdev;
     // vdev_clear: faults forced with `offline -f` lifted (a resilver of what they missed).
     let mut resilver = false;
     if let Some(h) = &imp.rw {
@@ -1171,6 +1201,7 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     dirs.sort();
     dirs.dedup();
     let h = PoolHandle::start(pw);
+    oxzfs::vdev_probe::spawn(&h);
     // Open the new pool as an import would: the vdev tree and config as they are on disk.
     let spa = match h.reopen(&dirs) {
         Ok(s) => s,
@@ -1223,6 +1254,7 @@ pub fn import_rw(dirs: &[PathBuf], which: &str, opts: &ImportOptions) -> Result<
     }
     let spa = pw.spa.clone();
     let h = PoolHandle::start(pw);
+    oxzfs::vdev_probe::spawn(&h);
     Ok((Pool::from_spa(spa, altroot, dirs), h))
 }
 
@@ -1795,17 +1827,26 @@ pub fn online(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let mut out = String::new();
     let mut resilver = false;
     for (dev, guid) in leaves {
+        let gone = |imp: &Imported| imp.pool.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && (l.dev.is_none() || l.state() == VdevState::Removed));
+        let removed = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == guid && l.state() == VdevState::Removed).map(|l| oxzfs::vdev_probe::returned(&imp.pool.spa, l));
         let missing_at = imp.pool.spa.root_vdev.leaves().into_iter().find(|l| l.guid == guid && l.dev.is_none()).and_then(|l| l.path.clone());
-        if let Some(path) = missing_at {
+        let reopen_at = match removed {
+            // vdev_open keeps a removed leaf whose device is still absent REMOVED.
+            Some(None) => None,
+            Some(Some(path)) => Some(path),
+            None => missing_at.map(PathBuf::from),
+        };
+        if let Some(path) = reopen_at {
             // vdev_reopen: a device that was missing may be back (the reopen resilvers it).
-            let dirs = device_dirs(imp, &[Path::new(&path)]);
+            let dirs = device_dirs(imp, &[path.as_path()]);
+            oxzfs::vdev_probe::undo_same(&h.lock());
             if let Err(e) = reopen(imp, &h, &dirs) {
                 return err_out(e, &format!("cannot online {dev}: reopening the pool"));
             }
-            if imp.pool.spa.root_vdev.leaves().iter().any(|l| l.guid == guid && l.dev.is_none()) {
-                let _ = write!(out, "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n");
-                continue;
-            }
+        }
+        if gone(imp) {
+            let _ = write!(out, "warning: device '{dev}' onlined, but remains in faulted state\nuse 'zpool replace' to replace devices that are no longer present\n");
+            continue;
         }
         match h.lock().vdev_online(guid, &dev) {
             Ok(stale) => resilver |= stale,

@@ -57,6 +57,7 @@ pub mod spa_config;
 pub mod vdev_indirect;
 pub mod vdev_removal;
 pub mod vdev_dtl;
+pub mod vdev_probe;
 pub mod vdev_attach;
 pub mod vdev_rebuild;
 pub mod zfs_znode;

@@ -438,12 +438,19 @@ impl Pool {
     /// 10; STATE padded to 8; READ/WRITE/CKSUM in 5 columns through zfs_nicenum), the
     /// dedup/special/logs classes, cache and spares, and the error summary.
     pub fn status_text(&self, verbose: bool) -> String {
+        self.status_text_for(verbose, false)
+    }
+
+    /// `status_text` of a pool whose I/O may be `suspended` (a txg sync failed: the write
+    /// side knows): state SUSPENDED and the I/O failure text, as zpool_get_state_str and
+    /// check_status have it for failmode=wait.
+    pub fn status_text_for(&self, verbose: bool, suspended: bool) -> String {
         let mut s = String::new();
         let health = self.health();
         let errors = self.error_objects();
         let _ = writeln!(s, "  pool: {}", self.spa.name);
-        let _ = writeln!(s, " state: {}", health.as_str());
-        let reason = self.status_reason(health, !errors.is_empty());
+        let _ = writeln!(s, " state: {}", if suspended { "SUSPENDED" } else { health.as_str() });
+        let reason = if suspended { Reason::IoFailureWait } else { self.status_reason(health, !errors.is_empty()) };
         s.push_str(reason.status_lines());
         let scan = self.spa.scan.stat();
         let rebuilds = self.rebuild_stats();
@@ -518,7 +525,8 @@ impl Pool {
     /// check_status (libzfs_status.c) for an imported pool, among the reasons this engine
     /// can observe, most serious first.
     fn status_reason(&self, health: VdevState, data_errors: bool) -> Reason {
-        let missing = self.spa.root_vdev.leaves().iter().any(|l| l.dev.is_none() && l.state() != VdevState::Offline);
+        // Not found at import (a leaf removed while imported is REMOVED, not missing).
+        let missing = self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Unavail);
         let scan = self.spa.scan.stat();
         let rebuilds = self.rebuild_stats();
         let rebuild_end = rebuilds.iter().filter(|r| r.2.state == crate::vdev_rebuild::VDEV_REBUILD_COMPLETE).map(|r| r.2.end_time).max().unwrap_or(0);
@@ -542,6 +550,8 @@ impl Pool {
             Reason::FailingDev
         } else if self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Offline) {
             Reason::OfflineDev
+        } else if self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Removed) {
+            Reason::RemovedDev
         } else if self.spa.version < spa::SPA_VERSION_FEATURES {
             // Every legacy version is "older" to OpenZFS 2.1. (Feature-flag pools with
             // features left disabled would report FEAT_DISABLED: not told apart here.)
@@ -636,6 +646,8 @@ enum Reason {
     Resilvering,
     RebuildScrub,
     OfflineDev,
+    RemovedDev,
+    IoFailureWait,
     FaultedDevR,
     MissingDevR,
     MissingDevNr,
@@ -657,6 +669,9 @@ impl Reason {
             Reason::FailingDev => "status: One or more devices has experienced an unrecoverable error.  An\n\tattempt was made to correct the error.  Applications are unaffected.\naction: Determine if the device needs to be replaced, and clear the errors\n\tusing 'zpool clear' or replace the device with 'zpool replace'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-9P\n",
             Reason::VersionOlder => "status: The pool is formatted using a legacy on-disk format.  The pool can\n\tstill be used, but some features are unavailable.\naction: Upgrade the pool using 'zpool upgrade'.  Once this is done, the\n\tpool will no longer be accessible on software that does not support\n\tfeature flags.\n",
             Reason::OfflineDev => "status: One or more devices has been taken offline by the administrator.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using 'zpool online' or replace the device with\n\t'zpool replace'.\n",
+            // OpenZFS 2.3's words (the missing quote included).
+            Reason::RemovedDev => "status: One or more devices have been removed.\n\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\naction: Online the device using zpool online' or replace the device with\n\t'zpool replace'.\n",
+            Reason::IoFailureWait => "status: One or more devices are faulted in response to IO failures.\naction: Make sure the affected devices are connected, then run 'zpool clear'.\n   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-HC\n",
             Reason::Resilvering => "status: One or more devices is currently being resilvered.  The pool will\n\tcontinue to function, possibly in a degraded state.\naction: Wait for the resilver to complete.\n",
             Reason::RebuildScrub => "status: One or more devices have been sequentially resilvered, scrubbing\n\tthe pool is recommended.\naction: Use 'zpool scrub' to verify all data checksums.\n",
             Reason::Ok => "",
@@ -679,7 +694,7 @@ fn top_class(v: &Vdev) -> &str {
 /// A leaf that was not found at import: OpenZFS marks it "not present", names it by guid
 /// in `zpool status` and adds "was PATH".
 fn not_present(v: &Vdev) -> bool {
-    v.is_leaf() && v.dev.is_none()
+    v.is_leaf() && v.dev.is_none() && v.state() != VdevState::Removed
 }
 
 /// The name column of a vdev (zpool_vdev_name with the type-id suffix); `imported`

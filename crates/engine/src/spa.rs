@@ -340,7 +340,7 @@ pub fn root_state(root: &Vdev) -> VdevState {
             return VdevState::Unavail;
         }
         match top.state() {
-            VdevState::Unavail | VdevState::Faulted | VdevState::Offline => {
+            VdevState::Unavail | VdevState::Faulted | VdevState::Offline | VdevState::Removed => {
                 if top.is_log {
                     st = VdevState::Degraded;
                 } else {

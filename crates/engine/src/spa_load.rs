@@ -44,7 +44,7 @@ impl Spa {
         };
         let label_names: Vec<String> = cand.missing.iter().map(|(_, p)| p.clone()).collect();
         let short = root_state(&cand.root) == VdevState::Unavail;
-        if short && cand.root.children.iter().any(|t| !t.is_missing_top() && t.state() == VdevState::Unavail) {
+        if short && cand.root.children.iter().any(|t| !t.is_missing_top() && matches!(t.state(), VdevState::Unavail | VdevState::Removed)) {
             return Err(unavailable(&label_names));
         }
         let ub = cand
@@ -247,7 +247,7 @@ fn check_missing(pool: &str, root: &Vdev, label_names: &[String], missing_log_ok
     let missing_leaves = |v: &Vdev| -> Vec<String> {
         v.leaves().iter().filter(|l| l.dev.is_none()).map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string())).collect()
     };
-    let lost_data = root.children.iter().any(|t| t.is_missing_top() || (!t.is_log && t.state() == VdevState::Unavail));
+    let lost_data = root.children.iter().any(|t| t.is_missing_top() || (!t.is_log && matches!(t.state(), VdevState::Unavail | VdevState::Removed)));
     if lost_data {
         let mut names = missing_leaves(root);
         if names.is_empty() {
@@ -255,7 +255,7 @@ fn check_missing(pool: &str, root: &Vdev, label_names: &[String], missing_log_ok
         }
         return Err(ZfsError::Unavailable(format!("cannot import '{pool}': one or more devices is currently unavailable (missing: {})", names.join(", "))));
     }
-    let logs: Vec<&Arc<Vdev>> = root.children.iter().filter(|t| t.is_log && t.state() == VdevState::Unavail).collect();
+    let logs: Vec<&Arc<Vdev>> = root.children.iter().filter(|t| t.is_log && matches!(t.state(), VdevState::Unavail | VdevState::Removed)).collect();
     if logs.is_empty() || missing_log_ok {
         return Ok(());
     }
@@ -292,7 +292,7 @@ impl PoolW {
         pw.load_removal()?;
         pw.dtl_load()?;
         // A log device imported missing (`-m`) takes no log blocks: they go to the pool.
-        for t in spa.root_vdev.children.iter().filter(|t| t.is_log && t.state() == VdevState::Unavail) {
+        for t in spa.root_vdev.children.iter().filter(|t| t.is_log && matches!(t.state(), VdevState::Unavail | VdevState::Removed)) {
             pw.ms.lock().retire_group(t.id);
         }
         pw.ddt = crate::ddt::Ddt::load(&mut pw.mos)?;

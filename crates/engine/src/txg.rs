@@ -454,6 +454,10 @@ impl PoolW {
                 ubs.push((dev.clone(), off, encode_uberblock(&ub, slot as usize, off)));
             }
         }
+        if ubs.is_empty() {
+            // Every leaf out of use (a lone device removed): this txg would be on no device.
+            return Err(ZfsError::Unavailable(format!("pool '{}': no device left to write txg {txg}'s uberblock to", spa.name)));
+        }
         Ok(UbWrite { txg, root, rootbp, config_dirty, even, odd, ubs })
     }
 
@@ -769,6 +773,16 @@ impl PoolHandle {
             })
             .expect("spawn the txg sync thread");
         h
+    }
+
+    /// The pool is being exported: its threads end.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A txg sync failed and the pool is suspended (see `PoolW::suspended`).
+    pub fn is_suspended(&self) -> bool {
+        self.lock_open().suspended.is_some()
     }
 
     /// Whether the sync thread would sync now: dirty data past the threshold, the timeout

@@ -20,6 +20,11 @@
 //! repair writes (only on a pool imported read-write). A scrub's read checks every copy: every
 //! mirror side, and the raidz parity against the data, repairing what differs.
 //!
+//! A leaf whose device goes away under the running pool (a real I/O error with ENXIO or
+//! ENODEV, or after which its path no longer names the open device: `BlockDevice::gone`) is
+//! REMOVED (`VdevStats::removed`): out of use as an offline leaf is, its reads failing with
+//! ENXIO without touching the device; `vdev_probe` watches for it and for its return.
+//!
 //! All device I/O goes through [`BlockDevice`], so a simulated device can stand in for a file:
 //! pools open their leaves by path through [`open_device`], which hands out a device registered
 //! for that path ([`register_device`], used by crash tests with `vdev::sim`) before a file.
@@ -80,6 +85,13 @@ pub trait BlockDevice: Send + Sync {
     /// journal. Nothing for anything but a regular file.
     fn fill_holes(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
         Ok(())
+    }
+    /// The path the device was opened by no longer names it (OpenZFS learns it from the
+    /// kernel's hot-unplug event, or from revalidating the disk after an EIO): the file was
+    /// moved or deleted, the block device's node is gone or names another device. False for
+    /// a device that cannot tell (a simulated one).
+    fn gone(&self) -> bool {
+        false
     }
 }
 
@@ -206,6 +218,23 @@ impl BlockDevice for FileDevice {
     fn name(&self) -> String {
         self.path.display().to_string()
     }
+    fn gone(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let now = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            // Only a path that names nothing says the device left; a stat refused for another
+            // reason (permissions, a stale mount) proves nothing.
+            Err(e) => return matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ENXIO | libc::ENODEV)),
+        };
+        let Ok(open) = self.file.metadata() else { return false };
+        if self.regular {
+            // A regular file: the same inode of the same file system.
+            !now.file_type().is_file() || (now.dev(), now.ino()) != (open.dev(), open.ino())
+        } else {
+            // A block device: the node names the same device number.
+            now.rdev() != open.rdev()
+        }
+    }
     fn file_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         self.regular.then(|| self.file.as_raw_fd())
@@ -304,6 +333,12 @@ pub struct VdevStats {
     /// the `aux_state` "external" config nvpair unless -t; until `zpool clear` or `online`.
     pub fault_external: std::sync::atomic::AtomicBool,
     pub degraded: std::sync::atomic::AtomicBool,
+    /// Leaves: the device went away under the running pool (VDEV_STATE_REMOVED, see
+    /// `vdev_probe`): REMOVED, out of use as an offline leaf is, each txg it misses in its
+    /// DTL, `removed = 1` in its config (ZPOOL_CONFIG_REMOVED) until it is back.
+    pub removed: std::sync::atomic::AtomicBool,
+    /// When `removed` was set (None: at import, from the config).
+    pub removed_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Leaves: the DTL (DTL_MISSING), txg ranges [start, end) whose blocks this leaf lacks,
     /// with the MOS space map object that keeps it (`DTL` in the leaf's config, 0: none yet)
     /// and whether it changed since that object was last written (see `vdev_dtl`).
@@ -383,6 +418,8 @@ pub enum VdevState {
     Faulted,
     Unavail,
     Offline,
+    /// The device went away while the pool was imported (VDEV_STATE_REMOVED).
+    Removed,
 }
 
 impl VdevState {
@@ -393,6 +430,7 @@ impl VdevState {
             VdevState::Faulted => "FAULTED",
             VdevState::Unavail => "UNAVAIL",
             VdevState::Offline => "OFFLINE",
+            VdevState::Removed => "REMOVED",
         }
     }
 }
@@ -521,6 +559,9 @@ impl Vdev {
                 }
             }
             stats.dtl_object.store(nv.get_u64("DTL").unwrap_or(0), Ordering::Relaxed);
+            // vdev_alloc reads ZPOOL_CONFIG_REMOVED; vdev_open keeps the leaf REMOVED while its
+            // device is still absent and forgets it once the device opens.
+            stats.removed.store(nv.get_u64("removed").unwrap_or(0) != 0 && dev.is_none(), Ordering::Relaxed);
         }
         let indirect = (kind == VdevKind::Indirect).then(|| {
             Arc::new(indirect::IndirectConfig::new(
@@ -594,6 +635,8 @@ impl Vdev {
             VdevKind::Leaf { .. } => {
                 if self.stats.offline.load(Ordering::Relaxed) {
                     VdevState::Offline
+                } else if self.stats.removed.load(Ordering::Relaxed) {
+                    VdevState::Removed
                 } else if self.dev.is_none() {
                     VdevState::Unavail
                 } else if self.stats.faulted.load(Ordering::Relaxed) {
@@ -606,7 +649,7 @@ impl Vdev {
             }
             VdevKind::Hole | VdevKind::Indirect => VdevState::Online,
             _ => {
-                let bad = self.children.iter().filter(|c| matches!(c.state(), VdevState::Unavail | VdevState::Faulted | VdevState::Offline)).count();
+                let bad = self.children.iter().filter(|c| matches!(c.state(), VdevState::Unavail | VdevState::Faulted | VdevState::Offline | VdevState::Removed)).count();
                 let degraded = self.children.iter().any(|c| c.state() == VdevState::Degraded);
                 let tolerance = match self.kind {
                     VdevKind::Root => 0,
@@ -694,7 +737,32 @@ impl Vdev {
     /// A leaf taken out of use by a command: offline, or faulted by `zpool offline -f` (it
     /// is neither read nor written; each txg it misses goes into its DTL).
     pub fn out_of_use(&self) -> bool {
-        self.stats.offline.load(Ordering::Relaxed) || (self.stats.fault_external.load(Ordering::Relaxed) && self.stats.faulted.load(Ordering::Relaxed))
+        self.stats.offline.load(Ordering::Relaxed)
+            || self.stats.removed.load(Ordering::Relaxed)
+            || (self.stats.fault_external.load(Ordering::Relaxed) && self.stats.faulted.load(Ordering::Relaxed))
+    }
+
+    /// A leaf whose device went away (spa_async_remove): REMOVED from now on, its error
+    /// counts cleared as OpenZFS clears them. True when this call made it so.
+    pub fn set_removed(&self) -> bool {
+        if !self.is_leaf() || self.stats.removed.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        *self.stats.removed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+        for n in [&self.stats.read_errors, &self.stats.write_errors, &self.stats.cksum_errors] {
+            n.store(0, Ordering::Relaxed);
+        }
+        tracing::warn!("vdev {} (guid {}) was removed: its device is gone", self.display_name(), self.guid);
+        true
+    }
+
+    /// After a real I/O error of this leaf's device (not an injected one): ENXIO or ENODEV,
+    /// or a path that no longer names the device, means the device went away
+    /// (vdev_disk_io_done's revalidation after EIO); the leaf becomes REMOVED.
+    fn check_removed(&self, dev: &dyn BlockDevice, e: &std::io::Error) {
+        if matches!(e.raw_os_error(), Some(libc::ENXIO | libc::ENODEV)) || dev.gone() {
+            self.set_removed();
+        }
     }
 
     /// Raw write to a leaf, after the front labels.
@@ -718,7 +786,8 @@ impl Vdev {
     fn write_leaf_buf(&self, offset: u64, data: &[u8], mode: WriteMode) -> Result<()> {
         if self.out_of_use() {
             // Not an error of the device: its DTL records what it misses.
-            return Err(ZfsError::Unavailable(format!("{} is offline", self.display_name())));
+            let why = if self.stats.removed.load(Ordering::Relaxed) { "removed" } else { "offline" };
+            return Err(ZfsError::Unavailable(format!("{} is {why}", self.display_name())));
         }
         let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
             device: self.display_name(),
@@ -742,8 +811,12 @@ impl Vdev {
             WriteMode::Sync => dev.write_sync(data, phys).and_then(|done| if done { Ok(()) } else { dev.write_at(data, phys).and_then(|_| dev.flush()) }),
             WriteMode::Cached => dev.write_at(data, phys),
         };
+        let was_injected = injected.is_err();
         injected.and_then(|_| write()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            if !was_injected {
+                self.check_removed(dev.as_ref(), &e);
+            }
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
         })
     }
@@ -830,7 +903,7 @@ impl Vdev {
 
     /// Flush every leaf below at once, each on its own thread (the intent log's flush).
     pub fn flush_parallel(&self) -> Result<()> {
-        let leaves: Vec<_> = self.leaves().into_iter().filter_map(|l| l.dev.clone()).collect();
+        let leaves: Vec<_> = self.leaves().into_iter().filter(|l| !l.stats.removed.load(Ordering::Relaxed)).filter_map(|l| l.dev.clone()).collect();
         if leaves.len() < 2 {
             return self.flush();
         }
@@ -854,7 +927,7 @@ impl Vdev {
     /// must not be reported synced — nor an fsync that waited for it acknowledged.
     pub fn flush_any(&self) -> Result<()> {
         let (mut good, mut err) = (0usize, None);
-        for l in self.leaves() {
+        for l in self.leaves().into_iter().filter(|l| !l.stats.removed.load(Ordering::Relaxed)) {
             if let Some(d) = &l.dev {
                 match d.flush() {
                     Ok(()) => good += 1,
@@ -873,7 +946,7 @@ impl Vdev {
 
     /// Flush every leaf below (write cache barrier).
     pub fn flush(&self) -> Result<()> {
-        for l in self.leaves() {
+        for l in self.leaves().into_iter().filter(|l| !l.stats.removed.load(Ordering::Relaxed)) {
             if let Some(d) = &l.dev {
                 d.flush().map_err(|e| ZfsError::Io { device: d.name(), offset: 0, source: e })?;
             }
@@ -900,20 +973,27 @@ impl Vdev {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "device is missing"),
         })?;
         let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
+        if self.stats.removed.load(Ordering::Relaxed) {
+            // No I/O is issued to a removed leaf (vdev_accessible): ENXIO, not counted.
+            return Err(ZfsError::Io { device: dev.name(), offset: phys, source: std::io::Error::from_raw_os_error(libc::ENXIO) });
+        }
         self.stats.read_ops.fetch_add(1, Ordering::Relaxed);
         self.stats.read_bytes.fetch_add(size, Ordering::Relaxed);
         let io = self.stats.ex.begin(false, size);
-        let res = match inject::check(self.guid, false) {
-            Some(inject::DevError::Io) => Err(std::io::Error::from_raw_os_error(libc::EIO)),
-            Some(inject::DevError::Nxio) => Err(std::io::Error::from_raw_os_error(libc::ENXIO)),
-            Some(inject::DevError::Corrupt) => dev.read_at(buf, phys).map(|_| inject::corrupt(buf)),
-            None => dev.read_at(buf, phys),
+        let (res, injected) = match inject::check(self.guid, false) {
+            Some(inject::DevError::Io) => (Err(std::io::Error::from_raw_os_error(libc::EIO)), true),
+            Some(inject::DevError::Nxio) => (Err(std::io::Error::from_raw_os_error(libc::ENXIO)), true),
+            Some(inject::DevError::Corrupt) => (dev.read_at(buf, phys).map(|_| inject::corrupt(buf)), false),
+            None => (dev.read_at(buf, phys), false),
         };
         drop(io);
         match res {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                if !injected {
+                    self.check_removed(dev.as_ref(), &e);
+                }
                 Err(ZfsError::Io { device: dev.name(), offset: phys, source: e })
             }
         }

@@ -11,8 +11,8 @@
 //!            whenever the DTL changed, as vdev_dtl_sync does
 //! ```
 //!
-//! A leaf misses a txg when the txg syncs while the leaf is offline or missing under a mirror,
-//! raidz or replacing vdev (vdev_dtl_dirty from the writes that skipped it); a leaf attached
+//! A leaf misses a txg when the txg syncs while the leaf is offline, removed (`vdev_probe`) or
+//! missing under a mirror, raidz or replacing vdev (vdev_dtl_dirty from the writes that skipped it); a leaf attached
 //! or put in by `zpool replace` misses every txg before it joined. Reads go to the other
 //! children first while a leaf's DTL is not empty (see `vdev::Vdev::is_stale`), a resilver
 //! rewrites what the DTL names and then empties it (`dsl_scrub`). The in-memory DTL lives in
@@ -33,15 +33,22 @@ const MAX_DTL_BYTES: u64 = 16 << 20;
 const HISTOGRAM: &str = "com.delphix:spacemap_histogram";
 
 impl PoolW {
-    /// Syncing context of `txg`: the txg goes into the DTL of every leaf it skips (offline or
-    /// missing below a redundant vdev), and every DTL that changed is written to its space map
+    /// Syncing context of `txg`: the txg goes into the DTL of every leaf it skips (offline,
+    /// removed or missing below a redundant vdev), and every DTL that changed is written to its space map
     /// (created, and named in the leaf's config, on first use). Runs before the MOS syncs.
     pub(crate) fn dtl_sync(&mut self, txg: u64) -> Result<()> {
         let root = self.spa.root_vdev.clone();
+        self.removed_sync();
         let mut changed: Vec<&Vdev> = Vec::new();
         for top in root.children.iter().filter(|t| redundant(t)) {
             for leaf in top.leaves() {
-                if matches!(leaf.state(), VdevState::Offline | VdevState::Unavail) || leaf.out_of_use() {
+                if leaf.stats.removed.load(Ordering::Relaxed) {
+                    // Gone before the previous txg's sync was done, perhaps in the middle of
+                    // its writes: that txg is missed too (see `vdev_probe`).
+                    let at = *leaf.stats.removed_at.lock().unwrap_or_else(|p| p.into_inner());
+                    let from = if at.map_or(true, |t| t <= self.last_sync) { txg.saturating_sub(1).max(1) } else { txg };
+                    leaf.stats.dtl_add(from, txg + 1);
+                } else if matches!(leaf.state(), VdevState::Offline | VdevState::Unavail) || leaf.out_of_use() {
                     leaf.stats.dtl_add(txg, txg + 1);
                 }
             }
@@ -55,6 +62,27 @@ impl PoolW {
             self.dtl_write(leaf)?;
         }
         Ok(())
+    }
+
+    /// Syncing context: the config's `removed` key follows each leaf's REMOVED state
+    /// (vdev_state_dirty after spa_async_remove, vdev_open clearing vdev_removed).
+    pub(crate) fn removed_sync(&mut self) {
+        let root = self.spa.root_vdev.clone();
+        for leaf in root.leaves() {
+            let removed = leaf.stats.removed.load(Ordering::Relaxed);
+            let mut changed = false;
+            edit_leaf(&mut self.config_nv, leaf.guid, &mut |nv| {
+                let has = nv.get_u64("removed").unwrap_or(0) != 0;
+                if removed && !has {
+                    nv.add_u64("removed", 1);
+                    changed = true;
+                } else if !removed && nv.get("removed").is_some() {
+                    nv.remove("removed");
+                    changed = true;
+                }
+            });
+            self.config_dirty |= changed;
+        }
     }
 
     /// vdev_dtl_sync for one leaf (none for a leaf the config no longer has: being detached).
