@@ -28,6 +28,12 @@ turns (old, new, old, new, ... so the shared machine's noise falls on both alike
              how sequential the scrub's reads are, whatever the storage below the file does
              with random reads
 
+With --rate MBS the pool's device and the new side are two emulated disks of that bandwidth each
+(nbdkit's rate filter through nbdfuse, as bench/slog.py and bench/removal.py make them), so the
+devices, not the host's page cache and CPU, bound the copy: fio then reads the pool's device and
+writes the new one itself, before the pool is made (the new side is blanked by zeroing its labels
+between runs).
+
 Targets (issue 13): scrub >= 80% of fio's sequential read, resilver >= 80% of fio's sequential
 write. Needs root (drop_caches). fio is installed with apt-get if missing. With --out FILE.md, the
 table also goes to FILE.md.
@@ -47,6 +53,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import drop_caches  # noqa: E402
+from slog import EmuDisk  # noqa: E402
 
 REC = 128 << 10
 ROUNDS = 8
@@ -113,6 +120,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--tunable", action="append", default=[], help="NAME=VALUE set in each daemon before the runs (repeatable)")
     ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
+    ap.add_argument("--rate", type=float, help="the vdev and the new side on two emulated disks of this many MB/s each")
     a = ap.parse_args()
     ensure_fio()
     bins = []
@@ -124,6 +132,11 @@ def main():
     os.makedirs(vdir)
     os.makedirs(sdir)
     dev0, dev1 = os.path.join(vdir, "d0"), os.path.join(sdir, "d1")
+    emus = []
+    if a.rate:
+        emus = [EmuDisk(work, f"emu{i}", a.data_mib * 2 + 64, 0, a.rate) for i in range(2)]
+        dev0, dev1 = emus[0].path, emus[1].path
+        vdir = os.path.dirname(dev0)
     alt = os.path.join(work, "alt")
     root = os.path.join(alt, "bscan")
     env = dict(os.environ, OXZFS_SOCKET=os.path.join(work, "sock"))
@@ -149,9 +162,27 @@ def main():
     rows = {label: {"scrub": [], "resilver": [], "rebuild": []} for label, _ in bins}
     try:
         size = a.data_mib << 21
+
+        def blank(d):
+            if emus:
+                # A device cannot be truncated: its labels zeroed (the front 4 MiB, the back 512K).
+                n = os.path.getsize(d)
+                with open(d, "r+b") as f:
+                    f.write(bytes(4 << 20))
+                    f.seek(n - (512 << 10))
+                    f.write(bytes(512 << 10))
+            else:
+                with open(d, "wb") as f:
+                    f.truncate(size)
+        seq_read, seq_write = [], []
+        if emus:
+            # The devices themselves, while they hold nothing: write the new side, read the other.
+            for _ in range(a.runs):
+                seq_write.append(fio("seqwrite", "write", dev1, a.data_mib << 20))
+                fio("seqwrite", "write", dev0, a.data_mib << 20)
+                seq_read.append(fio("seqread", "read", dev0, a.data_mib << 20))
         for d in (dev0, dev1):
-            with open(d, "wb") as f:
-                f.truncate(size)
+            blank(d)
         use(bins[0][1])
         ox("zpool", "create", "-O", "compression=off", "-R", alt, "bscan", dev0)
         half = (a.data_mib << 20) // 2
@@ -179,26 +210,26 @@ def main():
         ox("zpool", "sync", "bscan")
         alloc = allocated()
         ox("zpool", "export", "bscan")
-        seq_read, seq_write = [], []
         for run in range(a.runs):
             for label, path in bins:
                 use(path)
-                seq_read.append(fio("seqread", "read", dev0, alloc))
+                if not emus:
+                    seq_read.append(fio("seqread", "read", dev0, alloc))
                 drop_caches()
                 ox("zpool", "import", "-d", vdir, "-R", alt, "bscan")
                 t = time.time()
                 ox("zpool", "scrub", "-w", "bscan")
                 rows[label]["scrub"].append(alloc / (time.time() - t))
-                newf = os.path.join(sdir, "fio-new")
-                seq_write.append(fio("seqwrite", "write", newf, a.data_mib << 20))
-                os.unlink(newf)
+                if not emus:
+                    newf = os.path.join(sdir, "fio-new")
+                    seq_write.append(fio("seqwrite", "write", newf, a.data_mib << 20))
+                    os.unlink(newf)
                 drop_caches()
                 t = time.time()
                 ox("zpool", "attach", "-w", "bscan", dev0, dev1)
                 rows[label]["resilver"].append(alloc / (time.time() - t))
                 ox("zpool", "detach", "bscan", dev1)
-                with open(dev1, "wb") as f:
-                    f.truncate(size)
+                blank(dev1)
                 if subprocess.run([cur["bin"], "tunable", "zfs_rebuild_scrub_enabled=0"], env=env, capture_output=True).returncode == 0:
                     # replace -s onto the blank side and back: two samples, the pool on dev0 again.
                     for old, new in ((dev0, dev1), (dev1, dev0)):
@@ -207,8 +238,7 @@ def main():
                         ox("zpool", "replace", "-s", "-w", "bscan", old, new)
                         rows[label]["rebuild"].append(alloc / (time.time() - t))
                         ox("zpool", "status", "bscan")  # the replaced side detached (and its labels cleared)
-                    with open(dev1, "wb") as f:
-                        f.truncate(size)
+                    blank(dev1)
                 ox("zpool", "export", "bscan")
         order = {}
         if a.trace:
@@ -227,12 +257,14 @@ def main():
         mib = lambda x: f"{x / (1 << 20):7.1f}"  # noqa: E731
         spread = lambda v: f"{mib(statistics.median(v))} MiB/s ({'-'.join(mib(x).strip() for x in (min(v), max(v)))})"  # noqa: E731
         rd, wr = statistics.median(seq_read), statistics.median(seq_write)
+        where = f"two emulated disks of {a.rate:g} MB/s (fio on the devices themselves)" if emus else "file vdevs"
         lines = [
-            f"pool: one file vdev, {alloc >> 20} MiB allocated (half written in order, half rewritten in {ROUNDS} txgs of random 128K records), "
+            f"devices: {where}",
+            f"pool: one vdev, {alloc >> 20} MiB allocated (half written in order, half rewritten in {ROUNDS} txgs of random 128K records), "
             f"{a.runs} runs per binary, alternating",
             "",
-            f"fio sequential read of the vdev file:  {spread(seq_read)}",
-            f"fio sequential write of a new file:    {spread(seq_write)}",
+            f"fio sequential read of the pool's device:  {spread(seq_read)}",
+            f"fio sequential write of {'the new device' if emus else 'a new file'}:    {spread(seq_write)}",
             "",
             "| binary | scrub MiB/s (min-max) | scrub / fio read | resilver MiB/s (min-max) | resilver / fio write | rebuild (replace -s) MiB/s (min-max) | rebuild / fio write |",
             "|---|---|---|---|---|---|---|",
@@ -254,6 +286,8 @@ def main():
     finally:
         ox("zpool", "export", "-f", "bscan", check=False)
         ox("daemon", "stop", check=False)
+        for e in emus:
+            e.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -315,8 +315,11 @@ const ISSUE_BUDGET_FIRST: u64 = 1 << 20;
 const ISSUE_BUDGET_MIN: u64 = 1 << 20;
 
 /// How many ranges a resilver reads ahead of its writes (each a buffer of up to
-/// zfs_vdev_aggregation_limit).
-const WRITES_AHEAD: usize = 2;
+/// zfs_vdev_aggregation_limit), and how many of them it writes at once: a device that takes
+/// several requests together (a disk's queue, a network block device) is kept busy, as
+/// OpenZFS keeps up to zfs_vdev_async_write_max_active writes in flight on each leaf.
+const WRITES_AHEAD: usize = 4;
+const RESILVER_WRITERS: usize = 4;
 
 /// Issued bytes, repairs and errors into the scan's figures.
 fn account(spa: &Spa, mode: &ReadMode, issued: u64, errors: u64) {
@@ -330,93 +333,155 @@ fn account(spa: &Spa, mode: &ReadMode, issued: u64, errors: u64) {
 /// The largest gap between two queued blocks read as one range (zfs_vdev_read_gap_limit).
 const RUN_GAP: u64 = 32 << 10;
 
-/// scan_io_queues_run: read the queued blocks, each top-level vdev's in its own thread, in
+/// How many ranges of one top-level vdev are read at once (each by a thread of its own, in
+/// the queue's order, as OpenZFS keeps up to zfs_vdev_scrub_max_active scan reads in flight on
+/// a leaf): while one waits for its device, another's blocks are checked.
+const SCAN_READERS: usize = 3;
+
+/// The runs of a vdev's queue: index ranges of the blocks read as one range (adjacent, gaps up
+/// to RUN_GAP, up to zfs_vdev_aggregation_limit in all), each other block a run of its own.
+fn runs_of(vdev: u64, ios: &[crate::dsl_scan_queue::ScanIo]) -> Vec<std::ops::Range<usize>> {
+    let limit = crate::tunables::vdev_aggregation_limit();
+    let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ios.len() {
+        let mut j = i + 1;
+        if runnable(&ios[i].bp) {
+            let start = ios[i].bp.dva[0].offset;
+            let mut end = start + ios[i].bp.psize;
+            while j < ios.len() && runnable(&ios[j].bp) {
+                let d = ios[j].bp.dva[0];
+                if d.offset < end || d.offset - end > RUN_GAP || d.offset + ios[j].bp.psize - start > limit {
+                    break;
+                }
+                end = d.offset + ios[j].bp.psize;
+                j += 1;
+            }
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
+}
+
+/// A range's buffer with the writes to make from it (a resilver's), and where its blocks start
+/// in the vdev's queue.
+type WriteJob<'a> = (Vec<u8>, Vec<crate::zio::RunWrite<'a>>, usize);
+
+/// Names the type of a reader closure's argument, lifetime included (a closure's own
+/// annotation cannot).
+fn reader_fn<'a, F: Fn(std::sync::mpsc::SyncSender<WriteJob<'a>>)>(f: F) -> F {
+    f
+}
+
+/// scan_io_queues_run: read the queued blocks, each top-level vdev's in its own threads, in
 /// the queues' order, as the walk would have (every copy checked, bad ones rewritten, errors
-/// counted and logged). Blocks next to each other (gaps up to RUN_GAP, ranges up to
-/// zfs_vdev_aggregation_limit) are read as one range (`zio::scan_run`), what fails there one by one.
-/// A request (pause, cancel, export) or zfs_scan_suspend_progress cuts it short. The bytes
-/// read, and whether it was cut short.
+/// counted and logged). Blocks next to each other (`runs_of`) are read as one range
+/// (`zio::scan_run`), what fails there one by one; SCAN_READERS ranges at once. A resilver's
+/// writes of the new sides go to RESILVER_WRITERS threads, from the buffers the ranges were
+/// read into. A request (pause, cancel, export) or zfs_scan_suspend_progress cuts it short.
+/// The bytes read, and whether it was cut short.
 fn issue(spa: &Arc<Spa>, mode: &ReadMode, queues: Vec<(u64, Vec<crate::dsl_scan_queue::ScanIo>)>) -> (u64, bool) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
+    use std::sync::Mutex;
     let one = |vdev: u64, ios: Vec<crate::dsl_scan_queue::ScanIo>| {
         let ctx = crate::zio::ZioCtx { root: &spa.root_vdev, salt: &spa.checksum_salt, mode };
         let class = crate::vdev::iostat::current_class();
-        // A resilver's writes go to a thread of their own, so the next range is read (and
-        // checked) while the last one is written: the range buffers travel to it and back.
-        let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, Vec<crate::zio::RunWrite>, usize)>(WRITES_AHEAD);
-        let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        let writer = || {
+        let runs = runs_of(vdev, &ios);
+        let record = |sio: &crate::dsl_scan_queue::ScanIo| -> u64 {
+            let injected = crate::vdev::inject::data_fault(&spa.name, sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid).is_some();
+            if injected || crate::zio::read_physical(&ctx, &sio.bp).is_err() {
+                spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid);
+                return 1;
+            }
+            0
+        };
+        let (next, cut, bytes) = (AtomicUsize::new(0), AtomicBool::new(false), AtomicU64::new(0));
+        // Writers share the queue; when they are all gone (a panic) its receiver goes with
+        // them and a reader writes what it has itself.
+        let (job_tx, job_rx) = sync_channel::<WriteJob>(WRITES_AHEAD);
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let (free_tx, free_rx) = channel::<Vec<u8>>();
+        let free_rx = Mutex::new(free_rx);
+        let writer = |job_rx: Arc<Mutex<Receiver<WriteJob>>>, free_tx: Sender<Vec<u8>>| {
             let mut failed = Vec::new();
-            for (buf, writes, base) in job_rx {
+            loop {
+                let job = job_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok((buf, writes, base)) = job else { break };
                 failed.extend(crate::zio::write_runs(mode, &buf, &writes).into_iter().flat_map(|w| w.blocks.clone()).map(|k| base + k));
                 let _ = free_tx.send(buf);
             }
             failed
         };
-        std::thread::scope(|sc| {
-            let writer = mode.resilver.then(|| {
-                sc.spawn(move || crate::vdev::iostat::in_class(class, writer))
-            });
-            let job_tx = job_tx;
-            let limit = crate::tunables::vdev_aggregation_limit();
-            let mut bytes = 0;
+        let reader = reader_fn(|job_tx| {
             let mut bufs = Vec::new();
-            let mut i = 0;
-            let record = |spa: &Spa, sio: &crate::dsl_scan_queue::ScanIo| {
-                let injected = crate::vdev::inject::data_fault(&spa.name, sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid).is_some();
-                if injected || crate::zio::read_physical(&ctx, &sio.bp).is_err() {
-                    spa.record_error(sio.zb.objset, sio.zb.object, sio.zb.level, sio.zb.blkid);
-                    return 1;
+            loop {
+                if cut.load(Ordering::Relaxed) {
+                    return;
                 }
-                0
-            };
-            while i < ios.len() {
                 if spa.scan.lock().request != Request::None || crate::tunables::scan_suspend_progress() {
-                    return (bytes, true);
+                    cut.store(true, Ordering::Relaxed);
+                    return;
                 }
-                // A run: the blocks after this one that are read with it as one range.
-                let runnable = |bp: &oxzfs_format::blkptr::BlockPointer| bp.dvas().iter().filter(|d| !d.is_empty()).count() == 1 && !bp.dva[0].is_empty() && !bp.dva[0].gang && bp.dva[0].vdev == vdev;
-                let mut j = i + 1;
-                if runnable(&ios[i].bp) {
-                    let start = ios[i].bp.dva[0].offset;
-                    let mut end = start + ios[i].bp.psize;
-                    while j < ios.len() && runnable(&ios[j].bp) {
-                        let d = ios[j].bp.dva[0];
-                        if d.offset < end || d.offset - end > RUN_GAP || d.offset + ios[j].bp.psize - start > limit {
-                            break;
-                        }
-                        end = d.offset + ios[j].bp.psize;
-                        j += 1;
-                    }
-                }
-                let run = &ios[i..j];
+                let Some(r) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else { return };
+                let run = &ios[r.clone()];
                 let mut writes = Vec::new();
-                let done = if j - i > 1 {
+                let done = if run.len() > 1 {
                     crate::zio::scan_run(&ctx, vdev, &run.iter().map(|s| &s.bp).collect::<Vec<_>>(), &mut bufs, &mut writes)
                 } else {
                     vec![false]
                 };
                 let mut errors: u64 = 0;
                 if !writes.is_empty() {
-                    let buf = std::mem::replace(&mut bufs[0], free_rx.try_recv().unwrap_or_default());
-                    if let Err(e) = job_tx.send((buf, writes, i)) {
-                        // The writer is gone (it panicked): write here.
+                    let spare = free_rx.lock().unwrap_or_else(|e| e.into_inner()).try_recv().unwrap_or_default();
+                    let buf = std::mem::replace(&mut bufs[0], spare);
+                    if let Err(e) = job_tx.send((buf, writes, r.start)) {
                         let (buf, writes, _) = e.0;
                         let failed: Vec<usize> = crate::zio::write_runs(mode, &buf, &writes).into_iter().flat_map(|w| w.blocks.clone()).collect();
-                        errors += failed.into_iter().map(|k| record(spa, &run[k])).sum::<u64>();
+                        errors += failed.into_iter().map(|k| record(&run[k])).sum::<u64>();
                     }
                 }
-                errors += run.iter().zip(done).filter(|(_, ok)| !ok).map(|(sio, _)| record(spa, sio)).sum::<u64>();
+                errors += run.iter().zip(done).filter(|(_, ok)| !ok).map(|(sio, _)| record(sio)).sum::<u64>();
                 let asize: u64 = run.iter().map(|s| s.bp.asize_total()).sum();
-                bytes += asize;
+                bytes.fetch_add(asize, Ordering::Relaxed);
                 account(spa, mode, asize, errors);
-                i = j;
+            }
+        });
+        std::thread::scope(|sc| {
+            let writers: Vec<_> = (0..if mode.resilver { RESILVER_WRITERS } else { 0 })
+                .map(|_| {
+                    let (writer, job_rx, free_tx) = (&writer, job_rx.clone(), free_tx.clone());
+                    sc.spawn(move || crate::vdev::iostat::in_class(class, || writer(job_rx, free_tx)))
+                })
+                .collect();
+            drop(job_rx);
+            let readers: Vec<_> = (1..SCAN_READERS.min(runs.len()))
+                .map(|_| {
+                    let (reader, job_tx) = (&reader, job_tx.clone());
+                    sc.spawn(move || crate::vdev::iostat::in_class(class, || reader(job_tx)))
+                })
+                .collect();
+            reader(job_tx);
+            for r in readers {
+                if r.join().is_err() {
+                    cut.store(true, Ordering::Relaxed);
+                }
+            }
+            if cut.load(Ordering::Relaxed) {
+                // The writers finish what they were handed (their failures are read again by
+                // the turn that walks here next).
+                for w in writers {
+                    let _ = w.join();
+                }
+                return (bytes.load(Ordering::Relaxed), true);
             }
             // The runs whose write failed: read (and repaired, or logged) one by one.
-            drop(job_tx);
-            let failed = writer.map(|w| w.join().unwrap_or_default()).unwrap_or_default();
-            let errors = failed.into_iter().map(|k| record(spa, &ios[k])).sum();
+            let failed: Vec<usize> = writers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect();
+            let errors = failed.into_iter().map(|k| record(&ios[k])).sum();
             account(spa, mode, 0, errors);
-            (bytes, false)
+            (bytes.load(Ordering::Relaxed), false)
         })
     };
     let sum = |rs: Vec<(u64, bool)>| rs.into_iter().fold((0, false), |(b, c), (b2, c2)| (b + b2, c || c2));

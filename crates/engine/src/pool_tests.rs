@@ -689,6 +689,7 @@ mod scan_walk_tests {
             let mut w = ScanWalk::new(&spa, &mode, &phys, queue, &stop, &mut progress);
             let done = w.visit();
             phys.bookmark = w.bookmark.words();
+            phys.ddt_bookmark = w.ddt_bookmark;
             phys.cur_min_txg = w.cur_min_txg;
             phys.cur_max_txg = w.cur_max_txg;
             let queue = std::mem::take(&mut w.queue);
