@@ -548,3 +548,33 @@ def test_offline_f_faults_a_device_until_clear_or_online(oxzfs):
     only0, only1 = alone(oxzfs, vdir, "d0", "rsfault0"), alone(oxzfs, vdir, "d1", "rsfault1")
     zdb_checks((only0, pool), (only1, pool))
     check_reads(oxzfs, only0, pool, alt, want)
+
+
+def test_writes_failed_on_a_side_are_resilvered_at_clear(oxzfs):
+    """Writes failing on one mirror side (zinject -e io -T write) put the txgs they belonged
+    to into that side's DTL, as OpenZFS's vdev_stat_update does; `zpool clear` then resilvers
+    just those, and the side alone holds every file again."""
+    pool = "rswfail"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 23)
+    d0 = os.path.join(vdir, "d0")
+    import_rw(oxzfs, vdir, pool, alt)
+    r = oxzfs.run("zinject", "-q", "-d", d0, "-e", "io", "-T", "write", pool)
+    assert r.returncode == 0, repr(r)
+    write_more(alt, pool, "while-failing.bin", 7, 3)
+    oxzfs.zpool("sync", pool, check=True)
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    rows = status_rows(status(oxzfs, pool))
+    assert int(rows[d0][2]) > 0, rows
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    r = oxzfs.zpool("clear", pool)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), repr(r)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    done, errors = resilvered(text)
+    assert errors == 0 and done >= 3 << 20, text
+    rows = status_rows(text)
+    assert all(tuple(v[:4]) == ("ONLINE", "0", "0", "0") for k, v in rows.items() if k in (d0, os.path.join(vdir, "d1"))), rows
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d0", pool)
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)

@@ -545,10 +545,12 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
             Err(e) => return fail(format!("cannot clear errors for {name}: {e}")),
         }
     }
-    match o.operands.get(1).and_then(|dev| root.find(dev)) {
-        Some(v) => v.clear_errors(),
-        None => root.clear_errors(),
-    }
+    let cleared = o.operands.get(1).and_then(|dev| root.find(dev)).unwrap_or(root);
+    cleared.clear_errors();
+    // A leaf back in use that misses txgs (writes failed on it) is resilvered, as vdev_clear's
+    // reopen asks for one.
+    let resilvering = { let sc = imp.pool.spa.scan.lock(); sc.scanning() && sc.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER };
+    resilver |= !resilvering && cleared.leaves().into_iter().any(|l| l.stats.stale() && !l.out_of_use() && l.dev.is_some());
     if let Some(h) = &imp.rw {
         h.lock().log_devices_cleared();
         if resilver {

@@ -337,6 +337,10 @@ pub struct VdevStats {
     /// `vdev_probe`): REMOVED, out of use as an offline leaf is, each txg it misses in its
     /// DTL, `removed = 1` in its config (ZPOOL_CONFIG_REMOVED) until it is back.
     pub removed: std::sync::atomic::AtomicBool,
+    /// Leaves: a write failed since the last sync's DTL update (vdev_stat_update dirties the
+    /// DTL of a leaf a write failed on): that sync's txg goes into its DTL, so `zpool clear`
+    /// resilvers what it missed.
+    pub write_failed: std::sync::atomic::AtomicBool,
     /// When `removed` was set (None: at import, from the config).
     pub removed_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Leaves: the DTL (DTL_MISSING), txg ranges [start, end) whose blocks this leaf lacks,
@@ -814,6 +818,7 @@ impl Vdev {
         let was_injected = injected.is_err();
         injected.and_then(|_| write()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.write_failed.store(true, Ordering::Relaxed);
             if !was_injected {
                 self.check_removed(dev.as_ref(), &e);
             }

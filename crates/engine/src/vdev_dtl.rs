@@ -50,6 +50,10 @@ impl PoolW {
                     leaf.stats.dtl_add(from, txg + 1);
                 } else if matches!(leaf.state(), VdevState::Offline | VdevState::Unavail) || leaf.out_of_use() {
                     leaf.stats.dtl_add(txg, txg + 1);
+                } else if leaf.stats.write_failed.swap(false, Ordering::Relaxed) {
+                    // A write failed on it since the last of these: during this txg's sync, or
+                    // after the last one's DTL update (its MOS, its labels).
+                    leaf.stats.dtl_add(txg.saturating_sub(1).max(1), txg + 1);
                 }
             }
         }
