@@ -34,11 +34,18 @@ devices, not the host's page cache and CPU, bound the copy: fio then reads the p
 writes the new one itself, before the pool is made (the new side is blanked by zeroing its labels
 between runs).
 
+With --throttle MBS the two files are block devices instead (loop devices with direct I/O) whose
+bandwidth a blkio cgroup holds to MBS each way, the daemon and fio in that cgroup: a device-bound
+copy, as on disks, with fio (direct I/O) on the devices themselves. The cgroup bounds what reaches
+the devices past the page cache (reads, O_DIRECT writes); the few writes of a resilver that are
+not aligned for O_DIRECT go through the page cache unbounded.
+
 Targets (issue 13): scrub >= 80% of fio's sequential read, resilver >= 80% of fio's sequential
 write. Needs root (drop_caches). fio is installed with apt-get if missing. With --out FILE.md, the
 table also goes to FILE.md.
 """
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -64,13 +71,18 @@ def ensure_fio():
         subprocess.run(["apt-get", "install", "-y", "fio"], check=True, capture_output=True)
 
 
-def fio(name, rw, path, size, direct=False):
-    """fio's bandwidth in bytes/s for a sequential RW (read|write) of SIZE bytes of PATH."""
+def fio(name, rw, path, size, direct=False, cgroup=None):
+    """fio's bandwidth in bytes/s for a sequential RW (read|write) of SIZE bytes of PATH (in the
+    blkio CGROUP when given)."""
     drop_caches()
     args = ["fio", f"--name={name}", f"--filename={path}", f"--rw={rw}", "--bs=1M", f"--size={size}",
             "--ioengine=psync", "--output-format=json"]
     if rw == "write":
         args.append("--end_fsync=1")
+    if direct:
+        args.append("--direct=1")
+    if cgroup:
+        args = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *args]
     r = subprocess.run(args, check=True, capture_output=True, text=True)
     job = json.loads(r.stdout)["jobs"][0]
     return job["read" if rw == "read" else "write"]["bw_bytes"]
@@ -121,6 +133,7 @@ def main():
     ap.add_argument("--tunable", action="append", default=[], help="NAME=VALUE set in each daemon before the runs (repeatable)")
     ap.add_argument("--trace", action="store_true", help="also trace one scrub per binary (strace) for its read order")
     ap.add_argument("--rate", type=float, help="the vdev and the new side on two emulated disks of this many MB/s each")
+    ap.add_argument("--throttle", type=float, help="the vdev and the new side on two loop devices held to this many MB/s each way")
     a = ap.parse_args()
     ensure_fio()
     bins = []
@@ -137,6 +150,28 @@ def main():
         emus = [EmuDisk(work, f"emu{i}", a.data_mib * 2 + 64, 0, a.rate) for i in range(2)]
         dev0, dev1 = emus[0].path, emus[1].path
         vdir = os.path.dirname(dev0)
+    loops, cgroup = [], None
+    if a.throttle:
+        devs = []
+        for i, d in enumerate((dev0, dev1)):
+            with open(d, "wb") as f:
+                f.truncate((a.data_mib * 2 + 64) << 20)
+            loop = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", d], check=True, capture_output=True, text=True).stdout.strip()
+            loops.append(loop)
+            ldir = os.path.join(work, f"loop{i}")
+            os.makedirs(ldir)
+            os.symlink(loop, os.path.join(ldir, f"d{i}"))
+            devs.append(os.path.join(ldir, f"d{i}"))
+        dev0, dev1 = devs
+        vdir = os.path.dirname(dev0)
+        cgroup = f"/sys/fs/cgroup/blkio/oxzfs-bench-scan-{os.getpid()}"
+        os.makedirs(cgroup)
+        for loop in loops:
+            rdev = os.stat(loop).st_rdev
+            for knob in ("read_bps_device", "write_bps_device"):
+                with open(os.path.join(cgroup, f"blkio.throttle.{knob}"), "w") as f:
+                    f.write(f"{os.major(rdev)}:{os.minor(rdev)} {int(a.throttle * 1e6)}\n")
+    fixed = bool(emus or loops)
     alt = os.path.join(work, "alt")
     root = os.path.join(alt, "bscan")
     env = dict(os.environ, OXZFS_SOCKET=os.path.join(work, "sock"))
@@ -152,6 +187,9 @@ def main():
         ox("daemon", "stop", check=False)
         cur["bin"] = path
         ox("daemon", "start")
+        if cgroup:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(daemon_pid(path)))
         for t in a.tunable:
             ox("tunable", t)
 
@@ -164,10 +202,11 @@ def main():
         size = a.data_mib << 21
 
         def blank(d):
-            if emus:
+            if fixed:
                 # A device cannot be truncated: its labels zeroed (the front 4 MiB, the back 512K).
-                n = os.path.getsize(d)
                 with open(d, "r+b") as f:
+                    n = f.seek(0, os.SEEK_END)
+                    f.seek(0)
                     f.write(bytes(4 << 20))
                     f.seek(n - (512 << 10))
                     f.write(bytes(512 << 10))
@@ -175,12 +214,13 @@ def main():
                 with open(d, "wb") as f:
                     f.truncate(size)
         seq_read, seq_write = [], []
-        if emus:
+        if fixed:
             # The devices themselves, while they hold nothing: write the new side, read the other.
+            direct = bool(loops)
             for _ in range(a.runs):
-                seq_write.append(fio("seqwrite", "write", dev1, a.data_mib << 20))
-                fio("seqwrite", "write", dev0, a.data_mib << 20)
-                seq_read.append(fio("seqread", "read", dev0, a.data_mib << 20))
+                seq_write.append(fio("seqwrite", "write", dev1, a.data_mib << 20, direct, cgroup))
+                fio("seqwrite", "write", dev0, a.data_mib << 20, direct, cgroup)
+                seq_read.append(fio("seqread", "read", dev0, a.data_mib << 20, direct, cgroup))
         for d in (dev0, dev1):
             blank(d)
         use(bins[0][1])
@@ -213,14 +253,14 @@ def main():
         for run in range(a.runs):
             for label, path in bins:
                 use(path)
-                if not emus:
+                if not fixed:
                     seq_read.append(fio("seqread", "read", dev0, alloc))
                 drop_caches()
                 ox("zpool", "import", "-d", vdir, "-R", alt, "bscan")
                 t = time.time()
                 ox("zpool", "scrub", "-w", "bscan")
                 rows[label]["scrub"].append(alloc / (time.time() - t))
-                if not emus:
+                if not fixed:
                     newf = os.path.join(sdir, "fio-new")
                     seq_write.append(fio("seqwrite", "write", newf, a.data_mib << 20))
                     os.unlink(newf)
@@ -257,14 +297,15 @@ def main():
         mib = lambda x: f"{x / (1 << 20):7.1f}"  # noqa: E731
         spread = lambda v: f"{mib(statistics.median(v))} MiB/s ({'-'.join(mib(x).strip() for x in (min(v), max(v)))})"  # noqa: E731
         rd, wr = statistics.median(seq_read), statistics.median(seq_write)
-        where = f"two emulated disks of {a.rate:g} MB/s (fio on the devices themselves)" if emus else "file vdevs"
+        where = (f"two emulated disks of {a.rate:g} MB/s (fio on the devices themselves)" if emus else
+                 f"two loop devices held to {a.throttle:g} MB/s each way by a blkio cgroup (fio, direct I/O, on the devices themselves)" if loops else "file vdevs")
         lines = [
             f"devices: {where}",
             f"pool: one vdev, {alloc >> 20} MiB allocated (half written in order, half rewritten in {ROUNDS} txgs of random 128K records), "
             f"{a.runs} runs per binary, alternating",
             "",
             f"fio sequential read of the pool's device:  {spread(seq_read)}",
-            f"fio sequential write of {'the new device' if emus else 'a new file'}:    {spread(seq_write)}",
+            f"fio sequential write of {'the new device' if fixed else 'a new file'}:    {spread(seq_write)}",
             "",
             "| binary | scrub MiB/s (min-max) | scrub / fio read | resilver MiB/s (min-max) | resilver / fio write | rebuild (replace -s) MiB/s (min-max) | rebuild / fio write |",
             "|---|---|---|---|---|---|---|",
@@ -288,6 +329,11 @@ def main():
         ox("daemon", "stop", check=False)
         for e in emus:
             e.close()
+        for loop in loops:
+            subprocess.run(["losetup", "-d", loop], capture_output=True)
+        if cgroup:
+            with contextlib.suppress(OSError):
+                os.rmdir(cgroup)
         shutil.rmtree(work, ignore_errors=True)
 
 
