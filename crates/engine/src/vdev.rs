@@ -68,7 +68,8 @@ pub trait BlockDevice: Send + Sync {
         None
     }
     /// Write all of `buf` at `offset` past the page cache (O_DIRECT), when the device can and
-    /// `buf`'s address, `offset` and the length are multiples of `DIRECT_ALIGN`. False when it
+    /// `buf`'s address, `offset` and the length are multiples of its alignment (`DIRECT_ALIGN`,
+    /// or a block device's smaller logical sector size). False when it
     /// did not (write with `write_at`).
     fn write_direct(&self, _buf: &[u8], _offset: u64) -> std::io::Result<bool> {
         Ok(false)
@@ -108,6 +109,10 @@ pub struct FileDevice {
     size: u64,
     /// A regular file (not a block device).
     regular: bool,
+    /// What O_DIRECT writes must be multiples of (offset, length, address): a block device's
+    /// logical sector size (BLKSSZGET: a pool of ashift 9 on 512-byte sectors has its blocks
+    /// on 512-byte boundaries), DIRECT_ALIGN for a file.
+    dio_align: usize,
 }
 
 impl FileDevice {
@@ -125,8 +130,18 @@ impl FileDevice {
         };
         use std::os::unix::fs::OpenOptionsExt;
         let direct = if writable { std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok() } else { None };
-        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular })
+        let dio_align = if regular { DIRECT_ALIGN } else { logical_sector_size(&file).filter(|s| s.is_power_of_two() && *s <= DIRECT_ALIGN).unwrap_or(DIRECT_ALIGN) };
+        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align })
     }
+}
+
+/// A block device's logical sector size (the BLKSSZGET ioctl).
+fn logical_sector_size(f: &File) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int through the pointer, which lives across the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::BLKSSZGET, &mut size as *mut libc::c_int) };
+    (r == 0 && size > 0).then_some(size as usize)
 }
 
 impl BlockDevice for FileDevice {
@@ -146,7 +161,7 @@ impl BlockDevice for FileDevice {
         self.file.write_all_at(buf, offset)
     }
     fn write_direct(&self, buf: &[u8], offset: u64) -> std::io::Result<bool> {
-        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % DIRECT_ALIGN == 0;
+        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % self.dio_align == 0;
         let Some(f) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else { return Ok(false) };
         match f.write_all_at(buf, offset) {
             Ok(()) => Ok(true),
