@@ -400,6 +400,12 @@ impl ObjsetW {
         self.ro.as_ref()
     }
 
+    /// The objset as of the last synced txg (None before its first sync): an immutable tree
+    /// that read-ahead may walk without the pool lock, as `read_later` does for one object.
+    pub fn synced(&self) -> Option<Arc<Objset>> {
+        self.ro.clone()
+    }
+
     /// The dirty state of `obj` in the open txg, else in the txg being synced.
     fn dirty_any(&self, obj: u64) -> Option<&DirtyObj> {
         self.dirty.get(&obj).or_else(|| self.frozen_obj(obj))

@@ -517,6 +517,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
     let use_sa = is_sa(os, dir)?;
     let obj = mknode(os, use_sa, Some((dir, pz.flags)), mode, uid, gid, rdev, txg)?;
     let mut z = get(os, obj)?;
+    // mknode wrote the whole znode; only a symlink's target changes it again.
     if let Some(tg) = target {
         z.size = tg.len() as u64;
         if use_sa || ZNODE_PHYS_SIZE + tg.len() <= BONUS_MAX {
@@ -527,8 +528,8 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
             grow_blocksize(os, obj, tg.len() as u64, 128 << 10)?;
             os.write(obj, 0, tg)?;
         }
+        put(os, obj, &z)?;
     }
-    put(os, obj, &z)?;
     os.zap_add_u64(dir, n, dirent(obj, mode))?;
     touch_dir(os, dir, 1, if is_dir { 1 } else { 0 })?;
     crate::zfs_log::create(os, dir, name, obj, &z, target);

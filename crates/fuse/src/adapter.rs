@@ -29,9 +29,14 @@
 //! close(2) sends none. Sequential reads of a writable mount: the kernel reads ahead 1 MiB per
 //! request; a read of a clean object that continues a stream asks prefetch workers for the
 //! next window of blocks (dmu_zfetch), which land in the ARC while the kernel copies this one.
+//! The same workers read dnode blocks ahead of the lookups that go through the dnode array in
+//! order (stat of files in the order they were made, after a mount: dmu_zfetch on the meta
+//! dnode).
+//! What a metadata operation costs beyond that is the kernel's: bench/results/
+//! 2026-11-26-metadata.md counts the requests each one sends and why.
 //!
-//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves); `streams` is a leaf
-//! taken without the pool's; a prefetch worker takes the pool's alone, briefly.
+//! Lock order: the pool's (`PoolHandle`) → `open` → `orphans` (leaves); `streams` and `dnodes`
+//! are leaves taken without the pool's; a prefetch worker takes the pool's alone, briefly.
 //! Files unlinked while open stay on the delete queue until their last release.
 
 use crate::snapdir::SnapDir;
@@ -86,6 +91,8 @@ pub(crate) struct Writer {
     orphans: Arc<Mutex<std::collections::HashSet<u64>>>,
     /// Sequential read streams per object, for prefetch.
     streams: Mutex<HashMap<u64, Stream>>,
+    /// The stream of dnode blocks that lookups meet (see `dnode_ahead`).
+    dnodes: Mutex<DnodeStream>,
     /// Blocks to read ahead into the ARC (full queue: the prefetch is skipped, never waited for).
     prefetch: SyncSender<Prefetch>,
     /// The ZPL's fixed objects of the file system, read (and its delete queue drained) at
@@ -112,6 +119,7 @@ impl Writer {
             open: Arc::new(Mutex::new(HashMap::new())),
             orphans: Arc::new(Mutex::new(Default::default())),
             streams: Mutex::new(HashMap::new()),
+            dnodes: Mutex::new(DnodeStream::default()),
             prefetch,
             fs_info: Mutex::new(Some(info)),
         };
@@ -128,6 +136,21 @@ struct Stream {
     ahead: u64,
     window: u64,
 }
+
+/// The blocks of the dataset's dnode array (the meta dnode's data) that lookups have been
+/// meeting: the last one, how far ahead blocks were asked for, and how many the next ask covers
+/// (it doubles while lookups go on through the array in order, up to `DNODE_AHEAD_MAX`).
+#[derive(Default)]
+struct DnodeStream {
+    last: u64,
+    ahead: u64,
+    window: u64,
+}
+
+/// Dnode blocks asked for ahead of a lookup, at first and at most (32 blocks of 16 KiB are the
+/// dnodes of 1024 files).
+const DNODE_AHEAD_MIN: u64 = 4;
+const DNODE_AHEAD_MAX: u64 = 32;
 
 /// One block to read ahead, from the synced tree a clean read planned with.
 struct Prefetch {
@@ -542,7 +565,18 @@ impl Inner {
                     Ok(self.fattr(k, Some(&fs), &fs.getattr(fs.root_ino())?))
                 }
             },
-            Node::Obj { k, snap, obj } => self.view(snap.as_ref(), |v| Ok(self.fattr(k, snap.as_ref(), &v.lookup(obj, name)?))),
+            Node::Obj { k, snap, obj } => match (&snap, &self.backend) {
+                (None, Backend::ReadWrite(w)) => {
+                    // The synced tree comes out with the answer: the dnode blocks the next
+                    // lookups will want are read ahead from it, without the lock.
+                    let (a, ro) = w.pool.with_fs_ro(w.dsobj, |os| Ok((Live(os).lookup(obj, name)?, os.synced())))?;
+                    if let Some(ro) = ro {
+                        w.dnode_ahead(&ro, a.ino);
+                    }
+                    Ok(self.fattr_live(&a))
+                }
+                _ => self.view(snap.as_ref(), |v| Ok(self.fattr(k, snap.as_ref(), &v.lookup(obj, name)?))),
+            },
         }
     }
 
@@ -797,6 +831,56 @@ impl Writer {
         })
     }
 
+    /// After a lookup found object `obj`: when the lookups are going through the dnode array in
+    /// order (files looked up in the order they were made, as `ls -l`, `find`, a backup or
+    /// a build do after a mount), ask for the dnode blocks after `obj`'s, so that their reads
+    /// overlap instead of each lookup waiting for its own. OpenZFS gets this from dmu_zfetch
+    /// on the meta dnode (dnode_hold's dbuf_read); the blocks land in the ARC, which is where
+    /// the lookups' own reads (under the pool lock) look first.
+    fn dnode_ahead(&self, ro: &Arc<oxzfs::dmu::Objset>, obj: u64) {
+        let md = &ro.phys.meta_dnode;
+        let bs = md.data_block_size();
+        let per_block = bs / oxzfs_format::dnode::DNODE_SIZE as u64;
+        if per_block == 0 || prefetch_disabled() {
+            return;
+        }
+        let blk = obj / per_block;
+        let (from, to) = {
+            let mut s = self.dnodes.lock().unwrap_or_else(|p| p.into_inner());
+            // The same block or one of the next two (the directories and other files made in
+            // between take objects too) continues the stream; anything else starts one.
+            if blk < s.last || blk > s.last + 2 {
+                (s.last, s.ahead, s.window) = (blk, blk + 1, 0);
+                return;
+            }
+            if blk > s.last || s.window == 0 {
+                s.window = (s.window * 2).clamp(DNODE_AHEAD_MIN, DNODE_AHEAD_MAX);
+            }
+            s.last = blk;
+            let to = (blk + 1 + s.window).min(md.maxblkid + 1);
+            let from = s.ahead.max(blk + 1);
+            if from >= to {
+                return;
+            }
+            s.ahead = to;
+            (from, to)
+        };
+        self.ask(ro, md, from..to);
+    }
+
+    /// Queue the read-ahead of blocks `blkids` of object `dn` of the synced tree `ro` (as many
+    /// as the queue takes: a full queue drops the rest, never waits).
+    fn ask(&self, ro: &Arc<oxzfs::dmu::Objset>, dn: &oxzfs_format::dnode::DnodePhys, blkids: impl Iterator<Item = u64>) {
+        let dn = Arc::new(dn.clone());
+        let asked = std::time::Instant::now();
+        for blkid in blkids {
+            let job = Prefetch { pool: self.pool.clone(), dsobj: self.dsobj, ro: ro.clone(), dn: dn.clone(), blkid, asked };
+            if self.prefetch.try_send(job).is_err() {
+                return;
+            }
+        }
+    }
+
     /// After a read of a clean object: when it continues a sequential stream, ask for the
     /// blocks of the next window (dmu_zfetch), so they come from the vdevs in parallel with
     /// this read and the kernel's copy, and are in the ARC when the next read wants them.
@@ -830,14 +914,7 @@ impl Writer {
             s.ahead = to;
             (from, to)
         };
-        let dn = Arc::new(dn.clone());
-        let asked = std::time::Instant::now();
-        for blkid in from / bs..to.div_ceil(bs) {
-            let job = Prefetch { pool: self.pool.clone(), dsobj: self.dsobj, ro: ro.clone(), dn: dn.clone(), blkid, asked };
-            if self.prefetch.try_send(job).is_err() {
-                return;
-            }
-        }
+        self.ask(ro, dn, from / bs..to.div_ceil(bs));
     }
 
 }
