@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import run as bench_run  # bench/run.py: the create row's files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = ("create", "stat", "read-all", "seq-write", "fsync-write")
 # Frames that only carry a call along (closures, unwinding guards, the dispatch): left out of
@@ -138,12 +140,7 @@ def cpu_seconds(pid):
 
 def run(workload, tree, n):
     if workload == "create":
-        for i in range(n):
-            d = os.path.join(tree, f"c{i // 500}")
-            if i % 500 == 0:
-                os.mkdir(d)
-            with open(os.path.join(d, f"f{i}"), "wb") as f:
-                f.write(b"x" * 100)
+        bench_run.create_tree(tree, n)
     elif workload == "stat":
         for i in range(n):
             os.stat(os.path.join(tree, f"d{i // 100}", f"f{i}"))

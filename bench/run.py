@@ -250,6 +250,22 @@ def _create_files(d, n):
             f.write(b"x" * 100)
 
 
+def create_tree(tree, n):
+    """The create row: N files of 100 bytes under TREE, made in order, 500 to a directory."""
+    for i in range(n):
+        d = os.path.join(tree, f"d{i // 500}")
+        if i % 500 == 0:
+            os.mkdir(d)
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(b"x" * 100)
+
+
+def stat_tree(tree, n):
+    """The stat row: os.stat of each file create_tree made, in the order it made them."""
+    for i in range(n):
+        os.stat(os.path.join(tree, f"d{i // 500}", f"f{i}"))
+
+
 def _fsync_writes(path, n):
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
     small = os.urandom(4096)
@@ -318,18 +334,12 @@ def workloads(t, quick):
     tree = os.path.join(t.mnt, "tree")
     os.mkdir(tree)
     start = time.perf_counter()
-    for i in range(nfiles):
-        d = os.path.join(tree, f"d{i // 500}")
-        if i % 500 == 0:
-            os.mkdir(d)
-        with open(os.path.join(d, f"f{i}"), "wb") as f:
-            f.write(b"x" * 100)
+    create_tree(tree, nfiles)
     out["create ops/s"] = nfiles / (time.perf_counter() - start)
     t.remount()
     tree = os.path.join(t.mnt, "tree")
     start = time.perf_counter()
-    for i in range(nfiles):
-        os.stat(os.path.join(tree, f"d{i // 500}", f"f{i}"))
+    stat_tree(tree, nfiles)
     out["stat ops/s"] = nfiles / (time.perf_counter() - start)
     t.remount()
     tree = os.path.join(t.mnt, "tree")
