@@ -21,6 +21,9 @@ writes the other, as between two real disks, where files in one directory share 
 bandwidth. fio then measures each device file itself before the pool is made on it (a
 sequential write of the destination, a sequential read of the source).
 
+With --throttle MBS the two vdevs are two loop devices held to MBS each way by a blkio cgroup
+(bench/throttle.py), the daemon and fio (direct I/O, on the devices themselves) in it.
+
 oxzfs is target/release/oxzfs (or $OXZFS_BIN), its daemon started with a private socket and
 stopped at the end; the scratch directory below --work goes.
 """
@@ -39,16 +42,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from run import drop_caches  # noqa: E402
 from slog import EmuDisk  # noqa: E402
+from throttle import Throttled  # noqa: E402
+from scan import daemon_pid  # noqa: E402
 
 
-def fio(directory, name, rw, size_mib):
+def fio(directory, name, rw, size_mib, thr=None):
     """fio's bandwidth in MB/s (10^6 bytes) of a sequential `rw` of a file of size_mib MiB
-    (`name` in `directory`, or the path `name` when directory is None)."""
+    (`name` in `directory`, or the path `name` when directory is None); with `thr` (a
+    Throttled), with direct I/O inside its cgroup."""
     where = [f"--filename={name}"] if directory is None else [f"--directory={directory}", f"--filename={name}"]
     args = ["fio", "--name=seq", *where, f"--rw={rw}", "--bs=1M",
             f"--size={size_mib}M", "--ioengine=psync", "--output-format=json"]
     if rw == "write":
         args.append("--end_fsync=1")
+    if thr:
+        args = thr.wrap(args + ["--direct=1"])
     r = subprocess.run(args, capture_output=True, text=True, check=True)
     job = json.loads(r.stdout)["jobs"][0]
     side = job["write"] if rw == "write" else job["read"]
@@ -61,6 +69,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--work", default="/var/tmp")
     ap.add_argument("--rate", type=float, help="vdevs on two emulated disks of this many MB/s each")
+    ap.add_argument("--throttle", type=float, help="vdevs on two loop devices held to this many MB/s each way")
     ap.add_argument("--out")
     a = ap.parse_args()
     if not shutil.which("fio"):
@@ -88,14 +97,19 @@ def main():
             dev_mib = max(4 << 10, int(a.gib * 3) << 10)
             emus = [EmuDisk(work, f"emu{rnd}-{i}", dev_mib, 0, a.rate) for i in range(2)] if a.rate else []
             all_emus += emus
-            devs = [e.path for e in emus] or [os.path.join(vdir, f"d{i}") for i in range(2)]
-            if emus:
+            thr = Throttled(os.path.join(work, f"thr{rnd}"), ["d0", "d1"], dev_mib, a.throttle) if a.throttle else None
+            if thr:
+                all_emus.append(thr)
+                thr.join(daemon_pid(binary))
+            devs = [e.path for e in emus] or (thr.paths if thr else [os.path.join(vdir, f"d{i}") for i in range(2)])
+            fixed = bool(emus) or thr is not None
+            if fixed:
                 # The devices themselves, before the pool: the destination written, the source read.
-                w = fio(None, devs[1], "write", size_mib)
-                fio(None, devs[0], "write", size_mib)
+                w = fio(None, devs[1], "write", size_mib, thr)
+                fio(None, devs[0], "write", size_mib, thr)
                 drop_caches()
-                r = fio(None, devs[0], "read", size_mib)
-            for d in devs[len(emus):]:
+                r = fio(None, devs[0], "read", size_mib, thr)
+            for d in devs[len(emus):] if thr is None else []:
                 with open(d, "wb") as f:
                     f.truncate(dev_mib << 20)
             pool = "benchrm"
@@ -122,8 +136,10 @@ def main():
             ox("zpool", "export", pool)
             for e in emus:
                 e.close()
+            if thr:
+                thr.close()
             shutil.rmtree(vdir)
-            if not emus:
+            if not fixed:
                 # The disk, in the same directory, by fio.
                 fdir = os.path.join(work, "fio")
                 os.makedirs(fdir, exist_ok=True)
@@ -161,7 +177,7 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             f.write(f"# Device removal: evacuation rate, {datetime.date.today()}\n\n")
-            rate = f" --rate {a.rate:g}" if a.rate else ""
+            rate = (f" --rate {a.rate:g}" if a.rate else "") + (f" --throttle {a.throttle:g}" if a.throttle else "")
             f.write(f"Machine: {os.cpu_count()} CPUs, {platform.machine()}. Command: `sudo python3 bench/removal.py "
                     f"--gib {a.gib} --rounds {a.rounds}{rate}`.\n\n")
             f.write("\n".join(text) + "\n")

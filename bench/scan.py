@@ -45,7 +45,6 @@ write. Needs root (drop_caches). fio is installed with apt-get if missing. With 
 table also goes to FILE.md.
 """
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -61,6 +60,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import drop_caches  # noqa: E402
 from slog import EmuDisk  # noqa: E402
+from throttle import Throttled  # noqa: E402
 
 REC = 128 << 10
 ROUNDS = 8
@@ -72,8 +72,8 @@ def ensure_fio():
 
 
 def fio(name, rw, path, size, direct=False, cgroup=None):
-    """fio's bandwidth in bytes/s for a sequential RW (read|write) of SIZE bytes of PATH (in the
-    blkio CGROUP when given)."""
+    """fio's bandwidth in bytes/s for a sequential RW (read|write) of SIZE bytes of PATH (the
+    command wrapped by CGROUP, to run in a cgroup, when given)."""
     drop_caches()
     args = ["fio", f"--name={name}", f"--filename={path}", f"--rw={rw}", "--bs=1M", f"--size={size}",
             "--ioengine=psync", "--output-format=json"]
@@ -82,7 +82,7 @@ def fio(name, rw, path, size, direct=False, cgroup=None):
     if direct:
         args.append("--direct=1")
     if cgroup:
-        args = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *args]
+        args = cgroup(args)
     r = subprocess.run(args, check=True, capture_output=True, text=True)
     job = json.loads(r.stdout)["jobs"][0]
     return job["read" if rw == "read" else "write"]["bw_bytes"]
@@ -150,27 +150,13 @@ def main():
         emus = [EmuDisk(work, f"emu{i}", a.data_mib * 2 + 64, 0, a.rate) for i in range(2)]
         dev0, dev1 = emus[0].path, emus[1].path
         vdir = os.path.dirname(dev0)
-    loops, cgroup = [], None
+    thr = None
     if a.throttle:
-        devs = []
-        for i, d in enumerate((dev0, dev1)):
-            with open(d, "wb") as f:
-                f.truncate((a.data_mib * 2 + 64) << 20)
-            loop = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", d], check=True, capture_output=True, text=True).stdout.strip()
-            loops.append(loop)
-            ldir = os.path.join(work, f"loop{i}")
-            os.makedirs(ldir)
-            os.symlink(loop, os.path.join(ldir, f"d{i}"))
-            devs.append(os.path.join(ldir, f"d{i}"))
-        dev0, dev1 = devs
+        thr = Throttled(work, ["d0", "d1"], a.data_mib * 2 + 64, a.throttle)
+        dev0, dev1 = thr.paths
         vdir = os.path.dirname(dev0)
-        cgroup = f"/sys/fs/cgroup/blkio/oxzfs-bench-scan-{os.getpid()}"
-        os.makedirs(cgroup)
-        for loop in loops:
-            rdev = os.stat(loop).st_rdev
-            for knob in ("read_bps_device", "write_bps_device"):
-                with open(os.path.join(cgroup, f"blkio.throttle.{knob}"), "w") as f:
-                    f.write(f"{os.major(rdev)}:{os.minor(rdev)} {int(a.throttle * 1e6)}\n")
+    loops = thr.loops if thr else []
+    cgroup = thr.wrap if thr else None
     fixed = bool(emus or loops)
     alt = os.path.join(work, "alt")
     root = os.path.join(alt, "bscan")
@@ -187,9 +173,8 @@ def main():
         ox("daemon", "stop", check=False)
         cur["bin"] = path
         ox("daemon", "start")
-        if cgroup:
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-                f.write(str(daemon_pid(path)))
+        if thr:
+            thr.join(daemon_pid(path))
         for t in a.tunable:
             ox("tunable", t)
 
@@ -329,11 +314,8 @@ def main():
         ox("daemon", "stop", check=False)
         for e in emus:
             e.close()
-        for loop in loops:
-            subprocess.run(["losetup", "-d", loop], capture_output=True)
-        if cgroup:
-            with contextlib.suppress(OSError):
-                os.rmdir(cgroup)
+        if thr:
+            thr.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

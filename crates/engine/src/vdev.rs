@@ -718,13 +718,23 @@ impl Vdev {
     /// every mirror child, or the raidz columns with parity. Missing children of a redundant
     /// vdev are skipped (counted as write errors); the write fails only when no copy landed.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_with(offset, data, WriteMode::Cached)
+    }
+
+    /// `write` with every leaf's write past the page cache where it can be
+    /// (`write_leaf_direct`): a device removal's copies, which nothing reads soon.
+    pub fn write_direct(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_with(offset, data, WriteMode::Direct)
+    }
+
+    fn write_with(&self, offset: u64, data: &[u8], mode: WriteMode) -> Result<()> {
         match &self.kind {
-            VdevKind::Leaf { .. } => self.write_leaf(offset, data),
+            VdevKind::Leaf { .. } => self.write_leaf_buf(offset, data, mode),
             VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => {
                 let mut ok = 0;
                 let mut last = None;
                 for c in &self.children {
-                    match c.write(offset, data) {
+                    match c.write_with(offset, data, mode) {
                         Ok(()) => ok += 1,
                         Err(e) => last = Some(e),
                     }
@@ -740,7 +750,7 @@ impl Vdev {
                 let cols = map.columns(data)?;
                 let mut failed = 0;
                 for (c, col) in map.cols.iter().zip(cols.iter()) {
-                    if self.children[c.devidx].write(c.offset, col).is_err() {
+                    if self.children[c.devidx].write_with(c.offset, col, mode).is_err() {
                         failed += 1;
                     }
                 }
