@@ -23,7 +23,7 @@ from test_resilver import resilvered, state_of, status, write_more
 from test_scrub import alone, check_reads, import_rw, new_pool, scrub_done
 from test_write import ZDB, make_devs, zdb_check
 
-REMOVED_TEXT = ("status: One or more devices have been removed.\n"
+REMOVED_TEXT = ("status: One or more devices has been removed by the administrator.\n"
                 "\tSufficient replicas exist for the pool to continue functioning in a\n\tdegraded state.\n"
                 "action: Online the device using zpool online' or replace the device with\n\t'zpool replace'.\n")
 SUSPENDED_TEXT = ("status: One or more devices are faulted in response to IO failures.\n"
