@@ -464,7 +464,9 @@ def test_zinject_device_faults(oxzfs):
     assert r.stdout == "removed all registered handlers\n", repr(r)
     assert oxzfs.run("zinject").stdout.startswith("No handlers registered."), "handlers left after -c all"
     assert oxzfs.zpool("clear", pool).returncode == 0
-    # A scrub puts d0 right again (it missed the last txg's writes)...
+    # The clear resilvers the txgs whose writes failed on d0 (its DTL), and a scrub goes over
+    # the rest...
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
     scrub_done(oxzfs, pool)
     # ... and bit flips on every read of d0 are caught by the checksums, never returned.
     assert oxzfs.export(pool).returncode == 0
