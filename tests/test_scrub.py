@@ -513,8 +513,19 @@ def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
                               "---  ---------------  ------  ------  --------  ---  ----  ---------------\n"), repr(listing)
     assert f"{hid:>3}  {pool:<15}  {objset:<6}  {obj:<6}  -         0    0x00  all\n" in listing, repr(listing)
     read_fails(path)
+    # A file made after the import, in a directory made after it, is named by its path too.
+    late = os.path.join(alt, pool, "late", "made-after-import.bin")
+    os.makedirs(os.path.dirname(late))
+    with open(late, "wb") as f:
+        f.write(random.Random(7).randbytes(300_000))
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    r = oxzfs.run("zinject", "-t", "data", "-e", "checksum", "-a", late)
+    assert r.returncode == 0, repr(r)
+    read_fails(late)
+    late_obj = os.stat(late).st_ino
     out = oxzfs.zpool("status", "-v", pool, check=True).stdout
-    assert "errors: Permanent errors have been detected in the following files:" in out and f"        {path}\n" in out, out
+    assert "errors: Permanent errors have been detected in the following files:" in out, out
+    assert f"        {path}\n" in out and f"        {late}\n" in out, out
     for bad in (["-t", "data", "random.bin"], ["-t", "mos", path], ["-t", "data", "-e", "nxio", path]):
         r = oxzfs.run("zinject", *bad)
         assert r.returncode != 0 and r.stderr, (bad, r)
@@ -524,16 +535,19 @@ def test_zinject_data_fails_a_files_reads_until_cleared(oxzfs):
     # OpenZFS's zdb shows them): export, a new daemon, import, and status -v still names the file.
     assert oxzfs.export(pool).returncode == 0
     last, scrub = errlog_objects(vdir, pool)
-    assert scrub is None and last and all(k.startswith(f"{int(objset):x}:{obj:x}:0:") for k in last), (last, scrub)
+    objs = {f"{int(objset):x}:{o:x}:0:" for o in (obj, late_obj)}
+    assert scrub is None and {k[:k.rindex(":") + 1] for k in last} == objs, (last, scrub)
     zdb_check(vdir, pool)
     oxzfs.stop_daemon()
     oxzfs.start_daemon()
     import_rw(oxzfs, vdir, pool, alt)
     out = oxzfs.zpool("status", "-v", pool, check=True).stdout
-    assert "errors: Permanent errors have been detected in the following files:" in out and f"        {path}\n" in out, out
+    assert "errors: Permanent errors have been detected in the following files:" in out, out
+    assert f"        {path}\n" in out and f"        {late}\n" in out, out
     assert oxzfs.zpool("clear", pool).returncode == 0
     assert scrub_done(oxzfs, pool) == ("0B", 0)
     assert "errors: No known data errors" in oxzfs.zpool("status", "-v", pool, check=True).stdout
+    shutil.rmtree(os.path.dirname(late))
     got = manifest_mod.manifest(os.path.join(alt, pool))
     assert not diff_manifests(got, want)
     # The clean scrub emptied it on disk too.

@@ -221,6 +221,14 @@ impl Pool {
         if let Some(z) = self.fs_cache.lock().unwrap().get(ds) {
             return Ok(z.clone());
         }
+        let z = self.load_fs(ds)?;
+        self.fs_cache.lock().unwrap().insert(ds.to_string(), z.clone());
+        Ok(z)
+    }
+
+    /// The ZPL of `ds` as last synced, read afresh (the cached one of `open_fs` stays at the
+    /// state it was opened in; a live file system's later objects are not in it).
+    fn load_fs(&self, ds: &str) -> Result<Arc<Zfs>> {
         let info = dsl::find_dataset(&self.spa, ds)?;
         if info.kind == DatasetKind::Volume {
             return Err(ZfsError::Invalid(format!("cannot mount '{ds}': volumes are not filesystems")));
@@ -235,7 +243,6 @@ impl Pool {
         let z = Zfs::open(os)?;
         let num = |p: &str, d: u64| self.prop(ds, p).ok().and_then(|p| p.raw.parse().ok()).unwrap_or(d);
         z.set_space(info.ds.referenced_bytes, num("available", 0), num("recordsize", 128 << 10));
-        self.fs_cache.lock().unwrap().insert(ds.to_string(), z.clone());
         Ok(z)
     }
 
@@ -509,8 +516,10 @@ impl Pool {
             let _ = writeln!(s, "errors: {} data errors, use '-v' for a list", errors.len());
         } else {
             let _ = writeln!(s, "errors: Permanent errors have been detected in the following files:\n");
+            let list = self.datasets().unwrap_or_default();
+            let mut fs = HashMap::new();
             for (os, obj) in errors {
-                let _ = writeln!(s, "{:7} {}", "", self.error_path(os, obj));
+                let _ = writeln!(s, "{:7} {}", "", self.error_path(&list, &mut fs, os, obj));
             }
         }
         s
@@ -620,21 +629,25 @@ impl Pool {
     /// The path of a damaged object, as `zpool status -v` prints it (zpool_obj_to_path):
     /// the mountpoint and path when the dataset is mounted, else `dataset:path`,
     /// `dataset:<0xOBJ>` when the path is unknown, `<metadata>:<0xOBJ>` for the MOS.
-    fn error_path(&self, os_id: u64, obj: u64) -> String {
+    /// `list` is the pool's datasets, `fs` the ZPLs read so far by this listing.
+    fn error_path(&self, list: &[DatasetInfo], fs: &mut HashMap<u64, Option<Arc<Zfs>>>, os_id: u64, obj: u64) -> String {
         if os_id == 0 {
             return format!("<metadata>:<0x{obj:x}>");
         }
-        if let Ok(list) = self.datasets() {
-            if let Some(ds) = list.iter().find(|d| d.ds_obj == os_id) {
-                let path = self.open_fs(&ds.name).ok().and_then(|z| z.path_of(obj));
-                return match path {
-                    Some(p) => match self.mounted.lock().unwrap().get(&ds.name) {
-                        Some(mp) => format!("{}{}", mp.display().to_string().trim_end_matches('/'), p),
-                        None => format!("{}:{}", ds.name, p),
-                    },
-                    None => format!("{}:<0x{:x}>", ds.name, obj),
-                };
-            }
+        if let Some(ds) = list.iter().find(|d| d.ds_obj == os_id) {
+            // Snapshots never change: their cached ZPL will do. A head may have objects made
+            // since it was cached: read it as last synced (the error log names only blocks
+            // that were synced).
+            let z = fs.entry(os_id).or_insert_with(|| {
+                if ds.name.contains('@') { self.open_fs(&ds.name) } else { self.load_fs(&ds.name) }.ok()
+            });
+            return match z.as_ref().and_then(|z| z.path_of(obj)) {
+                Some(p) => match self.mounted.lock().unwrap().get(&ds.name) {
+                    Some(mp) => format!("{}{}", mp.display().to_string().trim_end_matches('/'), p),
+                    None => format!("{}:{}", ds.name, p),
+                },
+                None => format!("{}:<0x{:x}>", ds.name, obj),
+            };
         }
         format!("<0x{os_id:x}>:<0x{obj:x}>")
     }
