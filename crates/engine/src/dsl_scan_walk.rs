@@ -286,35 +286,35 @@ impl<'a> ScanWalk<'a> {
                 while cks < oxzfs_format::checksum::ZIO_CHECKSUM_FUNCTIONS as u64 {
                     let name = ddt_object_name(oxzfs_format::checksum::checksum_name(cks as u8), DdtClass::ALL[class as usize]);
                     let obj = crate::zap::zap_lookup_u64(mos, 1, &name).ok().flatten().unwrap_or(0);
-                    let (bits, entries) = match obj {
-                        0 => (0, Vec::new()),
-                        _ => crate::zap::Zap::open(mos, obj).and_then(|z| z.list_in_cursor_order(mos)).unwrap_or_else(|_| {
-                            // A table object that does not read: an error of its MOS object;
-                            // the walk goes on with the next.
-                            self.spa.record_error(0, obj, 0, 0);
-                            (0, Vec::new())
+                    let max_txg = self.max_txg;
+                    let walked = match obj {
+                        0 => Ok(true),
+                        _ => crate::zap::Zap::open(mos, obj).and_then(|z| {
+                            z.walk_from_cursor(mos, cursor, |e, next| {
+                                if let (Ok(key), Ok(phys)) = (DdtKey::from_zap_key(&e.name), decode_phys(&e.value)) {
+                                    for p in phys.iter().filter(|p| p.phys_birth != 0 && p.phys_birth <= max_txg) {
+                                        let bp = key.bp(cks as u8, p);
+                                        if let Some(read) = self.ddt_read.as_deref_mut() {
+                                            read.insert((cks as u8, bp.cksum, bp.dva[0].vdev, bp.dva[0].offset));
+                                        }
+                                        self.read_or_queue(&bp, &Zb::default());
+                                    }
+                                }
+                                self.visited += 1;
+                                self.ddt_bookmark = [class, typ, cks, next];
+                                !(self.stop)()
+                            })
                         }),
                     };
-                    // zap_cursor_init_serialized: [ cd | hash bits ].
-                    let from = if cursor == 0 || bits == 0 { (0, 0) } else { (cursor << (64 - bits), (cursor >> bits) as u32) };
-                    for (h, cd, e) in entries.into_iter().filter(|(h, cd, _)| (*h, *cd) >= from) {
-                        if let (Ok(key), Ok(phys)) = (DdtKey::from_zap_key(&e.name), decode_phys(&e.value)) {
-                            let max_txg = self.max_txg;
-                            for p in phys.iter().filter(|p| p.phys_birth != 0 && p.phys_birth <= max_txg) {
-                                let bp = key.bp(cks as u8, p);
-                                if let Some(read) = self.ddt_read.as_deref_mut() {
-                                    read.insert((cks as u8, bp.cksum, bp.dva[0].vdev, bp.dva[0].offset));
-                                }
-                                self.read_or_queue(&bp, &Zb::default());
-                            }
-                        }
-                        self.visited += 1;
-                        cursor = (h >> (64 - bits)) | ((cd as u64 + 1) << bits);
-                        self.ddt_bookmark = [class, typ, cks, cursor];
-                        if (self.stop)() {
+                    match walked {
+                        Ok(true) => {}
+                        Ok(false) => {
                             self.suspending = true;
                             return;
                         }
+                        // A table object that does not read: an error of its MOS object; the
+                        // walk goes on with the next.
+                        Err(_) => self.spa.record_error(0, obj, 0, 0),
                     }
                     cursor = 0;
                     cks += 1;

@@ -236,22 +236,51 @@ impl Zap {
         }
     }
 
-    /// Every entry with its hash and collision differentiator, in the order of OpenZFS's ZAP
-    /// cursor (by hash, then cd), and the ZAP's hash bits (zap_hashbits): what a serialized
-    /// cursor (`zap_cursor_serialize`, kept in the scan's DDT bookmark) is made of. A micro ZAP
-    /// has no such order on disk: its entries come in their slots' order, numbered as the cd.
-    pub fn list_in_cursor_order(&self, os: &Objset) -> Result<(u32, Vec<(u64, u32, ZapEntry)>)> {
+    /// The hash bits of a serialized cursor of this ZAP (zap_hashbits; 28 for a micro ZAP).
+    pub fn cursor_bits(&self) -> u32 {
         match &self.kind {
-            Kind::Micro { entries, .. } => Ok((28, entries.iter().cloned().enumerate().map(|(i, e)| (0, i as u32, e)).collect())),
+            Kind::Micro { .. } => 28,
+            Kind::Fat(fat) => fz::zap_hashbits(fat.hdr.flags),
+        }
+    }
+
+    /// The entries from serialized cursor `cursor` on (`zap_cursor_serialize`: [ cd | hash
+    /// bits ], 0 for the start; kept in the scan's DDT bookmark), in the order of OpenZFS's ZAP
+    /// cursor (by hash, then cd), each with the serialized cursor that follows it, until `f`
+    /// returns false. Leaves are read one at a time from the cursor's, so a walk in many
+    /// short turns reads each leaf about once. A micro ZAP has no such order on disk: its
+    /// entries come in their slots' order, numbered as the cd. Returns whether it got to the end.
+    pub fn walk_from_cursor(&self, os: &Objset, cursor: u64, mut f: impl FnMut(ZapEntry, u64) -> bool) -> Result<bool> {
+        let bits = self.cursor_bits();
+        let from = if cursor == 0 { (0, 0) } else { (cursor << (64 - bits), (cursor >> bits) as u32) };
+        let next = |h: u64, cd: u32| (h >> (64 - bits)) | ((cd as u64 + 1) << bits);
+        match &self.kind {
+            Kind::Micro { entries, .. } => {
+                for (cd, e) in entries.iter().enumerate().skip(from.1 as usize) {
+                    if !f(e.clone(), next(0, cd as u32)) {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
             Kind::Fat(fat) => {
                 let table = self.pointer_table(os, fat)?;
-                let leaves: BTreeSet<u64> = table.into_iter().collect();
-                let mut out = Vec::new();
-                for blk in leaves {
-                    out.extend(self.leaf(os, blk)?.entries.into_iter().map(|e| (e.hash, e.cd, leaf_entry(e))));
+                let start = fz::zap_leaf_index(from.0, fat.hdr.ptrtbl_shift) as usize;
+                let mut seen = BTreeSet::new();
+                for &blk in table.iter().skip(start) {
+                    if !seen.insert(blk) {
+                        continue;
+                    }
+                    let mut es: Vec<_> = self.leaf(os, blk)?.entries.into_iter().filter(|e| (e.hash, e.cd) >= from).collect();
+                    es.sort_by_key(|e| (e.hash, e.cd));
+                    for e in es {
+                        let c = next(e.hash, e.cd);
+                        if !f(leaf_entry(e), c) {
+                            return Ok(false);
+                        }
+                    }
                 }
-                out.sort_by_key(|(h, cd, _)| (*h, *cd));
-                Ok((fz::zap_hashbits(fat.hdr.flags), out))
+                Ok(true)
             }
         }
     }
