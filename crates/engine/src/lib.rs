@@ -52,6 +52,7 @@ pub mod spa_label;
 pub mod spa_props;
 pub mod spa_create;
 pub mod spa_load;
+pub mod spa_log_spacemap;
 pub mod txg;
 pub mod spa_config;
 pub mod vdev_indirect;

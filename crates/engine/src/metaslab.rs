@@ -664,6 +664,38 @@ impl Metaslabs {
         }
     }
 
+    /// Changes of top-level vdev `vdev`'s metaslabs that OpenZFS's log space maps hold and
+    /// their space maps do not (spa_log_spacemap::replay), after the space maps are loaded:
+    /// `allocs` (free per the space map) become allocations and `frees` (allocated per the
+    /// space map) frees of `txg`, which its sync writes to the space maps. Each range must lie
+    /// in one metaslab, in whole sectors, and be in the state its change expects.
+    pub fn apply_unflushed(&mut self, vdev: u64, allocs: &[(u64, u64)], frees: &[(u64, u64)], txg: u64) -> Result<(), String> {
+        let Some(g) = self.groups.get_mut(vdev as usize).filter(|g| !g.evacuated) else {
+            return Err(format!("changes of vdev {vdev}, which has no metaslabs"));
+        };
+        let unit = (1u64 << g.ashift) - 1;
+        for (free, list) in [(false, allocs), (true, frees)] {
+            for &(s, l) in list {
+                let what = if free { "free" } else { "allocation" };
+                let m = g.ms.get_mut((s >> g.ms_shift) as usize).filter(|m| l > 0 && s + l <= m.start + m.size && (s | l) & unit == 0);
+                let Some(m) = m else { return Err(format!("{what} {s:#x}+{l:#x} of vdev {vdev} is not in one metaslab in whole sectors")) };
+                let inside = m.free.range(..=s).next_back().is_some_and(|(_, &e)| e >= s + l);
+                let touches = m.free.range(..s + l).next_back().is_some_and(|(_, &e)| e > s);
+                if free == touches || (!free && !inside) {
+                    let state = if free { "free" } else { "allocated" };
+                    return Err(format!("{what} {s:#x}+{l:#x} of vdev {vdev} is {state} in its space map already"));
+                }
+                if free {
+                    m.pend_free.push((s, l));
+                } else {
+                    remove(&mut m.free, s, l);
+                    m.pend_alloc.push((s, l, txg));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// (size, allocated) bytes over every metaslab; space freed but still deferred counts as
     /// allocated (it cannot be allocated yet).
     pub fn space_totals(&self) -> (u64, u64) {

@@ -36,10 +36,15 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("org.freebsd:zstd_compress", "zstd_compress", true, "zstd compression algorithm support.", false),
 ];
 
-/// Features oxzfs implements but leaves disabled on new pools, because OpenZFS 2.1 (whose zdb
-/// checks our pools) does not know them: enabled with `-o feature@NAME=enabled` at create or
-/// `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
-pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[("org.openzfs:blake3", "blake3", true, "BLAKE3 hash algorithm.", false)];
+/// Features oxzfs implements but leaves disabled on new pools: blake3 because OpenZFS 2.1
+/// (whose zdb checks our pools) does not know it; log_spacemap because oxzfs writes no log
+/// space maps (it replays and retires OpenZFS's at a read-write import, spa_log_spacemap, so a
+/// pool with it active imports read-write). Enabled with `-o feature@NAME=enabled` at create
+/// or `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
+pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
+    ("org.openzfs:blake3", "blake3", true, "BLAKE3 hash algorithm.", false),
+    ("com.delphix:log_spacemap", "log_spacemap", false, "Log metaslab changes on a single spacemap and flush them periodically.", false),
+];
 
 /// The row of a feature oxzfs can enable, by guid or short name.
 pub fn supported_feature(key: &str) -> Option<&'static (&'static str, &'static str, bool, &'static str, bool)> {

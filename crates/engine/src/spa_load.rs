@@ -289,6 +289,8 @@ impl PoolW {
         pw.load_features()?;
         pw.ms.lock().obsolete_counts = pw.feature_enabled(crate::vdev_removal::OBSOLETE_COUNTS);
         pw.load_metaslabs()?;
+        // Changes only in OpenZFS's log space maps: into the metaslabs, flushed by the first txg.
+        pw.replay_log_spacemaps()?;
         pw.load_removal()?;
         pw.dtl_load()?;
         // A log device imported missing (`-m`) takes no log blocks: they go to the pool.
