@@ -100,6 +100,22 @@ pub trait BlockDevice: Send + Sync {
 /// length.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Where bytes that live at disk `offset` go in `buf` (at least their length plus
+/// 2 * DIRECT_ALIGN long) so that their addresses match their disk offsets modulo DIRECT_ALIGN:
+/// then any aligned part of them can be written with `write_direct`, past the page cache.
+pub fn direct_place(buf: &[u8], offset: u64) -> usize {
+    buf.as_ptr().align_offset(DIRECT_ALIGN) + (offset % DIRECT_ALIGN as u64) as usize
+}
+
+/// `data`, bound for disk `offset`, copied into a buffer at its `direct_place`; the buffer and
+/// where in it the data starts.
+pub fn direct_placed(data: &[u8], offset: u64) -> (Vec<u8>, usize) {
+    let mut b = vec![0u8; data.len() + 2 * DIRECT_ALIGN];
+    let p = direct_place(&b, offset);
+    b[p..p + data.len()].copy_from_slice(data);
+    (b, p)
+}
+
 /// A file or a block device opened by path.
 pub struct FileDevice {
     file: File,

@@ -1034,26 +1034,14 @@ fn healthy_leaf(l: &crate::vdev::Vdev) -> bool {
 /// Bytes a copy reads and writes at a time.
 const COPY_CHUNK: u64 = 1 << 20;
 
-/// `data` in a buffer where its address is congruent to `offset` modulo DIRECT_ALIGN, and
-/// where in the buffer it starts: a write of it at `offset` can go past the page cache
-/// (`BlockDevice::write_direct`), whose writes then reach the device while the next chunk is
-/// read, instead of in one flush at the end of the step.
-fn placed(data: &[u8], offset: u64) -> (Vec<u8>, usize) {
-    let align = crate::vdev::DIRECT_ALIGN;
-    let mut b = vec![0u8; data.len() + 2 * align];
-    let p = b.as_ptr().align_offset(align) + (offset % align as u64) as usize;
-    b[p..p + data.len()].copy_from_slice(data);
-    (b, p)
-}
-
 /// Copy `size` bytes with `read(offset, len)` at `from` and `write(offset, bytes)` at `to`:
 /// chunks read by one thread and written by another, so the read of the next chunk goes on
 /// during the write of the last (OpenZFS issues a copy's read and its writes as zios in
-/// flight together); each chunk `placed` for its write. A read or write error ends the copy
-/// with that error.
+/// flight together); each chunk placed for a direct write (`vdev::direct_placed`). A read or
+/// write error ends the copy with that error.
 fn copy_chunks(read: &(dyn Fn(u64, u64) -> Result<Vec<u8>> + Sync), from: u64, write: &dyn Fn(u64, &[u8]) -> Result<()>, to: u64, size: u64) -> Result<()> {
     if size <= COPY_CHUNK {
-        let (b, p) = placed(&read(from, size)?, to);
+        let (b, p) = crate::vdev::direct_placed(&read(from, size)?, to);
         return write(to, &b[p..p + size as usize]);
     }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, (Vec<u8>, usize), usize)>>(2);
@@ -1062,7 +1050,7 @@ fn copy_chunks(read: &(dyn Fn(u64, u64) -> Result<Vec<u8>> + Sync), from: u64, w
             let mut at = 0;
             while at < size {
                 let n = COPY_CHUNK.min(size - at);
-                let r = read(from + at, n).map(|d| (at, placed(&d, to + at), d.len()));
+                let r = read(from + at, n).map(|d| (at, crate::vdev::direct_placed(&d, to + at), d.len()));
                 let failed = r.is_err();
                 if tx.send(r).is_err() || failed {
                     return;

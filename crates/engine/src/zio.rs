@@ -273,10 +273,10 @@ pub fn scan_run<'a>(ctx: &ZioCtx<'a>, top: u64, bps: &[&BlockPointer], bufs: &mu
     if len > 64 << 20 {
         return done;
     }
-    // The range goes where its bytes' addresses match their disk offsets modulo DIRECT_ALIGN
-    // (`place`), so that a resilver's aligned runs are written past the page cache.
+    // The range goes at its `direct_place`, so that a resilver's aligned runs are written past
+    // the page cache.
     let align = crate::vdev::DIRECT_ALIGN;
-    let place = |b: &Vec<u8>| b.as_ptr().align_offset(align) + (start % align as u64) as usize;
+    let place = |b: &Vec<u8>| crate::vdev::direct_place(b, start);
     bufs.resize_with(bufs.len().max(sources.len()), Vec::new);
     for (l, b) in sources.iter().zip(bufs.iter_mut()) {
         if b.len() < len + 2 * align {
