@@ -16,10 +16,11 @@
 //! freed cancels the free, and the other way round), go into the allocator as pending
 //! allocations and frees of the first txg, which writes them to the metaslabs' space maps (a
 //! flush of every metaslab). The same txg sets every unflushed txg to 0 and frees every log
-//! space map (each one a spacemap_histogram reference less), leaving the ZAP empty: the state
-//! of a pool whose feature was just activated and whose metaslabs have not synced since, which
-//! OpenZFS imports (spa_ld_log_spacemaps reads no log; each metaslab joins the logs at its next
-//! sync). From then on our space maps hold everything. The feature stays active (its count,
+//! space map (each one a spacemap_histogram reference less), leaving the ZAP empty. OpenZFS
+//! never leaves that itself (the log of its last txg stays) but takes it: its import reads no
+//! log and has no metaslab to match one, and each metaslab joins the logs at its next sync
+//! (unflushed txg 0, as one not synced since the feature was activated). From then on our
+//! space maps hold everything. The feature stays active (its count,
 //! taken by the ZAP's creation, is never given back, as in OpenZFS). A read-only import reads
 //! no log (as OpenZFS: spa_ld_log_sm_data skips them when not writeable).
 
@@ -184,6 +185,9 @@ impl PoolW {
             let phys = SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| bad(format!("log of txg {txg} (object {obj}): {e}")))?;
             if dn.bonuslen as usize != 24 {
                 histogram_refs += 1; // space_map_free_obj gives back a spacemap_histogram reference
+            }
+            if phys.length % 8 != 0 || phys.length > (dn.maxblkid + 1) * dn.data_block_size() {
+                return Err(bad(format!("log of txg {txg} (object {obj}) claims {} bytes", phys.length)));
             }
             let words = self.mos.read(obj, 0, phys.length as usize)?;
             let entries = decode_entries(&words, true).map_err(|e| bad(format!("log of txg {txg} (object {obj}): {e}")))?;
