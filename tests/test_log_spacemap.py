@@ -40,19 +40,19 @@ def write_files(root, want, names, size):
 def test_log_spacemap_pool_round_trip(oxzfs):
     """A pool whose log space maps OpenZFS wrote (log_spacemap enabled by zhack, activated by
     libzpool's next read-write import, which leaves a log with unflushed changes behind):
-    oxzfs imports it read-write, writes and deletes files (freed space reused), exports; zdb
+    oxzfs imports it read-write, deletes and writes files, exports; zdb
     -bcc finds no leak and no double allocation, no log space map is left, every metaslab
     is flushed (unflushed txg 0) and the feature stays active; libzpool imports it read-write
-    again and we read every file back."""
+    again and we read every file back, and retire its logs once more."""
     pool = "logsm"
     base = os.path.join(oxzfs.base, "rt")
     vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
-    devs = make_devs(vdir, 2, 96)
+    devs = make_devs(vdir, 2, 64)
     root = os.path.join(alt, pool)
     oxzfs.zpool("create", "-o", "feature@log_spacemap=enabled", "-R", alt, pool, *devs, check=True)
     oxzfs.imported.append(pool)
     want = {}
-    write_files(root, want, [f"a{i}" for i in range(12)], 1 << 20)
+    write_files(root, want, [f"a{i}" for i in range(12)], 512 << 10)
     assert oxzfs.export(pool).returncode == 0
     # The next libzpool import syncs with the feature enabled: the first log space map.
     zhack_rw(vdir, "feature", "enable", pool, "com.example:logsm_on")
@@ -65,12 +65,12 @@ def test_log_spacemap_pool_round_trip(oxzfs):
     assert r.returncode == 0, repr(r)
     oxzfs.imported.append(pool)
     assert tree_sums(root) == want
-    # Free some, write more than was freed: the new files take freed space too.
+    # Free some, then write more than was freed.
     for n in [f"a{i}" for i in range(0, 12, 2)]:
         os.unlink(os.path.join(root, n))
         del want[n]
     oxzfs.zpool("sync", pool, check=True)
-    write_files(root, want, [f"b{i}" for i in range(10)], 1 << 20)
+    write_files(root, want, [f"b{i}" for i in range(10)], 512 << 10)
     assert oxzfs.export(pool).returncode == 0
     text = zdb_check(vdir, pool)
     assert "space map refcount mismatch" not in text, text[-3000:]
@@ -85,4 +85,7 @@ def test_log_spacemap_pool_round_trip(oxzfs):
     oxzfs.imported.append(pool)
     assert tree_sums(root) == want
     assert oxzfs.export(pool).returncode == 0
-    zdb_check(vdir, pool)
+    # Those logs replayed and retired as well (zdb -mmm loads every space map: a range
+    # allocated or freed twice would fail it).
+    text = zdb_m(vdir, pool)
+    assert log_space_maps(text) == {} and set(unflushed(text)) == {0}, text[-3000:]

@@ -911,4 +911,32 @@ mod tests {
         // The space map gets the tail's allocation only.
         assert_eq!(synced[0].new_phys.alloc, 8192);
     }
+
+    /// Changes replayed from log space maps: allocations leave the free space at once and,
+    /// with the frees, reach the space map at the first sync; the frees become allocatable
+    /// only after the deferral. A change the space map contradicts is refused by name.
+    #[test]
+    fn unflushed_changes_reach_the_space_map_at_the_first_sync() {
+        let mut ms = one_metaslab();
+        // The space map: 0x10000..0x20000 allocated.
+        ms.groups[0].ms[0].free = BTreeMap::from([(0, 0x10000), (0x20000, 1 << 20)]);
+        ms.apply_unflushed(0, &[(0x4000, 0x1000)], &[(0x18000, 0x2000)], 7).unwrap();
+        assert!(!is_free(&ms, 0x4000) && !is_free(&ms, 0x18000));
+        let out = ms.sync(7, 1);
+        assert_eq!(out.len(), 1);
+        let ents = oxzfs_format::spacemap::decode_entries(&out[0].words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(), true).unwrap();
+        let ranges: Vec<(bool, u64, u64)> = ents.iter().filter_map(|e| match *e { SmEntry::Range { free, offset, run, .. } => Some((free, offset << 9, run << 9)), _ => None }).collect();
+        assert_eq!(ranges, vec![(false, 0x4000, 0x1000), (true, 0x18000, 0x2000)]);
+        assert_eq!(out[0].new_phys.alloc, -0x1000);
+        for t in 7..10 {
+            ms.sync_done(t, None);
+        }
+        assert!(is_free(&ms, 0x18000) && !is_free(&ms, 0x4000));
+        let err = |r: Result<(), String>| r.unwrap_err();
+        assert!(err(ms.apply_unflushed(0, &[(0x4000, 0x200)], &[], 10)).contains("allocated in its space map already"));
+        assert!(err(ms.apply_unflushed(0, &[], &[(0x30000, 0x200)], 10)).contains("free in its space map already"));
+        assert!(err(ms.apply_unflushed(0, &[], &[(0x10100, 0x200)], 10)).contains("whole sectors"));
+        assert!(err(ms.apply_unflushed(0, &[(0xff000, 0x2000)], &[], 10)).contains("one metaslab"));
+        assert!(err(ms.apply_unflushed(3, &[(0, 0x200)], &[], 10)).contains("no metaslabs"));
+    }
 }
