@@ -6,7 +6,7 @@
 use crate::spa_feature::supported_feature;
 use crate::dmu::Objset;
 use crate::spa::{root_state, PoolCandidate, Spa, SPA_VERSION_FEATURES};
-use crate::vdev::{open_device, DeviceMap, Vdev, VdevState};
+use crate::vdev::{open_device, DeviceMap, Vdev, VdevKind, VdevState};
 use oxzfs_format::dsl::{DMU_POOL_ERRLOG_LAST, DMU_POOL_ERRLOG_SCRUB, DslScanPhys, DMU_POOL_SCAN};
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
@@ -308,6 +308,18 @@ impl PoolW {
         // Every feature active for write must be one we keep.
         if self.version < SPA_VERSION_FEATURES {
             return Ok(());
+        }
+        // A mirror or raidz inside a top-level mirror or raidz (only ztest makes them): our
+        // writes size and place blocks for the top-level vdev's own kind, which such a tree
+        // does not read back.
+        fn nested(v: &Vdev) -> bool {
+            v.children.iter().any(|c| matches!(c.kind, VdevKind::Mirror | VdevKind::Raidz { .. }) || nested(c))
+        }
+        if let Some(top) = self.spa.root_vdev.children.iter().find(|t| nested(t)) {
+            return Err(ZfsError::Unsupported(format!(
+                "cannot import '{}' read-write: top-level vdev {} has a mirror or raidz inside it, a layout oxzfs does not write (import with -o readonly=on)",
+                self.spa.name, top.id
+            )));
         }
         for which in ["features_for_read", "features_for_write"] {
             let Some(obj) = self.mos.zap_lookup(1, which)? else { continue };
