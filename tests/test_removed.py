@@ -8,6 +8,7 @@ resilvered of only what it missed, and then holds every byte; a scrub repairs no
 OpenZFS's `zdb -bcc` is clean. A pool without redundancy loses its only device the way OpenZFS's
 does: UNAVAIL, suspended at its next sync (failmode=wait), `zpool clear` refused while the device
 is absent, and everything synced before still there at the next import."""
+import errno
 import hashlib
 import os
 import random
@@ -200,47 +201,81 @@ def test_online_and_clear_of_a_removed_side(oxzfs):
     check_reads(oxzfs, only, pool, alt, want)
 
 
-def test_a_lone_device_removed_suspends_the_pool_and_loses_nothing_synced(oxzfs):
-    pool = "rmlone"
+def lone_pool(oxzfs, pool, name, seed):
+    """A pool of one 64 MiB file device with file NAME written and synced:
+    (vdev dir, altroot, the pool's root directory, the device)."""
     base = os.path.join(oxzfs.base, pool)
     vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
     (d0,) = make_devs(vdir, 1, 64)
-    away = os.path.join(base, "d0.away")
     r = oxzfs.zpool("create", "-R", alt, pool, d0)
     assert r.returncode == 0, repr(r)
     oxzfs.imported.append(pool)
-    write_more(alt, pool, "synced.bin", 9, 3)
+    write_more(alt, pool, name, seed, 2)
     oxzfs.zpool("sync", pool, check=True)
-    want = manifest_mod.manifest(os.path.join(alt, pool))
+    return vdir, alt, os.path.join(alt, pool), d0
+
+
+def test_a_lone_device_removed_suspends_the_pool_until_cleared_and_loses_nothing(oxzfs):
+    """A one-device pool whose device goes away: UNAVAIL, and the next txg sync's writes reach
+    no device, so the pool's I/O is suspended (failmode=wait) with that txg held, as OpenZFS's
+    zio_suspend does. Meanwhile commands that would change the pool or wait for a sync are
+    refused with OpenZFS's "pool I/O is currently suspended", an fsync fails, `zpool clear`
+    fails while the device is absent. With the device back, `zpool clear` resumes the held
+    sync (zio_resume): nothing written before or during the suspension is lost. Gone again,
+    an export gives the held txg up: the labels keep the last synced txg, and the import finds
+    everything synced."""
+    pool = "rmlone"
+    vdir, alt, root, d0 = lone_pool(oxzfs, pool, "synced.bin", 9)
+    away = os.path.join(oxzfs.base, pool, "d0.away")
 
     os.rename(d0, away)
     text = wait_for("d0 REMOVED", lambda t: dev_state(t, "d0") == "REMOVED", oxzfs, pool)
     assert " state: UNAVAIL\n" in text, text
-    # A change cannot be synced: the pool is suspended (failmode=wait), as OpenZFS's is.
-    try:
-        write_more(alt, pool, "lost.bin", 10, 1)
-    except OSError:
-        pass
+    # Written to the open txg, which cannot be synced now.
+    write_more(alt, pool, "during.bin", 10, 1)
     r = oxzfs.zpool("sync", pool)
-    assert r.returncode != 0, repr(r)
+    assert r.returncode == 1 and r.stderr.startswith(f"cannot sync '{pool}': pool I/O is currently suspended"), repr(r)
     text = wait_for("the pool SUSPENDED", lambda t: " state: SUSPENDED\n" in t, oxzfs, pool)
     assert SUSPENDED_TEXT in text and dev_state(text, "d0") == "REMOVED", text
     r = oxzfs.zpool("clear", pool)
     assert (r.returncode, r.stderr) == (1, f"cannot clear errors for {pool}: I/O error\n"), repr(r)
-    # Reads and writes fail; nothing panics.
-    try:
-        with open(os.path.join(alt, pool, "more.bin"), "wb") as f:
-            f.write(b"x" * 4096)
-            f.flush()
+    r = oxzfs.zfs("create", f"{pool}/new")
+    assert (r.returncode, r.stderr) == (1, f"cannot create '{pool}/new': pool I/O is currently suspended\n"), repr(r)
+    # An fsync cannot be answered: it fails (its data stays in the held txg's successor).
+    with open(os.path.join(root, "fsynced.bin"), "wb") as f:
+        f.write(random.Random(11).randbytes(200_000))
+        f.flush()
+        try:
             os.fsync(f.fileno())
-        failed = False
-    except OSError:
-        failed = True
-    assert failed, "a write with fsync succeeded on a suspended pool"
+            fsynced = True
+        except OSError as e:
+            fsynced = e.errno
+    assert fsynced == errno.EIO, f"an fsync on a suspended pool answered {fsynced}"
     assert oxzfs.daemon_alive()
+    want = manifest_mod.manifest(root)
+    assert {e["path"] for e in want} >= {"synced.bin", "during.bin", "fsynced.bin"}, want
 
-    # Back: the export refuses a clean export (the txg that failed is not on disk) and lets the
-    # pool go; the import finds everything that was synced.
+    # Back, and cleared: the held sync goes on, then the rest.
+    os.rename(away, d0)
+    r = oxzfs.zpool("clear", pool)
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    text = wait_for("the pool ONLINE", lambda t: " state: ONLINE\n" in t, oxzfs, pool)
+    assert dev_state(text, "d0") == "ONLINE", text
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert oxzfs.zfs("create", f"{pool}/new").returncode == 0
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    got = manifest_mod.manifest(root)
+    assert got == want, f"after the resumed sync, export and import: {got} vs {want}"
+    assert os.path.isdir(os.path.join(root, "new"))
+
+    # Gone again: the export gives the held txg up (it refuses a clean export, the txg that
+    # failed is not on disk, and lets the pool go); the import finds everything synced.
+    os.rename(d0, away)
+    wait_for("d0 REMOVED", lambda t: dev_state(t, "d0") == "REMOVED", oxzfs, pool)
+    write_more(alt, pool, "lost.bin", 12, 1)
+    wait_for("the pool SUSPENDED", lambda t: " state: SUSPENDED\n" in t and oxzfs.zpool("sync", pool).returncode == 1, oxzfs, pool)
     os.rename(away, d0)
     r = oxzfs.export(pool)
     assert "pool I/O is currently suspended" in r.stderr, repr(r)
@@ -249,11 +284,42 @@ def test_a_lone_device_removed_suspends_the_pool_and_loses_nothing_synced(oxzfs)
     assert pool not in oxzfs.zpool("list", "-H", "-o", "name").stdout
     zdb_check(vdir, pool)
     import_rw(oxzfs, vdir, pool, alt)
-    got = manifest_mod.manifest(os.path.join(alt, pool))
-    synced = {e["path"]: e for e in got}
+    got = {e["path"]: e for e in manifest_mod.manifest(root)}
     for e in want:
-        assert synced.get(e["path"]) == e, f"{e['path']} differs after the reimport: {synced.get(e['path'])} vs {e}"
+        assert got.get(e["path"]) == e, f"{e['path']} differs after the reimport: {got.get(e['path'])} vs {e}"
     text = status(oxzfs, pool)
     assert " state: ONLINE\n" in text and dev_state(text, "d0") == "ONLINE", text
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)
+
+
+def test_write_faults_on_a_lone_device_suspend_until_cleared(oxzfs):
+    """`zinject -e io -T write` on a one-device pool: the txg sync's writes fail and the pool's
+    I/O is suspended with the txg held. A `zpool clear` while the fault lasts resumes the
+    sync, which fails again: the pool stays suspended and the clear says so. Once the
+    handler is gone, `zpool clear` resumes it for good; what was written meanwhile is on
+    disk after an export and import, zdb clean."""
+    pool = "zisusp"
+    vdir, alt, root, d0 = lone_pool(oxzfs, pool, "before.bin", 21)
+    r = oxzfs.run("zinject", "-d", d0, "-e", "io", "-T", "write", pool)
+    assert r.returncode == 0, repr(r)
+    write_more(alt, pool, "during.bin", 22, 2)
+    def suspended(text):
+        oxzfs.zpool("sync", pool)  # (asks for the sync that meets the fault)
+        return " state: SUSPENDED\n" in text
+    text = wait_for("the pool SUSPENDED", suspended, oxzfs, pool)
+    assert SUSPENDED_TEXT in text, text
+    r = oxzfs.zpool("clear", pool)
+    assert r.returncode == 1 and r.stderr.startswith(f"cannot clear errors for {pool}: I/O error (pool I/O is currently suspended"), repr(r)
+    assert " state: SUSPENDED\n" in status(oxzfs, pool)
+    want = manifest_mod.manifest(root)
+    assert oxzfs.run("zinject", "-c", "all").returncode == 0
+    r = oxzfs.zpool("clear", pool)
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    text = status(oxzfs, pool)
+    assert " state: ONLINE\n" in text and "errors: No known data errors" in text, text
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    import_rw(oxzfs, vdir, pool, alt)
+    assert manifest_mod.manifest(root) == want
+    assert oxzfs.export(pool).returncode == 0

@@ -64,6 +64,9 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         }
         crate::zpool::finish_replacements(st);
     }
+    if let Some(out) = refused_while_suspended(st, cmd, verb, rest) {
+        return out;
+    }
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
     if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "remove" | "set" | "import" | "scrub" | "clear" | "offline" | "online" | "attach" | "detach" | "replace") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename" | "snapshot" | "snap" | "clone" | "rollback")) {
@@ -109,6 +112,27 @@ fn write_cachefiles(st: &State, before: std::collections::BTreeSet<String>) {
             eprintln!("oxzfs: cannot write cache file '{f}': {e}");
         }
     }
+}
+
+/// What a pool whose I/O is suspended refuses, as OpenZFS's ioctls answer EAGAIN then
+/// ("pool I/O is currently suspended"): every command that would change the pool or wait for
+/// a sync, which would otherwise wait under the daemon's state and hold every other command
+/// (`zpool clear` and `zpool status` among them) up. What only looks, `clear` and `export`
+/// are let through.
+fn refused_while_suspended(st: &State, cmd: &str, verb: &str, rest: &[String]) -> Option<Out> {
+    let looks = match cmd {
+        "zpool" => matches!(verb, "status" | "list" | "get" | "iostat" | "clear" | "export" | "history" | "events" | "help" | "version"),
+        "zfs" => matches!(verb, "list" | "get" | "help" | "version" | "unmount" | "umount" | "mount"),
+        _ => true,
+    };
+    if looks {
+        return None;
+    }
+    let target = rest.iter().filter(|a| !a.starts_with('-')).find_map(|a| {
+        let pool = a.split(['/', '@', '#']).next().unwrap_or(a);
+        st.pools.get(pool).and_then(|i| i.rw.as_ref()).filter(|h| h.is_suspended()).map(|_| a.clone())
+    })?;
+    Some(fail(format!("cannot {verb} '{target}': pool I/O is currently suspended")))
 }
 
 fn dispatch(st: &mut State, cmd: &str, verb: &str, rest: &[String], cwd: &Path) -> Out {

@@ -508,9 +508,10 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
         },
     };
     // vdev_clear reopens the removed leaves at or below the target: those whose device is
-    // back return (and are resilvered), the others stay REMOVED. A suspended pool fails with
-    // EIO while a device is absent, as zio_resume makes it; with every device back it is
-    // still not resumed here (the txg whose sync failed is not kept to be written again).
+    // back return (and are resilvered), the others stay REMOVED. A pool whose I/O is
+    // suspended fails with EIO while a device is absent, as zio_resume makes it; with every
+    // device back its waiting sync is resumed (the same device back at its path returns in
+    // place: the sync holds the pool, which cannot be reopened under it).
     if let Some(h) = imp.rw.clone() {
         let what = o.operands.get(1).unwrap_or(name);
         let spa = imp.pool.spa.clone();
@@ -519,7 +520,18 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
             None => spa.root_vdev.leaves(),
         };
         let removed: Vec<Option<PathBuf>> = under.into_iter().filter(|l| l.state() == VdevState::Removed).map(|l| oxzfs::vdev_probe::returned(&spa, l)).collect();
-        if h.is_suspended() {
+        let gate_root = h.io_gate();
+        if gate_root.stats.io_gate.suspended().is_some() {
+            // (The pool's tree as the waiting sync has it, not the read side's.)
+            let absent = gate_root.leaves().into_iter().any(|l| l.state() == VdevState::Removed && !l.dev.as_ref().is_some_and(|d| !d.gone()));
+            if absent {
+                return fail(format!("cannot clear errors for {what}: I/O error"));
+            }
+            oxzfs::vdev_probe::back_in_place(&gate_root);
+            if let Err(e) = h.resume_io() {
+                return fail(format!("cannot clear errors for {what}: I/O error ({e})"));
+            }
+        } else if h.is_suspended() {
             let absent = spa.root_vdev.leaves().into_iter().any(|l| l.state() == VdevState::Removed && oxzfs::vdev_probe::returned(&spa, l).is_none());
             return fail(if absent {
                 format!("cannot clear errors for {what}: I/O error")
@@ -2017,6 +2029,10 @@ pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
 pub fn finish_replacements(st: &mut State) {
     for imp in st.pools.values_mut() {
         let Some(h) = imp.rw.clone() else { continue };
+        // (A pool whose sync waits for its I/O to resume is left as it is.)
+        if h.is_suspended() {
+            continue;
+        }
         // A healing resilver under way decides when it ends; a scrub (the one that follows a
         // sequential resilver among them) does not hold the replaced device.
         let scan = imp.pool.spa.scan.stat();

@@ -152,7 +152,7 @@ impl PoolW {
             let env = self.sync_env();
             sync_datasets(&env, &self.ms.clone(), &mut self.ddt, &mut q)?;
             let ub = self.sync_finish(q)?;
-            ub.write()?;
+            ub.root.stats.io_gate.write_or_wait(|| ub.write())?;
             self.sync_done(ub);
             Ok(())
         })();
@@ -699,6 +699,10 @@ pub struct PoolHandle {
     pub removal: crate::vdev_removal::RemovalCtl,
     /// The rebuild thread's state (see `vdev_rebuild_thread`), of the same shape.
     pub rebuild: crate::vdev_removal::RemovalCtl,
+    /// The pool's root vdev as the write state has it (a reopen replaces it), for its I/O gate.
+    root: std::sync::Mutex<Arc<crate::vdev::Vdev>>,
+    /// Notified (under `kick`) after each txg sync of the sync thread, done or failed.
+    synced_cv: std::sync::Condvar,
 }
 
 /// The write state held by a command: no txg is syncing meanwhile (see `PoolHandle`).
@@ -740,7 +744,11 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 impl PoolHandle {
     /// Wrap a pool opened for writing and start its sync thread.
     pub fn start(pw: PoolW) -> Arc<PoolHandle> {
+        pw.spa.root_vdev.stats.io_gate.arm();
+        let root = std::sync::Mutex::new(pw.spa.root_vdev.clone());
         let h = Arc::new(PoolHandle {
+            root,
+            synced_cv: std::sync::Condvar::new(),
             w: std::sync::Mutex::new(pw),
             sync: std::sync::Mutex::new(()),
             commit: std::sync::Mutex::new(()),
@@ -757,6 +765,7 @@ impl PoolHandle {
         std::thread::Builder::new()
             .name("txg_sync".into())
             .spawn(move || loop {
+                crate::vdev::gate_waits_here();
                 let Some(h) = weak.upgrade() else { return };
                 let kicked = {
                     let k = unpoison(h.kick.lock());
@@ -769,6 +778,9 @@ impl PoolHandle {
                 if h.sync_due(kicked) {
                     let s = unpoison(h.sync.lock());
                     let _ = h.sync_txg(&s);
+                    drop(s);
+                    let _k = unpoison(h.kick.lock());
+                    h.synced_cv.notify_all();
                 }
             })
             .expect("spawn the txg sync thread");
@@ -782,7 +794,36 @@ impl PoolHandle {
 
     /// A txg sync failed and the pool is suspended (see `PoolW::suspended`).
     pub fn is_suspended(&self) -> bool {
-        self.lock_open().suspended.is_some()
+        // A sync waiting at the gate may hold the write state: ask the gate first.
+        self.io_gate().stats.io_gate.suspended().is_some() || self.lock_open().suspended.is_some()
+    }
+
+    /// `zpool clear` of a pool whose I/O is suspended (zio_resume): the waiting sync writes
+    /// are tried again; returns once the sync they belong to is done, or with an error when
+    /// they failed again (the pool stays suspended) or a command's sync is still waiting.
+    pub fn resume_io(&self) -> Result<()> {
+        let root = self.io_gate();
+        let gate = &root.stats.io_gate;
+        gate.resume();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(e) = gate.suspended() {
+                return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));
+            }
+            if let Ok(_s) = self.sync.try_lock() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= until {
+                return Err(ZfsError::Unavailable("the resumed txg sync has not finished".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// The pool's root vdev, whose stats hold its I/O gate (`IoGate`), without the write
+    /// state's lock.
+    pub fn io_gate(&self) -> Arc<crate::vdev::Vdev> {
+        unpoison(self.root.lock()).clone()
     }
 
     /// Whether the sync thread would sync now: dirty data past the threshold, the timeout
@@ -857,7 +898,7 @@ impl PoolHandle {
         };
         // The flushes, labels and uberblock without the lock; then the txg is synced.
         let r = r.and_then(|ub| {
-            ub.write()?;
+            ub.root.stats.io_gate.write_or_wait(|| ub.write())?;
             self.lock_open().sync_done(ub);
             Ok(())
         });
@@ -881,12 +922,38 @@ impl PoolHandle {
             }
             target
         };
-        let s = unpoison(self.sync.lock());
-        if self.lock_open().synced_txg >= target {
-            return Ok(());
+        // The sync thread syncs it: a write that reaches no device waits there for `zpool
+        // clear` (see `IoGate`), while this caller (a command under the daemon's state, an
+        // fsync) is answered that the pool's I/O is suspended.
+        loop {
+            let root = self.io_gate();
+            if let Some(e) = root.stats.io_gate.suspended() {
+                // (EIO, as an fsync on a suspended pool with failmode=continue gets.)
+                return Err(ZfsError::Posix(libc::EIO, format!("pool I/O is currently suspended ({e})")));
+            }
+            {
+                let w = self.lock_open();
+                if w.synced_txg >= target {
+                    return Ok(());
+                }
+                w.check_suspended()?;
+                // A pool whose syncs cannot wait (being created or imported, without the sync
+                // thread's gate) syncs here.
+                if !root.stats.io_gate.armed() || self.stopped() {
+                    drop(w);
+                    let s = unpoison(self.sync.lock());
+                    if self.lock_open().synced_txg >= target {
+                        return Ok(());
+                    }
+                    self.suspended()?;
+                    return self.sync_txg(&s);
+                }
+            }
+            let mut k = unpoison(self.kick.lock());
+            *k = true;
+            self.kick_cv.notify_all();
+            let _ = unpoison(self.synced_cv.wait_timeout(k, std::time::Duration::from_millis(50)));
         }
-        self.suspended()?;
-        self.sync_txg(&s)
     }
 
     /// Make every change to dataset `dsobj` made before the call durable (zil_commit): its
@@ -1075,6 +1142,8 @@ impl PoolHandle {
         let mut nw = PoolW::open(cand, arc_max, &hostname)?;
         nw.fs_init = w.fs_init;
         let spa = nw.spa.clone();
+        spa.root_vdev.stats.io_gate.arm();
+        *unpoison(self.root.lock()) = spa.root_vdev.clone();
         *w = nw;
         Ok(spa)
     }
@@ -1086,6 +1155,11 @@ impl PoolHandle {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         *unpoison(self.kick.lock()) = true;
         self.kick_cv.notify_all();
+        // A sync waiting for its I/O to resume gives up: its txg is lost, the pool suspended.
+        let root = self.io_gate();
+        if root.stats.io_gate.suspended().is_some() {
+            root.stats.io_gate.give_up();
+        }
         let mut w = self.lock();
         if let Some(e) = w.suspended.clone() {
             return Err(ZfsError::Unavailable(format!("pool I/O is currently suspended ({e})")));

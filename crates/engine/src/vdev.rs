@@ -386,6 +386,114 @@ pub struct VdevStats {
     pub scan_processed: AtomicU64,
     /// Leaves: bytes the running sequential resilver wrote here (vs_rebuild_processed).
     pub rebuild_processed: AtomicU64,
+    /// The root vdev's: a txg sync's writes wait here while the pool's I/O is suspended.
+    pub io_gate: IoGate,
+}
+
+thread_local! {
+    /// Whether this thread's sync writes may wait at the I/O gate: the txg sync thread's
+    /// (and its workers' on its behalf). A command's own sync must not: it would wait under
+    /// the daemon's state, where the `zpool clear` that resumes it waits too.
+    static GATE_WAITS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Let this thread's sync writes wait at the I/O gate (the txg sync thread).
+pub fn gate_waits_here() {
+    GATE_WAITS.with(|w| w.set(true));
+}
+
+/// Whether this thread's sync writes may wait at the I/O gate.
+pub fn gate_waits() -> bool {
+    GATE_WAITS.with(|w| w.get())
+}
+
+/// Run `f` with this thread's sync writes waiting at the gate or not as `waits` says (a
+/// worker writing for the sync thread).
+pub fn with_gate_waits<T>(waits: bool, f: impl FnOnce() -> T) -> T {
+    let was = GATE_WAITS.with(|w| w.replace(waits));
+    let r = f();
+    GATE_WAITS.with(|w| w.set(was));
+    r
+}
+
+/// The pool's I/O suspended after a txg sync's write reached no device (OpenZFS's
+/// zio_suspend with failmode=wait): the sync waits, holding its txg as it is, until
+/// `zpool clear` resumes it (zio_resume) and the write is tried again, or until the pool is
+/// exported, which gives up (the txg is then lost, the labels keep the last synced one).
+/// Kept on the root vdev's stats: every sync write reaches the tree through it.
+#[derive(Default, Debug)]
+pub struct IoGate {
+    /// Why the I/O is suspended (the failed write's error), while it is.
+    why: std::sync::Mutex<Option<String>>,
+    cv: std::sync::Condvar,
+    /// Resumes so far: a waiter retries once this moves.
+    resumes: AtomicU64,
+    given_up: std::sync::atomic::AtomicBool,
+    /// Only a running pool's syncs wait (`arm`): the writes of a create or an import fail.
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl IoGate {
+    /// Why the pool's I/O is suspended, if it is (no lock but the gate's own).
+    pub fn suspended(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Run a sync write, and while it fails, suspend the pool's I/O and wait to be resumed
+    /// or given up (then its error is returned).
+    pub fn write_or_wait(&self, mut f: impl FnMut() -> Result<()>) -> Result<()> {
+        if !self.armed.load(Ordering::Relaxed) || !GATE_WAITS.with(|w| w.get()) {
+            return f();
+        }
+        loop {
+            let e = match f() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.given_up.load(Ordering::Relaxed) {
+                return Err(e);
+            }
+            let mut why = self.why.lock().unwrap_or_else(|p| p.into_inner());
+            let seen = self.resumes.load(Ordering::Relaxed);
+            if why.is_none() {
+                tracing::error!("pool I/O suspended: {e}");
+                *why = Some(e.to_string());
+            }
+            while self.resumes.load(Ordering::Relaxed) == seen && !self.given_up.load(Ordering::Relaxed) {
+                why = self.cv.wait(why).unwrap_or_else(|p| p.into_inner());
+            }
+            if self.given_up.load(Ordering::Relaxed) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Whether `arm` was called.
+    pub fn armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed)
+    }
+
+    /// From now on failed sync writes wait (the pool is served).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Relaxed);
+    }
+
+    /// zio_resume: the waiting writes are tried again (they suspend again if they fail).
+    /// Whether the I/O was suspended.
+    pub fn resume(&self) -> bool {
+        let mut why = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        let was = why.take().is_some();
+        self.resumes.fetch_add(1, Ordering::Relaxed);
+        self.cv.notify_all();
+        was
+    }
+
+    /// The pool is going away: waiting writes fail with their errors, and later ones at once.
+    pub fn give_up(&self) {
+        let _why = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        self.given_up.store(true, Ordering::Relaxed);
+        self.cv.notify_all();
+    }
 }
 
 impl VdevStats {

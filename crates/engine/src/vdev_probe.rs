@@ -21,9 +21,11 @@
 //!               `zpool clear` do the same when asked
 //! ```
 //!
-//! A pool without the redundancy to do without the leaf goes UNAVAIL; its next txg sync
-//! fails and the pool is suspended (failmode=wait), as OpenZFS does; nothing synced before
-//! is touched. A suspended pool is not reopened by the thread (`zpool clear` is asked for).
+//! A pool without the redundancy to do without the leaf goes UNAVAIL; its next txg sync's
+//! writes reach no device and the pool's I/O is suspended with that txg held (failmode=wait,
+//! `vdev::IoGate`), as OpenZFS does. A suspended pool is not reopened by the thread: `zpool
+//! clear` is asked for, which, with the very device back at its path, returns it in place
+//! (`back_in_place`) and resumes the held sync, losing nothing.
 //!
 //! Lock order: the thread reads the tree through `PoolHandle::spa` (the write state's lock,
 //! briefly) and holds nothing while it probes; a reopen takes the pool as a command does.
@@ -135,6 +137,19 @@ pub fn undo_same(g: &PoolW) {
                 }
                 leaf.stats.removed.store(false, Ordering::Relaxed);
             }
+        }
+    }
+}
+
+/// `undo_same` without the pool's write state (a sync waiting for its I/O to resume holds
+/// it): removed leaves whose very device is at their path again are back in use; the txg
+/// being synced goes into their DTL as a failed write's does (`write_failed`), for the
+/// resilver.
+pub fn back_in_place(root: &Vdev) {
+    for leaf in root.leaves() {
+        if leaf.stats.removed.load(Ordering::Relaxed) && leaf.dev.as_ref().is_some_and(|d| !d.gone()) {
+            leaf.stats.write_failed.store(true, Ordering::Relaxed);
+            leaf.stats.removed.store(false, Ordering::Relaxed);
         }
     }
 }

@@ -691,10 +691,11 @@ impl WriteQueue {
         }
         // The worker threads count their writes in the caller's class (a sync's async writes).
         let class = crate::vdev::iostat::current_class();
+        let waits = crate::vdev::gate_waits();
         runs.par_iter().try_for_each(|r| {
             let (vdev, off, _, i) = writes[r.start];
             let top = root.children.get(vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {vdev}")))?;
-            let write = |data: &[u8]| crate::vdev::iostat::in_class(class, || top.write(off, data));
+            let write = |data: &[u8]| crate::vdev::iostat::in_class(class, || crate::vdev::with_gate_waits(waits, || top_write(root, top, off, data)));
             if r.len() == 1 {
                 return write(blocks[i].1.bytes());
             }
@@ -991,7 +992,7 @@ fn write_gang_header(root: &Vdev, bp: &BlockPointer, gbh: &mut [u8]) -> Result<(
     checksum::write_embedded(gbh, checksum::ZIO_CHECKSUM_GANG_HEADER, gang_verifier(bp), true);
     for d in bp.dva.iter().filter(|d| !d.is_empty()) {
         let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {}", d.vdev)))?;
-        top.write(d.offset, gbh)?;
+        top_write(root, top, d.offset, gbh)?;
     }
     Ok(())
 }
@@ -1086,9 +1087,15 @@ fn bp_allocations_at(ctx: &ZioCtx, bp: &BlockPointer, out: &mut Vec<Dva>, depth:
 pub(crate) fn write_dvas(root: &Vdev, bp: &BlockPointer, phys: &[u8]) -> Result<()> {
     for d in bp.dva.iter().filter(|d| !d.is_empty()) {
         let top = root.children.get(d.vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {}", d.vdev)))?;
-        top.write(d.offset, phys)?;
+        top_write(root, top, d.offset, phys)?;
     }
     Ok(())
+}
+
+/// A txg sync's write to top-level vdev `top`: while it reaches no device, the pool's I/O is
+/// suspended and the write waits to be tried again (`IoGate`).
+pub(crate) fn top_write(root: &Vdev, top: &Vdev, offset: u64, data: &[u8]) -> Result<()> {
+    root.stats.io_gate.write_or_wait(|| top.write(offset, data))
 }
 
 /// A pseudo-random u64 (salts, guids): from the OS.
