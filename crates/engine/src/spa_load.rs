@@ -305,10 +305,6 @@ impl PoolW {
     }
 
     pub(crate) fn check_writable(&mut self) -> Result<()> {
-        // Every feature active for write must be one we keep.
-        if self.version < SPA_VERSION_FEATURES {
-            return Ok(());
-        }
         // A mirror or raidz inside a top-level mirror or raidz (only ztest makes them): our
         // writes size and place blocks for the top-level vdev's own kind, which such a tree
         // does not read back.
@@ -320,6 +316,10 @@ impl PoolW {
                 "cannot import '{}' read-write: top-level vdev {} has a mirror or raidz inside it, a layout oxzfs does not write (import with -o readonly=on)",
                 self.spa.name, top.id
             )));
+        }
+        // Every feature active for write must be one we keep.
+        if self.version < SPA_VERSION_FEATURES {
+            return Ok(());
         }
         for which in ["features_for_read", "features_for_write"] {
             let Some(obj) = self.mos.zap_lookup(1, which)? else { continue };
