@@ -8,6 +8,7 @@ shows: OFFLINE, DEGRADED with the administrator text, then `resilvered … with 
 import os
 import random
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -578,3 +579,99 @@ def test_writes_failed_on_a_side_are_resilvered_at_clear(oxzfs):
     only = alone(oxzfs, vdir, "d0", pool)
     zdb_checks((vdir, pool), (only, pool))
     check_reads(oxzfs, only, pool, alt, want)
+
+
+def marked_while_slowed(oxzfs, pool, dev, marker):
+    """While every I/O to DEV takes 5 ms (zinject -D) and the scan works in short turns, a
+    status showing MARKER beside DEV with the resilver in progress, else None; the delay is
+    lifted before returning."""
+    assert oxzfs.run("zinject", "-d", dev, "-D", "5:1", pool).returncode == 0
+    oxzfs.run("tunable", "zfs_scrub_min_time_ms=100", check=True)
+    try:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            text = status(oxzfs, pool)
+            if "scan: resilver in progress since " not in text:
+                return None
+            if re.search(rf"^\t    \S*/{os.path.basename(dev)} +ONLINE +\d+ +\d+ +\d+  {re.escape(marker)}$", text, re.M):
+                return text
+            time.sleep(0.05)
+        return None
+    finally:
+        assert oxzfs.run("zinject", "-c", "all").returncode == 0
+        oxzfs.run("tunable", "zfs_scrub_min_time_ms=1000", check=True)
+
+
+def test_mirror_grows_then_sides_are_replaced_while_written(oxzfs, work_dir):
+    """A version-23 two-way mirror grows to three sides by `zpool attach`, then one side is
+    replaced by a new device and another by a hot spare. Files are written while each healing
+    resilver is held (zfs_scan_suspend_progress) and after it resumes; "(resilvering)" stands
+    beside the new leaf while it is written. A device in use is refused as OpenZFS refuses it,
+    nothing changed. Afterwards each side alone holds every file, zdb -bcc is clean, and
+    zfs-fuse imports the pool and reads every byte."""
+    pool = "rsgrow"
+    vdir, alt, _ = new_pool(oxzfs, pool, lambda d: ["mirror"] + d, 2, 27, "-o", "version=23")
+    d0, d1, d2, d3, s0 = (os.path.join(vdir, n) for n in ("d0", "d1", "d2", "d3", "s0"))
+    for d in (d2, d3, s0):
+        blank(d, 64)
+    import_rw(oxzfs, vdir, pool, alt)
+
+    # A device of the pool itself as the new one: make_root_vdev's refusal, -f or not.
+    before, hist = status(oxzfs, pool), oxzfs.zpool("history", pool, check=True).stdout
+    for flags, heading in (([], "use '-f' to override the following errors:"), (["-f"], "the following errors must be manually repaired:")):
+        r = oxzfs.zpool("replace", *flags, pool, "d0", d1)
+        assert (r.returncode, r.stdout, r.stderr) == (
+            1, "", f"invalid vdev specification\n{heading}\n{d1} is part of active pool '{pool}'\n"), repr(r)
+    assert (status(oxzfs, pool), oxzfs.zpool("history", pool, check=True).stdout) == (before, hist), "a refused replace changed the pool"
+
+    # d2 attached: three sides; written while held, and while resilvering once resumed.
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    try:
+        assert oxzfs.zpool("attach", pool, "d1", d2).returncode == 0
+        text = status(oxzfs, pool)
+        assert "scan: resilver in progress since " in text and [k for k in status_rows(text) if k.startswith(vdir)] == [d0, d1, d2], text
+        write_more(alt, pool, "held-attach.bin", 31, 1)
+        oxzfs.zpool("sync", pool, check=True)
+        seen = marked_while_slowed(oxzfs, pool, d2, "(resilvering)")
+        assert seen and seen.count("(resilvering)") == 1, f"no (resilvering) beside {d2} alone:\n{seen}"
+        write_more(alt, pool, "after-attach.bin", 32, 1)
+    finally:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and all(state_of(text, d) == "ONLINE" for d in ("d0", "d1", "d2")), text
+    assert "(resilvering)" not in text, text
+
+    # d0 replaced by d3, held likewise.
+    oxzfs.run("tunable", "zfs_scan_suspend_progress=1", check=True)
+    try:
+        assert oxzfs.zpool("replace", pool, "d0", d3).returncode == 0
+        assert state_of(status(oxzfs, pool), "replacing-0") == "ONLINE"
+        write_more(alt, pool, "held-replace.bin", 33, 1)
+        oxzfs.zpool("sync", pool, check=True)
+    finally:
+        oxzfs.run("tunable", "zfs_scan_suspend_progress=0", check=True)
+    write_more(alt, pool, "after-replace.bin", 34, 1)
+    oxzfs.zpool("wait", "-t", "resilver", pool, check=True)
+    text = status(oxzfs, pool)
+    rows = status_rows(text)
+    assert resilvered(text)[1] == 0 and "replacing-0" not in rows and d0 not in rows and state_of(text, "d3") == "ONLINE", text
+
+    # The hot spare s0 takes d1's place.
+    assert oxzfs.zpool("add", pool, "spare", s0).returncode == 0
+    assert oxzfs.zpool("replace", "-w", pool, "d1", s0).returncode == 0
+    text = status(oxzfs, pool)
+    assert resilvered(text)[1] == 0 and state_of(text, "spare-1") == "ONLINE", text
+    assert re.search(r"\tspares\n\t  \S+/s0 +INUSE     currently in use\n", text), text
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert {"held-attach.bin", "after-attach.bin", "held-replace.bin", "after-replace.bin"} <= {e["path"].lstrip("/") for e in want}
+    assert oxzfs.export(pool).returncode == 0
+
+    sides = {n: alone(oxzfs, vdir, n, f"{pool}-{n}") for n in ("d2", "d3", "s0")}
+    zdb_checks((vdir, pool), *((d, pool) for d in sides.values()))
+    for d in sides.values():
+        check_reads(oxzfs, d, pool, alt, want)
+    with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
+        d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
+        assert not d, f"zfs-fuse reads the pool after attach, replace and a spare differently:\n{d}"

@@ -1161,18 +1161,8 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
         }
         if let Ok(p) = spa::probe(&d) {
             let pname = p.config.get_str("name").unwrap_or("").to_string();
-            match p.state {
-                0 => {
-                    return (String::new(), format!("invalid vdev specification\n{} is part of active pool '{pname}'\n", d.display()), 1);
-                }
-                1 if !force => {
-                    return (
-                        String::new(),
-                        format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of exported pool '{pname}'\n", d.display()),
-                        1,
-                    );
-                }
-                _ => {}
+            if p.state == 0 || (p.state == 1 && !force) {
+                return (String::new(), in_use(&d, p.state == 0, &pname, force) + "\n", 1);
             }
         }
     }
@@ -1411,7 +1401,7 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
         if let Ok(p) = spa::probe(&d) {
             let pname = p.config.get_str("name").unwrap_or("").to_string();
             if p.state == 0 || (p.state == 1 && !o.force) {
-                return (String::new(), format!("invalid vdev specification\n{} is part of {} pool '{pname}'\n", d.display(), if p.state == 0 { "active" } else { "exported" }), 1);
+                return (String::new(), in_use(&d, p.state == 0, &pname, o.force) + "\n", 1);
             }
         }
     }
@@ -1951,8 +1941,7 @@ pub fn attach_or_replace(st: &mut State, args: &[String], cwd: &Path, replacing:
         // A device of this very pool is in use whatever its labels' state says.
         let ours = p.pool_guid == imp.pool.spa.guid;
         if ours || p.state == 0 || (p.state == 1 && !o.force) {
-            let how = if ours || p.state == 0 { "active" } else { "exported" };
-            return fail(format!("invalid vdev specification\nuse '-f' to override the following errors:\n{} is part of {how} pool '{pname}'", new_path.display()));
+            return fail(in_use(&new_path, ours || p.state == 0, &pname, o.force));
         }
     }
     let spare = if replacing { h.lock().spare_guid(&new_path) } else { None };
@@ -2021,6 +2010,14 @@ pub fn detach(st: &mut State, args: &[String], cwd: &Path) -> Out {
         Ok(()) => ok(String::new()),
         Err(e) => err_out(e, &format!("cannot detach {dev}: reopening the pool")),
     }
+}
+
+/// make_root_vdev's refusal of a device a pool claims (check_file through vdev_error): an
+/// active pool's device is refused even with -f, which only changes the heading.
+fn in_use(dev: &Path, active: bool, pool: &str, force: bool) -> String {
+    let heading = if force { "the following errors must be manually repaired:" } else { "use '-f' to override the following errors:" };
+    let how = if active { "active" } else { "exported" };
+    format!("invalid vdev specification\n{heading}\n{} is part of {how} pool '{pool}'", dev.display())
 }
 
 /// spa_vdev_resilver_done for every pool: a `replacing` vdev whose resilver has ended loses
