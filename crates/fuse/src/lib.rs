@@ -149,7 +149,19 @@ pub(crate) fn session_config(mount_options: Vec<MountOption>, allow_other: bool,
     c.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
     c.n_threads = Some(threads.max(1));
     c.clone_fd = threads > 1;
+    c.io_uring = oxzfs::tunables::get("fuse_io_uring").unwrap_or(0) == 1;
+    c.io_uring_log = Some(fuser::UringLog(log_transport));
     c
+}
+
+/// The io_uring transport's outcome, in the daemon's log: a fallback to /dev/fuse once as a
+/// warning (the tunable asked for the ring), its use as info.
+fn log_transport(fell_back: bool, msg: &str) {
+    if fell_back {
+        tracing::warn!("{msg}");
+    } else {
+        tracing::info!("{msg}");
+    }
 }
 
 /// A mounted dataset; unmounted (lazily, if busy) when dropped.
