@@ -120,13 +120,17 @@ def main():
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--pin", choices=("same", "other"))
     ap.add_argument("--work", default="/var/tmp/oxzfs-bench")
+    ap.add_argument("--fuse-io-uring", type=int, choices=(0, 1), help="as for run.py")
     a = ap.parse_args()
+    run.Oxzfs.fuse_io_uring = a.fuse_io_uring
     for name in a.targets.split(","):
         t = run.TARGETS[name](a.work, 2048)
         try:
-            t.setup()
-            print(f"== {name}" + (f" (pinned: {a.pin} CPU)" if a.pin else ""))
-            print(measure(t, a.n, a.pin))
+            with run.kernel_uring(True if a.fuse_io_uring == 1 and name == "oxzfs" else None):
+                t.setup()
+                print(f"== {name}" + (f" (pinned: {a.pin} CPU)" if a.pin else "")
+                      + (f" (fuse_io_uring={a.fuse_io_uring})" if name == "oxzfs" and a.fuse_io_uring is not None else ""))
+                print(measure(t, a.n, a.pin))
         finally:
             os.sched_setaffinity(0, range(os.cpu_count()))
             t.teardown()

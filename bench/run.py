@@ -103,15 +103,38 @@ class Btrfs(Kernel):
     fs = "btrfs"
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+@contextlib.contextmanager
+def kernel_uring(on):
+    """The fuse module's enable_uring set to ON (None: left alone) while the block runs, then
+    given back its value (the kernel offers FUSE over io_uring to mounts made while it is Y)."""
+    if on is None or not os.path.exists(ENABLE_URING):
+        yield
+        return
+    before = open(ENABLE_URING).read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y" if on else "N")
+    try:
+        yield
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before)
+
+
 class Oxzfs(Target):
     name = "oxzfs"
+    # The fuse_io_uring tunable the daemon starts with (None: its default); --fuse-io-uring.
+    fuse_io_uring = None
 
     def setup(self):
         self.bin = os.environ.get("OXZFS_BIN") or os.path.join(REPO, "target", "release", "oxzfs")
         if not os.access(self.bin, os.X_OK):
             sh("cargo", "build", "--release", "-q", "-p", "oxzfs-cli", cwd=REPO)
         self.env = dict(os.environ, OXZFS_SOCKET=os.path.join(self.work, "sock"))
-        subprocess.run([self.bin, "daemon", "start"], env=self.env, check=True, capture_output=True)
+        opts = [] if self.fuse_io_uring is None else ["-o", f"fuse_io_uring={self.fuse_io_uring}"]
+        subprocess.run([self.bin, "daemon", "start", *opts], env=self.env, check=True, capture_output=True)
         self.ox("zpool", "create", "-f", "-R", self.alt(), "bench", self.dev)
         self.mnt = os.path.join(self.alt(), "bench")
 
@@ -367,14 +390,19 @@ def main(argv):
     ap.add_argument("--work", default="/var/tmp/oxzfs-bench")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out")
+    ap.add_argument("--fuse-io-uring", type=int, choices=(0, 1),
+                    help="start oxzfs's daemon with -o fuse_io_uring=N; 1 also sets the fuse module's "
+                         "enable_uring to Y for the run (given back after)")
     a = ap.parse_args(argv[1:])
+    Oxzfs.fuse_io_uring = a.fuse_io_uring
     names = [x for x in a.targets.split(",") if x]
     results, errors = {}, {}
     for name in names:
         t = TARGETS[name](a.work, a.size_mib)
         try:
-            t.setup()
-            results[name] = workloads(t, a.quick)
+            with kernel_uring(True if a.fuse_io_uring == 1 and name == "oxzfs" else None):
+                t.setup()
+                results[name] = workloads(t, a.quick)
         except Exception as e:  # a target that fails is reported, the others still run
             errors[name] = f"{type(e).__name__}: {e}"
         finally:
