@@ -623,6 +623,10 @@ def test_mirror_grows_then_sides_are_replaced_while_written(oxzfs, work_dir):
         r = oxzfs.zpool("replace", *flags, pool, "d0", d1)
         assert (r.returncode, r.stdout, r.stderr) == (
             1, "", f"invalid vdev specification\n{heading}\n{d1} is part of active pool '{pool}'\n"), repr(r)
+    # (zpool add checks it before the replication level, which differs too.)
+    r = oxzfs.zpool("add", pool, d1)
+    assert (r.returncode, r.stderr) == (
+        1, f"invalid vdev specification\nuse '-f' to override the following errors:\n{d1} is part of active pool '{pool}'\n"), repr(r)
     assert (status(oxzfs, pool), oxzfs.zpool("history", pool, check=True).stdout) == (before, hist), "a refused replace changed the pool"
 
     # d2 attached: three sides; written while held, and while resilvering once resumed.

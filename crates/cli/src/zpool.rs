@@ -1362,6 +1362,19 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let Some(h) = imp.rw.clone() else {
         return (String::new(), format!("cannot add to '{name}': pool is read-only\n"), 1);
     };
+    // Each device opened and checked for a pool that claims it, before the replication level
+    // (make_root_vdev's order).
+    for d in spec.all_devices() {
+        if !d.exists() {
+            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
+        }
+        if let Ok(p) = spa::probe(&d) {
+            let pname = p.config.get_str("name").unwrap_or("").to_string();
+            if p.state == 0 || (p.state == 1 && !o.force) {
+                return (String::new(), in_use(&d, p.state == 0, &pname, o.force) + "\n", 1);
+            }
+        }
+    }
     // Replication level of new data vdevs against the pool's (needs -f to differ).
     if !o.force {
         let pool_kind: Vec<String> = imp
@@ -1391,17 +1404,6 @@ pub fn add(st: &mut State, args: &[String], cwd: &Path) -> Out {
                         1,
                     );
                 }
-            }
-        }
-    }
-    for d in spec.all_devices() {
-        if !d.exists() {
-            return (String::new(), format!("cannot open '{}': No such file or directory\n", d.display()), 1);
-        }
-        if let Ok(p) = spa::probe(&d) {
-            let pname = p.config.get_str("name").unwrap_or("").to_string();
-            if p.state == 0 || (p.state == 1 && !o.force) {
-                return (String::new(), in_use(&d, p.state == 0, &pname, o.force) + "\n", 1);
             }
         }
     }

@@ -278,11 +278,12 @@ impl PoolW {
     pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
         let spa = Spa::open_rw(cand, arc_max)?;
         let version = spa.version;
-        // Imported under a new name: the labels and the MOS config take it at the first sync.
-        let renamed = cand.config.get_str("name") != Some(spa.name.as_str());
+        // The first sync rewrites the labels and the MOS config (spa_load's need_update for an
+        // import, SPA_ASYNC_CONFIG_UPDATE): the labels say POOL_STATE_ACTIVE again, so that a
+        // device of an imported pool is "part of active pool", and a new name is taken.
         let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
         let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
-        pw.config_dirty = renamed;
+        pw.config_dirty = true;
         pw.check_writable()?;
         // A condense OpenZFS left under way is finished by the first txg (vdev_indirect).
         pw.condensing_phys()?;
