@@ -298,6 +298,25 @@ def _fsync_writes(path, n):
     os.close(fd)
 
 
+def sequential(t, big, out):
+    """The seq-write row (BIG bytes in 1 MiB writes to t.mnt/big, then fsync) and, after a
+    remount (page cache dropped), the seq-read row (the file read back in 1 MiB reads), in OUT."""
+    block = os.urandom(1 << 20)
+    start = time.perf_counter()
+    with open(os.path.join(t.mnt, "big"), "wb") as f:
+        for _ in range(big >> 20):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    out["seq-write MB/s"] = big / (time.perf_counter() - start) / 1e6
+    t.remount()
+    start = time.perf_counter()
+    with open(os.path.join(t.mnt, "big"), "rb", buffering=0) as f:
+        while f.read(1 << 20):
+            pass
+    out["seq-read MB/s"] = big / (time.perf_counter() - start) / 1e6
+
+
 def parallel_rate(fn, args_of, procs, total):
     """TOTAL operations split over PROCS processes started together (fn(*args_of(k), total //
     procs) in process k): operations per second from the first start to the last end."""
@@ -317,22 +336,7 @@ def parallel_rate(fn, args_of, procs, total):
 def workloads(t, quick):
     out = {}
     big = (128 if quick else 512) << 20
-    block = os.urandom(1 << 20)
-    path = os.path.join(t.mnt, "big")
-    start = time.perf_counter()
-    with open(path, "wb") as f:
-        for _ in range(big >> 20):
-            f.write(block)
-        f.flush()
-        os.fsync(f.fileno())
-    out["seq-write MB/s"] = big / (time.perf_counter() - start) / 1e6
-    t.remount()
-    path = os.path.join(t.mnt, "big")
-    start = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        while f.read(1 << 20):
-            pass
-    out["seq-read MB/s"] = big / (time.perf_counter() - start) / 1e6
+    sequential(t, big, out)
     t.remount()
     path = os.path.join(t.mnt, "big")
     rng = random.Random(1)

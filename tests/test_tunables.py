@@ -7,7 +7,7 @@ import os
 from conftest import Oxzfs
 from test_write import new_pool, zdb_check
 
-NAMES = ["l2arc_feed_again", "l2arc_feed_min_ms", "l2arc_feed_secs", "l2arc_headroom", "l2arc_headroom_boost", "l2arc_meta_percent", "l2arc_noprefetch", "l2arc_rebuild_blocks_min_l2size",
+NAMES = ["fuse_io_uring", "l2arc_feed_again", "l2arc_feed_min_ms", "l2arc_feed_secs", "l2arc_headroom", "l2arc_headroom_boost", "l2arc_meta_percent", "l2arc_noprefetch", "l2arc_rebuild_blocks_min_l2size",
          "l2arc_rebuild_enabled", "l2arc_write_boost", "l2arc_write_max", "metaslab_force_ganging", "vdev_removal_max_span", "zfs_arc_max",
          "zfs_arc_min", "zfs_arc_sys_free", "zfs_compressed_arc_enabled", "zfs_condense_indirect_obsolete_pct", "zfs_condense_indirect_vdevs_enable",
          "zfs_condense_max_obsolete_bytes", "zfs_condense_min_mapping_bytes", "zfs_dirty_data_max", "zfs_dirty_data_sync", "zfs_immediate_write_sz", "zfs_max_recordsize", "zfs_rebuild_max_segment", "zfs_rebuild_scrub_enabled",

@@ -10,6 +10,14 @@
 //! `.zfs/snapshot` live above bit 62. Hard links therefore share an inode number, and a
 //! snapshot's files never collide with the live ones. Snapshots are opened on first use and
 //! kept.
+//!
+//! Transport: requests come through /dev/fuse (read(2)/write(2), one session thread per clone
+//! of the device), or, with the tunable fuse_io_uring=1 and a kernel that offers it (the fuse
+//! module's enable_uring, which the daemon leaves to the administrator), through FUSE over
+//! io_uring: one ring per CPU, served by a thread bound to that CPU, so that a caller's request
+//! is answered on its own CPU without the two cross-CPU wake-ups of /dev/fuse (the vendored
+//! fuser's `uring`; bench/results/2026-11-27-fuse-uring-oxzfs.md). A kernel that does not
+//! offer it or refuses the ring leaves the mount on /dev/fuse, said once in the log.
 
 mod adapter;
 mod snapdir;

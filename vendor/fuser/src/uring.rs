@@ -25,7 +25,8 @@
 //! command). It rebuilds the classic request layout in front of the payload (no copy of write
 //! data) and dispatches it like a request read from /dev/fuse. A reply made on another thread
 //! (the file system may answer from its workers) is written into the entry and the queue
-//! thread is woken through an eventfd to commit it.
+//! thread is woken through an eventfd to commit it. `FUSER_URING_NOBIND=1` in the environment
+//! leaves the queue threads unbound (kept to measure what binding costs large reads).
 
 use std::cell::Cell;
 use std::io;
@@ -379,7 +380,9 @@ impl Prepared {
 /// error). `ch` is the session's /dev/fuse channel.
 pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::Entry>, q: Arc<Queue>, ch: Channel, se: SessionEventLoop<FS>, log: Option<UringLog>, told: Arc<AtomicBool>) -> io::Result<()> {
     let dev = ch.as_fd().as_raw_fd();
-    bind_cpu(usize::from(q.qid));
+    if std::env::var_os("FUSER_URING_NOBIND").is_none() {
+        bind_cpu(usize::from(q.qid));
+    }
     ON_QUEUE.with(|c| c.set(Arc::as_ptr(&q)));
     let mut evbuf = Box::new([0u8; 8]);
     let mut sqes: Vec<squeue::Entry128> = (0..q.ents.len()).map(|i| cmd_sqe(dev, &q, i, CMD_REGISTER)).collect();
