@@ -10,6 +10,7 @@ import hashlib
 import os
 import random
 import shutil
+import subprocess
 
 import pytest
 
@@ -22,6 +23,9 @@ ENABLE = "/sys/module/fuse/parameters/enable_uring"
 
 @contextlib.contextmanager
 def enable_uring(value):
+    if not os.path.exists(ENABLE):
+        # (fuse built as a module and not loaded yet on a machine that has mounted nothing)
+        subprocess.run(["modprobe", "fuse"], capture_output=True)
     if not os.path.exists(ENABLE):
         pytest.fail(f"{ENABLE} is missing: the kernel has no FUSE over io_uring (Linux 6.14+, CONFIG_FUSE_IO_URING)")
     before = open(ENABLE).read().strip()
