@@ -98,9 +98,14 @@ pub(crate) fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ash
         }
         // vdev_label_init writes the new labels before anything else: a device that cannot
         // take a write (and a flush) is refused here, where the pool's later syncs would
-        // pass over it.
-        let blank = vec![0u8; 8192];
-        dev.write_at(&blank, 0).and_then(|_| dev.flush()).map_err(|e| ZfsError::Io { device: p.display().to_string(), offset: 0, source: e })?;
+        // pass over it. The four labels are cleared whole, uberblock rings included: a ring
+        // left by an earlier pool (destroyed, or on a reused device) holds uberblocks of txgs
+        // past the new pool's first ones, which an import would take for the newest.
+        let blank = vec![0u8; oxzfs_format::label::VDEV_LABEL_SIZE as usize];
+        (0..oxzfs_format::label::VDEV_LABELS)
+            .try_for_each(|l| dev.write_at(&blank, oxzfs_format::label::label_offset(l, dev.size())))
+            .and_then(|_| dev.flush())
+            .map_err(|e| ZfsError::Io { device: p.display().to_string(), offset: 0, source: e })?;
         leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: rand_u64(), dev });
     }
     let min_leaf = leaves.iter().map(|l| leaf_asize(l.dev.size())).min().unwrap_or(0);
