@@ -104,6 +104,7 @@ mod request_param;
 mod session;
 mod uring;
 pub use crate::uring::UringLog;
+pub use crate::uring::on_ring_thread;
 mod time;
 
 /// We generally support async reads

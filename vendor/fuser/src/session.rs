@@ -315,7 +315,7 @@ impl<FS: Filesystem> Session<FS> {
         if let Some(prepared) = uring {
             let log = prepared.log;
             let told = prepared.told.clone();
-            for (ring, q) in prepared.into_queues() {
+            for q in prepared.into_queues() {
                 let thread_name = format!("fuser-ring-{}", threads.len());
                 let event_loop = SessionEventLoop {
                     thread_name: thread_name.clone(),
@@ -329,7 +329,7 @@ impl<FS: Filesystem> Session<FS> {
                 threads.push(
                     thread::Builder::new()
                         .name(thread_name)
-                        .spawn(move || crate::uring::serve(ring, q, ch, event_loop, log, told))?,
+                        .spawn(move || crate::uring::serve(q, ch, event_loop, log, told))?,
                 );
             }
         }

@@ -20,13 +20,18 @@
 //! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH` with the commit id, which also hands the entry back for
 //! the next request. Forgets and interrupts stay on /dev/fuse, as do notifications.
 //!
-//! Here: one thread per queue, bound to its CPU, owns the ring and is the only one to submit
-//! (the kernel copies a request into the entry in the context of the task that submitted its
-//! command). It rebuilds the classic request layout in front of the payload (no copy of write
-//! data) and dispatches it like a request read from /dev/fuse. A reply made on another thread
-//! (the file system may answer from its workers) is written into the entry and the queue
-//! thread is woken through an eventfd to commit it. `FUSER_URING_NOBIND=1` in the environment
-//! leaves the queue threads unbound (kept to measure what binding costs large reads).
+//! Here: one thread per queue, bound to its CPU, waits on the queue's ring and reaps its
+//! completions. It rebuilds the classic request layout in front of the payload (no copy of
+//! write data) and dispatches it like a request read from /dev/fuse. A reply made on the queue
+//! thread is queued on the ring and submitted with the thread's next wait (one io_uring_enter
+//! for a batch). A reply made on another thread (the file system answers large reads from its
+//! workers) is written into the entry and its COMMIT_AND_FETCH submitted by that thread itself,
+//! the submission queue shared under a short lock (the kernel takes commands from any task of
+//! the ring): the kernel then copies the answer to the caller in the replying thread's context,
+//! on its CPU, instead of waking the queue thread for it (an eventfd wake-up per reply and the
+//! copy on the caller's CPU, which halved sequential reads). The eventfd stays only as a
+//! fallback when such a submission fails. `FUSER_URING_NOBIND=1` in the environment leaves the
+//! queue threads unbound.
 
 use std::cell::Cell;
 use std::io;
@@ -38,7 +43,10 @@ use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicI32;
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -102,7 +110,7 @@ struct Ent {
     /// Senders alive for the entry's request (a reply not made yet).
     holders: AtomicUsize,
     /// The last command submitted for the entry (to resubmit after EAGAIN/EINTR).
-    last_cmd: Cell<u32>,
+    last_cmd: AtomicU32,
 }
 
 // SAFETY: the buffers are written by one side at a time: the kernel between a command's
@@ -117,15 +125,23 @@ fn layout(payload: usize) -> std::alloc::Layout {
 
 pub(crate) struct Queue {
     qid: u16,
+    /// The queue's ring: its submission queue is written under `sq` by any thread; only the
+    /// queue thread reads its completions.
+    ring: ManuallyDrop<IoUring<squeue::Entry128, cqueue::Entry>>,
+    sq: Mutex<()>,
+    /// The connection's /dev/fuse fd (set by the queue thread before it registers).
+    dev: AtomicI32,
+    /// Wakes the queue thread when a reply made elsewhere could not submit its commit.
     evfd: OwnedFd,
     payload: usize,
     ents: Vec<Ent>,
-    /// Entries answered, waiting for their commit.
-    pending: Mutex<Vec<u32>>,
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        // The ring goes first: closing it ends the commands that point into the entries.
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.ring) };
         for e in &self.ents {
             // SAFETY: allocated in `Queue::new` with this layout; no sender is left (they hold the Arc).
             unsafe { std::alloc::dealloc(e.mem, layout(self.payload)) };
@@ -134,7 +150,7 @@ impl Drop for Queue {
 }
 
 impl Queue {
-    fn new(qid: u16, payload: usize) -> io::Result<Queue> {
+    fn new(qid: u16, ring: IoUring<squeue::Entry128, cqueue::Entry>, payload: usize) -> io::Result<Queue> {
         // SAFETY: plain syscall.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -158,9 +174,9 @@ impl Queue {
                 // SAFETY: inside the allocation.
                 libc::iovec { iov_base: unsafe { mem.add(PAYLOAD_AT) }.cast(), iov_len: payload },
             ]);
-            ents.push(Ent { mem, iov, commit_id: AtomicU64::new(0), answered: AtomicBool::new(true), holders: AtomicUsize::new(0), last_cmd: Cell::new(CMD_REGISTER) });
+            ents.push(Ent { mem, iov, commit_id: AtomicU64::new(0), answered: AtomicBool::new(true), holders: AtomicUsize::new(0), last_cmd: AtomicU32::new(CMD_REGISTER) });
         }
-        Ok(Queue { qid, evfd, payload, ents, pending: Mutex::new(Vec::new()) })
+        Ok(Queue { qid, ring: ManuallyDrop::new(ring), sq: Mutex::new(()), dev: AtomicI32::new(-1), evfd, payload, ents })
     }
 
     fn read_u32(&self, idx: usize, off: usize) -> u32 {
@@ -208,13 +224,40 @@ impl Queue {
         }
         // SAFETY: payload_sz field of fuse_uring_ent_in_out.
         unsafe { ent.mem.add(HDR_ENT + 16).cast::<u32>().write_unaligned((at - OUT_HEADER) as u32) };
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).push(idx);
-        if ON_QUEUE.with(|q| q.get()) != Arc::as_ptr(self) {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writing 8 bytes to our eventfd.
-            let _ = unsafe { libc::write(self.evfd.as_raw_fd(), one.as_ptr().cast(), 8) };
+        self.commit(idx)
+    }
+
+    /// Queue the COMMIT_AND_FETCH of entry `idx` (its answer written): on the queue thread it
+    /// goes with the thread's next wait; elsewhere this thread submits it now.
+    fn commit(self: &Arc<Self>, idx: u32) -> io::Result<()> {
+        let on_queue = ON_QUEUE.with(|q| q.get()) == Arc::as_ptr(self);
+        {
+            let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+            let sqe = cmd_sqe(self.dev.load(Ordering::Acquire), self, idx as usize, CMD_COMMIT_AND_FETCH);
+            // SAFETY: the submission queue is only written under `sq`; the SQE points at the
+            // entry, which lives as long as the queue (and the ring with it).
+            let mut sq = unsafe { self.ring.submission_shared() };
+            // At most one command per entry is outstanding, and the queue holds them all.
+            if unsafe { sq.push(&sqe) }.is_err() {
+                return Err(io::Error::other("io_uring submission queue full"));
+            }
         }
-        Ok(())
+        if on_queue {
+            return Ok(());
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(_) => {
+                    // Left in the queue: the queue thread submits it when woken.
+                    let one = 1u64.to_ne_bytes();
+                    // SAFETY: writing 8 bytes to our eventfd.
+                    let _ = unsafe { libc::write(self.evfd.as_raw_fd(), one.as_ptr().cast(), 8) };
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// An out header with `-errno` and no payload.
@@ -235,6 +278,13 @@ impl Queue {
 thread_local! {
     /// The queue whose thread this is (replies made here need no wake-up).
     static ON_QUEUE: Cell<*const Queue> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Whether this thread is a ring's queue thread. A file system that runs requests inline
+/// should not block one for long (an fsync's flush): everything else from its CPU's callers
+/// waits behind it, where /dev/fuse has other session threads to go on reading requests.
+pub fn on_ring_thread() -> bool {
+    ON_QUEUE.with(|q| !q.get().is_null())
 }
 
 /// Where a request that came through a ring entry is answered.
@@ -276,7 +326,7 @@ impl Drop for RingSlot {
 /// The rings made before the FUSE_INIT reply asks for the transport (so that a machine where
 /// io_uring cannot be set up never asks for it).
 pub(crate) struct Prepared {
-    queues: Vec<(IoUring<squeue::Entry128, cqueue::Entry>, Arc<Queue>)>,
+    queues: Vec<Arc<Queue>>,
     pub(crate) log: Option<UringLog>,
     /// The session's one line about the transport has been logged (by whichever queue first
     /// served a request or was refused).
@@ -311,15 +361,15 @@ pub(crate) fn prepare(payload: usize, log: Option<UringLog>) -> io::Result<Prepa
     }
     let mut queues = Vec::with_capacity(nr);
     for qid in 0..nr {
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().setup_cqsize(2 * (DEPTH as u32 + 1)).build((DEPTH as u32 + 1).next_power_of_two())?;
-        queues.push((ring, Arc::new(Queue::new(qid as u16, payload)?)));
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().setup_cqsize(2 * (DEPTH as u32 + 1)).setup_submit_all().build((DEPTH as u32 + 1).next_power_of_two())?;
+        queues.push(Arc::new(Queue::new(qid as u16, ring, payload)?));
     }
     Ok(Prepared { queues, log, told: Arc::new(AtomicBool::new(false)) })
 }
 
 fn cmd_sqe(dev: RawFd, q: &Queue, idx: usize, cmd: u32) -> squeue::Entry128 {
     let ent = &q.ents[idx];
-    ent.last_cmd.set(cmd);
+    ent.last_cmd.store(cmd, Ordering::Relaxed);
     // struct fuse_uring_cmd_req: flags, commit_id, qid, padding.
     let mut area = [0u8; 80];
     if cmd == CMD_COMMIT_AND_FETCH {
@@ -370,18 +420,46 @@ fn bind_cpu(cpu: usize) {
     }
 }
 
+/// Give this thread a short time slice (the fair scheduler's custom slice, Linux 6.12+: a
+/// `sched_setattr` of SCHED_OTHER with `sched_runtime`), so that when a request wakes it on its
+/// CPU it preempts the task running there at once instead of waiting for that task's slice to
+/// end: the queue's CPU is the caller's, and a sequential reader keeps it busy copying the
+/// previous readahead while the next one waits to be handed out. Best effort (older kernels
+/// ignore the runtime).
+fn short_slice() {
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    let attr = SchedAttr { size: std::mem::size_of::<SchedAttr>() as u32, policy: libc::SCHED_OTHER as u32, flags: 0, nice: 0, priority: 0, runtime: 100_000, deadline: 0, period: 0 };
+    // SAFETY: sched_setattr(0 = this thread, a valid sched_attr of its stated size, no flags).
+    let _ = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+}
+
 impl Prepared {
-    pub(crate) fn into_queues(self) -> Vec<(IoUring<squeue::Entry128, cqueue::Entry>, Arc<Queue>)> {
+    pub(crate) fn into_queues(self) -> Vec<Arc<Queue>> {
         self.queues
     }
 }
 
 /// Serve queue `q` on this thread until the connection ends (every entry returned with an
 /// error). `ch` is the session's /dev/fuse channel.
-pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::Entry>, q: Arc<Queue>, ch: Channel, se: SessionEventLoop<FS>, log: Option<UringLog>, told: Arc<AtomicBool>) -> io::Result<()> {
+pub(crate) fn serve<FS: Filesystem>(q: Arc<Queue>, ch: Channel, se: SessionEventLoop<FS>, log: Option<UringLog>, told: Arc<AtomicBool>) -> io::Result<()> {
     let dev = ch.as_fd().as_raw_fd();
+    q.dev.store(dev, Ordering::Release);
+    let ring = &*q.ring;
     if std::env::var_os("FUSER_URING_NOBIND").is_none() {
         bind_cpu(usize::from(q.qid));
+    }
+    if std::env::var_os("FUSER_URING_NOSLICE").is_none() {
+        short_slice();
     }
     ON_QUEUE.with(|c| c.set(Arc::as_ptr(&q)));
     let mut evbuf = Box::new([0u8; 8]);
@@ -392,8 +470,10 @@ pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(2 * (DEPTH + 1));
     let mut scratch: Vec<u64> = Vec::new();
     loop {
-        {
-            let mut sq = ring.submission();
+        if !sqes.is_empty() {
+            let _g = q.sq.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: the submission queue is only written under `sq`.
+            let mut sq = unsafe { ring.submission_shared() };
             for s in sqes.drain(..) {
                 // SAFETY: every buffer an SQE points at (iovecs, entry memory, evbuf) lives as
                 // long as the queue/this function; at most DEPTH + 1 commands are outstanding.
@@ -402,13 +482,17 @@ pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::
                 }
             }
         }
+        // Submits what is queued (this thread's commands and replies, and any another thread
+        // queued and has not submitted yet: the kernel takes each once) and waits.
         match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) || e.raw_os_error() == Some(libc::EBUSY) => continue,
             Err(e) => {
                 if served == 0 {
                     // Nothing registered for sure: make the kernel give up on the ring.
-                    let mut sq = ring.submission();
+                    let _g = q.sq.lock().unwrap_or_else(|p| p.into_inner());
+                    // SAFETY: written under `sq`.
+                    let mut sq = unsafe { ring.submission_shared() };
                     let _ = unsafe { sq.push(&refuse_sqe(dev)) };
                     drop(sq);
                     let _ = ring.submit();
@@ -417,7 +501,8 @@ pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::
             }
         }
         cqes.clear();
-        cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        // SAFETY: only this thread reads the completion queue.
+        cqes.extend(unsafe { ring.completion_shared() }.map(|c| (c.user_data(), c.result())));
         for &(tag, res) in &cqes {
             if tag == EVENTFD_TAG {
                 sqes.push(evfd_read_sqe(&q, evbuf.as_mut_ptr()));
@@ -442,20 +527,17 @@ pub(crate) fn serve<FS: Filesystem>(mut ring: IoUring<squeue::Entry128, cqueue::
             }
             let e = -res;
             if e == libc::EAGAIN || e == libc::EINTR {
-                sqes.push(cmd_sqe(dev, &q, idx, q.ents[idx].last_cmd.get()));
+                sqes.push(cmd_sqe(dev, &q, idx, q.ents[idx].last_cmd.load(Ordering::Relaxed)));
                 continue;
             }
             live -= 1;
             let ending = matches!(e, libc::ENOTCONN | libc::ECANCELED | libc::ECONNABORTED | libc::ENODEV);
             if !ending && !told.swap(true, Ordering::AcqRel) {
                 if let Some(l) = log {
-                    let what = if q.ents[idx].last_cmd.get() == CMD_REGISTER { "registration" } else { "commit" };
+                    let what = if q.ents[idx].last_cmd.load(Ordering::Relaxed) == CMD_REGISTER { "registration" } else { "commit" };
                     (l.0)(true, &format!("FUSE over io_uring: the kernel refused the ring's {what} on queue {} ({}): requests are served through /dev/fuse", q.qid, io::Error::from_raw_os_error(e)));
                 }
             }
-        }
-        for idx in q.pending.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            sqes.push(cmd_sqe(dev, &q, idx as usize, CMD_COMMIT_AND_FETCH));
         }
         if live == 0 {
             return Ok(());
@@ -475,7 +557,7 @@ fn dispatch<FS: Filesystem>(q: &Arc<Queue>, idx: usize, ch: &Channel, se: &Sessi
     let Some(op_len) = op_len else {
         q.write_error(idx as u32, unique, libc::EIO);
         ent.answered.store(true, Ordering::Release);
-        q.pending.lock().unwrap_or_else(|p| p.into_inner()).push(idx as u32);
+        let _ = q.commit(idx as u32);
         return;
     };
     let start = PAYLOAD_AT - IN_HEADER - op_len;
@@ -511,6 +593,6 @@ fn dispatch<FS: Filesystem>(q: &Arc<Queue>, idx: usize, ch: &Channel, se: &Sessi
     // A request nothing answers (none should come this way) still gives its entry back.
     if !ent.answered.load(Ordering::Acquire) && ent.holders.load(Ordering::Acquire) == 0 && !ent.answered.swap(true, Ordering::AcqRel) {
         q.write_error(idx as u32, unique, libc::ENOSYS);
-        q.pending.lock().unwrap_or_else(|p| p.into_inner()).push(idx as u32);
+        let _ = q.commit(idx as u32);
     }
 }
