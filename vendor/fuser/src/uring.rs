@@ -30,8 +30,9 @@
 //! the ring): the kernel then copies the answer to the caller in the replying thread's context,
 //! on its CPU, instead of waking the queue thread for it (an eventfd wake-up per reply and the
 //! copy on the caller's CPU, which halved sequential reads). The eventfd stays only as a
-//! fallback when such a submission fails. `FUSER_URING_NOBIND=1` in the environment leaves the
-//! queue threads unbound.
+//! fallback when such a submission fails. Queue threads ask for a short time slice (see
+//! `short_slice`). `FUSER_URING_NOBIND=1` in the environment leaves the queue threads unbound,
+//! `FUSER_URING_NOSLICE=1` at the default slice (both kept to measure what they change).
 
 use std::cell::Cell;
 use std::io;
