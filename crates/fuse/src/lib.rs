@@ -16,7 +16,7 @@
 //! module's enable_uring, which the daemon leaves to the administrator), through FUSE over
 //! io_uring: one ring per CPU, served by a thread bound to that CPU, so that a caller's request
 //! is answered on its own CPU without the two cross-CPU wake-ups of /dev/fuse (the vendored
-//! fuser's `uring`; bench/results/2026-11-27-fuse-uring-oxzfs.md). A kernel that does not
+//! fuser's `uring`; bench/results/2026-11-26-fuse-uring-oxzfs.md). A kernel that does not
 //! offer it or refuses the ring leaves the mount on /dev/fuse, said once in the log.
 
 mod adapter;
