@@ -679,3 +679,34 @@ def test_mirror_grows_then_sides_are_replaced_while_written(oxzfs, work_dir):
     with zfs_fuse_imported(work_dir, vdir, os.path.join(oxzfs.base, pool, "zfs-fuse-alt"), pool) as zroot:
         d = diff_manifests(_strip_xattrs(manifest_mod.manifest(zroot)), _strip_xattrs(want))
         assert not d, f"zfs-fuse reads the pool after attach, replace and a spare differently:\n{d}"
+
+
+def test_a_destroyed_pools_device_attached_keeps_none_of_its_uberblocks(oxzfs):
+    """`zpool attach` of a device that held a destroyed pool synced far past this pool's txgs:
+    the new side's four labels are initialised whole (OpenZFS's vdev_label_init), so none of
+    the old pool's uberblocks is left in its rings for an import to take for the newest. The
+    pool, and the new side alone, import at this pool's own txgs; zdb is clean."""
+    base = os.path.join(oxzfs.base, "rsold")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    os.makedirs(vdir, exist_ok=True)
+    d0, d1 = os.path.join(vdir, "d0"), os.path.join(vdir, "d1")
+    blank(d0, 64)
+    blank(d1, 64)
+    assert oxzfs.zpool("create", "-R", alt, "rsgone", d1).returncode == 0
+    for i in range(40):
+        with open(os.path.join(alt, "rsgone", f"f{i}"), "wb") as f:
+            f.write(b"%d" % i)
+        assert oxzfs.zpool("sync", "rsgone").returncode == 0
+    assert oxzfs.zpool("destroy", "rsgone").returncode == 0
+    pool = "rsnewer"
+    assert oxzfs.zpool("create", "-R", alt, pool, d0).returncode == 0
+    oxzfs.imported.append(pool)
+    write_more(alt, pool, "mine.bin", 31, 2)
+    r = oxzfs.zpool("attach", "-w", pool, d0, d1)
+    assert r.returncode == 0, repr(r)
+    want = manifest_mod.manifest(os.path.join(alt, pool))
+    assert oxzfs.export(pool).returncode == 0
+    only = alone(oxzfs, vdir, "d1", "rsnewer")
+    zdb_checks((vdir, pool), (only, pool))
+    check_reads(oxzfs, only, pool, alt, want)
+    check_reads(oxzfs, vdir, pool, alt, want)

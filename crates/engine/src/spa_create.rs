@@ -84,6 +84,18 @@ pub(crate) struct Leaf {
 }
 
 /// The config of a new top-level vdev (and its opened leaves), as `zpool create/add` make it.
+/// vdev_label_init's first step for a new leaf (created, added, attached): its four labels
+/// cleared whole, uberblock rings included. A ring left by an earlier pool (destroyed, or on a
+/// reused device) holds uberblocks of txgs past the new pool's, which an import would take
+/// for the newest.
+pub(crate) fn clear_labels(dev: &dyn BlockDevice) -> Result<()> {
+    let blank = vec![0u8; oxzfs_format::label::VDEV_LABEL_SIZE as usize];
+    (0..oxzfs_format::label::VDEV_LABELS)
+        .try_for_each(|l| dev.write_at(&blank, oxzfs_format::label::label_offset(l, dev.size())))
+        .and_then(|_| dev.flush())
+        .map_err(|e| ZfsError::Io { device: dev.name(), offset: 0, source: e })
+}
+
 pub(crate) fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ashift: u8, txg: u64) -> Result<(NvList, Vec<Leaf>)> {
     let (typ, paths, nparity): (&str, Vec<PathBuf>, u8) = match v {
         VdevSpec::File(p) => ("file", vec![p.clone()], 0),
@@ -98,14 +110,8 @@ pub(crate) fn build_top(pool: &str, id: u64, class: VdevClass, v: &VdevSpec, ash
         }
         // vdev_label_init writes the new labels before anything else: a device that cannot
         // take a write (and a flush) is refused here, where the pool's later syncs would
-        // pass over it. The four labels are cleared whole, uberblock rings included: a ring
-        // left by an earlier pool (destroyed, or on a reused device) holds uberblocks of txgs
-        // past the new pool's first ones, which an import would take for the newest.
-        let blank = vec![0u8; oxzfs_format::label::VDEV_LABEL_SIZE as usize];
-        (0..oxzfs_format::label::VDEV_LABELS)
-            .try_for_each(|l| dev.write_at(&blank, oxzfs_format::label::label_offset(l, dev.size())))
-            .and_then(|_| dev.flush())
-            .map_err(|e| ZfsError::Io { device: p.display().to_string(), offset: 0, source: e })?;
+        // pass over it.
+        clear_labels(dev.as_ref())?;
         leaves.push(Leaf { path: std::fs::canonicalize(p).unwrap_or(p.clone()), guid: rand_u64(), dev });
     }
     let min_leaf = leaves.iter().map(|l| leaf_asize(l.dev.size())).min().unwrap_or(0);

@@ -270,6 +270,8 @@ impl PoolW {
         if !hit {
             return Err(nodev());
         }
+        // vdev_label_init (after every refusal: a refused attach writes nothing).
+        crate::spa_create::clear_labels(dev.as_ref())?;
         self.config_nv = cfg;
         // The new leaf lacks every txg so far (vdev_dtl_dirty from TXG_INITIAL).
         self.dtl_write_for(new_guid, 0, &[(1, self.txg + DTL_HEADROOM)])?;
