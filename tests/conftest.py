@@ -415,13 +415,15 @@ def pytest_sessionfinish(session, exitstatus):
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def fresh_daemon(oxzfs_bin, work_dir, tag):
-    """A daemon of its own over an emptied WORK_DIR/run/TAG: its runner (tear it down)."""
+def fresh_daemon(oxzfs_bin, work_dir, tag, env=None):
+    """A daemon of its own over an emptied WORK_DIR/run/TAG, with ENV added to its environment:
+    its runner (tear it down)."""
     base = os.path.join(work_dir, "run", tag)
     unmount_below(base)
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
     ox = Oxzfs(oxzfs_bin, base)
+    ox.env.update(env or {})
     ox.start_daemon()
     return ox
 

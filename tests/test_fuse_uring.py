@@ -9,12 +9,11 @@ import contextlib
 import hashlib
 import os
 import random
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import Oxzfs, unmount_below
+from conftest import fresh_daemon
 from test_write import make_devs, zdb_check
 import manifest
 
@@ -40,14 +39,16 @@ def enable_uring(value):
 
 def daemon(oxzfs_bin, work_dir, tag):
     """A daemon of its own started with OXZFS_FUSE_IO_URING=1 (the tunable's environment name)."""
-    base = os.path.join(work_dir, "run", tag)
-    unmount_below(base)
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    ox = Oxzfs(oxzfs_bin, base)
-    ox.env["OXZFS_FUSE_IO_URING"] = "1"
-    ox.start_daemon()
-    return ox
+    return fresh_daemon(oxzfs_bin, work_dir, tag, {"OXZFS_FUSE_IO_URING": "1"})
+
+
+def new_pool(ox, pool, mib):
+    """A pool of one MIB MiB file device under the daemon's base: (vdev dir, altroot, root)."""
+    vdir, alt = os.path.join(ox.base, "vdevs"), os.path.join(ox.base, "alt")
+    r = ox.zpool("create", "-R", alt, pool, *make_devs(vdir, 1, mib))
+    assert r.returncode == 0, repr(r)
+    ox.imported.append(pool)
+    return vdir, alt, os.path.join(alt, pool)
 
 
 def rings(pid):
@@ -146,12 +147,7 @@ def test_mount_served_through_io_uring_matches_the_model(oxzfs_bin, work_dir):
     with enable_uring("Y"):
         ox = daemon(oxzfs_bin, work_dir, "fuse_uring_on")
         try:
-            vdir = os.path.join(ox.base, "vdevs")
-            alt = os.path.join(ox.base, "alt")
-            r = ox.zpool("create", "-R", alt, "uring", *make_devs(vdir, 1, 256))
-            assert r.returncode == 0, repr(r)
-            ox.imported.append("uring")
-            root = os.path.join(alt, "uring")
+            vdir, alt, root = new_pool(ox, "uring", 256)
             files, dirs = workload(root)
             pid = ox.server_pid()
             assert rings(pid) == possible_cpus(), f"want one io_uring per CPU in the daemon:\n{ox.daemon_log_tail()}"
@@ -173,12 +169,7 @@ def test_without_the_kernel_switch_the_mount_falls_back_to_dev_fuse(oxzfs_bin, w
     with enable_uring("N"):
         ox = daemon(oxzfs_bin, work_dir, "fuse_uring_off")
         try:
-            vdir = os.path.join(ox.base, "vdevs")
-            alt = os.path.join(ox.base, "alt")
-            r = ox.zpool("create", "-R", alt, "nouring", *make_devs(vdir, 1, 128))
-            assert r.returncode == 0, repr(r)
-            ox.imported.append("nouring")
-            root = os.path.join(alt, "nouring")
+            vdir, alt, root = new_pool(ox, "nouring", 128)
             with open(os.path.join(root, "f"), "wb") as f:
                 f.write(b"x" * 70000)
                 os.fsync(f.fileno())

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import Oxzfs, parse_zdb, unmount_below
+from conftest import fresh_daemon, parse_zdb
 from test_write import make_devs, zdb_check
 
 
@@ -55,13 +55,7 @@ def reimport_and_check(ox, vdir, pool, alt, want):
 def forced_ganging_daemon(oxzfs_bin, work_dir, tag):
     """A daemon of its own under run/TAG that gangs every allocation of 32 KiB or more (a
     generator: yields the runner, tears it down after)."""
-    base = os.path.join(work_dir, "run", tag)
-    unmount_below(base)
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    ox = Oxzfs(oxzfs_bin, base)
-    ox.env["OXZFS_FORCE_GANGING"] = "32K"
-    ox.start_daemon()
+    ox = fresh_daemon(oxzfs_bin, work_dir, tag, {"OXZFS_FORCE_GANGING": "32K"})
     try:
         yield ox
     finally:
