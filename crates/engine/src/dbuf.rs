@@ -261,6 +261,17 @@ pub struct ObjsetW {
     /// The dirty state of the txg being synced (quiescing/syncing), frozen: reads see the
     /// open txg's dirty objects, then these, then the synced tree.
     frozen: Option<Arc<Frozen>>,
+    /// (this objset's own number, changes so far): moves on with every change of what the
+    /// objset reads back (an object dirtied, allocated or freed, a sync installed). Figures
+    /// derived from its content stay good while it is the same (`ObjsetW::generation`).
+    gen: (u64, u64),
+}
+
+/// Numbers the writable objsets as they are made, so that no two share a generation.
+static OBJSET_INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn new_generation() -> (u64, u64) {
+    (OBJSET_INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed), 0)
 }
 
 /// The dirty objects of one txg, frozen at quiesce and synced while the next txg is open.
@@ -359,6 +370,7 @@ impl ObjsetW {
             born_features: Default::default(),
             frozen: None,
             zil: Default::default(),
+            gen: new_generation(),
         }
     }
 
@@ -389,7 +401,18 @@ impl ObjsetW {
             frozen: None,
             // A chain on disk is not this Zilog's until an import replays it (zfs_replay).
             zil: crate::zil::Zilog::opened(foreign_log),
+            gen: new_generation(),
         })
+    }
+
+    /// Which state of the objset's content this is: equal generations read the same bytes
+    /// from every object (a cache of figures decoded from it may be kept until it moves).
+    pub fn generation(&self) -> (u64, u64) {
+        self.gen
+    }
+
+    fn changed(&mut self) {
+        self.gen.1 += 1;
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -445,6 +468,7 @@ impl ObjsetW {
 
     /// Make `obj` dirty (loading its dnode) and return it.
     pub fn dirty_obj(&mut self, obj: u64) -> Result<&mut DirtyObj> {
+        self.changed();
         if !self.dirty.contains_key(&obj) {
             let dn = self.dnode(obj)?;
             self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default(), overrides: BTreeMap::new() });
@@ -460,6 +484,7 @@ impl ObjsetW {
     /// sync writes them anew, and the blocks the commit wrote are freed when this txg syncs
     /// (a log record names them until then).
     pub(crate) fn unoverride(&mut self, obj: u64, range: std::ops::RangeInclusive<u64>) {
+        self.changed();
         let Some(d) = self.dirty.get_mut(&obj) else { return };
         if d.overrides.is_empty() {
             return;
@@ -520,6 +545,7 @@ impl ObjsetW {
         // (The ARC keeps the compressed bytes; the commit writes a copy of what is written.)
         let kept = zio::compressed_bytes(phys);
         let phys = kept.as_ref().map_or_else(|| data.to_vec(), |k| k.to_vec());
+        self.changed();
         self.dirty.get_mut(&obj).expect("dirty").overrides.insert(blkid, (bp.clone(), kept));
         Ok(Some((bp, phys)))
     }
@@ -576,6 +602,7 @@ impl ObjsetW {
             bonus: vec![0u8; bonuslen],
             spill: None,
         };
+        self.changed();
         self.dirty.insert(obj, DirtyObj { dn, blocks: BTreeMap::new(), zap: None, trunc_from: None, freed: false, holes: Default::default(), overrides: BTreeMap::new() });
         Ok(obj)
     }
@@ -932,6 +959,7 @@ impl ObjsetW {
 
     /// Make ZAP `obj` dirty and return it for changes.
     pub fn zap_mut(&mut self, obj: u64) -> Result<&mut ZapObj> {
+        self.changed();
         let has = self.dirty.get(&obj).map_or(false, |d| d.zap.is_some());
         if !has {
             let frozen = self.frozen_obj(obj).and_then(|d| d.zap.clone());
@@ -985,6 +1013,7 @@ impl ObjsetW {
     /// back the job that syncs it. The objset's open txg starts empty.
     pub fn freeze(&mut self, txg: u64) -> SyncJob {
         assert!(self.frozen.is_none(), "objset {}: txg {txg} quiesced while another txg syncs", self.id);
+        self.changed();
         let frozen = Arc::new(Frozen {
             txg,
             dirty: std::mem::take(&mut self.dirty),
@@ -1025,6 +1054,7 @@ impl ObjsetW {
     /// the open txg did not change (the block-pointer tree: blkptr, nlevels, used, and
     /// maxblkid / block size / spill when untouched) are taken from the synced dnode.
     pub fn install(&mut self, job: SyncJob) {
+        self.changed();
         let frozen = self.frozen.take().expect("install after freeze");
         assert!(Arc::ptr_eq(&frozen, &job.frozen), "objset {}: a job installed on another txg's state", self.id);
         for (obj, synced) in &job.synced {

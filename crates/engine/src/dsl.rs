@@ -527,15 +527,19 @@ pub fn slop_space(space: u64, embedded_log: u64) -> u64 {
 /// that order): each dir gets the lesser of what its parent offers (plus its own unused
 /// reservation) and what its quota leaves; the root is capped by the pool's usable size.
 pub fn dir_space_available(pool_size: u64, dirs: &[DslDirPhys]) -> u64 {
+    dir_space_available_of(pool_size, dirs.iter().map(|d| (d.used_bytes, d.reserved, d.quota)))
+}
+
+/// `dir_space_available` over (used, reserved, quota) of each dir, root first.
+pub fn dir_space_available_of(pool_size: u64, dirs: impl Iterator<Item = (u64, u64, u64)>) -> u64 {
     let mut parentspace = u64::MAX;
-    for (i, d) in dirs.iter().enumerate() {
-        let mut quota = if d.quota != 0 { d.quota } else { u64::MAX };
-        let used = d.used_bytes;
+    for (i, (used, reserved, quota)) in dirs.enumerate() {
+        let mut quota = if quota != 0 { quota } else { u64::MAX };
         if i == 0 {
             quota = quota.min(pool_size);
         }
-        if d.reserved > used && parentspace != u64::MAX {
-            parentspace = parentspace.saturating_add(d.reserved - used);
+        if reserved > used && parentspace != u64::MAX {
+            parentspace = parentspace.saturating_add(reserved - used);
         }
         parentspace = if used > quota { 0 } else { parentspace.min(quota - used) };
     }

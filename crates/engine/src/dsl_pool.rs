@@ -24,6 +24,35 @@ pub struct DatasetW {
     pub prev_snap_txg: u64,
 }
 
+/// One dsl dir of a dataset's chain to the root, as the write path's checks use it.
+#[derive(Debug)]
+pub(crate) struct DirFigures {
+    pub(crate) obj: u64,
+    pub(crate) used: u64,
+    pub(crate) reserved: u64,
+    /// "quota" in the dir's props ZAP (what `quota_check` reads).
+    pub(crate) prop_quota: u64,
+}
+
+/// What the write path's space checks read of one dataset from the MOS: its referenced and
+/// unique bytes, its refquota and refreservation, and its dirs from its own to the root.
+#[derive(Debug)]
+pub(crate) struct SpaceFigures {
+    pub(crate) referenced: u64,
+    pub(crate) unique: u64,
+    pub(crate) refquota: u64,
+    pub(crate) refres: u64,
+    pub(crate) chain: Vec<DirFigures>,
+}
+
+/// The figures of the datasets written since the MOS last changed, and which MOS state
+/// (`ObjsetW::generation`) they were read from.
+#[derive(Debug, Default)]
+pub(crate) struct FiguresCache {
+    pub(crate) gen: (u64, u64),
+    pub(crate) by_ds: std::collections::HashMap<u64, std::sync::Arc<SpaceFigures>>,
+}
+
 /// The pool opened for writing.
 pub struct PoolW {
     pub spa: Arc<Spa>,
@@ -67,6 +96,9 @@ pub struct PoolW {
     pub ddt: crate::ddt::Ddt,
     /// Makes a new file system's objects (see `ObjsetInit`).
     pub fs_init: crate::dbuf::ObjsetInit,
+    /// The write path's space figures of each dataset, decoded from the MOS
+    /// (`SpaceFigures`, read and used by dsl_space), good while the MOS's generation is the one they were read at.
+    pub(crate) space_figures: FiguresCache,
 }
 
 impl PoolW {
@@ -99,6 +131,7 @@ impl PoolW {
             synced_txg: txg - 1,
             ddt: Default::default(),
             fs_init: crate::dbuf::no_objset_init,
+            space_figures: Default::default(),
         }
     }
 

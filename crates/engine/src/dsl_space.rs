@@ -23,7 +23,7 @@
 //! file system's space. Runs under the pool's write lock, in the open txg.
 
 use crate::dbuf::SpaceDelta;
-use crate::dsl_pool::PoolW;
+use crate::dsl_pool::{DirFigures, PoolW, SpaceFigures};
 use crate::metaslab::psize_to_asize;
 use crate::{Result, ZfsError};
 use oxzfs_format::dsl::{DslDirPhys, DD_FLAG_USED_BREAKDOWN};
@@ -173,6 +173,30 @@ impl PoolW {
         Ok(avail)
     }
 
+    /// `dataset_avail_with(dsobj, false, false)` from the cached figures: the dirs' used
+    /// bytes with what every dataset below each has pending (dsl_dir_space_towrite), the
+    /// reservations, no quotas (those are `quota_check`'s).
+    fn dataset_avail_pending(&mut self, dsobj: u64) -> Result<u64> {
+        let f = self.figures(dsobj)?;
+        let mut towrite = vec![0u64; f.chain.len()];
+        let dirty: Vec<(u64, u64)> = self.datasets.iter().map(|(k, d)| (*k, d.os.dirty_bytes + d.os.frozen_bytes())).filter(|&(_, b)| b > 0).collect();
+        for (ds, bytes) in dirty {
+            let other = if ds == dsobj { f.clone() } else { self.figures(ds)? };
+            for d in &other.chain {
+                if let Some(i) = f.chain.iter().position(|c| c.obj == d.obj) {
+                    towrite[i] = towrite[i].saturating_add(bytes);
+                }
+            }
+        }
+        let space = crate::dsl::pool_space(&self.spa);
+        let dirs = f.chain.iter().zip(&towrite).rev().map(|(d, t)| (d.used.saturating_add(*t), d.reserved, 0));
+        let mut avail = crate::dsl::dir_space_available_of(space.dspace.saturating_sub(space.slop), dirs);
+        if f.refres > f.unique {
+            avail = avail.saturating_add(f.refres - f.unique);
+        }
+        Ok(avail)
+    }
+
     /// ENOSPC when `incoming` more bytes (as allocated, `copies` times) do not fit in what the
     /// dataset may still write: other datasets' reservations are not to be eaten. Quotas are
     /// `quota_check`'s (EDQUOT).
@@ -181,7 +205,7 @@ impl PoolW {
             return Ok(());
         }
         let need = incoming.saturating_mul(copies.max(1) as u64);
-        if need > self.dataset_avail_with(dsobj, false, false)? {
+        if need > self.dataset_avail_pending(dsobj)? {
             return Err(enospc("out of space"));
         }
         Ok(())
@@ -409,26 +433,55 @@ impl PoolW {
     /// `incoming` more bytes (plus what is dirty) would pass one.
     pub fn quota_check(&mut self, dsobj: u64, incoming: u64) -> Result<()> {
         let dirty = self.datasets.get(&dsobj).map_or(0, |d| d.os.dirty_bytes + d.os.frozen_bytes()) + incoming;
-        let p = self.ds_phys(dsobj)?;
-        let mut dir = p.dir_obj;
-        let mut first = true;
-        while dir != 0 {
-            let d = self.dir_phys(dir)?;
-            if d.props_zapobj != 0 {
-                let z = self.mos.zap(d.props_zapobj)?;
-                let get = |k: &str| z.entries.get(k.as_bytes()).and_then(|(i, v)| if *i == 8 { v.first().copied() } else { None }).unwrap_or(0);
-                let (refquota, quota) = (get("refquota"), get("quota"));
-                if first && refquota > 0 && p.referenced_bytes + dirty > refquota {
-                    return Err(ZfsError::Posix(libc::EDQUOT, "refquota exceeded".into()));
-                }
-                if quota > 0 && d.used_bytes + dirty > quota {
-                    return Err(ZfsError::Posix(libc::EDQUOT, "quota exceeded".into()));
-                }
+        let f = self.figures(dsobj)?;
+        for (i, d) in f.chain.iter().enumerate() {
+            if i == 0 && f.refquota > 0 && f.referenced + dirty > f.refquota {
+                return Err(ZfsError::Posix(libc::EDQUOT, "refquota exceeded".into()));
             }
-            first = false;
-            dir = d.parent_dir_obj;
+            if d.prop_quota > 0 && d.used + dirty > d.prop_quota {
+                return Err(ZfsError::Posix(libc::EDQUOT, "quota exceeded".into()));
+            }
         }
         Ok(())
+    }
+
+    /// The space figures of dataset `dsobj` as the MOS has them now: decoded once per state
+    /// of the MOS. Every change of what they are made of is a change of the MOS (the dsl dirs'
+    /// and datasets' bonus buffers: space charged at sync, quota and reservation fields; the
+    /// props ZAPs: quota, refquota, reservation, refreservation; the dataset tree: dirs made,
+    /// destroyed, renamed or moved), and any change of the MOS moves its generation, which
+    /// empties the cache. What changes between syncs without the MOS (the bytes dirty in the
+    /// open and syncing txgs, the pool's size) is read live by the checks.
+    fn figures(&mut self, dsobj: u64) -> Result<std::sync::Arc<SpaceFigures>> {
+        let gen = self.mos.generation();
+        if self.space_figures.gen != gen {
+            self.space_figures.gen = gen;
+            self.space_figures.by_ds.clear();
+        }
+        if let Some(f) = self.space_figures.by_ds.get(&dsobj) {
+            return Ok(f.clone());
+        }
+        let ds = self.ds_at(dsobj)?;
+        let mut chain = Vec::new();
+        let mut cur = ds.dir_obj;
+        let (mut refquota, mut refres) = (0, 0);
+        while cur != 0 && chain.len() < 64 {
+            let p = self.dir_at(cur)?;
+            let mut prop_quota = 0;
+            if p.props_zapobj != 0 {
+                let z = self.mos.zap(p.props_zapobj)?;
+                let get = |k: &str| z.entries.get(k.as_bytes()).and_then(|(i, v)| if *i == 8 { v.first().copied() } else { None }).unwrap_or(0);
+                prop_quota = get("quota");
+                if chain.is_empty() {
+                    (refquota, refres) = (get("refquota"), get("refreservation"));
+                }
+            }
+            chain.push(DirFigures { obj: cur, used: p.used_bytes, reserved: p.reserved, prop_quota });
+            cur = p.parent_dir_obj;
+        }
+        let f = std::sync::Arc::new(SpaceFigures { referenced: ds.referenced_bytes, unique: ds.unique_bytes, refquota, refres, chain });
+        self.space_figures.by_ds.insert(dsobj, f.clone());
+        Ok(f)
     }
 
     /// Whether dataset `dsobj` may take a change needing `incoming` more bytes: None, or what

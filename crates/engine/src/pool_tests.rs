@@ -840,6 +840,54 @@ mod dsl_accounting_tests {
         let _ = std::fs::remove_dir_all(tmp);
     }
 
+    /// The write path's space figures are kept while the MOS stays the same, and the next
+    /// check sees every change of what they are made of: a quota and a refquota set and
+    /// removed, a new sibling's reservation, bytes charged to the dir at sync.
+    #[test]
+    fn space_checks_see_every_change_of_their_figures() {
+        let (tmp, mut pw) = test_pool("dslfig");
+        let a = pw.create_dataset("dslfig/a", &[], false).unwrap();
+        pw.sync().unwrap();
+        let dir = pw.find_dir("dslfig/a").unwrap().unwrap();
+        let short = |pw: &mut PoolW, n: u64| pw.space_for(a, n).unwrap().map(|s| s.err.errno());
+        const MIB: u64 = 1 << 20;
+        assert_eq!(short(&mut pw, MIB), None);
+        let gen = pw.mos.generation();
+        assert_eq!(short(&mut pw, MIB), None);
+        assert_eq!(pw.mos.generation(), gen, "a check changes nothing in the MOS");
+        let used = pw.dir_phys(dir).unwrap().used_bytes;
+        pw.set_space_prop(dir, "quota", used + MIB / 2).unwrap();
+        assert_eq!(short(&mut pw, MIB), Some(libc::EDQUOT));
+        pw.set_space_prop(dir, "quota", 0).unwrap();
+        assert_eq!(short(&mut pw, MIB), None);
+        let refd = pw.ds_phys(a).unwrap().referenced_bytes;
+        pw.set_space_prop(dir, "refquota", refd + MIB / 2).unwrap();
+        assert_eq!(short(&mut pw, MIB), Some(libc::EDQUOT));
+        pw.set_space_prop(dir, "refquota", 0).unwrap();
+        assert_eq!(short(&mut pw, MIB), None);
+        // A sibling reserving all but 1 MiB of what `a` may write.
+        let avail = pw.dataset_avail(a, false).unwrap();
+        pw.create_dataset("dslfig/b", &[("reservation".into(), (avail - MIB).to_string())], false).unwrap();
+        assert_eq!(short(&mut pw, 2 * MIB), Some(libc::ENOSPC));
+        assert_eq!(short(&mut pw, MIB / 2), None);
+        let b = pw.find_dir("dslfig/b").unwrap().unwrap();
+        pw.set_space_prop(b, "reservation", 0).unwrap();
+        assert_eq!(short(&mut pw, 2 * MIB), None);
+        // 2 MiB written and charged at sync: a quota 3 MiB above the old use leaves 1 MiB.
+        pw.sync().unwrap();
+        let used = pw.dir_phys(dir).unwrap().used_bytes;
+        pw.set_space_prop(dir, "quota", used + 3 * MIB).unwrap();
+        assert_eq!(short(&mut pw, 2 * MIB), None);
+        let os = pw.objset(a).unwrap();
+        let obj = os.alloc_object(oxzfs_format::types::DMU_OT_PLAIN_FILE_CONTENTS, 128 << 10, 0, 0, 1).unwrap();
+        os.write(obj, 0, &super::noise(7, 2 * MIB as usize)).unwrap();
+        pw.sync().unwrap();
+        assert!(pw.dir_phys(dir).unwrap().used_bytes >= used + 2 * MIB);
+        assert_eq!(short(&mut pw, 2 * MIB), Some(libc::EDQUOT));
+        drop(pw);
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
     /// $MOS's used bytes are charged a txg late; export syncs until the last change is
     /// charged, so the pool imported again finds them equal to the MOS's blocks.
     #[test]
