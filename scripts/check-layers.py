@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Lowest first. A module may import its own layer and the ones below it; circles are refused
 # even inside a layer.
 ENGINE_LAYERS = [
-    ("base", ["error", "nicenum", "tunables"]),
+    ("base", ["error", "nicenum", "range_tree", "tunables"]),
     ("vdev", ["vdev", "vdev::indirect", "vdev::inject", "vdev::iostat", "vdev::raidz", "vdev::sim"]),
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),

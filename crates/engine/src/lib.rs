@@ -17,12 +17,14 @@
 //!   vdev      vdev, vdev::raidz, vdev::sim
 //! ```
 //!
-//! `tunables` (base) holds the knobs under OpenZFS's module parameter names.
+//! `tunables` (base) holds the knobs under OpenZFS's module parameter names; `range_tree` (base)
+//! the set of disjoint ranges the allocator's free space and the log space map replay keep.
 //!
 //! The bytes↔structure work lives in `oxzfs-format`; nothing here parses raw bytes by hand.
 
 pub mod error;
 pub mod nicenum;
+pub mod range_tree;
 pub mod tunables;
 pub mod vdev;
 pub mod zio;

@@ -20,11 +20,11 @@
 //! already, also marks that range obsolete on the vdev (a destination that is itself removed
 //! is marked too, on the way down). The marks of a txg are handed to the sync
 //! (`take_obsolete`), which appends them to the vdev's obsolete space map.
+use crate::range_tree::{RangeError, RangeTree};
 use crate::vdev::Vdev;
 use crate::zio::{AllocClass, DvaAllocator};
 use oxzfs_format::blkptr::{BlockPointer, Dva};
 use oxzfs_format::spacemap::{encode_entries, SmEntry, SpaceMapPhys};
-use std::collections::BTreeMap;
 
 pub struct MsSync {
     pub vdev: u64,
@@ -38,7 +38,7 @@ pub struct MsSync {
 struct Ms {
     start: u64,
     size: u64,
-    free: BTreeMap<u64, u64>,
+    free: RangeTree,
     sm_object: u64,
     phys: SpaceMapPhys,
     /// Allocations not yet in the space map: (offset, size, txg). The txg is the sync's for
@@ -50,36 +50,26 @@ struct Ms {
     defer: [Vec<(u64, u64)>; 2],
 }
 
-fn add(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
-    let mut start = s;
-    let mut end = s + l;
-    if let Some((&ps, &pe)) = t.range(..=s).next_back() {
-        assert!(pe <= s, "double free {s:#x}+{l:#x} overlaps {ps:#x}..{pe:#x}");
-        if pe == s {
-            start = ps;
-            t.remove(&ps);
-        }
+/// Space freed that is free already (a double free), or allocated that is not free: the free
+/// tree refuses it, and the allocator stops there (its state could no longer be trusted).
+#[inline]
+fn add(t: &mut RangeTree, s: u64, l: u64) {
+    if let Err(e) = t.add(s, l) {
+        damaged("double free", e);
     }
-    if let Some((&ns, &ne)) = t.range(s..).next() {
-        assert!(ns >= end, "double free");
-        if ns == end {
-            end = ne;
-            t.remove(&ns);
-        }
-    }
-    t.insert(start, end);
 }
 
-fn remove(t: &mut BTreeMap<u64, u64>, s: u64, l: u64) {
-    let (&ps, &pe) = t.range(..=s).next_back().expect("remove of space not free");
-    assert!(pe >= s + l, "remove of space not free {s:#x}+{l:#x}");
-    t.remove(&ps);
-    if ps < s {
-        t.insert(ps, s);
+#[inline]
+fn remove(t: &mut RangeTree, s: u64, l: u64) {
+    if let Err(e) = t.remove(s, l) {
+        damaged("remove of space not free", e);
     }
-    if s + l < pe {
-        t.insert(s + l, pe);
-    }
+}
+
+#[cold]
+#[inline(never)]
+fn damaged(what: &str, e: RangeError) -> ! {
+    panic!("{what}: {e}")
 }
 
 struct Group {
@@ -134,9 +124,7 @@ impl Metaslabs {
                 let count = if top.is_concrete() { top.asize >> shift } else { 0 };
                 let ms = (0..count)
                     .map(|i| {
-                        let mut m = Ms { start: i << shift, size: 1 << shift, ..Default::default() };
-                        m.free.insert(m.start, m.start + m.size);
-                        m
+                        Ms { start: i << shift, size: 1 << shift, free: RangeTree::with_range(i << shift, 1 << shift), ..Default::default() }
                     })
                     .collect();
                 let class = if top.is_log {
@@ -187,7 +175,7 @@ impl Metaslabs {
                 add(&mut unused, s, l);
             }
             let mut at = m.start;
-            for (&s, &e) in unused.range(m.start..m.start + m.size) {
+            for (s, e) in unused.iter_starting_in(m.start, m.start + m.size) {
                 if s > at {
                     out.push((at, s - at));
                 }
@@ -217,14 +205,14 @@ impl Metaslabs {
                 continue;
             }
             // A free segment that straddles `from` starts below it.
-            if let Some((_, &e)) = unused.range(..=at).next_back() {
+            if let Some((_, e)) = unused.segment_at(at) {
                 at = at.max(e);
             }
             let mut push = |s: u64, l: u64, total: &mut u64| {
                 out.push((s, l));
                 *total += l;
             };
-            for (&s, &e) in unused.range(at..end) {
+            for (s, e) in unused.iter_starting_in(at, end) {
                 if s > at {
                     push(at, s - at, &mut total);
                     if total >= max {
@@ -431,7 +419,7 @@ impl Metaslabs {
                     if pass == 1 && avoid.iter().any(|a| a.0 == g as u64 && (a.1 >> shift) as usize == mi) {
                         continue;
                     }
-                    let found = m.free.iter().find(|(s, e)| *e - *s >= asize).map(|(s, _)| *s);
+                    let found = m.free.first_fit(asize);
                     if let Some(s) = found {
                         remove(&mut m.free, s, asize);
                         m.pend_alloc.push((s, asize, txg));
@@ -538,7 +526,7 @@ impl Metaslabs {
                 m.freeing.extend(m.pend_free.drain(..));
                 m.pend_alloc.retain(|a| a.2 > txg);
                 let mut hist = [0u64; 32];
-                for (s, e) in &m.free {
+                for (s, e) in m.free.iter() {
                     let len = e - s;
                     let b = (63 - len.leading_zeros() as i64 - sh as i64).clamp(0, 31) as usize;
                     hist[b] += 1;
@@ -559,11 +547,9 @@ impl Metaslabs {
         if asize == 0 || offset + asize > m.start + m.size {
             return false;
         }
-        match m.free.range(..=offset).next_back() {
-            Some((_, &e)) if e >= offset + asize => {}
-            _ => return false,
+        if m.free.remove(offset, asize).is_err() {
+            return false;
         }
-        remove(&mut m.free, offset, asize);
         m.pend_alloc.push((offset, asize, txg));
         true
     }
@@ -575,7 +561,7 @@ impl Metaslabs {
     pub fn claim_run(&mut self, vdev: u64, offset: u64, max: u64, txg: u64) -> u64 {
         let Some(g) = self.groups.get_mut(vdev as usize).filter(|g| !g.retired && !g.evacuated && g.removing.is_none()) else { return 0 };
         let Some(m) = g.ms.get_mut((offset >> g.ms_shift) as usize) else { return 0 };
-        let Some(e) = m.free.range(..=offset).next_back().map(|(_, &e)| e).filter(|&e| e > offset) else { return 0 };
+        let Some(e) = m.free.segment_at(offset).map(|(_, e)| e).filter(|&e| e > offset) else { return 0 };
         let len = (e - offset).min(max);
         remove(&mut m.free, offset, len);
         m.pend_alloc.push((offset, len, txg));
@@ -679,8 +665,8 @@ impl Metaslabs {
                 let what = if free { "free" } else { "allocation" };
                 let m = g.ms.get_mut((s >> g.ms_shift) as usize).filter(|m| l > 0 && s + l <= m.start + m.size && (s | l) & unit == 0);
                 let Some(m) = m else { return Err(format!("{what} {s:#x}+{l:#x} of vdev {vdev} is not in one metaslab in whole sectors")) };
-                let inside = m.free.range(..=s).next_back().is_some_and(|(_, &e)| e >= s + l);
-                let touches = m.free.range(..s + l).next_back().is_some_and(|(_, &e)| e > s);
+                let inside = m.free.contains(s, l);
+                let touches = m.free.intersects(s, l);
                 if free == touches || (!free && !inside) {
                     let state = if free { "free" } else { "allocated" };
                     return Err(format!("{what} {s:#x}+{l:#x} of vdev {vdev} is {state} in its space map already"));
@@ -804,13 +790,12 @@ mod tests {
     use super::*;
 
     fn one_metaslab() -> Metaslabs {
-        let mut m = Ms { start: 0, size: 1 << 20, ..Default::default() };
-        m.free.insert(0, 1 << 20);
+        let m = Ms { start: 0, size: 1 << 20, free: RangeTree::with_range(0, 1 << 20), ..Default::default() };
         Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, obsolete: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0, obsolete_counts: false }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {
-        ms.groups[0].ms[0].free.range(..=off).next_back().is_some_and(|(_, &e)| e > off)
+        ms.groups[0].ms[0].free.contains(off, 1)
     }
 
     /// The ENOSPC retry's early release gives back the frees of a txg only when no lock-free
@@ -919,7 +904,7 @@ mod tests {
     fn unflushed_changes_reach_the_space_map_at_the_first_sync() {
         let mut ms = one_metaslab();
         // The space map: 0x10000..0x20000 allocated.
-        ms.groups[0].ms[0].free = BTreeMap::from([(0, 0x10000), (0x20000, 1 << 20)]);
+        ms.groups[0].ms[0].free = RangeTree::from_ranges(&[(0, 0x10000), (0x20000, (1 << 20) - 0x20000)]).unwrap();
         ms.apply_unflushed(0, &[(0x4000, 0x1000)], &[(0x18000, 0x2000)], 7).unwrap();
         assert!(!is_free(&ms, 0x4000) && !is_free(&ms, 0x18000));
         let out = ms.sync(7, 1);

@@ -25,6 +25,7 @@
 //! no log (as OpenZFS: spa_ld_log_sm_data skips them when not writeable).
 
 use crate::dsl_pool::PoolW;
+use crate::range_tree::RangeTree;
 use crate::{Result, ZfsError};
 use oxzfs_format::dsl::DMU_POOL_LOG_SPACEMAP_ZAP;
 use oxzfs_format::spacemap::{decode_entries, SmEntry, SpaceMapPhys};
@@ -36,80 +37,11 @@ pub const MS_UNFLUSHED_PHYS_TXGS: &str = "com.delphix:ms_unflushed_phys_txgs";
 /// The log space maps' unit (SPA_MINBLOCKSHIFT).
 const LOG_SHIFT: u64 = 9;
 
-/// Disjoint half-open segments, start -> end.
-#[derive(Default, Debug, Clone, PartialEq)]
-pub struct Segs(BTreeMap<u64, u64>);
-
-impl Segs {
-    /// The parts of `[s, e)` this set holds.
-    fn overlap(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
-        let from = self.0.range(..=s).next_back().map_or(s, |(&a, _)| a);
-        self.0.range(from..e).map(|(&a, &b)| (a.max(s), b.min(e))).filter(|(a, b)| a < b).collect()
-    }
-
-    fn remove(&mut self, s: u64, e: u64) {
-        for (a, b) in self.overlap(s, e) {
-            let (&ps, &pe) = self.0.range(..=a).next_back().expect("overlap is held");
-            self.0.remove(&ps);
-            if ps < a {
-                self.0.insert(ps, a);
-            }
-            if b < pe {
-                self.0.insert(b, pe);
-            }
-        }
-    }
-
-    /// Add `[s, e)`, which must not overlap what the set holds (false if it does).
-    fn add(&mut self, s: u64, e: u64) -> bool {
-        if !self.overlap(s, e).is_empty() {
-            return false;
-        }
-        let (mut s, mut e) = (s, e);
-        if let Some((&ps, &pe)) = self.0.range(..=s).next_back() {
-            if pe == s {
-                s = ps;
-                self.0.remove(&ps);
-            }
-        }
-        if let Some(&ne) = self.0.get(&e) {
-            self.0.remove(&e);
-            e = ne;
-        }
-        self.0.insert(s, e);
-        true
-    }
-
-    /// range_tree_remove_xor_add_segment: the parts of `[s, e)` held here go; the rest goes to
-    /// `to` (false when `to` holds some of it already: the same space changed twice the same way).
-    fn remove_xor_add(&mut self, s: u64, e: u64, to: &mut Segs) -> bool {
-        let held = self.overlap(s, e);
-        self.remove(s, e);
-        let mut pos = s;
-        let mut ok = true;
-        for (a, b) in held.into_iter().chain([(e, e)]) {
-            if pos < a {
-                ok &= to.add(pos, a);
-            }
-            pos = b;
-        }
-        ok
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.0.iter().map(|(&s, &e)| (s, e - s))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 /// The changes of one metaslab only in the logs: (allocations, frees), disjoint.
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Unflushed {
-    pub allocs: Segs,
-    pub frees: Segs,
+    pub allocs: RangeTree,
+    pub frees: RangeTree,
 }
 
 /// spa_ld_log_sm_cb over one log: apply the ranges (top vdev, byte offset, length, free) of
@@ -134,8 +66,8 @@ pub fn apply_log(
             continue;
         }
         let u = out.entry((top, ms)).or_default();
-        let ok = if free { u.allocs.remove_xor_add(off, off + len, &mut u.frees) } else { u.frees.remove_xor_add(off, off + len, &mut u.allocs) };
-        if !ok {
+        let moved = if free { u.allocs.remove_xor_add(off, len, &mut u.frees) } else { u.frees.remove_xor_add(off, len, &mut u.allocs) };
+        if moved.is_err() {
             let what = if free { "frees" } else { "allocates" };
             return Err(format!("the log of txg {txg} {what} {off:#x}+{len:#x} of vdev {top} twice"));
         }
@@ -208,8 +140,8 @@ impl PoolW {
         {
             let mut ms = self.ms.lock();
             for ((top, _), u) in &changes {
-                let allocs: Vec<(u64, u64)> = u.allocs.iter().collect();
-                let frees: Vec<(u64, u64)> = u.frees.iter().collect();
+                let allocs: Vec<(u64, u64)> = u.allocs.iter().map(|(s, e)| (s, e - s)).collect();
+                let frees: Vec<(u64, u64)> = u.frees.iter().map(|(s, e)| (s, e - s)).collect();
                 ms.apply_unflushed(*top, &allocs, &frees, txg).map_err(bad)?;
             }
         }
@@ -234,12 +166,8 @@ impl PoolW {
 mod tests {
     use super::*;
 
-    fn segs(v: &[(u64, u64)]) -> Segs {
-        let mut s = Segs::default();
-        for &(a, l) in v {
-            assert!(s.add(a, a + l));
-        }
-        s
+    fn segs(v: &[(u64, u64)]) -> RangeTree {
+        RangeTree::from_ranges(v).unwrap()
     }
 
     #[test]
