@@ -132,6 +132,51 @@ def test_create_refusals(oxzfs):
     unmount_below(alt)
 
 
+def test_create_destroy_create_on_the_same_files(oxzfs):
+    """A pool created on the files of a destroyed pool that synced far past the new pool's txgs:
+    create clears each device's four labels whole (vdev_label_init), uberblock rings included,
+    so nothing of the old pool is left for an import to take for the newest. The new pool
+    imports with its data; zdb -l shows it alone in all four labels of each file, every
+    uberblock in the rings is its own, zdb -bcc finds no leak, and the old pool is found no
+    more."""
+    base = os.path.join(oxzfs.base, "recreate")
+    vdir, alt = os.path.join(base, "vdevs"), os.path.join(base, "alt")
+    devs = make_devs(vdir, 2, 64)
+    assert oxzfs.zpool("create", "-R", alt, "rcgone", *devs).returncode == 0
+    oxzfs.imported.append("rcgone")
+    for i in range(30):
+        with open(os.path.join(alt, "rcgone", f"f{i}"), "wb") as f:
+            f.write(os.urandom(20000))
+        assert oxzfs.zpool("sync", "rcgone").returncode == 0
+    assert oxzfs.zpool("destroy", "rcgone").returncode == 0
+    oxzfs.imported.remove("rcgone")
+    pool = "rcnew"
+    r = oxzfs.zpool("create", "-R", alt, pool, *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    data = os.urandom(300000)
+    with open(os.path.join(alt, pool, "mine"), "wb") as f:
+        f.write(data)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    for dev in devs:
+        r = subprocess.run([ZDB, "-lu", dev], capture_output=True, text=True, errors="replace", timeout=60)
+        text = r.stdout + r.stderr
+        assert r.returncode == 0 and "failed to unpack label" not in text, text[-3000:]
+        names = set(re.findall(r"^\s+name: '([^']*)'", text, re.M))
+        assert names == {pool}, f"{dev}: labels of {names}:\n{text[-3000:]}"
+        assert re.search(r"^\s+labels = 0 1 2 3\s*$", text, re.M), f"{dev}: the four labels differ:\n{text[-3000:]}"
+        sums = set(re.findall(r"^\s+guid_sum = (\d+)", text, re.M))
+        assert len(sums) == 1, f"{dev}: uberblocks of more than one pool (guid sums {sums}):\n{text[-3000:]}"
+    r = subprocess.run([ZDB, "-e", "-p", vdir, "rcgone"], capture_output=True, text=True, errors="replace", timeout=60)
+    assert r.returncode != 0, f"zdb still finds the destroyed pool:\n{(r.stdout + r.stderr)[-2000:]}"
+    assert oxzfs.import_ro(vdir, pool, alt).returncode == 0
+    with open(os.path.join(alt, pool, "mine"), "rb") as f:
+        assert f.read() == data
+    assert sorted(os.listdir(os.path.join(alt, pool))) == ["mine"]
+    assert oxzfs.export(pool).returncode == 0
+
+
 def _strip_xattrs(entries):
     return [{k: v for k, v in e.items() if k != "xattrs"} for e in entries]
 
