@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Where oxzfs's daemon spends its CPU on one workload: perf, folded stacks and a flame graph.
 
-    sudo python3 bench/profile.py create|stat|read-all|seq-write|fsync-write [--n N] [--out DIR]
+    sudo python3 bench/profile.py create|stat|read-all|seq-write|seq-read|fsync-write [--n N] [--out DIR]
 
 Makes a one-file pool (2 GiB sparse file) with a private daemon, runs the set-up the workload
-needs (files to stat or read, written and then exported, imported and the page cache dropped),
+needs (files to stat or read, or the big file seq-read reads, written and then exported, imported
+and the page cache dropped),
 then records the daemon alone while the workload runs:
 
     perf record -p DAEMON --call-graph dwarf,16384 -F 1999
@@ -36,7 +37,7 @@ import time
 import run as bench_run  # bench/run.py: the create row's files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("create", "stat", "read-all", "seq-write", "fsync-write")
+WORKLOADS = ("create", "stat", "read-all", "seq-write", "seq-read", "fsync-write")
 # Frames that only carry a call along (closures, unwinding guards, the dispatch): left out of
 # the per-handler breakdown so that what it shows is work.
 PASS_THROUGH = re.compile(r"catch_unwind|::inline\b|\{\{closure\}\}|call_once|AssertUnwindSafe|read_op|::change$|dispatch")
@@ -45,14 +46,14 @@ PASS_THROUGH = re.compile(r"catch_unwind|::inline\b|\{\{closure\}\}|call_once|As
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workload", choices=WORKLOADS)
-    ap.add_argument("--n", type=int, default=0, help="operations (files, or MiB for seq-write)")
+    ap.add_argument("--n", type=int, default=0, help="operations (files, or MiB for seq-write and seq-read)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if shutil.which("perf") is None:
         sys.exit("perf is missing: apt-get install linux-perf")
     binary = os.environ.get("OXZFS_BIN", os.path.join(REPO, "target", "release", "oxzfs"))
     out = a.out or f"/var/tmp/oxzfs-profile-{a.workload}"
-    n = a.n or {"create": 6000, "stat": 10000, "read-all": 3000, "seq-write": 512, "fsync-write": 2000}[a.workload]
+    n = a.n or {"create": 6000, "stat": 10000, "read-all": 3000, "seq-write": 512, "seq-read": 512, "fsync-write": 2000}[a.workload]
     work = os.path.join(out, "pool")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(work)
@@ -73,14 +74,16 @@ def main():
     try:
         ox("zpool", "create", "-f", "-R", alt, "prof", dev)
         os.mkdir(tree)
-        if a.workload in ("stat", "read-all"):
+        if a.workload in ("stat", "read-all", "seq-read"):
             rng = random.Random(0)
-            for i in range(n):
+            for i in range(n if a.workload != "seq-read" else 0):
                 d = os.path.join(tree, f"d{i // 100}")
                 if i % 100 == 0:
                     os.mkdir(d)
                 with open(os.path.join(d, f"f{i}"), "wb") as f:
                     f.write(rng.randbytes(rng.randint(2, 32) << 10) if a.workload == "read-all" else b"x" * 100)
+            if a.workload == "seq-read":
+                write_big(os.path.join(tree, "big"), n)
             ox("zpool", "export", "prof")
             subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"])
             ox("zpool", "import", "-d", work, "-R", alt, "prof")
@@ -96,7 +99,7 @@ def main():
     finally:
         ox("zpool", "export", "prof", check=False)
         ox("daemon", "stop", check=False)
-    unit = "MiB" if a.workload == "seq-write" else "op"
+    unit = "MiB" if a.workload.startswith("seq-") else "op"
     lines = [f"{a.workload}: {n} {unit}s in {elapsed:.2f} s ({n / elapsed:.0f} {unit}/s), daemon CPU {1e6 * cpu / n:.0f} us per {unit}"]
     stacks = folded_stacks(os.path.join(out, "perf.data"))
     with open(os.path.join(out, "folded.txt"), "w") as f:
@@ -150,12 +153,11 @@ def run(workload, tree, n):
                 with open(os.path.join(top, e), "rb") as f:
                     f.read()
     elif workload == "seq-write":
-        block = os.urandom(1 << 20)
-        with open(os.path.join(tree, "big"), "wb") as f:
-            for _ in range(n):
-                f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
+        write_big(os.path.join(tree, "big"), n)
+    elif workload == "seq-read":
+        with open(os.path.join(tree, "big"), "rb", buffering=0) as f:
+            while f.read(1 << 20):
+                pass
     else:
         fd = os.open(os.path.join(tree, "sync"), os.O_CREAT | os.O_WRONLY, 0o644)
         small = os.urandom(4096)
@@ -163,6 +165,16 @@ def run(workload, tree, n):
             os.pwrite(fd, small, i * 4096)
             os.fsync(fd)
         os.close(fd)
+
+
+def write_big(path, mib):
+    """MIB MiB of one random 1 MiB block in 1 MiB writes, then fsync (bench/run.py's seq-write)."""
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def folded_stacks(data):
