@@ -1358,6 +1358,26 @@ impl ReadLater {
             }
         }
     }
+
+    /// `finish`'s bytes as pieces (`Objset::read_obj_parts`): the ARC's buffers as they are,
+    /// for a caller that sends them on without gathering them into one buffer.
+    pub fn finish_parts(self) -> Result<Vec<crate::dmu::ReadPart>> {
+        use crate::dmu::ReadPart;
+        match self {
+            ReadLater::Done(v) => {
+                let n = v.len();
+                Ok(vec![ReadPart::Block(Arc::new(v), 0..n)])
+            }
+            ReadLater::Clean { ro, dn, obj, offset, len, _pin } => {
+                let mut parts = ro.read_obj_parts(&dn, obj, offset, len as u64)?;
+                let got: usize = parts.iter().map(ReadPart::len).sum();
+                if got < len {
+                    parts.push(ReadPart::Zeros(len - got));
+                }
+                Ok(parts)
+            }
+        }
+    }
 }
 
 pub use crate::zio::rand_u64;

@@ -182,6 +182,13 @@ impl Objset {
 
     /// As `read`, naming the object for error reports.
     pub fn read_obj(&self, dn: &DnodePhys, obj: u64, offset: u64, len: u64) -> Result<Vec<u8>> {
+        Ok(ReadPart::gather(&self.read_obj_parts(dn, obj, offset, len)?))
+    }
+
+    /// `read_obj`'s bytes as the pieces of the blocks they are in (the ARC's buffers, shared,
+    /// not copied) and runs of zeros (holes, a block's end past its stored length), in order:
+    /// what a reply that can send several pieces at once (FUSE's writev) takes as it is.
+    pub fn read_obj_parts(&self, dn: &DnodePhys, obj: u64, offset: u64, len: u64) -> Result<Vec<ReadPart>> {
         let blksz = dn.data_block_size();
         if blksz == 0 {
             return Ok(Vec::new());
@@ -194,18 +201,25 @@ impl Objset {
         if end - offset > 256 << 20 {
             return Err(ZfsError::Invalid(format!("read of {} bytes is too large", end - offset)));
         }
-        let mut out = vec![0u8; (end - offset) as usize];
+        let mut out: Vec<ReadPart> = Vec::new();
         let mut pos = offset;
         while pos < end {
             let blkid = pos / blksz;
             let in_blk = pos % blksz;
             let n = (blksz - in_blk).min(end - pos);
+            let mut zeros = n as usize;
             if let Some(block) = self.read_block(dn, obj, blkid)? {
                 let a = in_blk as usize;
                 let b = (in_blk + n).min(block.len() as u64) as usize;
-                let dst = (pos - offset) as usize;
                 if a < b {
-                    out[dst..dst + (b - a)].copy_from_slice(&block[a..b]);
+                    out.push(ReadPart::Block(block, a..b));
+                    zeros -= b - a;
+                }
+            }
+            if zeros > 0 {
+                match out.last_mut() {
+                    Some(ReadPart::Zeros(z)) => *z += zeros,
+                    _ => out.push(ReadPart::Zeros(zeros)),
                 }
             }
             pos += n;
@@ -219,6 +233,39 @@ impl Objset {
             Some(bp) if !bp.is_hole() => self.spa.read_bp_for(bp, self.id).map(Some),
             _ => Ok(None),
         }
+    }
+}
+
+/// A piece of an object's bytes (`Objset::read_obj_parts`): bytes of a block as the ARC holds
+/// it, or zeros.
+#[derive(Clone, Debug)]
+pub enum ReadPart {
+    Block(Arc<Vec<u8>>, std::ops::Range<usize>),
+    Zeros(usize),
+}
+
+impl ReadPart {
+    pub fn len(&self) -> usize {
+        match self {
+            ReadPart::Block(_, r) => r.len(),
+            ReadPart::Zeros(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pieces' bytes in one buffer.
+    pub fn gather(parts: &[ReadPart]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(parts.iter().map(ReadPart::len).sum());
+        for p in parts {
+            match p {
+                ReadPart::Block(b, r) => out.extend_from_slice(&b[r.clone()]),
+                ReadPart::Zeros(n) => out.resize(out.len() + n, 0),
+            }
+        }
+        out
     }
 }
 

@@ -47,6 +47,7 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use oxzfs::dbuf::ReadLater;
+use oxzfs::dmu::ReadPart;
 use oxzfs::txg::PoolHandle;
 use oxzfs::zpl::{Attr, Live, View, Zfs, ZplRead};
 use oxzfs::zplw::{self, SetAttr};
@@ -684,14 +685,20 @@ impl Inner {
 
     /// Read: a writable file system's under the pool lock only the znode, what is dirty and
     /// the synced tree; the block reads, checksums and decompression after it.
-    fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, ZfsError> {
+    ///
+    /// The bytes come as the ARC's buffers (`ReadPart`s), which the reply sends as they are.
+    fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<ReadPart>, ZfsError> {
         let (snap, obj) = match self.node(ino)? {
             Node::Obj { snap, obj, .. } => (snap, obj),
             _ => return Err(ZfsError::Posix(libc::EISDIR, String::new())),
         };
         let w = match (&snap, &self.backend) {
             (None, Backend::ReadWrite(w)) => w,
-            (Some(fs), _) | (None, Backend::ReadOnly(fs)) => return fs.read(obj, offset, size as u64),
+            (Some(fs), _) | (None, Backend::ReadOnly(fs)) => {
+                let v = fs.read(obj, offset, size as u64)?;
+                let n = v.len();
+                return Ok(vec![ReadPart::Block(Arc::new(v), 0..n)]);
+            }
         };
         let plan = w.pool.with_fs_ro(w.dsobj, |os| {
             let a = Live(os).getattr(obj)?;
@@ -710,7 +717,7 @@ impl Inner {
         if let ReadLater::Clean { ro, dn, obj, offset, len, .. } = &plan {
             w.read_ahead(ro, dn, *obj, *offset, *len as u64);
         }
-        plan.finish()
+        plan.finish_parts()
     }
 
     fn fattr_live(&self, a: &Attr) -> FileAttr {
@@ -920,6 +927,41 @@ impl Writer {
         self.ask(ro, dn, from / bs..to.div_ceil(bs));
     }
 
+}
+
+/// Zeros to send from (a hole's bytes in a read reply).
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// Pieces of a read reply past which they are gathered into one buffer instead (writev takes
+/// at most 1024, the reply's header among them; small blocks make many pieces).
+const REPLY_PIECES_MAX: usize = 256;
+
+/// Answer a read with its bytes: the blocks' buffers and zeros sent as they are (one writev,
+/// no copy into a reply buffer), or gathered when they are too many pieces.
+fn reply_parts(reply: ReplyData, parts: &[ReadPart]) {
+    let mut iov: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(parts.len());
+    for p in parts {
+        match p {
+            ReadPart::Block(b, r) => iov.push(std::io::IoSlice::new(&b[r.clone()])),
+            ReadPart::Zeros(n) => {
+                let mut left = *n;
+                while left > 0 && iov.len() <= REPLY_PIECES_MAX {
+                    let k = left.min(ZEROS.len());
+                    iov.push(std::io::IoSlice::new(&ZEROS[..k]));
+                    left -= k;
+                }
+            }
+        }
+        if iov.len() > REPLY_PIECES_MAX {
+            break;
+        }
+    }
+    match iov.len() {
+        0 => reply.data(&[]),
+        1 => reply.data(&iov[0]),
+        n if n <= REPLY_PIECES_MAX => reply.data_vectored(&iov),
+        _ => reply.data(&ReadPart::gather(parts)),
+    }
 }
 
 fn reply_empty(r: Result<(), ZfsError>, reply: ReplyEmpty) {
@@ -1204,7 +1246,7 @@ impl Filesystem for ZfsFuse {
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
         let ino = ino.0;
         let job = move |s: &Inner| match s.read(ino, offset, size) {
-            Ok(d) => reply.data(&d),
+            Ok(parts) => reply_parts(reply, &parts),
             Err(e) => reply.error(Errno::from_i32(e.errno())),
         };
         // A big read goes to a reader: the kernel's readahead sends reads of a stream several

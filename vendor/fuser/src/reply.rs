@@ -209,6 +209,12 @@ impl ReplyData {
         self.reply.send_ll(&ll::ResponseSlice(data));
     }
 
+    /// Reply to a request with data in several pieces, in order (sent as they are, without
+    /// gathering them into one buffer first)
+    pub fn data_vectored(self, data: &[IoSlice<'_>]) {
+        self.reply.send_ll(&ll::ResponseSlices(data));
+    }
+
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);

@@ -51,6 +51,15 @@ pub(crate) trait Response {
 
 pub(crate) struct ResponseSlice<'a>(pub(crate) &'a [u8]);
 
+/// Data in several pieces, sent as they are (one writev, no copy into one buffer).
+pub(crate) struct ResponseSlices<'a>(pub(crate) &'a [IoSlice<'a>]);
+
+impl Response for ResponseSlices<'_> {
+    fn payload(&self) -> &'_ [IoSlice<'_>] {
+        self.0
+    }
+}
+
 impl Response for ResponseSlice<'_> {
     fn payload(&self) -> Option<[IoSlice<'_>; 1]> {
         if self.0.is_empty() {
