@@ -24,7 +24,7 @@ import pytest
 import workload
 import zdbparse
 from test_gang import forced_ganging_daemon
-from test_write import ZDB, make_devs, new_pool, zdb_check
+from test_write import ZDB, make_devs, new_pool, zdb_check, zdb_cmd
 
 REC = 16 << 10
 
@@ -35,8 +35,9 @@ CHECKSUM_OF = {"on": "sha256", "verify": "sha256", "sha256": "sha256", "sha512,v
 def run_zdb(vdir, pool, opt):
     if not os.access(ZDB, os.X_OK):
         pytest.fail(f"OpenZFS zdb not found at {ZDB}: run scripts/install-deps.sh")
-    r = subprocess.run([ZDB, "-e", "-p", vdir, opt, pool], capture_output=True, text=True, errors="replace",
-                       timeout=600)
+    head, env = zdb_cmd()
+    r = subprocess.run(head + ["-e", "-p", vdir, opt, pool], capture_output=True, text=True, errors="replace",
+                       timeout=600, env=env)
     text = r.stdout + r.stderr
     assert r.returncode == 0, f"zdb {opt} {pool} exited {r.returncode}:\n{text[-3000:]}"
     return text

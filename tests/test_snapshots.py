@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import assert_manifest, copy_vdevs, diff_manifests
-from test_write import ZDB, _strip_xattrs, make_devs, zdb_check
+from test_write import _strip_xattrs, make_devs, zdb_check, zdb_cmd
 import manifest as manifest_mod
 import oracle_pools
 import workload
@@ -88,8 +88,9 @@ def zdb_deadlists(vdir, pool):
     """{dataset name: deadlist bytes} as OpenZFS's zdb -dddd decodes each deadlist; checks on the
     way that the empty_bpobj feature counts exactly the deadlist entries naming the pool's empty
     bpobj (zdb itself does not)."""
-    r = subprocess.run([ZDB, "-e", "-p", vdir, "-dddd", pool], capture_output=True, text=True, errors="replace",
-                       timeout=600)
+    head, env = zdb_cmd()
+    r = subprocess.run(head + ["-e", "-p", vdir, "-dddd", pool], capture_output=True, text=True, errors="replace",
+                       timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = {}
     cur = None
