@@ -692,20 +692,36 @@ impl WriteQueue {
         // The worker threads count their writes in the caller's class (a sync's async writes).
         let class = crate::vdev::iostat::current_class();
         let waits = crate::vdev::gate_waits();
-        runs.par_iter().try_for_each(|r| {
-            let (vdev, off, _, i) = writes[r.start];
-            let top = root.children.get(vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {vdev}")))?;
-            let write = |data: &[u8]| crate::vdev::iostat::in_class(class, || crate::vdev::with_gate_waits(waits, || top_write(root, top, off, data)));
-            if r.len() == 1 {
-                return write(blocks[i].1.bytes());
+        // A mirror's or a single device's runs go out one after another on one worker, in
+        // offset order: its leaves take buffered writes one at a time anyway (a file's inode
+        // lock), and two workers writing the same file spin on that lock (a tenth of a
+        // sequential write's CPU). Different top-level vdevs, and a raidz's blocks (each
+        // block's columns are the children's own writes), still go out side by side.
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        for (k, r) in runs.iter().enumerate() {
+            let vdev = writes[r.start].0;
+            let raidz = root.children.get(vdev as usize).is_some_and(|t| matches!(t.kind, crate::vdev::VdevKind::Raidz { .. }));
+            match groups.last_mut() {
+                Some(g) if !raidz && writes[runs[g.start].start].0 == vdev => g.end = k + 1,
+                _ => groups.push(k..k + 1),
             }
-            let (lo, hi) = (writes[r.start].1, writes[r.end - 1].1 + blocks[writes[r.end - 1].3].1.bytes().len() as u64);
-            let mut buf = vec![0u8; (hi - lo) as usize];
-            for &(_, o, _, j) in &writes[r.clone()] {
-                let b = blocks[j].1.bytes();
-                buf[(o - lo) as usize..(o - lo) as usize + b.len()].copy_from_slice(b);
-            }
-            write(&buf)
+        }
+        groups.par_iter().try_for_each(|g| {
+            runs[g.clone()].iter().try_for_each(|r| {
+                let (vdev, off, _, i) = writes[r.start];
+                let top = root.children.get(vdev as usize).ok_or_else(|| ZfsError::Invalid(format!("DVA on vdev {vdev}")))?;
+                let write = |data: &[u8]| crate::vdev::iostat::in_class(class, || crate::vdev::with_gate_waits(waits, || top_write(root, top, off, data)));
+                if r.len() == 1 {
+                    return write(blocks[i].1.bytes());
+                }
+                let (lo, hi) = (writes[r.start].1, writes[r.end - 1].1 + blocks[writes[r.end - 1].3].1.bytes().len() as u64);
+                let mut buf = vec![0u8; (hi - lo) as usize];
+                for &(_, o, _, j) in &writes[r.clone()] {
+                    let b = blocks[j].1.bytes();
+                    buf[(o - lo) as usize..(o - lo) as usize + b.len()].copy_from_slice(b);
+                }
+                write(&buf)
+            })
         })
     }
 }
