@@ -775,7 +775,7 @@ impl ObjsetW {
                 // now, once installed): it holds no block freed up to then, so the pin names
                 // that txg, not the older one the objset was last written in (which would hold
                 // every later free of the pool for as long as such reads go on).
-                let synced = self.spa.mos_root().map_or(0, |(bp, _)| bp.birth);
+                let synced = self.spa.mos_bp().map_or(0, |bp| bp.birth);
                 let _pin = self.spa.pin_reader(self.bp.birth.max(synced));
                 return Ok(ReadLater::Clean { ro: ro.clone(), dn, obj, offset, len, _pin });
             }

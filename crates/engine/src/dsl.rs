@@ -448,7 +448,7 @@ pub struct PoolSpace {
 /// the MOS "DDT-statistics" ZAP (64 buckets of ddt_stat_t: blocks, lsize, psize, dsize,
 /// ref_blocks, ref_lsize, ref_psize, ref_dsize).
 pub fn dedup_totals(spa: &Arc<Spa>) -> (u64, u64) {
-    let Some(key) = spa.mos_root().map(|(bp, _)| bp.cksum) else { return (0, 0) };
+    let Some(key) = spa.mos_bp().map(|bp| bp.cksum) else { return (0, 0) };
     if let Some((k, v)) = *spa.dedup_totals.lock().unwrap() {
         if k == key {
             return v;

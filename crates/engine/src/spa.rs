@@ -574,6 +574,12 @@ impl Spa {
         self.mos.lock().unwrap().clone()
     }
 
+    /// The MOS's root block pointer alone (`mos_root` without a copy of its objset_phys, for
+    /// the per-operation callers that want its birth or checksum).
+    pub fn mos_bp(&self) -> Option<BlockPointer> {
+        self.mos.lock().unwrap().as_ref().map(|(bp, _)| bp.clone())
+    }
+
     pub fn object_directory(&self) -> u64 {
         1
     }
@@ -648,6 +654,9 @@ impl Spa {
         let from_l2 = l2.is_some();
         let (data, phys) = match l2 {
             Some(d) => d,
+            // A demand miss: the block goes to the ARC, not also to the host's page cache. A
+            // prefetch reads through the page cache (the host's readahead of a stream).
+            None if !prefetch => zio::read_bp_keeping(&self.zio_ctx_demand(), bp)?,
             None => zio::read_bp_keeping(&self.zio_ctx(), bp)?,
         };
         let d = Arc::new(data);
@@ -668,6 +677,12 @@ impl Spa {
     /// reads find.
     fn zio_ctx(&self) -> ZioCtx<'_> {
         let mode = if self.readonly { &READ_PLAIN } else { &READ_HEAL };
+        ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode }
+    }
+
+    /// `zio_ctx` for the ARC's demand misses: large leaf reads past the page cache.
+    fn zio_ctx_demand(&self) -> ZioCtx<'_> {
+        let mode = if self.readonly { &crate::vdev::READ_PLAIN_DIRECT } else { &crate::vdev::READ_HEAL_DIRECT };
         ZioCtx { root: &self.root_vdev, salt: &self.checksum_salt, mode }
     }
 

@@ -67,6 +67,12 @@ pub trait BlockDevice: Send + Sync {
     fn file_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// Read exactly `buf.len()` bytes at `offset` past the page cache (O_DIRECT), when the
+    /// device can and `buf`'s address, `offset` and the length are multiples of its alignment
+    /// (as `write_direct`'s). False when it did not (read with `read_at`).
+    fn read_direct(&self, _buf: &mut [u8], _offset: u64) -> std::io::Result<bool> {
+        Ok(false)
+    }
     /// Write all of `buf` at `offset` past the page cache (O_DIRECT), when the device can and
     /// `buf`'s address, `offset` and the length are multiples of its alignment (`DIRECT_ALIGN`,
     /// or a block device's smaller logical sector size). False when it
@@ -116,6 +122,13 @@ pub fn direct_placed(data: &[u8], offset: u64) -> (Vec<u8>, usize) {
     (b, p)
 }
 
+/// What `fill_holes` writes, a piece at a time: 1 MiB of zeros allocated once and only ever
+/// read (the kernel maps its zero page there), not allocated and cleared at every fill.
+fn fill_zeros() -> &'static [u8] {
+    static ZEROS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    ZEROS.get_or_init(|| vec![0u8; 1 << 20])
+}
+
 /// A file or a block device opened by path.
 pub struct FileDevice {
     file: File,
@@ -145,7 +158,7 @@ impl FileDevice {
             f.seek(SeekFrom::End(0))?
         };
         use std::os::unix::fs::OpenOptionsExt;
-        let direct = if writable { std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok() } else { None };
+        let direct = std::fs::OpenOptions::new().read(true).write(writable).custom_flags(libc::O_DIRECT).open(path).ok();
         let dio_align = if regular { DIRECT_ALIGN } else { logical_sector_size(&file).filter(|s| s.is_power_of_two() && *s <= DIRECT_ALIGN).unwrap_or(DIRECT_ALIGN) };
         Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align })
     }
@@ -175,6 +188,18 @@ impl BlockDevice for FileDevice {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.file.write_all_at(buf, offset)
+    }
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> std::io::Result<bool> {
+        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % self.dio_align == 0;
+        let Some(f) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else { return Ok(false) };
+        if offset.checked_add(buf.len() as u64).map_or(true, |end| end > self.size) {
+            return Ok(false); // read_at reports it
+        }
+        match f.read_exact_at(buf, offset) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
     fn write_direct(&self, buf: &[u8], offset: u64) -> std::io::Result<bool> {
         let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % self.dio_align == 0;
@@ -235,7 +260,7 @@ impl BlockDevice for FileDevice {
                 _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => end,
                 _ => return Err(std::io::Error::last_os_error()),
             };
-            let zeros = vec![0u8; (stop - hole).min(1 << 20) as usize];
+            let zeros = fill_zeros();
             let mut o = hole;
             while o < stop {
                 let n = (stop - o).min(zeros.len() as u64) as usize;
@@ -321,17 +346,27 @@ pub struct ReadMode {
     pub repair: bool,
     pub scrub: bool,
     pub resilver: bool,
+    /// A leaf's reads of `DIRECT_READ_MIN` bytes or more go past the page cache where the
+    /// device can (`BlockDevice::read_direct`): the demand reads of the ARC's misses, which
+    /// the ARC keeps; a second copy in the host's page cache costs the kernel more than the
+    /// disk's read (page allocation, the copy out) and saves nothing the ARC does not.
+    pub direct: bool,
     pub repaired: AtomicU64,
 }
 
 impl ReadMode {
     pub const fn new(repair: bool, scrub: bool) -> ReadMode {
-        ReadMode { repair, scrub, resilver: false, repaired: AtomicU64::new(0) }
+        ReadMode { repair, scrub, resilver: false, direct: false, repaired: AtomicU64::new(0) }
     }
 
     /// A resilver's reads: repair, raidz parity read and checked, stale children rewritten.
     pub const fn resilver() -> ReadMode {
-        ReadMode { repair: true, scrub: true, resilver: true, repaired: AtomicU64::new(0) }
+        ReadMode { repair: true, scrub: true, resilver: true, direct: false, repaired: AtomicU64::new(0) }
+    }
+
+    /// `new`'s reads, past the page cache (`direct`).
+    pub const fn direct(repair: bool) -> ReadMode {
+        ReadMode { repair, scrub: false, resilver: false, direct: true, repaired: AtomicU64::new(0) }
     }
 }
 
@@ -339,6 +374,14 @@ impl ReadMode {
 pub static READ_PLAIN: ReadMode = ReadMode::new(false, false);
 /// Reads of a pool imported read-write: a bad copy is rewritten from a good one.
 pub static READ_HEAL: ReadMode = ReadMode::new(true, false);
+/// READ_PLAIN and READ_HEAL for the ARC's demand misses: large reads past the page cache.
+pub static READ_PLAIN_DIRECT: ReadMode = ReadMode::direct(false);
+pub static READ_HEAL_DIRECT: ReadMode = ReadMode::direct(true);
+
+/// The smallest leaf read `ReadMode::direct` sends past the page cache: records of data. A
+/// smaller block (metadata, small files) gains little, and its buffer's alignment slack
+/// (`DIRECT_ALIGN`) would be a large share of it.
+pub const DIRECT_READ_MIN: u64 = 64 << 10;
 
 /// Per-vdev error counters, as `zpool status` shows them.
 #[derive(Default, Debug)]
@@ -824,7 +867,7 @@ impl Vdev {
     pub fn read_mode(&self, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
         match &self.kind {
             VdevKind::Leaf { .. } => {
-                let data = self.read_leaf(offset, size)?;
+                let data = if mode.direct && size >= DIRECT_READ_MIN { self.read_leaf_direct(offset, size)? } else { self.read_leaf(offset, size)? };
                 if verify(&data) {
                     Ok(data)
                 } else {
@@ -1118,8 +1161,31 @@ impl Vdev {
         Ok(buf)
     }
 
+    /// `read_leaf` past the page cache where the device can (`BlockDevice::read_direct`):
+    /// read into an aligned place of a buffer a little larger, then moved to its start.
+    pub fn read_leaf_direct(&self, offset: u64, size: u64) -> Result<Vec<u8>> {
+        if size > 64 << 20 {
+            return Err(ZfsError::Invalid(format!("read of {size} bytes is larger than any block")));
+        }
+        let size = size as usize;
+        let mut buf = vec![0u8; size + DIRECT_ALIGN];
+        let p = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        self.read_leaf_as(offset, &mut buf[p..p + size], true)?;
+        if p > 0 {
+            buf.copy_within(p..p + size, 0);
+        }
+        buf.truncate(size);
+        buf.shrink_to_fit();
+        Ok(buf)
+    }
+
     /// `read_leaf` into the caller's buffer (the sorted scan reuses its range buffers).
     pub fn read_leaf_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_leaf_as(offset, buf, false)
+    }
+
+    /// `read_leaf_into`, past the page cache if `direct` and the device can.
+    fn read_leaf_as(&self, offset: u64, buf: &mut [u8], direct: bool) -> Result<()> {
         let size = buf.len() as u64;
         let dev = self.dev.as_ref().ok_or_else(|| ZfsError::Io {
             device: self.display_name(),
@@ -1138,6 +1204,11 @@ impl Vdev {
             Some(inject::DevError::Io) => (Err(std::io::Error::from_raw_os_error(libc::EIO)), true),
             Some(inject::DevError::Nxio) => (Err(std::io::Error::from_raw_os_error(libc::ENXIO)), true),
             Some(inject::DevError::Corrupt) => (dev.read_at(buf, phys).map(|_| inject::corrupt(buf)), false),
+            None if direct => match dev.read_direct(buf, phys) {
+                Ok(true) => (Ok(()), false),
+                Ok(false) => (dev.read_at(buf, phys), false),
+                Err(e) => (Err(e), false),
+            },
             None => (dev.read_at(buf, phys), false),
         };
         drop(io);
@@ -1330,6 +1401,27 @@ pub(crate) fn leaf_ashift(root: &Vdev, leaf: &Vdev) -> u8 {
     leaf.ashift
 }
 
+/// A vdev of `kind` for the tests (guid 100 + id, no config behind it).
+#[cfg(test)]
+pub(crate) fn test_node(id: u64, kind: VdevKind, ashift: u8, dev: Option<Arc<dyn BlockDevice>>, children: Vec<Arc<Vdev>>) -> Vdev {
+    Vdev {
+        id,
+        guid: 100 + id,
+        kind,
+        ashift,
+        asize: 0,
+        path: None,
+        dev,
+        children,
+        stats: VdevStats::default(),
+        is_log: false,
+        alloc_bias: String::new(),
+        metaslab_array: 0,
+        metaslab_shift: 0,
+        indirect: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1338,6 +1430,29 @@ mod tests {
         use std::os::fd::AsRawFd;
         let h = unsafe { libc::lseek(f.as_raw_fd(), from as libc::off_t, libc::SEEK_HOLE) };
         h >= 0 && (h as u64) < to
+    }
+
+    /// A leaf's reads past the page cache read what buffered reads do, bytes still dirty in
+    /// the page cache included (the kernel writes them back before an O_DIRECT read); a
+    /// buffer, offset or length off the alignment is left to `read_at`.
+    #[test]
+    fn direct_reads_read_what_buffered_reads_do() {
+        let path = std::env::temp_dir().join(format!("oxzfs-dio-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::write(&path, oxzfs_format::compress::xorshift_noise(5, 8 << 20)).unwrap();
+        let dev = Arc::new(FileDevice::open(&path, true).unwrap());
+        dev.write_at(&[3u8; 5000], VDEV_LABEL_START_SIZE + (1 << 20) + 100).unwrap();
+        let direct = dev.direct.is_some();
+        let leaf = test_node(0, VdevKind::Leaf { disk: false }, 12, Some(dev.clone() as Arc<dyn BlockDevice>), vec![]);
+        for (offset, size) in [(1 << 20, 128 << 10), (0, 64 << 10), (3 << 20, 1 << 20), (4096, 132 << 10)] {
+            assert_eq!(leaf.read_leaf_direct(offset, size).unwrap(), leaf.read_leaf(offset, size).unwrap(), "{offset:#x}+{size:#x}");
+        }
+        let mut b = vec![0u8; 3 * DIRECT_ALIGN];
+        let p = b.as_ptr().align_offset(DIRECT_ALIGN);
+        assert_eq!(dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 1 << 20).unwrap(), direct, "aligned: past the page cache where the file system can");
+        assert!(!dev.read_direct(&mut b[p + 1..p + 1 + DIRECT_ALIGN], 1 << 20).unwrap(), "a buffer off the alignment");
+        assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], (1 << 20) + 512).unwrap(), "an offset off the alignment");
+        assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 8 << 20).unwrap(), "past the end: read_at reports it");
+        let _ = std::fs::remove_file(&path);
     }
 
     /// The intent log's hole filling leaves what the file reads as it was (zeros where it was

@@ -528,7 +528,7 @@ fn settle(vd: &Vdev, map: &RaidzMap, cols: &[Vec<u8>], failed: &[bool], mut good
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
-    use crate::vdev::{BlockDevice, FileDevice, VdevKind, VdevStats};
+    use crate::vdev::{BlockDevice, FileDevice, VdevKind};
     use oxzfs_format::checksum;
     use oxzfs_format::label::VDEV_LABEL_START_SIZE;
     use std::collections::HashMap;
@@ -577,24 +577,7 @@ mod tests {
         }
     }
 
-    fn node(id: u64, kind: VdevKind, ashift: u8, dev: Option<Arc<dyn BlockDevice>>, children: Vec<Arc<Vdev>>) -> Vdev {
-        Vdev {
-            id,
-            guid: 100 + id,
-            kind,
-            ashift,
-            asize: 0,
-            path: None,
-            dev,
-            children,
-            stats: VdevStats::default(),
-            is_log: false,
-            alloc_bias: String::new(),
-            metaslab_array: 0,
-            metaslab_shift: 0,
-            indirect: None,
-        }
-    }
+    use crate::vdev::test_node as node;
 
     /// A raidz over `devs`, leaving out those not `present`.
     fn build<D: BlockDevice + 'static>(devs: &[Arc<D>], present: &[bool], np: u8) -> Vdev {
