@@ -982,9 +982,116 @@ impl Arc_ {
     }
 }
 
+/// Buffers for whole data blocks written through the file system, made ahead with their pages
+/// already faulted in (`spare_block`). A block a write fills is new memory while the ARC grows
+/// (it keeps what was written), and faulting its pages in (a fault per 4 KiB: the kernel's
+/// zeroing and accounting) cost a sequential write a third of its CPU, on the thread that
+/// answers the write while the writer waits. A thread of its own keeps some ready instead, on
+/// the other CPU, as OpenZFS's ABD chunks come from kmem caches whose slabs are filled off the
+/// I/O path. One list per power-of-two size (the record sizes) from `SPARE_MIN` up, each filled
+/// once a write asked for that size, to `SPARE_BYTES`.
+struct Spares {
+    /// The buffers of each size class, and whether a write has asked for that size.
+    lists: Mutex<[(bool, Vec<Vec<u8>>); SPARE_CLASSES]>,
+    /// Wakes the filler when an asked-for class runs low.
+    low: std::sync::Condvar,
+}
+
+/// Bytes of spare buffers kept ready per size; the filler wakes below half of it.
+const SPARE_BYTES: usize = 8 << 20;
+/// Sizes 32 KiB to 16 MiB (smaller blocks are a few pages each, not worth it).
+const SPARE_MIN_SHIFT: u32 = 15;
+const SPARE_CLASSES: usize = 10;
+
+fn spares() -> &'static Spares {
+    static SPARES: std::sync::OnceLock<&'static Spares> = std::sync::OnceLock::new();
+    SPARES.get_or_init(|| {
+        let sp: &'static Spares = Box::leak(Box::new(Spares { lists: Mutex::new(std::array::from_fn(|_| (false, Vec::new()))), low: std::sync::Condvar::new() }));
+        let _ = std::thread::Builder::new().name("oxzfs-spares".into()).spawn(move || fill_spares(sp));
+        sp
+    })
+}
+
+/// The size class a class index stands for, and whether that class wants more.
+fn spare_size(class: usize) -> usize {
+    1 << (SPARE_MIN_SHIFT as usize + class)
+}
+
+fn spare_low(class: usize, list: &(bool, Vec<Vec<u8>>)) -> bool {
+    list.0 && list.1.len() * spare_size(class) < SPARE_BYTES / 2
+}
+
+/// The filler: make buffers for each class a write asked for until it holds `SPARE_BYTES`,
+/// touching every page so that the copy into it does not fault; then sleep until one runs low.
+fn fill_spares(sp: &'static Spares) {
+    loop {
+        let class = {
+            let lists = sp.lists.lock().unwrap_or_else(|p| p.into_inner());
+            let lists = sp.low.wait_while(lists, |l| !l.iter().enumerate().any(|(c, x)| spare_low(c, x))).unwrap_or_else(|p| p.into_inner());
+            (0..SPARE_CLASSES).find(|&c| spare_low(c, &lists[c])).expect("one is low")
+        };
+        let size = spare_size(class);
+        loop {
+            // A few at a time, outside the lock.
+            let made: Vec<Vec<u8>> = (0..(1 << 20) / size + 1).map(|_| vec_touched(size)).collect();
+            let mut lists = sp.lists.lock().unwrap_or_else(|p| p.into_inner());
+            lists[class].1.extend(made);
+            if lists[class].1.len() * size >= SPARE_BYTES {
+                break;
+            }
+        }
+    }
+}
+
+/// A buffer of `size` zeros whose pages are all in memory (written, not calloc'ed: fresh memory
+/// from calloc would be left untouched).
+fn vec_touched(size: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = Vec::with_capacity(size);
+    v.resize(size, 0);
+    v
+}
+
+/// A buffer of `len` bytes (contents unspecified: the caller overwrites all of it) for a whole
+/// block about to be filled, from the spares when one of that size is ready; `None` for sizes
+/// without spares (not a power of two, below 32 KiB) or when none is ready (the caller
+/// allocates as usual).
+pub fn spare_block(len: usize) -> Option<Vec<u8>> {
+    if !len.is_power_of_two() || len.trailing_zeros() < SPARE_MIN_SHIFT {
+        return None;
+    }
+    let class = (len.trailing_zeros() - SPARE_MIN_SHIFT) as usize;
+    if class >= SPARE_CLASSES {
+        return None;
+    }
+    let sp = spares();
+    let mut lists = sp.lists.lock().unwrap_or_else(|p| p.into_inner());
+    lists[class].0 = true;
+    let v = lists[class].1.pop();
+    if spare_low(class, &lists[class]) {
+        sp.low.notify_one();
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spare_blocks_only_for_record_sizes_and_made_once_asked_for() {
+        assert!(spare_block(40 << 10).is_none(), "not a power of two");
+        assert!(spare_block(16 << 10).is_none(), "below 32 KiB");
+        assert!(spare_block(32 << 20).is_none(), "above 16 MiB");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if let Some(v) = spare_block(64 << 10) {
+                assert_eq!(v.len(), 64 << 10);
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no spare came after a write asked for the size");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 
     fn k(o: u64) -> ArcKey {
         ArcKey { spa: 1, vdev: 0, offset: o, birth: 1, cksum: [0; 4] }

@@ -807,7 +807,14 @@ impl ObjsetW {
             d.holes.remove(&blkid);
             let fresh = !have;
             if whole {
-                d.blocks.insert(blkid, Arc::new(data[src..src + n].to_vec()));
+                let block = match crate::arc::spare_block(n) {
+                    Some(mut v) => {
+                        v.copy_from_slice(&data[src..src + n]);
+                        v
+                    }
+                    None => data[src..src + n].to_vec(),
+                };
+                d.blocks.insert(blkid, Arc::new(block));
             } else {
                 let b = d.blocks.entry(blkid).or_insert_with(|| Arc::new(base.expect("loaded above")));
                 Arc::make_mut(b)[boff..boff + n].copy_from_slice(&data[src..src + n]);
