@@ -30,9 +30,10 @@
 //! the ring): the kernel then copies the answer to the caller in the replying thread's context,
 //! on its CPU, instead of waking the queue thread for it (an eventfd wake-up per reply and the
 //! copy on the caller's CPU, which halved sequential reads). The eventfd stays only as a
-//! fallback when such a submission fails. Queue threads ask for a short time slice (see
-//! `short_slice`). `FUSER_URING_NOBIND=1` in the environment leaves the queue threads unbound,
-//! `FUSER_URING_NOSLICE=1` at the default slice (both kept to measure what they change).
+//! fallback when such a submission fails. Queue threads keep the scheduler's default time slice
+//! (see `short_slice` for why not a short one). `FUSER_URING_NOBIND=1` in the environment leaves
+//! the queue threads unbound, `FUSER_URING_SHORTSLICE=1` gives them the 100 us slice (both kept
+//! to measure what they change).
 
 use std::cell::Cell;
 use std::io;
@@ -423,10 +424,15 @@ fn bind_cpu(cpu: usize) {
 
 /// Give this thread a short time slice (the fair scheduler's custom slice, Linux 6.12+: a
 /// `sched_setattr` of SCHED_OTHER with `sched_runtime`), so that when a request wakes it on its
-/// CPU it preempts the task running there at once instead of waiting for that task's slice to
-/// end: the queue's CPU is the caller's, and a sequential reader keeps it busy copying the
-/// previous readahead while the next one waits to be handed out. Best effort (older kernels
-/// ignore the runtime).
+/// CPU it preempts the task running there at once. Not done by default (only with
+/// `FUSER_URING_SHORTSLICE=1`): measured on 2 CPUs, the transports alternated
+/// (bench/results/2026-11-27-fuse-uring-default.md), with the short slice one process made
+/// 0.64-0.82x the creates of /dev/fuse and read sequentially at 0.81-0.95x when the benchmark
+/// ran ahead of the machine's other work (nice -20); at the default slice 0.89-1.45x and
+/// 1.02-1.13x, and under load no worse than with it. The likely reason: the task running on
+/// the queue's CPU is mostly the caller itself, which an asynchronous request (a RELEASE at
+/// close, a readahead READ) leaves running, and preempting it for each of them costs more than
+/// the earlier answer saves. Best effort (older kernels ignore the runtime).
 fn short_slice() {
     #[repr(C)]
     struct SchedAttr {
@@ -459,7 +465,7 @@ pub(crate) fn serve<FS: Filesystem>(q: Arc<Queue>, ch: Channel, se: SessionEvent
     if std::env::var_os("FUSER_URING_NOBIND").is_none() {
         bind_cpu(usize::from(q.qid));
     }
-    if std::env::var_os("FUSER_URING_NOSLICE").is_none() {
+    if std::env::var_os("FUSER_URING_SHORTSLICE").is_some() {
         short_slice();
     }
     ON_QUEUE.with(|c| c.set(Arc::as_ptr(&q)));
