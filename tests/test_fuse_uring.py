@@ -1,10 +1,13 @@
-"""FUSE over io_uring (the fuse_io_uring tunable): with the fuse module's enable_uring on, a
-writable mount is served through the ring — the daemon holds one io_uring per possible CPU —
-and creates, writes, 1 MiB reads and writes, reads, stat, readdir, rename, unlink, fsync and
-xattrs give what a model of the changes says, before and after an export and import; the pool
-is clean for OpenZFS's zdb. With enable_uring off the same choice falls back to /dev/fuse with
-one line in the daemon's log, and the mount works. The test sets the module parameter and gives
-its value back (other tests' daemons leave the tunable at 0 and are not affected)."""
+"""FUSE over io_uring (the fuse_io_uring tunable, 1 by default): with the fuse module's
+enable_uring on, a writable mount is served through the ring — the daemon holds one io_uring per
+possible CPU — and creates, writes, 1 MiB reads and writes, reads, stat, readdir, rename, unlink,
+fsync and xattrs give what a model of the changes says, before and after an export and import;
+the pool is clean for OpenZFS's zdb. Both transports are asked for by name: with enable_uring off
+the ring falls back to /dev/fuse with one line in the daemon's log, and the mount works; with
+fuse_io_uring=0 the mount stays on /dev/fuse though the kernel offers the ring. A daemon started
+without the tunable serves through the ring where the kernel offers it. The tests set the module
+parameter and give its value back (other tests' daemons take the default and, where enable_uring
+is N as on CI machines, are served through /dev/fuse)."""
 import contextlib
 import hashlib
 import os
@@ -181,5 +184,47 @@ def test_without_the_kernel_switch_the_mount_falls_back_to_dev_fuse(oxzfs_bin, w
             assert log.count("FUSE over io_uring: not offered by the kernel") == 1, log
             assert "FUSE over io_uring in use" not in log
             assert ox.export("nouring").returncode == 0
+        finally:
+            ox.teardown()
+
+
+def test_the_tunable_at_0_keeps_dev_fuse_where_the_kernel_offers_the_ring(oxzfs_bin, work_dir):
+    """The off side asked for by name (whatever the tunable's default): enable_uring Y, the
+    daemon started with fuse_io_uring=0, the mount is served through /dev/fuse, silently."""
+    with enable_uring("Y"):
+        ox = fresh_daemon(oxzfs_bin, work_dir, "fuse_uring_zero", {"OXZFS_FUSE_IO_URING": "0"})
+        try:
+            vdir, alt, root = new_pool(ox, "zerouring", 128)
+            with open(os.path.join(root, "f"), "wb") as f:
+                f.write(b"y" * 70000)
+                os.fsync(f.fileno())
+            assert open(os.path.join(root, "f"), "rb").read() == b"y" * 70000
+            assert rings(ox.server_pid()) == 0, "fuse_io_uring=0 must leave the mount on /dev/fuse"
+            log = ox.daemon_log_tail(200)
+            assert "FUSE over io_uring" not in log, log
+            assert ox.export("zerouring").returncode == 0
+        finally:
+            ox.teardown()
+
+
+def test_by_default_the_ring_serves_where_the_kernel_offers_it(oxzfs_bin, work_dir):
+    """The default (no tunable given, not even in the test's environment) is the ring."""
+    with enable_uring("Y"):
+        saved = os.environ.pop("OXZFS_FUSE_IO_URING", None)
+        try:
+            ox = fresh_daemon(oxzfs_bin, work_dir, "fuse_uring_default")
+        finally:
+            if saved is not None:
+                os.environ["OXZFS_FUSE_IO_URING"] = saved
+        try:
+            r = ox.run("tunable", "fuse_io_uring")
+            assert r.returncode == 0 and r.stdout == "fuse_io_uring=1\n", repr(r)
+            vdir, alt, root = new_pool(ox, "defuring", 128)
+            with open(os.path.join(root, "f"), "wb") as f:
+                f.write(b"z" * 70000)
+            assert open(os.path.join(root, "f"), "rb").read() == b"z" * 70000
+            assert rings(ox.server_pid()) == possible_cpus(), ox.daemon_log_tail()
+            assert "FUSE over io_uring in use" in ox.daemon_log_tail(200)
+            assert ox.export("defuring").returncode == 0
         finally:
             ox.teardown()
