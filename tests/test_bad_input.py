@@ -1,5 +1,6 @@
 """Bad input: truncated devices, zeroed labels, garbage files in the scanned directory. Clear errors,
 non-zero exits where the command cannot do what was asked, never a panic, and the daemon survives."""
+import hashlib
 import os
 import random
 
@@ -134,4 +135,44 @@ def test_unknown_commands_fail_cleanly(oxzfs):
     for args in (["zpool", "frobnicate"], ["zfs", "list", "-o"], ["zdb", "-e"], ["nonsense"]):
         r = oxzfs.run(*args)
         assert r.returncode != 0, repr(r)
+    assert oxzfs.daemon_alive()
+
+
+def device_hashes(d):
+    return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))}
+
+
+def test_damaged_space_map_refuses_read_write_import(oxzfs):
+    """A space map whose checksum is right but whose entries contradict each other (one sector
+    allocated twice, written by `oxzfs debug damage-space-map` through the engine's own sync):
+    the read-write import is refused naming the metaslab and its space map, writes nothing
+    (the devices' bytes are unchanged), and a read-only import still reads the files."""
+    pool = "oxsmdamage"
+    vdir = os.path.join(oxzfs.base, "vdevs", pool)
+    alt = os.path.join(oxzfs.base, "alt", pool)
+    os.makedirs(vdir, exist_ok=True)
+    os.makedirs(alt, exist_ok=True)
+    dev = os.path.join(vdir, "d0")
+    with open(dev, "wb") as f:
+        f.truncate(64 << 20)
+    oxzfs.zpool("create", "-o", "ashift=9", "-R", alt, pool, dev, check=True)
+    data = random.Random(7).randbytes(300 << 10)
+    with open(os.path.join(alt, pool, "f"), "wb") as f:
+        f.write(data)
+    assert oxzfs.export(pool).returncode == 0
+    r = oxzfs.run("debug", "damage-space-map", "-d", vdir, pool, check=True)
+    where = r.stdout.split(":")[0]  # "vdev V metaslab M (space map object S)"
+    assert where.startswith("vdev 0 metaslab ") and "space map object" in where, repr(r)
+    before = device_hashes(vdir)
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 1, repr(r)
+    assert r.stderr.startswith(f"cannot import '{pool}' read-write: {where}: allocation "), repr(r)
+    assert "allocates space that is not free" in r.stderr, repr(r)
+    assert device_hashes(vdir) == before, "a refused import wrote to the devices"
+    assert pool not in listed_pools(oxzfs.zpool("list").stdout), "the refused pool is not imported"
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    with open(os.path.join(alt, pool, "f"), "rb") as f:
+        assert f.read() == data
+    assert oxzfs.export(pool).returncode == 0
     assert oxzfs.daemon_alive()

@@ -11,6 +11,7 @@ mod client;
 mod commands;
 mod arc_summary;
 mod daemon;
+mod debug;
 mod iostat;
 mod props;
 mod table;
@@ -56,6 +57,8 @@ enum Family {
     #[value(name = "arc_summary")]
     ArcSummary,
     Zinject,
+    /// Damage an exported pool on purpose (tests).
+    Debug,
 }
 
 const USAGE: &str = "usage: oxzfs <command> ...\n\n\tzpool import|export|status|list ...\n\tzfs list|get|mount ...\n\tzdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL\n\tdaemon start|stop|status|run\n\ttunable [NAME[=VALUE]]...\n\tarcstats [-j]\n\tkstat [-j] arcstats|zfetchstats|zil\n\tarc_summary [-adgr] [-s SECTION]\n\tzinject [-c ID|all] [-d DEV [-e ERR] [-T TYPE] [-f FREQ] POOL]";
@@ -87,6 +90,7 @@ fn run(args: &[String]) -> i32 {
     match family {
         Family::Zdb => zdb::main(rest),
         Family::Daemon => daemon::main(rest),
+        Family::Debug => debug::main(rest),
         // Tunables and the ARC live in the daemon's process, where the pools are.
         Family::Tunable | Family::Arcstats | Family::Kstat | Family::ArcSummary | Family::Zinject => {
             if !client::is_running() {

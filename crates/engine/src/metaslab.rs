@@ -632,22 +632,61 @@ impl Metaslabs {
         }
     }
 
-    pub fn load(&mut self, vdev: u64, ms: u64, sm: u64, phys: SpaceMapPhys, entries: &[SmEntry]) {
-        let g = &mut self.groups[vdev as usize];
+    /// Metaslab `ms` of top-level vdev `vdev` from its space map (object `sm`, read from disk):
+    /// its entries applied to the metaslab's free space as OpenZFS's space_map_load does.
+    /// Entries that contradict themselves or the metaslab (a range outside it or overflowing,
+    /// space freed that is free or allocated that is not free), or an allocated figure in the
+    /// header other than what the entries add up to, are refused with what is wrong; the
+    /// metaslab is then left as it was.
+    pub fn load(&mut self, vdev: u64, ms: u64, sm: u64, phys: SpaceMapPhys, entries: &[SmEntry]) -> Result<(), String> {
+        let name = format!("vdev {vdev} metaslab {ms} (space map object {sm})");
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return Err(format!("{name}: the pool has no such vdev")) };
         let sh = g.ashift;
-        let m = &mut g.ms[ms as usize];
-        m.sm_object = sm;
-        m.phys = phys;
+        let Some(m) = g.ms.get_mut(ms as usize) else { return Err(format!("{name}: the vdev has {} metaslabs", g.ms.len())) };
+        let (ms_start, ms_end) = (m.start, m.start + m.size);
+        let mut free = RangeTree::with_range(ms_start, m.size);
         for e in entries {
-            if let SmEntry::Range { free, offset, run, .. } = *e {
-                let (s, l) = (m.start + (offset << sh), run << sh);
-                if free {
-                    add(&mut m.free, s, l);
-                } else {
-                    remove(&mut m.free, s, l);
-                }
+            let SmEntry::Range { free: is_free, offset, run, .. } = *e else { continue };
+            let what = if is_free { "free" } else { "allocation" };
+            let bytes = |units: u64| units.checked_mul(1u64 << sh);
+            let (Some(s), Some(l)) = (bytes(offset).and_then(|o| o.checked_add(ms_start)), bytes(run)) else {
+                return Err(format!("{name}: {what} of {offset:#x}+{run:#x} sectors overflows"));
+            };
+            if l == 0 || s.checked_add(l).is_none_or(|end| end > ms_end) {
+                return Err(format!("{name}: {what} {s:#x}+{l:#x} is outside the metaslab {ms_start:#x}..{ms_end:#x}"));
+            }
+            let r = if is_free { free.add(s, l) } else { free.remove(s, l) };
+            if let Err(e) = r {
+                let wrong = if is_free { "frees space that is free" } else { "allocates space that is not free" };
+                return Err(format!("{name}: {what} {s:#x}+{l:#x} {wrong} ({e})"));
             }
         }
+        let free_bytes: u64 = free.iter().map(|(s, e)| e - s).sum();
+        let allocated = m.size - free_bytes;
+        if phys.alloc != allocated as i64 {
+            return Err(format!("{name}: the header says {} bytes allocated, the entries {allocated}", phys.alloc));
+        }
+        m.sm_object = sm;
+        m.phys = phys;
+        m.free = free;
+        Ok(())
+    }
+
+    /// For tests of damaged pools only: the first sector of the first allocated range of the
+    /// first metaslab with a space map is allocated again in `txg` (its sync writes an
+    /// allocation entry of space the space map holds allocated, as a writer with a bug would).
+    /// Returns (vdev, metaslab, space map object, offset, length).
+    pub fn allocate_again_for_test(&mut self, txg: u64) -> Option<(u64, u64, u64, u64, u64)> {
+        for (gi, g) in self.groups.iter_mut().enumerate().filter(|(_, g)| !g.evacuated && !g.retired) {
+            let unit = 1u64 << g.ashift;
+            for (mi, m) in g.ms.iter_mut().enumerate().filter(|(_, m)| m.sm_object != 0) {
+                let first_free = m.free.iter().next().map_or(m.start + m.size, |(s, _)| s);
+                let at = if first_free > m.start { m.start } else { m.free.iter().next().map(|(_, e)| e).filter(|&e| e < m.start + m.size)? };
+                m.pend_alloc.push((at, unit, txg));
+                return Some((gi as u64, mi as u64, m.sm_object, at, unit));
+            }
+        }
+        None
     }
 
     /// Changes of top-level vdev `vdev`'s metaslabs that OpenZFS's log space maps hold and
@@ -895,6 +934,41 @@ mod tests {
         assert_eq!(synced.len(), 1);
         // The space map gets the tail's allocation only.
         assert_eq!(synced[0].new_phys.alloc, 8192);
+    }
+
+    /// A space map whose entries contradict themselves or the metaslab, or whose header's
+    /// allocated figure is not what its entries add up to, is refused by name and leaves the
+    /// metaslab as it was; a sound one loads.
+    #[test]
+    fn a_space_map_that_contradicts_itself_is_refused() {
+        let range = |free: bool, offset: u64, run: u64| SmEntry::Range { free, offset, run, vdev: None };
+        let phys = |alloc: i64| SpaceMapPhys { object: 5, length: 0, alloc, histogram: [0; 32] };
+        // In 512-byte sectors: 0x800 sectors per 1 MiB metaslab.
+        let cases: &[(&[SmEntry], i64, &str)] = &[
+            (&[range(false, 0, 8), range(false, 4, 8)], 0x2000, "allocation 0x800+0x1000 allocates space that is not free"),
+            (&[range(false, 0, 8), range(true, 0, 8), range(true, 2, 1)], 0, "free 0x400+0x200 frees space that is free"),
+            (&[range(true, 0x10, 1)], 0, "frees space that is free"),
+            (&[range(false, 0x7ff, 2)], 0x400, "allocation 0xffe00+0x400 is outside the metaslab 0x0..0x100000"),
+            (&[range(false, 0x800, 1)], 0x200, "is outside the metaslab"),
+            (&[range(false, 1 << 62, 1)], 0x200, "allocation of 0x4000000000000000+0x1 sectors overflows"),
+            (&[range(false, 0, 1 << 36)], 0x200, "is outside the metaslab"),
+            (&[range(false, 0, 8), range(true, 0, 4)], 0x1000, "the header says 4096 bytes allocated, the entries 2048"),
+            (&[], -512, "the header says -512 bytes allocated, the entries 0"),
+        ];
+        for (entries, alloc, want) in cases {
+            let mut ms = one_metaslab();
+            let err = ms.load(0, 0, 5, phys(*alloc), entries).unwrap_err();
+            assert!(err.starts_with("vdev 0 metaslab 0 (space map object 5): ") && err.contains(want), "{err}");
+            assert!(is_free(&ms, 0) && ms.groups[0].ms[0].free.len() == 1 && ms.groups[0].ms[0].sm_object == 0, "left as it was");
+        }
+        let mut ms = one_metaslab();
+        assert!(ms.load(0, 1, 5, phys(0), &[]).unwrap_err().contains("the vdev has 1 metaslabs"));
+        assert!(ms.load(2, 0, 5, phys(0), &[]).unwrap_err().contains("no such vdev"));
+        // Allocated, freed, allocated again: 0x1000 bytes allocated from 0x400 on.
+        let ok = [range(false, 0, 8), SmEntry::Debug { action: 0, syncpass: 1, txg: 4 }, range(true, 0, 2), range(false, 8, 2)];
+        ms.load(0, 0, 5, phys(0x1000), &ok).unwrap();
+        assert!(is_free(&ms, 0) && !is_free(&ms, 0x400) && !is_free(&ms, 0x13ff) && is_free(&ms, 0x1400));
+        assert_eq!(ms.space_totals(), (1 << 20, 0x1000));
     }
 
     /// Changes replayed from log space maps: allocations leave the free space at once and,

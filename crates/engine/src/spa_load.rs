@@ -282,6 +282,10 @@ impl PoolW {
         // import, SPA_ASYNC_CONFIG_UPDATE): the labels say POOL_STATE_ACTIVE again, so that a
         // device of an imported pool is "part of active pool", and a new name is taken.
         let mos = ObjsetW::open(&spa, 0, &spa.rootbp, OsProps::default())?;
+        // The metaslab geometry the allocator is cut to, before it is (see metaslab_count).
+        for top in spa.root_vdev.children.iter().filter(|t| t.is_concrete() && t.metaslab_shift != 0) {
+            metaslab_count(top).map_err(|e| ZfsError::Invalid(format!("cannot import '{}' read-write: {e}", spa.name)))?;
+        }
         let mut pw = PoolW::new(spa.clone(), mos, Metaslabs::new_pool(&spa.root_vdev), spa.uberblock.txg + 1, version, hostname, spa.config.clone());
         pw.config_dirty = true;
         pw.check_writable()?;
@@ -358,27 +362,73 @@ impl PoolW {
         Ok(())
     }
 
+    /// Every top-level vdev's metaslabs from their space maps (vdev_metaslab_init and
+    /// metaslab_load at a read-write import). A metaslab array, metaslab count or space map
+    /// that contradicts itself refuses the import, naming what is wrong; nothing is written.
     pub(crate) fn load_metaslabs(&mut self) -> Result<()> {
         let root = self.spa.root_vdev.clone();
+        let bad = |what: String| ZfsError::Invalid(format!("cannot import '{}' read-write: {what}", self.spa.name));
         for top in &root.children {
             self.ms_arrays.push(top.metaslab_array);
             if top.metaslab_array == 0 {
                 continue;
             }
-            let count = top.asize >> top.metaslab_shift;
+            let count = metaslab_count(top).map_err(bad)?;
             let arr = self.mos.read(top.metaslab_array, 0, (count * 8) as usize)?;
-            for ms in 0..count {
-                let sm = u64::from_le_bytes(arr[(ms * 8) as usize..(ms * 8 + 8) as usize].try_into().expect("8"));
+            for (ms, w) in arr.chunks_exact(8).enumerate() {
+                let sm = u64::from_le_bytes(w.try_into().expect("8"));
                 if sm == 0 {
                     continue;
                 }
+                let name = format!("vdev {} metaslab {ms} (space map object {sm})", top.id);
                 let dn = self.mos.dnode(sm)?;
-                let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
+                if dn.typ != oxzfs_format::types::DMU_OT_SPACE_MAP {
+                    return Err(bad(format!("{name}: the object is of type {}, not a space map", dn.typ)));
+                }
+                let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| bad(format!("{name}: {e}")))?;
+                let held = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
+                if phys.length % 8 != 0 || phys.length > held {
+                    return Err(bad(format!("{name}: the header says {} bytes of entries, the object holds {held}", phys.length)));
+                }
                 let words = self.mos.read(sm, 0, phys.length as usize)?;
-                let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| ZfsError::corrupt(format!("space map {sm}"), e))?;
-                self.ms.lock().load(top.id, ms, sm, phys, &entries);
+                let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| bad(format!("{name}: {e}")))?;
+                self.ms.lock().load(top.id, ms as u64, sm, phys, &entries).map_err(bad)?;
             }
         }
         Ok(())
     }
 }
+
+impl PoolW {
+    /// For tests of damaged pools only (`oxzfs debug`): one sector the first metaslab's space
+    /// map holds allocated is allocated again in an entry of the next sync, which is made; the
+    /// space map stays checksummed right and contradicts itself. Says what was written.
+    pub fn damage_space_map_for_test(&mut self) -> Result<String> {
+        let txg = self.txg;
+        let hit = self.ms.lock().allocate_again_for_test(txg);
+        let Some((vdev, ms, sm, at, len)) = hit else { return Err(ZfsError::Invalid("no metaslab has a space map with allocated space".into())) };
+        self.sync()?;
+        Ok(format!("vdev {vdev} metaslab {ms} (space map object {sm}): {at:#x}+{len:#x} allocated again"))
+    }
+}
+
+/// The metaslab count of top-level vdev `top` (asize >> metaslab_shift), refused when its
+/// config's metaslab shift cannot be: below the sector size or the smallest shift any ZFS
+/// chose (2^17), 64 or more, or a count past what any pool holds (2^20: OpenZFS aims at 200
+/// per vdev and caps new vdevs at 2^17).
+pub(crate) fn metaslab_count(top: &Vdev) -> std::result::Result<u64, String> {
+    let shift = top.metaslab_shift;
+    if shift < MIN_MS_SHIFT.max(top.ashift as u64) || shift >= 64 {
+        return Err(format!("vdev {} has metaslab shift {shift}", top.id));
+    }
+    let count = top.asize >> shift;
+    if count > MAX_MS_COUNT {
+        return Err(format!("vdev {} has {count} metaslabs of 2^{shift} bytes, more than {MAX_MS_COUNT}", top.id));
+    }
+    Ok(count)
+}
+
+/// The smallest metaslab shift (the first pools' SPA_MAXBLOCKSHIFT, 128K).
+const MIN_MS_SHIFT: u64 = 17;
+/// The most metaslabs a top-level vdev may have.
+const MAX_MS_COUNT: u64 = 1 << 20;
