@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Where oxzfs's daemon spends its CPU on one workload: perf, folded stacks and a flame graph.
 
-    sudo python3 bench/profile.py create|stat|read-all|seq-write|seq-read|fsync-write [--n N] [--out DIR]
+    sudo python3 bench/profile.py create|stat|read-all|seq-write|seq-read|rand-read|fsync-write [--n N] [--out DIR]
 
 Makes a one-file pool (2 GiB sparse file) with a private daemon, runs the set-up the workload
-needs (files to stat or read, or the big file seq-read reads, written and then exported, imported
-and the page cache dropped),
+needs (files to stat or read, or the big file seq-read and rand-read read, written and then
+exported, imported and the page cache dropped),
 then records the daemon alone while the workload runs:
 
     perf record -p DAEMON --call-graph dwarf,16384 -F 1999
@@ -37,7 +37,9 @@ import time
 import run as bench_run  # bench/run.py: the create row's files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("create", "stat", "read-all", "seq-write", "seq-read", "fsync-write")
+WORKLOADS = ("create", "stat", "read-all", "seq-write", "seq-read", "rand-read", "fsync-write")
+# rand-read's file: bench/run.py --quick's (128 MiB in 128 KiB records), read cold in 4 KiB reads.
+RAND_READ_MIB = 128
 # Frames that only carry a call along (closures, unwinding guards, the dispatch): left out of
 # the per-handler breakdown so that what it shows is work.
 PASS_THROUGH = re.compile(r"catch_unwind|::inline\b|\{\{closure\}\}|call_once|AssertUnwindSafe|read_op|::change$|dispatch")
@@ -53,7 +55,7 @@ def main():
         sys.exit("perf is missing: apt-get install linux-perf")
     binary = os.environ.get("OXZFS_BIN", os.path.join(REPO, "target", "release", "oxzfs"))
     out = a.out or f"/var/tmp/oxzfs-profile-{a.workload}"
-    n = a.n or {"create": 6000, "stat": 10000, "read-all": 3000, "seq-write": 512, "seq-read": 512, "fsync-write": 2000}[a.workload]
+    n = a.n or {"create": 6000, "stat": 10000, "read-all": 3000, "seq-write": 512, "seq-read": 512, "rand-read": 2000, "fsync-write": 2000}[a.workload]
     work = os.path.join(out, "pool")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(work)
@@ -74,9 +76,9 @@ def main():
     try:
         ox("zpool", "create", "-f", "-R", alt, "prof", dev)
         os.mkdir(tree)
-        if a.workload in ("stat", "read-all", "seq-read"):
+        if a.workload in ("stat", "read-all", "seq-read", "rand-read"):
             rng = random.Random(0)
-            for i in range(n if a.workload != "seq-read" else 0):
+            for i in range(n if a.workload in ("stat", "read-all") else 0):
                 d = os.path.join(tree, f"d{i // 100}")
                 if i % 100 == 0:
                     os.mkdir(d)
@@ -84,6 +86,8 @@ def main():
                     f.write(rng.randbytes(rng.randint(2, 32) << 10) if a.workload == "read-all" else b"x" * 100)
             if a.workload == "seq-read":
                 write_big(os.path.join(tree, "big"), n)
+            if a.workload == "rand-read":
+                write_big(os.path.join(tree, "big"), RAND_READ_MIB)
             ox("zpool", "export", "prof")
             subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"])
             ox("zpool", "import", "-d", work, "-R", alt, "prof")
@@ -158,6 +162,13 @@ def run(workload, tree, n):
         with open(os.path.join(tree, "big"), "rb", buffering=0) as f:
             while f.read(1 << 20):
                 pass
+    elif workload == "rand-read":
+        # bench/run.py's rand-read row: N 4 KiB reads at random 4 KiB offsets of the cold file.
+        rng = random.Random(1)
+        fd = os.open(os.path.join(tree, "big"), os.O_RDONLY)
+        for _ in range(n):
+            os.pread(fd, 4096, rng.randrange(RAND_READ_MIB << 8) << 12)
+        os.close(fd)
     else:
         fd = os.open(os.path.join(tree, "sync"), os.O_CREAT | os.O_WRONLY, 0o644)
         small = os.urandom(4096)

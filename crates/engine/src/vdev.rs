@@ -142,6 +142,10 @@ pub struct FileDevice {
     /// logical sector size (BLKSSZGET: a pool of ashift 9 on 512-byte sectors has its blocks
     /// on 512-byte boundaries), DIRECT_ALIGN for a file.
     dio_align: usize,
+    /// What `read_direct` needs: `dio_align`, or for a regular file what its file system
+    /// reports (statx's STATX_DIOALIGN: ext4 on 512-byte sectors takes 512), so that the
+    /// blocks of a pool of ashift 9 are read past the page cache too.
+    read_align: usize,
 }
 
 impl FileDevice {
@@ -160,8 +164,25 @@ impl FileDevice {
         use std::os::unix::fs::OpenOptionsExt;
         let direct = std::fs::OpenOptions::new().read(true).write(writable).custom_flags(libc::O_DIRECT).open(path).ok();
         let dio_align = if regular { DIRECT_ALIGN } else { logical_sector_size(&file).filter(|s| s.is_power_of_two() && *s <= DIRECT_ALIGN).unwrap_or(DIRECT_ALIGN) };
-        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align })
+        let read_align = if regular { dio_alignment(&file).unwrap_or(dio_align) } else { dio_align };
+        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align, read_align })
     }
+}
+
+/// The alignment a file's O_DIRECT I/O needs of the buffer and of the offset and length, as
+/// its file system reports it (statx with STATX_DIOALIGN, Linux 6.1 on); None when it does not
+/// or the figure is not a power of two up to `DIRECT_ALIGN`.
+fn dio_alignment(f: &File) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statx fills the struct it is given (zeroed: a plain C struct), which outlives
+    // the call; the empty path with AT_EMPTY_PATH names the descriptor itself.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(f.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut st) };
+    if r != 0 || st.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    let align = st.stx_dio_mem_align.max(st.stx_dio_offset_align) as usize;
+    (align.is_power_of_two() && align <= DIRECT_ALIGN).then_some(align)
 }
 
 /// A block device's logical sector size (the BLKSSZGET ioctl).
@@ -190,7 +211,7 @@ impl BlockDevice for FileDevice {
         self.file.write_all_at(buf, offset)
     }
     fn read_direct(&self, buf: &mut [u8], offset: u64) -> std::io::Result<bool> {
-        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % self.dio_align == 0;
+        let aligned = (buf.as_ptr() as usize | buf.len() | offset as usize) % self.read_align == 0;
         let Some(f) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else { return Ok(false) };
         if offset.checked_add(buf.len() as u64).map_or(true, |end| end > self.size) {
             return Ok(false); // read_at reports it
@@ -1443,14 +1464,19 @@ mod tests {
         dev.write_at(&[3u8; 5000], VDEV_LABEL_START_SIZE + (1 << 20) + 100).unwrap();
         let direct = dev.direct.is_some();
         let leaf = test_node(0, VdevKind::Leaf { disk: false }, 12, Some(dev.clone() as Arc<dyn BlockDevice>), vec![]);
-        for (offset, size) in [(1 << 20, 128 << 10), (0, 64 << 10), (3 << 20, 1 << 20), (4096, 132 << 10)] {
+        for (offset, size) in [(1 << 20, 128 << 10), (0, 64 << 10), (3 << 20, 1 << 20), (4096, 132 << 10), ((1 << 20) + 512, 128 << 10), ((2 << 20) + 1536, 70 << 10)] {
             assert_eq!(leaf.read_leaf_direct(offset, size).unwrap(), leaf.read_leaf(offset, size).unwrap(), "{offset:#x}+{size:#x}");
         }
         let mut b = vec![0u8; 3 * DIRECT_ALIGN];
         let p = b.as_ptr().align_offset(DIRECT_ALIGN);
         assert_eq!(dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 1 << 20).unwrap(), direct, "aligned: past the page cache where the file system can");
         assert!(!dev.read_direct(&mut b[p + 1..p + 1 + DIRECT_ALIGN], 1 << 20).unwrap(), "a buffer off the alignment");
-        assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], (1 << 20) + 512).unwrap(), "an offset off the alignment");
+        assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], (1 << 20) + 256).unwrap(), "an offset off the alignment");
+        // A pool of ashift 9 has its blocks on 512-byte boundaries: read past the page cache
+        // where the file system takes it (statx's figure).
+        if direct && dev.read_align <= 512 {
+            assert!(dev.read_direct(&mut b[p..p + DIRECT_ALIGN], (1 << 20) + 512).unwrap());
+        }
         assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 8 << 20).unwrap(), "past the end: read_at reports it");
         let _ = std::fs::remove_file(&path);
     }
