@@ -432,7 +432,29 @@ impl Metaslabs {
         None
     }
 
+    /// A free of a range no metaslab of the pool holds whole: a block pointer read from disk
+    /// that names space past its vdev's metaslabs, across two of them, or on a vdev without
+    /// any (a hole). Logged and left alone (the space map would refuse it at the next import).
+    fn bogus_free(&self, vdev: u64, offset: u64, asize: u64) -> bool {
+        let Some(g) = self.groups.get(vdev as usize) else { return self.refuse_free(vdev, offset, asize) };
+        if g.evacuated {
+            return false;
+        }
+        let ms = offset >> g.ms_shift;
+        let inside = offset.checked_add(asize).is_some_and(|end| asize > 0 && ms < g.ms.len() as u64 && (end - 1) >> g.ms_shift == ms);
+        !inside && self.refuse_free(vdev, offset, asize)
+    }
+
+    #[cold]
+    fn refuse_free(&self, vdev: u64, offset: u64, asize: u64) -> bool {
+        tracing::error!("free of {vdev}:{offset:#x}:{asize:#x}, which no metaslab of the pool holds whole: left alone");
+        true
+    }
+
     pub fn free(&mut self, vdev: u64, offset: u64, asize: u64, txg: u64, birth: u64) {
+        if self.bogus_free(vdev, offset, asize) {
+            return;
+        }
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
             if let Some(m) = g.mapping.clone() {
@@ -469,6 +491,9 @@ impl Metaslabs {
     /// log block destroyed while the previous uberblock's chain still needs it. It is held
     /// for the two deferred txgs instead (and never reaches the space map).
     pub fn free_held(&mut self, vdev: u64, offset: u64, asize: u64) {
+        if self.bogus_free(vdev, offset, asize) {
+            return;
+        }
         let g = &mut self.groups[vdev as usize];
         if g.evacuated {
             if let Some(m) = g.mapping.clone() {
@@ -669,6 +694,35 @@ impl Metaslabs {
         m.sm_object = sm;
         m.phys = phys;
         m.free = free;
+        Ok(())
+    }
+
+    /// The mappings of removed vdevs and of a removal in progress, read from disk, checked
+    /// where a free goes through them: every destination lies in one metaslab of a top-level
+    /// vdev that has metaslabs, or on another removed vdev (whose own mapping sends it on). A
+    /// mapping naming anything else is refused with its vdev, entry and destination.
+    pub fn check_mappings(&self) -> Result<(), String> {
+        for (gi, g) in self.groups.iter().enumerate() {
+            let maps = g.mapping.as_deref().into_iter().chain(g.removing.as_deref().map(|r| &r.mapping));
+            for m in maps {
+                for e in &m.entries {
+                    let d = e.dst;
+                    let bad = |why: String| Err(format!("the mapping of removed vdev {gi} sends {:#x}+{:#x} to vdev {} offset {:#x}, {why}", e.src, d.asize, d.vdev, d.offset));
+                    let Some(to) = self.groups.get(d.vdev as usize).filter(|_| d.vdev != gi as u64) else {
+                        return bad("which is no other vdev of the pool".into());
+                    };
+                    if to.evacuated {
+                        continue;
+                    }
+                    let end = d.offset.checked_add(d.asize).filter(|&e| e > d.offset);
+                    let ms = (d.offset >> to.ms_shift) as usize;
+                    let inside = end.is_some_and(|end| ms < to.ms.len() && (end - 1) >> to.ms_shift == ms as u64);
+                    if !inside {
+                        return bad(format!("outside its {} metaslabs of 2^{} bytes", to.ms.len(), to.ms_shift));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -969,6 +1023,39 @@ mod tests {
         ms.load(0, 0, 5, phys(0x1000), &ok).unwrap();
         assert!(is_free(&ms, 0) && !is_free(&ms, 0x400) && !is_free(&ms, 0x13ff) && is_free(&ms, 0x1400));
         assert_eq!(ms.space_totals(), (1 << 20, 0x1000));
+    }
+
+    /// A removed vdev's mapping that sends a range to no vdev, to itself, or past or across the
+    /// metaslabs of its destination is refused by name; one into a metaslab passes.
+    #[test]
+    fn a_mapping_to_nowhere_is_refused() {
+        use crate::vdev::indirect::IndirectMapping;
+        use oxzfs_format::removal::MappingEntryPhys;
+        let check = |vdev: u64, offset: u64, asize: u64| {
+            let mut ms = one_metaslab();
+            let second = one_metaslab().groups.remove(0);
+            ms.groups.push(second);
+            let entry = MappingEntryPhys { src: 0x2000, mark: false, dst: Dva { vdev, offset, asize, gang: false } };
+            ms.start_removing(0, IndirectMapping { entries: vec![entry], ..Default::default() });
+            ms.check_mappings()
+        };
+        check(1, 0x10000, 0x2000).unwrap();
+        for (v, off, len, want) in [(2, 0, 0x200, "no other vdev"), (0, 0, 0x200, "no other vdev"), (1, 1 << 20, 0x200, "outside its 1 metaslabs of 2^20 bytes"), (1, 0xff000, 0x2000, "outside"), (1, u64::MAX - 0x100, 0x200, "outside")] {
+            let err = check(v, off, len).unwrap_err();
+            assert!(err.starts_with("the mapping of removed vdev 0 sends 0x2000+") && err.contains(want), "{err}");
+        }
+    }
+
+    /// Frees of ranges no metaslab holds whole (a block pointer from disk naming a vdev the
+    /// pool does not have, space past the metaslabs, or across two) are left alone.
+    #[test]
+    fn a_free_outside_the_metaslabs_is_left_alone() {
+        let mut ms = one_metaslab();
+        for (v, off, len) in [(3, 0, 0x200), (0, 1 << 20, 0x200), (0, (1 << 20) - 0x200, 0x400), (0, u64::MAX - 0x100, 0x200), (0, 0, 0)] {
+            ms.free(v, off, len, 5, 4);
+            ms.free_held(v, off, len);
+        }
+        assert!(ms.groups[0].ms[0].pend_free.is_empty() && ms.sync(5, 1).is_empty());
     }
 
     /// Changes replayed from log space maps: allocations leave the free space at once and,

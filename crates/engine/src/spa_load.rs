@@ -297,6 +297,9 @@ impl PoolW {
         // Changes only in OpenZFS's log space maps: into the metaslabs, flushed by the first txg.
         pw.replay_log_spacemaps()?;
         pw.load_removal()?;
+        if let Err(e) = pw.ms.lock().check_mappings() {
+            return Err(ZfsError::Invalid(format!("cannot import '{}' read-write: {e}", spa.name)));
+        }
         pw.dtl_load()?;
         // A log device imported missing (`-m`) takes no log blocks: they go to the pool.
         for t in spa.root_vdev.children.iter().filter(|t| t.is_log && matches!(t.state(), VdevState::Unavail | VdevState::Removed)) {
@@ -368,6 +371,8 @@ impl PoolW {
     pub(crate) fn load_metaslabs(&mut self) -> Result<()> {
         let root = self.spa.root_vdev.clone();
         let bad = |what: String| ZfsError::Invalid(format!("cannot import '{}' read-write: {what}", self.spa.name));
+        // Each space map belongs to one metaslab (two writing one object would corrupt it).
+        let mut owner: std::collections::HashMap<u64, (u64, usize)> = std::collections::HashMap::new();
         for top in &root.children {
             self.ms_arrays.push(top.metaslab_array);
             if top.metaslab_array == 0 {
@@ -381,6 +386,9 @@ impl PoolW {
                     continue;
                 }
                 let name = format!("vdev {} metaslab {ms} (space map object {sm})", top.id);
+                if let Some((v, m)) = owner.insert(sm, (top.id, ms)) {
+                    return Err(bad(format!("{name}: the object is vdev {v} metaslab {m}'s space map as well")));
+                }
                 let dn = self.mos.dnode(sm)?;
                 if dn.typ != oxzfs_format::types::DMU_OT_SPACE_MAP {
                     return Err(bad(format!("{name}: the object is of type {}, not a space map", dn.typ)));
@@ -432,3 +440,26 @@ pub(crate) fn metaslab_count(top: &Vdev) -> std::result::Result<u64, String> {
 const MIN_MS_SHIFT: u64 = 17;
 /// The most metaslabs a top-level vdev may have.
 const MAX_MS_COUNT: u64 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A metaslab shift below a sector or 2^17, of 64 or more, or a count past 2^20 metaslabs
+    /// is refused by name; what pools have passes.
+    #[test]
+    fn metaslab_geometry_no_pool_has_is_refused() {
+        let count = |ashift: u8, asize: u64, shift: u64| {
+            let mut v = crate::vdev::test_node(2, VdevKind::Mirror, ashift, None, Vec::new());
+            (v.asize, v.metaslab_shift) = (asize, shift);
+            metaslab_count(&v)
+        };
+        assert_eq!(count(9, 64 << 20, 24), Ok(4));
+        assert_eq!(count(12, 1 << 40, 34), Ok(64));
+        assert_eq!(count(9, 1 << 20, 17), Ok(8));
+        for (ashift, asize, shift, want) in [(9, 64 << 20, 0, "vdev 2 has metaslab shift 0"), (9, 1 << 20, 16, "shift 16"), (9, 1 << 20, 64, "shift 64"), (18, 1 << 30, 17, "shift 17"), (9, 1 << 40, 17, "vdev 2 has 8388608 metaslabs of 2^17 bytes, more than 1048576")] {
+            let err = count(ashift, asize, shift).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+}
