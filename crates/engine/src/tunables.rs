@@ -3,12 +3,13 @@
 //! imported: `oxzfs daemon start|run -o NAME=VALUE` and `oxzfs tunable [NAME[=VALUE]]...`.
 //!
 //! ```text
-//!   fuse_io_uring           1 (the default): FUSE mounts made from now on are served through
-//!                           FUSE over io_uring when the kernel offers it (the module parameter
+//!   fuse_io_uring           1: FUSE mounts made from now on are served through FUSE over
+//!                           io_uring when the kernel offers it (the module parameter
 //!                           /sys/module/fuse/parameters/enable_uring, which the daemon never
 //!                           sets: it is the administrator's, machine-wide); else, or when the
 //!                           kernel refuses the ring, through /dev/fuse, said once in the log.
-//!                           0: always /dev/fuse (bench/results/2026-11-27-fuse-uring-default.md)
+//!                           0 (the default): /dev/fuse; why the default stays there:
+//!                           bench/results/2026-11-27-fuse-uring-default.md
 //!   zfs_txg_timeout         seconds between txg syncs of a pool with dirty data (read each wait)
 //!   zil_slog_bulk           a commit with more log bytes than this on a log device writes them
 //!                           at async priority (zpool iostat's classes)
@@ -86,7 +87,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
 }
 
 static TUNABLES: [Tunable; 42] = [
-    tunable("fuse_io_uring", "Serve FUSE mounts made from now on through FUSE over io_uring when the kernel offers it (1; /sys/module/fuse/parameters/enable_uring, set by the administrator; else /dev/fuse) or always through /dev/fuse (0)", 1, 0, 1, Some("OXZFS_FUSE_IO_URING")),
+    tunable("fuse_io_uring", "Serve FUSE mounts made from now on through FUSE over io_uring when the kernel offers it (1; /sys/module/fuse/parameters/enable_uring, set by the administrator) or through /dev/fuse (0)", 0, 0, 1, Some("OXZFS_FUSE_IO_URING")),
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
     tunable("l2arc_feed_secs", "Seconds between L2ARC writes of a pool's cache devices", 1, 1, 3600, None),

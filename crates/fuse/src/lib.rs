@@ -11,14 +11,13 @@
 //! snapshot's files never collide with the live ones. Snapshots are opened on first use and
 //! kept.
 //!
-//! Transport: requests come through FUSE over io_uring where the kernel offers it (the fuse
-//! module's enable_uring, which the daemon leaves to the administrator; the tunable
-//! fuse_io_uring, 1 by default): one ring per CPU, served by a thread bound to that CPU, so that
-//! a caller's request is answered on its own CPU without the two cross-CPU wake-ups of
-//! /dev/fuse (the vendored fuser's `uring`; bench/results/2026-11-26-fuse-uring-oxzfs.md and
-//! 2026-11-27-fuse-uring-default.md). Otherwise, and always with fuse_io_uring=0, through
-//! /dev/fuse (read(2)/write(2), one session thread per clone of the device). A kernel that does
-//! not offer the ring or refuses it leaves the mount on /dev/fuse, said once in the log.
+//! Transport: requests come through /dev/fuse (read(2)/write(2), one session thread per clone
+//! of the device), or, with the tunable fuse_io_uring=1 and a kernel that offers it (the fuse
+//! module's enable_uring, which the daemon leaves to the administrator), through FUSE over
+//! io_uring: one ring per CPU, served by a thread bound to that CPU, so that a caller's request
+//! is answered on its own CPU without the two cross-CPU wake-ups of /dev/fuse (the vendored
+//! fuser's `uring`; bench/results/2026-11-26-fuse-uring-oxzfs.md). A kernel that does not
+//! offer it or refuses the ring leaves the mount on /dev/fuse, said once in the log.
 
 mod adapter;
 mod snapdir;
@@ -158,15 +157,15 @@ pub(crate) fn session_config(mount_options: Vec<MountOption>, allow_other: bool,
     c.acl = if allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
     c.n_threads = Some(threads.max(1));
     c.clone_fd = threads > 1;
-    c.io_uring = oxzfs::tunables::get("fuse_io_uring").unwrap_or(1) == 1;
+    c.io_uring = oxzfs::tunables::get("fuse_io_uring").unwrap_or(0) == 1;
     c.io_uring_log = Some(fuser::UringLog(log_transport));
     c
 }
 
-/// The io_uring transport's outcome, in the daemon's log: a refusal of the ring the kernel
-/// offered once as a warning, its use (or a kernel that does not offer it) as info.
-fn log_transport(warn: bool, msg: &str) {
-    if warn {
+/// The io_uring transport's outcome, in the daemon's log: a fallback to /dev/fuse once as a
+/// warning (the tunable asked for the ring), its use as info.
+fn log_transport(fell_back: bool, msg: &str) {
+    if fell_back {
         tracing::warn!("{msg}");
     } else {
         tracing::info!("{msg}");

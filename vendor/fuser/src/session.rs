@@ -523,13 +523,7 @@ impl<FS: Filesystem> Session<FS> {
             None => warn!("{m}"),
         };
         if !offered.contains(InitFlags::FUSE_OVER_IO_URING) {
-            // The usual case (the module parameter is off by default, older kernels lack it):
-            // one line at info level.
-            let m = "FUSE over io_uring: not offered by the kernel (/sys/module/fuse/parameters/enable_uring is N or absent): requests are served through /dev/fuse";
-            match log {
-                Some(l) => (l.0)(false, m),
-                None => info!("{m}"),
-            }
+            say("FUSE over io_uring: not offered by the kernel (/sys/module/fuse/parameters/enable_uring is N or absent): requests are served through /dev/fuse");
             return None;
         }
         // The kernel's largest payload: max(FUSE_MIN_READ_BUFFER, max_write, max_pages pages).

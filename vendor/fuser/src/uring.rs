@@ -84,8 +84,7 @@ const PAYLOAD_AT: usize = 4096;
 pub(crate) const DEPTH: usize = 8;
 const EVENTFD_TAG: u64 = u64::MAX;
 
-/// Where the transport's outcome is told: `(warn, message)`; warn is set when the kernel
-/// offered the ring and the session could not use it.
+/// Where the transport's outcome is told: `(fell_back, message)`.
 #[derive(Clone, Copy)]
 pub struct UringLog(pub fn(bool, &str));
 
