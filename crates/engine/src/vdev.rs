@@ -146,6 +146,47 @@ pub struct FileDevice {
     /// reports (statx's STATX_DIOALIGN: ext4 on 512-byte sectors takes 512), so that the
     /// blocks of a pool of ashift 9 are read past the page cache too.
     read_align: usize,
+    /// The whole device mapped read-only (never touched through), for asking the kernel which
+    /// of its pages the host's page cache holds (`in_page_cache`); None where it cannot map.
+    map: Option<PageCacheMap>,
+}
+
+/// A read-only shared mapping of a device, only ever passed to mincore(2).
+struct PageCacheMap {
+    addr: usize,
+    len: usize,
+}
+
+impl PageCacheMap {
+    fn new(f: &File, len: u64) -> Option<PageCacheMap> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
+        // SAFETY: a new mapping the kernel places; nothing reads or writes through it.
+        let addr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+        (addr != libc::MAP_FAILED).then_some(PageCacheMap { addr: addr as usize, len })
+    }
+
+    /// Whether every page of `[offset, offset + len)` is in the page cache (mincore: no I/O,
+    /// no readahead, nothing faulted in). False when it cannot tell.
+    fn holds(&self, offset: u64, len: usize) -> bool {
+        const PAGE: usize = 4096;
+        let start = offset as usize & !(PAGE - 1);
+        let end = (offset as usize + len).div_ceil(PAGE) * PAGE;
+        if end > self.len || end - start > 64 << 20 {
+            return false;
+        }
+        let mut vec = vec![0u8; (end - start) / PAGE];
+        // SAFETY: the range lies inside the mapping, `vec` has a byte per page of it.
+        let r = unsafe { libc::mincore((self.addr + start) as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
+        r == 0 && vec.iter().all(|v| v & 1 != 0)
+    }
+}
+
+impl Drop for PageCacheMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
 }
 
 impl FileDevice {
@@ -165,7 +206,8 @@ impl FileDevice {
         let direct = std::fs::OpenOptions::new().read(true).write(writable).custom_flags(libc::O_DIRECT).open(path).ok();
         let dio_align = if regular { DIRECT_ALIGN } else { logical_sector_size(&file).filter(|s| s.is_power_of_two() && *s <= DIRECT_ALIGN).unwrap_or(DIRECT_ALIGN) };
         let read_align = if regular { dio_alignment(&file).unwrap_or(dio_align) } else { dio_align };
-        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align, read_align })
+        let map = if direct.is_some() { PageCacheMap::new(&file, size) } else { None };
+        Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align, read_align, map })
     }
 }
 
@@ -215,6 +257,11 @@ impl BlockDevice for FileDevice {
         let Some(f) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else { return Ok(false) };
         if offset.checked_add(buf.len() as u64).map_or(true, |end| end > self.size) {
             return Ok(false); // read_at reports it
+        }
+        if self.map.as_ref().is_some_and(|m| m.holds(offset, buf.len())) {
+            // The host's page cache holds it (its readahead brought in a neighbour's block):
+            // a copy from there beats the disk.
+            return Ok(false);
         }
         match f.read_exact_at(buf, offset) {
             Ok(()) => Ok(true),
@@ -1463,12 +1510,24 @@ mod tests {
         let dev = Arc::new(FileDevice::open(&path, true).unwrap());
         dev.write_at(&[3u8; 5000], VDEV_LABEL_START_SIZE + (1 << 20) + 100).unwrap();
         let direct = dev.direct.is_some();
+        // Bytes the page cache holds are read from there (read_direct declines them).
+        let mut b = vec![0u8; 3 * DIRECT_ALIGN];
+        let p = b.as_ptr().align_offset(DIRECT_ALIGN);
+        dev.read_at(&mut b[p..p + DIRECT_ALIGN], 2 << 20).unwrap();
+        if dev.map.is_some() {
+            assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 2 << 20).unwrap(), "in the page cache");
+        }
+        let f = File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: advice on a descriptor we own (the written-back pages leave the cache).
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED) };
         let leaf = test_node(0, VdevKind::Leaf { disk: false }, 12, Some(dev.clone() as Arc<dyn BlockDevice>), vec![]);
         for (offset, size) in [(1 << 20, 128 << 10), (0, 64 << 10), (3 << 20, 1 << 20), (4096, 132 << 10), ((1 << 20) + 512, 128 << 10), ((2 << 20) + 1536, 70 << 10)] {
             assert_eq!(leaf.read_leaf_direct(offset, size).unwrap(), leaf.read_leaf(offset, size).unwrap(), "{offset:#x}+{size:#x}");
         }
-        let mut b = vec![0u8; 3 * DIRECT_ALIGN];
-        let p = b.as_ptr().align_offset(DIRECT_ALIGN);
+        f.sync_all().unwrap();
+        // SAFETY: as above.
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(dev.read_direct(&mut b[p..p + DIRECT_ALIGN], 1 << 20).unwrap(), direct, "aligned: past the page cache where the file system can");
         assert!(!dev.read_direct(&mut b[p + 1..p + 1 + DIRECT_ALIGN], 1 << 20).unwrap(), "a buffer off the alignment");
         assert!(!dev.read_direct(&mut b[p..p + DIRECT_ALIGN], (1 << 20) + 256).unwrap(), "an offset off the alignment");
