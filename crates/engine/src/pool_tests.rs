@@ -1193,3 +1193,34 @@ mod overlap_tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// A damaged space map refuses the read-write import (spa_load.rs, metaslab.rs).
+mod damaged_space_map_tests {
+    use super::test_pool;
+    use crate::dsl_pool::PoolW;
+    use crate::ZfsError;
+
+    /// One sector allocated again in a space map (checksums right): the read-write import is
+    /// refused naming the metaslab and its space map, and writes nothing. A MOS object that is
+    /// no space map is refused as one.
+    #[test]
+    fn a_damaged_space_map_refuses_the_import_and_writes_nothing() {
+        let (dir, mut pw) = test_pool("smdmg");
+        pw.export().unwrap();
+        drop(pw);
+        let open = || PoolW::open(crate::spa::choose(&crate::spa::scan(&[dir.clone()]), "smdmg").unwrap(), 64 << 20, "test");
+        let mut pw = open().unwrap();
+        pw.fs_init = crate::zplw::init_fs;
+        let err = pw.read_space_map(1, &|e| ZfsError::Invalid(e)).unwrap_err();
+        assert!(err.to_string().contains("not a space map"), "{err}");
+        let what = pw.damage_space_map_for_test().unwrap();
+        pw.export().unwrap();
+        drop(pw);
+        let bytes = std::fs::read(dir.join("d0")).unwrap();
+        let err = open().err().expect("the import is refused").to_string();
+        let where_ = what.split(':').next().unwrap();
+        assert!(err.starts_with(&format!("cannot import 'smdmg' read-write: {where_}: allocation ")) && err.contains("allocates space that is not free"), "{err}");
+        assert!(std::fs::read(dir.join("d0")).unwrap() == bytes, "the refused import wrote to the device");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -11,6 +11,7 @@ use oxzfs_format::dsl::{DMU_POOL_ERRLOG_LAST, DMU_POOL_ERRLOG_SCRUB, DslScanPhys
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
 use oxzfs_format::nvlist::NvList;
+use oxzfs_format::spacemap::{decode_entries, SmEntry, SpaceMapPhys};
 use std::sync::Arc;
 
 use crate::dbuf::{ObjsetW, OsProps};
@@ -290,7 +291,10 @@ impl PoolW {
         pw.config_dirty = true;
         pw.check_writable()?;
         // A condense OpenZFS left under way is finished by the first txg (vdev_indirect).
-        pw.condensing_phys()?;
+        // A damaged one refuses the import here rather than failing that txg.
+        if let Some(scip) = pw.condensing_phys()? {
+            pw.condense_read(scip)?;
+        }
         pw.load_features()?;
         pw.ms.lock().obsolete_counts = pw.feature_enabled(crate::vdev_removal::OBSOLETE_COUNTS);
         pw.load_metaslabs()?;
@@ -370,7 +374,8 @@ impl PoolW {
     /// that contradicts itself refuses the import, naming what is wrong; nothing is written.
     pub(crate) fn load_metaslabs(&mut self) -> Result<()> {
         let root = self.spa.root_vdev.clone();
-        let bad = |what: String| ZfsError::Invalid(format!("cannot import '{}' read-write: {what}", self.spa.name));
+        let pool = self.spa.name.clone();
+        let bad = |what: String| ZfsError::Invalid(format!("cannot import '{pool}' read-write: {what}"));
         // Each space map belongs to one metaslab (two writing one object would corrupt it).
         let mut owner: std::collections::HashMap<u64, (u64, usize)> = std::collections::HashMap::new();
         for top in &root.children {
@@ -389,17 +394,7 @@ impl PoolW {
                 if let Some((v, m)) = owner.insert(sm, (top.id, ms)) {
                     return Err(bad(format!("{name}: the object is vdev {v} metaslab {m}'s space map as well")));
                 }
-                let dn = self.mos.dnode(sm)?;
-                if dn.typ != oxzfs_format::types::DMU_OT_SPACE_MAP {
-                    return Err(bad(format!("{name}: the object is of type {}, not a space map", dn.typ)));
-                }
-                let phys = oxzfs_format::spacemap::SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| bad(format!("{name}: {e}")))?;
-                let held = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
-                if phys.length % 8 != 0 || phys.length > held {
-                    return Err(bad(format!("{name}: the header says {} bytes of entries, the object holds {held}", phys.length)));
-                }
-                let words = self.mos.read(sm, 0, phys.length as usize)?;
-                let entries = oxzfs_format::spacemap::decode_entries(&words, true).map_err(|e| bad(format!("{name}: {e}")))?;
+                let (phys, entries) = self.read_space_map(sm, &|e| bad(format!("{name}: {e}")))?;
                 self.ms.lock().load(top.id, ms as u64, sm, phys, &entries).map_err(bad)?;
             }
         }
@@ -417,6 +412,26 @@ impl PoolW {
         let Some((vdev, ms, sm, at, len)) = hit else { return Err(ZfsError::Invalid("no metaslab has a space map with allocated space".into())) };
         self.sync()?;
         Ok(format!("vdev {vdev} metaslab {ms} (space map object {sm}): {at:#x}+{len:#x} allocated again"))
+    }
+}
+
+impl PoolW {
+    /// Space map `sm` of the MOS: its header and entries, refused (by `bad`, told what is
+    /// wrong) when the object is no space map or its header claims entries the object does
+    /// not hold.
+    pub(crate) fn read_space_map(&mut self, sm: u64, bad: &dyn Fn(String) -> ZfsError) -> Result<(SpaceMapPhys, Vec<SmEntry>)> {
+        let dn = self.mos.dnode(sm)?;
+        if dn.typ != oxzfs_format::types::DMU_OT_SPACE_MAP {
+            return Err(bad(format!("the object is of type {}, not a space map", dn.typ)));
+        }
+        let phys = SpaceMapPhys::decode(&dn.bonus, true).map_err(|e| bad(e.to_string()))?;
+        let held = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
+        if phys.length % 8 != 0 || phys.length > held {
+            return Err(bad(format!("the header says {} bytes of entries, the object holds {held}", phys.length)));
+        }
+        let words = self.mos.read(sm, 0, phys.length as usize)?;
+        let entries = decode_entries(&words, true).map_err(|e| bad(e.to_string()))?;
+        Ok((phys, entries))
     }
 }
 

@@ -33,7 +33,7 @@ use crate::vdev::indirect::IndirectMapping;
 use crate::vdev::VdevKind;
 use crate::{tunables, Result, ZfsError};
 use oxzfs_format::removal::{decode_mapping_entries, IndirectMappingPhys, MappingEntryPhys, DMU_POOL_CONDENSING_INDIRECT, MAPPING_ENTRY_SIZE, MAPPING_PHYS_SIZE, MAPPING_PHYS_SIZE_V0, VDEV_TOP_ZAP_INDIRECT_OBSOLETE_SM};
-use oxzfs_format::spacemap::{decode_entries, SmEntry, SpaceMapPhys};
+use oxzfs_format::spacemap::{SmEntry, SpaceMapPhys};
 use std::sync::Arc;
 
 /// The feature that counts obsolete space of removed vdevs precisely.
@@ -143,8 +143,11 @@ impl PoolW {
         Ok(scip)
     }
 
-    /// Generate what is left of the new mapping, then complete the condense.
-    fn condense_finish(&mut self, scip: CondensingPhys, txg: u64) -> Result<()> {
+    /// What a condense under way needs from disk, read and checked (at a read-write import,
+    /// so that a damaged one refuses the import instead of failing the first sync): the
+    /// vdev's config and loaded mapping, its mapping object, each entry's obsolete count, and
+    /// the new mapping's bonus and entries so far.
+    pub(crate) fn condense_read(&mut self, scip: CondensingPhys) -> Result<CondenseRead> {
         let name = self.spa.name.clone();
         let bad = |what: String| ZfsError::Invalid(format!("pool '{name}': condensing vdev {}: {what}", scip.vdev));
         let top = self.spa.root_vdev.children.get(scip.vdev as usize).cloned().ok_or_else(|| bad("no such vdev".into()))?;
@@ -160,22 +163,34 @@ impl PoolW {
                 *c = u32::from_le_bytes(b.try_into().expect("4 bytes")) as u64;
             }
         }
-        let sm_phys = SpaceMapPhys::decode(&self.mos.bonus(scip.prev_obsolete_sm)?, true).map_err(|e| bad(format!("obsolete space map {}: {e}", scip.prev_obsolete_sm)))?;
-        let words = self.mos.read(scip.prev_obsolete_sm, 0, sm_phys.length as usize)?;
-        for e in decode_entries(&words, true).map_err(|e| bad(format!("obsolete space map {}: {e}", scip.prev_obsolete_sm)))? {
+        let sm = scip.prev_obsolete_sm;
+        let (_, entries) = self.read_space_map(sm, &|e| bad(format!("obsolete space map {sm}: {e}")))?;
+        for e in entries {
             if let SmEntry::Range { free: false, offset, run, .. } = e {
-                add_obsolete(&old, &mut counts, offset, run).map_err(|e| bad(format!("obsolete space map {}: {e}", scip.prev_obsolete_sm)))?;
+                add_obsolete(&old, &mut counts, offset, run).map_err(|e| bad(format!("obsolete space map {sm}: {e}")))?;
             }
         }
-        // What the new mapping has already (a condense OpenZFS began), and the rest.
-        let bonus = self.mos.bonus(scip.next_mapping)?;
-        let mut phys = IndirectMappingPhys::decode(&bonus, true).map_err(|e| bad(format!("mapping {}: {e}", scip.next_mapping)))?;
-        let mut new_entries = if phys.num_entries > 0 {
+        // What the new mapping has already (a condense OpenZFS began).
+        let dn = self.mos.dnode(scip.next_mapping)?;
+        let phys = IndirectMappingPhys::decode(&dn.bonus, true).map_err(|e| bad(format!("mapping {}: {e}", scip.next_mapping)))?;
+        let held = (dn.maxblkid + 1).saturating_mul(dn.data_block_size());
+        if phys.num_entries.saturating_mul(MAPPING_ENTRY_SIZE as u64) > held {
+            return Err(bad(format!("mapping {}: {} entries do not fit in its {held} bytes", scip.next_mapping, phys.num_entries)));
+        }
+        let new_entries = if phys.num_entries > 0 {
             let raw = self.mos.read(scip.next_mapping, 0, phys.num_entries as usize * MAPPING_ENTRY_SIZE)?;
             decode_mapping_entries(&raw, phys.num_entries, true).map_err(|e| bad(format!("mapping {}: {e}", scip.next_mapping)))?
         } else {
             Vec::new()
         };
+        Ok(CondenseRead { cfg, old, old_obj, counts, phys, new_entries })
+    }
+
+    /// Generate what is left of the new mapping, then complete the condense.
+    fn condense_finish(&mut self, scip: CondensingPhys, txg: u64) -> Result<()> {
+        let name = self.spa.name.clone();
+        let CondenseRead { cfg, old, old_obj, counts, mut phys, mut new_entries } = self.condense_read(scip)?;
+        let n = old.entries.len();
         let start = if phys.max_offset == 0 { 0 } else { old.entries.partition_point(|e| e.src + e.size() <= phys.max_offset) };
         let (mut add, mut add_counts) = (Vec::new(), Vec::new());
         for (e, &c) in old.entries.iter().zip(&counts).skip(start) {
@@ -203,6 +218,16 @@ impl PoolW {
         self.ms.lock().replace_mapping(scip.vdev, m);
         Ok(())
     }
+}
+
+/// What `condense_read` found on disk for a condense under way.
+pub(crate) struct CondenseRead {
+    cfg: Arc<crate::vdev::indirect::IndirectConfig>,
+    old: Arc<IndirectMapping>,
+    old_obj: u64,
+    counts: Vec<u64>,
+    phys: IndirectMappingPhys,
+    new_entries: Vec<MappingEntryPhys>,
 }
 
 /// A mapping's bonus after `entries` are appended to it: the highest source offset mapped, the
