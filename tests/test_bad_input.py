@@ -3,6 +3,7 @@ non-zero exits where the command cannot do what was asked, never a panic, and th
 import hashlib
 import os
 import random
+import subprocess
 
 import pytest
 
@@ -160,9 +161,18 @@ def test_damaged_space_map_refuses_read_write_import(oxzfs):
     with open(os.path.join(alt, pool, "f"), "wb") as f:
         f.write(data)
     assert oxzfs.export(pool).returncode == 0
+    zdb_m = [oracle_pools.ZDB, "-e", "-p", vdir, "-mmm", pool]
+    r = subprocess.run(zdb_m, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     r = oxzfs.run("debug", "damage-space-map", "-d", vdir, pool, check=True)
-    where = r.stdout.split(":")[0]  # "vdev V metaslab M (space map object S)"
+    # "vdev V metaslab M (space map object S): OFFSET+LEN allocated again"
+    where, what = r.stdout.split(": ")
     assert where.startswith("vdev 0 metaslab ") and "space map object" in where, repr(r)
+    off, length = (int(x, 16) for x in what.split()[0].split("+"))
+    # OpenZFS's zdb finds the same contradiction loading that space map.
+    r = subprocess.run(zdb_m, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0, r.stdout[-2000:]
+    assert f"removing nonexistent segment from range tree (offset={off:x} size={length:x})" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
     before = device_hashes(vdir)
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
     assert r.returncode == 1, repr(r)
