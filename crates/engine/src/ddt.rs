@@ -379,8 +379,11 @@ pub fn zdb_dedup_totals(spa: &std::sync::Arc<crate::spa::Spa>) -> Result<(u64, u
         let Some(obj) = crate::zap::zap_lookup_u64(&mos, 1, &name)? else { continue };
         for e in crate::zap::zap_list(&mos, obj)? {
             let phys = decode_phys(&e.value).map_err(|err| ZfsError::corrupt(format!("{name} (object {obj})"), err))?;
+            let key = DdtKey::from_zap_key(&e.name).map_err(|err| ZfsError::corrupt(format!("{name} (object {obj})"), err))?;
             for ph in phys[1..].iter().filter(|p| p.phys_birth != 0) {
-                let a: u64 = ph.dva.iter().map(|d| d.asize).sum();
+                // BP_GET_ASIZE of the entry's bp: an encrypted block's third DVA holds its
+                // salt and IV, not a copy.
+                let a: u64 = key.bp(c, ph).asize_total();
                 asize = asize.saturating_add(a.saturating_mul(ph.refcnt.saturating_sub(1)));
                 blocks += 1;
             }
