@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # even inside a layer.
 ENGINE_LAYERS = [
     ("base", ["error", "nicenum", "range_tree", "tunables"]),
-    ("vdev", ["vdev", "vdev::indirect", "vdev::inject", "vdev::iostat", "vdev::raidz", "vdev::sim"]),
+    ("vdev", ["vdev", "vdev::indirect", "vdev::inject", "vdev::iostat", "vdev::raidz", "vdev::draid", "vdev::sim"]),
     ("zio", ["zio"]),
     ("metaslab", ["metaslab"]),
     ("arc", ["arc", "l2arc"]),

@@ -22,7 +22,7 @@ zfs-fuse pools (pool version 23, ZPL 4), WORKDIR/zfs-fuse/<pool>/:
 
 ztest pools (version 5000 with feature flags), WORKDIR/ztest/<pool>/:
     vdevs/*  zdb-blocks.txt  zdb-datasets.txt  ztest.log  info.json  .complete
-  `/opt/openzfs/bin/ztest` runs a short random workload in several shapes (mirror, raidz1-3, special
+  `/opt/openzfs/bin/ztest` runs a short random workload in several shapes (mirror, raidz1-3, dRAID, special
   class on/off, ashift 9/12); the pool it leaves behind is read by OpenZFS zdb.
 
 Shared fixtures (optional, ../shared/fixtures): decompressed with `zstd -d --sparse` into
@@ -84,6 +84,13 @@ ZTEST_POOLS = [
                                     "-C", "special=on"]),
     dict(name="zt-raidz3-a12", args=["-v", "1", "-m", "1", "-r", "5", "-R", "3", "-K", "raidz", "-a", "12",
                                      "-C", "special=off"]),
+    # dRAID (ztest's default raid kind is random between raidz and draid): 4 data + 1 parity
+    # over 6 children with one distributed spare (each group fills one row), and 3 data + 2
+    # parity over 7 children, one spare (6 groups per slice: groups wrap from row to row).
+    dict(name="zt-draid1-a12", args=["-v", "1", "-m", "1", "-r", "6", "-R", "1", "-K", "draid", "-D", "4", "-S", "1",
+                                     "-a", "12", "-C", "special=off"]),
+    dict(name="zt-draid2-wrap", args=["-v", "1", "-m", "1", "-r", "7", "-R", "2", "-K", "draid", "-D", "3", "-S", "1",
+                                      "-a", "12", "-C", "special=on"]),
 ]
 
 INSTALL_HINT = "run scripts/install-deps.sh (as root) to install it"

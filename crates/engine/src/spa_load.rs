@@ -323,6 +323,13 @@ impl PoolW {
         fn nested(v: &Vdev) -> bool {
             v.children.iter().any(|c| matches!(c.kind, VdevKind::Mirror | VdevKind::Raidz { .. }) || nested(c))
         }
+        if let Some(top) = self.spa.root_vdev.children.iter().find(|t| matches!(t.kind, VdevKind::Draid(_))) {
+            return Err(ZfsError::Unsupported(format!(
+                "cannot import '{}' read-write: top-level vdev {} is dRAID, which oxzfs reads but does not write (import with -o readonly=on)",
+                self.spa.name,
+                top.display_name()
+            )));
+        }
         if let Some(top) = self.spa.root_vdev.children.iter().find(|t| nested(t)) {
             return Err(ZfsError::Unsupported(format!(
                 "cannot import '{}' read-write: top-level vdev {} has a mirror or raidz inside it, a layout oxzfs does not write (import with -o readonly=on)",

@@ -38,6 +38,7 @@
 pub mod inject;
 pub mod iostat;
 pub mod indirect;
+pub mod draid;
 pub mod raidz;
 pub mod sim;
 
@@ -748,6 +749,8 @@ pub enum VdevKind {
     Mirror,
     /// raidz1/2/3.
     Raidz { nparity: u8 },
+    /// dRAID (`draid`): raidz groups spread over the children by permutations; read only.
+    Draid(draid::Config),
     /// A file or disk leaf.
     Leaf { disk: bool },
     /// A placeholder for a device the config names but the pool never had ("missing"/"hole").
@@ -831,7 +834,11 @@ impl Vdev {
             "missing" | "hole" => VdevKind::Hole,
             "replacing" | "spare" => VdevKind::ReplacingOrSpare(typ.to_string()),
             "indirect" => VdevKind::Indirect,
-            "draid" => return Err(ZfsError::Unsupported("unsupported vdev type: draid".into())),
+            "draid" => {
+                let kids = nv.get_nvlist_array("children").map_or(0, |k| k.len()) as u64;
+                let get = |k: &str| nv.get_u64(k).ok_or_else(|| ZfsError::Invalid(format!("dRAID vdev {id} without {k} in its config")));
+                VdevKind::Draid(draid::Config::new(get("draid_ndata")?, get("nparity")?, get("draid_nspares")?, kids, get("draid_ngroups")?)?)
+            }
             other => return Err(ZfsError::Unsupported(format!("unsupported vdev type: {other}"))),
         };
         let mut children = Vec::new();
@@ -900,6 +907,7 @@ impl Vdev {
     pub fn psize_to_asize(&self, psize: u64) -> u64 {
         match self.kind {
             VdevKind::Raidz { nparity } => raidz::asize(psize, self.ashift, self.children.len(), nparity as usize),
+            VdevKind::Draid(ref cfg) => cfg.asize(psize, self.ashift),
             _ => psize.div_ceil(1 << self.ashift) << self.ashift,
         }
     }
@@ -925,6 +933,7 @@ impl Vdev {
             VdevKind::Root => "root".into(),
             VdevKind::Mirror => format!("mirror-{}", self.id),
             VdevKind::Raidz { nparity } => format!("raidz{}-{}", nparity, self.id),
+            VdevKind::Draid(cfg) => format!("{}-{}", cfg.name(), self.id),
             VdevKind::ReplacingOrSpare(t) => format!("{t}-{}", self.id),
             VdevKind::Hole => format!("hole-{}", self.id),
             VdevKind::Indirect => format!("indirect-{}", self.id),
@@ -962,6 +971,7 @@ impl Vdev {
                     VdevKind::Root => 0,
                     VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.children.len().saturating_sub(1),
                     VdevKind::Raidz { nparity } => nparity as usize,
+                    VdevKind::Draid(ref cfg) => cfg.nparity as usize,
                     _ => 0,
                 };
                 if bad == 0 && !degraded {
@@ -998,6 +1008,7 @@ impl Vdev {
             }
             VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify, mode),
             VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify, mode),
+            VdevKind::Draid(cfg) => draid::read(self, cfg, offset, size, verify, mode),
             VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
         }
     }
@@ -1047,6 +1058,8 @@ impl Vdev {
                 }
                 Ok(())
             }
+            // A pool with dRAID vdevs is imported read-only (spa_load refuses it read-write).
+            VdevKind::Draid(cfg) => Err(ZfsError::Unsupported(format!("writing to dRAID vdev {}-{} is not supported", cfg.name(), self.id))),
             VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("write to a {:?} vdev", self.kind))),
         }
     }
@@ -1484,6 +1497,7 @@ pub fn deflate_ratio(top: &crate::vdev::Vdev) -> u64 {
     let psize = 1u64 << 17;
     let asize = match top.kind {
         VdevKind::Raidz { nparity } => raidz_asize(psize, top.ashift, top.children.len() as u64, nparity as u64),
+        VdevKind::Draid(ref cfg) => cfg.asize(psize, top.ashift),
         _ => {
             let a = 1u64 << top.ashift.min(17);
             psize.div_ceil(a) * a

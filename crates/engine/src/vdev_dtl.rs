@@ -177,7 +177,7 @@ impl PoolW {
 
 /// A top-level vdev whose leaves can miss txgs without the pool losing data.
 fn redundant(top: &Vdev) -> bool {
-    matches!(top.kind, VdevKind::Mirror | VdevKind::Raidz { .. } | VdevKind::ReplacingOrSpare(_))
+    matches!(top.kind, VdevKind::Mirror | VdevKind::Raidz { .. } | VdevKind::Draid(_) | VdevKind::ReplacingOrSpare(_))
 }
 
 /// Apply `f` to the config nvlist of vdev `guid` (a leaf, or an interior vdev below the root)

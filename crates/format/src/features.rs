@@ -135,6 +135,8 @@ pub const READ_SUPPORTED: &[&str] = &[
     "org.zfsonlinux:allocation_classes",
     "com.datto:resilver_defer",
     "org.openzfs:device_rebuild",
+    // dRAID vdevs are read (vdev::draid); a pool with them imports read-only.
+    "org.openzfs:draid",
     "org.freebsd:zstd_compress",
     "org.openzfs:zilsaxattr",
     "com.delphix:head_errlog",

@@ -350,6 +350,9 @@ pub fn reconstruct(map: &RaidzMap, cols: &mut [Vec<u8>], bad: &[usize]) -> Resul
 /// Read one column; None when the child is missing or the read failed (a leaf counts its own
 /// I/O errors).
 fn read_col(vd: &Vdev, col: &RaidzCol, mode: &ReadMode) -> Option<Vec<u8>> {
+    if col.size == 0 {
+        return Some(Vec::new()); // a dRAID row's empty column: nothing on disk
+    }
     let child = vd.children.get(col.devidx)?;
     // Offline leaves, and leaves lacking txgs (a DTL not empty), are rebuilt from parity; a
     // replacing child is read through (its whole side), a resilver writing its new side.
@@ -412,8 +415,14 @@ fn charge(vd: &Vdev, col: &RaidzCol) {
 /// parity is always read and checked against the data; with `mode.repair` every column found
 /// wrong (or unreadable on a present child) is rewritten from the good data.
 pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
-    let np = nparity as usize;
-    let map = RaidzMap::new(offset, size, vd.ashift, vd.children.len(), np)?;
+    let map = RaidzMap::new(offset, size, vd.ashift, vd.children.len(), nparity as usize)?;
+    read_map(vd, &map, offset, size, verify, mode)
+}
+
+/// `read` of the `size` bytes laid out by `map` on `vd`'s children (a raidz block, or a row
+/// of a dRAID block: `offset` names it in errors).
+pub fn read_map(vd: &Vdev, map: &RaidzMap, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
+    let np = map.nparity;
     let ncols = map.cols.len();
     let mut cols: Vec<Vec<u8>> = vec![Vec::new(); ncols];
     let mut failed = vec![false; ncols];
@@ -426,7 +435,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
     }
     let data_failed = failed.iter().any(|&f| f);
     if !data_failed {
-        let d = assemble(&map, &cols, size);
+        let d = assemble(map, &cols, size);
         if verify(&d) {
             if mode.scrub {
                 // raidz_parity_verify: the parity read back must be the data's parity.
@@ -436,7 +445,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
                         None => failed[c] = true,
                     }
                 }
-                settle(vd, &map, &cols, &failed, cols.clone(), mode);
+                settle(vd, map, &cols, &failed, cols.clone(), mode);
             }
             return Ok(d);
         }
@@ -471,10 +480,10 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
             }
             let rows: Vec<usize> = (0..np).filter(|p| !bad.contains(p)).collect();
             let mut trial = cols.clone();
-            if !solve(&map, &mut trial, &missing, &rows) {
+            if !solve(map, &mut trial, &missing, &rows) {
                 return false;
             }
-            let d = assemble(&map, &trial, size);
+            let d = assemble(map, &trial, size);
             if verify(&d) {
                 result = Some((trial, d));
                 true
@@ -495,7 +504,7 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
             context: format!("vdev {} offset {offset:#x} size {size:#x}: no reconstruction verified", vd.display_name()),
         });
     };
-    settle(vd, &map, &cols, &failed, good, mode);
+    settle(vd, map, &cols, &failed, good, mode);
     Ok(data)
 }
 
