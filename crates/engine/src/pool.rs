@@ -621,8 +621,11 @@ impl Pool {
                 Some(p) if key == "spares" && self.spa.root_vdev.leaves().iter().any(|l| l.guid == guid) => out.push((p.display().to_string(), "INUSE".into())),
                 Some(p) => out.push((p.display().to_string(), "ONLINE".into())),
                 // A dRAID's distributed spare (draid2-0-0): space on its dRAID's own children,
-                // there as long as the pool is (not used here: a dRAID pool is read-only).
-                None if d.get_str("type") == Some("dspare") => out.push((d.get_str("path").unwrap_or("?").to_string(), "ONLINE".into())),
+                // there as long as the pool is; in use when the tree holds it.
+                None if d.get_str("type") == Some("dspare") => {
+                    let used = self.spa.root_vdev.any(&|v| v.guid == guid && matches!(v.kind, crate::vdev::VdevKind::DraidSpare { .. }));
+                    out.push((d.get_str("path").unwrap_or("?").to_string(), if used { "INUSE" } else { "ONLINE" }.into()))
+                }
                 None => out.push((d.get_str("path").unwrap_or("?").to_string(), "UNAVAIL".into())),
             }
         }

@@ -751,6 +751,10 @@ pub enum VdevKind {
     Raidz { nparity: u8 },
     /// dRAID (`draid`): raidz groups spread over the children by permutations; read only.
     Draid(draid::Config),
+    /// A dRAID's distributed spare (`dspare`, named like draid2-0-0) in use under a `spare`
+    /// or `replacing` vdev below its dRAID: no device of its own; what it holds at an offset
+    /// lies on the child of its dRAID that the spare's column names there.
+    DraidSpare { spare_id: u64, parent: draid::Parent },
     /// A file or disk leaf.
     Leaf { disk: bool },
     /// A placeholder for a device the config names but the pool never had ("missing"/"hole").
@@ -834,6 +838,7 @@ impl Vdev {
             "missing" | "hole" => VdevKind::Hole,
             "replacing" | "spare" => VdevKind::ReplacingOrSpare(typ.to_string()),
             "indirect" => VdevKind::Indirect,
+            "dspare" => VdevKind::DraidSpare { spare_id: nv.get_u64("spareid").unwrap_or(0), parent: draid::Parent::default() },
             "draid" => {
                 let kids = nv.get_nvlist_array("children").map_or(0, |k| k.len()) as u64;
                 let get = |k: &str| nv.get_u64(k).ok_or_else(|| ZfsError::Invalid(format!("dRAID vdev {id} without {k} in its config")));
@@ -857,6 +862,7 @@ impl Vdev {
             }
             // A removed top-level vdev's place (not a missing device).
             VdevKind::Hole if typ == "hole" => (Some(HOLE.to_string()), None),
+            VdevKind::DraidSpare { .. } => (nv.get_str("path").map(|s| s.to_string()), None),
             _ => (None, None),
         };
         let stats = VdevStats::default();
@@ -884,7 +890,7 @@ impl Vdev {
                 nv.get_u64("com.delphix:prev_indirect_vdev").unwrap_or(u64::MAX),
             ))
         });
-        Ok(Arc::new(Vdev {
+        let vd = Arc::new(Vdev {
             id,
             guid,
             kind,
@@ -899,7 +905,11 @@ impl Vdev {
             metaslab_array: nv.get_u64("metaslab_array").unwrap_or(0),
             metaslab_shift: nv.get_u64("metaslab_shift").unwrap_or(0),
             indirect,
-        }))
+        });
+        if let VdevKind::Draid(cfg) = &vd.kind {
+            draid::adopt_spares(&vd, cfg)?;
+        }
+        Ok(vd)
     }
 
     /// Allocated bytes for `psize` physical bytes on this top-level vdev (vdev_psize_to_asize):
@@ -934,6 +944,7 @@ impl Vdev {
             VdevKind::Mirror => format!("mirror-{}", self.id),
             VdevKind::Raidz { nparity } => format!("raidz{}-{}", nparity, self.id),
             VdevKind::Draid(cfg) => format!("{}-{}", cfg.name(), self.id),
+            VdevKind::DraidSpare { spare_id, .. } => self.path.clone().unwrap_or_else(|| format!("dspare-{spare_id}")),
             VdevKind::ReplacingOrSpare(t) => format!("{t}-{}", self.id),
             VdevKind::Hole => format!("hole-{}", self.id),
             VdevKind::Indirect => format!("indirect-{}", self.id),
@@ -964,6 +975,13 @@ impl Vdev {
                 }
             }
             VdevKind::Hole | VdevKind::Indirect => VdevState::Online,
+            VdevKind::DraidSpare { parent, .. } => {
+                if parent.get().is_some() {
+                    VdevState::Online
+                } else {
+                    VdevState::Unavail
+                }
+            }
             _ => {
                 let bad = self.children.iter().filter(|c| matches!(c.state(), VdevState::Unavail | VdevState::Faulted | VdevState::Offline | VdevState::Removed)).count();
                 let degraded = self.children.iter().any(|c| c.state() == VdevState::Degraded);
@@ -1009,6 +1027,7 @@ impl Vdev {
             VdevKind::Mirror | VdevKind::ReplacingOrSpare(_) => self.read_mirror(offset, size, verify, mode),
             VdevKind::Raidz { nparity } => raidz::read(self, *nparity, offset, size, verify, mode),
             VdevKind::Draid(cfg) => draid::read(self, cfg, offset, size, verify, mode),
+            VdevKind::DraidSpare { spare_id, parent } => draid::read_spare(self, *spare_id, parent, offset, size, verify, mode),
             VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("read from a {:?} vdev", self.kind))),
         }
     }
@@ -1060,6 +1079,7 @@ impl Vdev {
             }
             // A pool with dRAID vdevs is imported read-only (spa_load refuses it read-write).
             VdevKind::Draid(cfg) => Err(ZfsError::Unsupported(format!("writing to dRAID vdev {}-{} is not supported", cfg.name(), self.id))),
+            VdevKind::DraidSpare { .. } => Err(ZfsError::Unsupported(format!("writing to dRAID spare {} is not supported", self.display_name()))),
             VdevKind::Hole | VdevKind::Root | VdevKind::Indirect => Err(ZfsError::Invalid(format!("write to a {:?} vdev", self.kind))),
         }
     }
@@ -1476,6 +1496,11 @@ impl Vdev {
     }
 
     /// Every leaf below this vdev, depth first.
+    /// Whether this vdev or one below it is `f`.
+    pub fn any(&self, f: &dyn Fn(&Vdev) -> bool) -> bool {
+        f(self) || self.children.iter().any(|c| c.any(f))
+    }
+
     pub fn leaves(&self) -> Vec<&Vdev> {
         let mut out = Vec::new();
         let mut stack = vec![self];

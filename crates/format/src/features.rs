@@ -187,7 +187,8 @@ mod tests {
         for g in super::READ_SUPPORTED {
             assert!(super::lookup(g).is_some(), "{g}");
         }
-        assert!(!super::READ_SUPPORTED.contains(&"org.openzfs:draid"));
+        // A layout oxzfs does not read (raidz expansion) stays out.
+        assert!(!super::READ_SUPPORTED.contains(&"org.openzfs:raidz_expansion"));
     }
 
     #[test]

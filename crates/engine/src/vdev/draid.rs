@@ -33,7 +33,7 @@ use super::raidz::{RaidzCol, RaidzMap};
 use super::{ReadMode, Vdev};
 use crate::{Result, ZfsError};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// xorshift128+'s first seed word for every map (VDEV_DRAID_SEED).
 const DRAID_SEED: u64 = 0xd7a1d5eed;
@@ -415,6 +415,17 @@ impl Config {
         asize / self.groupwidth() * self.ndata
     }
 
+    /// Bytes of each child a slice covers (vdc_devslicesz): the span of one permutation.
+    fn devslicesz(&self) -> u64 {
+        self.groupsz() * self.ngroups / self.ndisks()
+    }
+
+    /// The child holding distributed spare `spare_id`'s bytes at `offset` (of a child's
+    /// space): the permutation's last columns are the spares' (vdev_draid_spare_get_child).
+    fn spare_child(&self, offset: u64, spare_id: u64) -> Option<usize> {
+        (spare_id < self.nspares).then(|| self.child(offset / self.devslicesz(), self.children - 1 - spare_id))
+    }
+
     /// The child of column `index` of a group at `groupstart` under permutation `perm`.
     fn child(&self, perm: u64, index: u64) -> usize {
         let c = self.children;
@@ -493,6 +504,75 @@ impl Config {
     }
 }
 
+/// The dRAID a distributed spare belongs to, set once its dRAID is built (`adopt_spares`):
+/// weak, as the spare sits below it.
+#[derive(Clone, Default)]
+pub struct Parent(Arc<OnceLock<Weak<Vdev>>>);
+
+impl Parent {
+    pub fn get(&self) -> Option<Arc<Vdev>> {
+        self.0.get().and_then(Weak::upgrade)
+    }
+}
+
+impl PartialEq for Parent {
+    fn eq(&self, _: &Parent) -> bool {
+        true // a spare is told apart by its id and place, not by its link
+    }
+}
+
+impl Eq for Parent {}
+
+impl std::fmt::Debug for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dRAID parent{}", if self.get().is_some() { "" } else { " (unset)" })
+    }
+}
+
+/// Link the distributed spares in use below dRAID `vd` (under its `spare` or `replacing`
+/// children) to it. A spare of another dRAID, or with an id past the dRAID's spares, is a
+/// config OpenZFS does not make: refused.
+pub fn adopt_spares(vd: &Arc<Vdev>, cfg: &Config) -> Result<()> {
+    fn walk(v: &Vdev, top: &Arc<Vdev>, cfg: &Config) -> Result<()> {
+        for c in &v.children {
+            if let super::VdevKind::DraidSpare { spare_id, parent } = &c.kind {
+                if *spare_id >= cfg.nspares {
+                    return Err(ZfsError::Invalid(format!("dRAID spare {} has id {spare_id}; {} has {} spares", c.display_name(), top.display_name(), cfg.nspares)));
+                }
+                let _ = parent.0.set(Arc::downgrade(top));
+            }
+            walk(c, top, cfg)?;
+        }
+        Ok(())
+    }
+    walk(vd, vd, cfg)
+}
+
+/// Read `size` bytes at `offset` of distributed spare `spare_id` (an offset of a child's
+/// space, as the dRAID's columns give it): from the child of its dRAID that holds the spare's
+/// column there, at the same offset (vdev_draid_spare_io_start).
+pub fn read_spare(sp: &Vdev, spare_id: u64, parent: &Parent, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
+    thread_local! {
+        static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    let unavailable = |why: &str| ZfsError::Io {
+        device: sp.display_name(),
+        offset,
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, why.to_string()),
+    };
+    let top = parent.get().ok_or_else(|| unavailable("its dRAID is not open"))?;
+    let super::VdevKind::Draid(cfg) = &top.kind else { return Err(unavailable("not below a dRAID")) };
+    let child = cfg.spare_child(offset, spare_id).and_then(|c| top.children.get(c)).ok_or_else(|| unavailable("no child holds it"))?;
+    // A spare's child may be a spare vdev holding another distributed spare: bounded.
+    if DEPTH.with(|d| d.get()) >= 8 {
+        return Err(unavailable("distributed spares nest too deep"));
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let r = child.read_mode(offset, size, verify, mode);
+    DEPTH.with(|d| d.set(d.get() - 1));
+    r
+}
+
 /// Read `size` bytes at logical `offset` of dRAID vdev `vd` (vdev_draid_io_start's read):
 /// each row as raidz reads one (data columns, then parity and reconstruction when a column
 /// is missing or the checksum fails). For a block in two rows, each row is first taken as
@@ -504,7 +584,7 @@ pub fn read(vd: &Vdev, cfg: &Config, offset: u64, size: u64, verify: &dyn Fn(&[u
     }
     let rows = cfg.rows(offset, size, vd.ashift)?;
     if let [(map, n)] = rows.as_slice() {
-        return super::raidz::read_map(vd, map, offset, *n, verify, mode);
+        return read_row(vd, map, offset, *n, verify, mode);
     }
     let plain = &super::READ_PLAIN;
     let base: Vec<Vec<u8>> = rows.iter().map(|(m, n)| super::raidz::read_map(vd, m, offset, *n, &|_| true, plain)).collect::<Result<_>>()?;
@@ -519,7 +599,7 @@ pub fn read(vd: &Vdev, cfg: &Config, offset: u64, size: u64, verify: &dyn Fn(&[u
             }
             verify(&all)
         };
-        if let Ok(d) = super::raidz::read_map(vd, m, offset, *n, &whole, mode) {
+        if let Ok(d) = read_row(vd, m, offset, *n, &whole, mode) {
             let mut all = Vec::with_capacity(size as usize);
             for (j, b) in base.iter().enumerate() {
                 all.extend_from_slice(if j == i { &d } else { b });
@@ -528,6 +608,35 @@ pub fn read(vd: &Vdev, cfg: &Config, offset: u64, size: u64, verify: &dyn Fn(&[u
         }
     }
     Err(ZfsError::Checksum { context: format!("vdev {} offset {offset:#x} size {size:#x}: no reconstruction verified", vd.display_name()) })
+}
+
+/// One row, as raidz reads it; when that fails, again with each column on a spare or
+/// replacing child read from each of that child's sides in turn (its first readable side
+/// was taken, which may be a side missing the block's txg, or a distributed spare whose
+/// column lies on a lost child), as OpenZFS's mirror-like children give up the copies they
+/// hold one after another.
+fn read_row(vd: &Vdev, map: &RaidzMap, offset: u64, n: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
+    let first = super::raidz::read_map(vd, map, offset, n, verify, mode);
+    if first.is_ok() {
+        return first;
+    }
+    let plain = &super::READ_PLAIN;
+    for col in &map.cols {
+        let Some(child) = vd.children.get(col.devidx).filter(|c| matches!(c.kind, super::VdevKind::ReplacingOrSpare(_))) else { continue };
+        for side in &child.children {
+            let reader = |c: &RaidzCol| {
+                if c.devidx == col.devidx && c.size > 0 {
+                    side.read_mode(c.offset, c.size, &|_| true, plain).ok().filter(|d| d.len() as u64 == c.size)
+                } else {
+                    super::raidz::read_col(vd, c, mode)
+                }
+            };
+            if let Ok(d) = super::raidz::read_map_with(vd, map, offset, n, verify, mode, &reader) {
+                return Ok(d);
+            }
+        }
+    }
+    first
 }
 
 #[cfg(test)]
@@ -548,6 +657,64 @@ mod tests {
             }
         }
         assert!(perms(1).is_err() && perms(256).is_err());
+    }
+
+    /// A block whose column on one child is held by the dRAID's distributed spare (the child
+    /// missing, under a `spare` vdev with the spare beside it), with two more children lost:
+    /// draid2 has no parity left, so the block reads back only if the spare's column is read
+    /// from where the spare's permutation column puts it. With that copy wrong, it does not.
+    #[test]
+    fn a_distributed_spare_stands_in_for_its_child() {
+        use crate::vdev::{test_node, BlockDevice, FileDevice, VdevKind};
+        use oxzfs_format::label::VDEV_LABEL_START_SIZE;
+        let cfg = Config::new(3, 2, 1, 7, 6).unwrap();
+        let dir = std::env::temp_dir().join(format!("oxzfs-dspare-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs: Vec<Arc<dyn BlockDevice>> = (0..7)
+            .map(|i| {
+                let p = dir.join(format!("c{i}"));
+                std::fs::File::create(&p).unwrap().set_len(64 << 20).unwrap();
+                Arc::new(FileDevice::open(&p, true).unwrap()) as Arc<dyn BlockDevice>
+            })
+            .collect();
+        // 36 KiB at the start of the second row of sectors of group 1 (whose columns wrap).
+        let data: Vec<u8> = (0..36u32 << 10).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let at = cfg.groupsz() + 5 * 4096;
+        let rows = cfg.rows(at, data.len() as u64, 12).unwrap();
+        let (map, n) = &rows[0];
+        assert_eq!(*n, data.len() as u64);
+        for (c, bytes) in map.cols.iter().zip(map.columns(&data).unwrap()) {
+            devs[c.devidx].write_at(&bytes, c.offset + VDEV_LABEL_START_SIZE).unwrap();
+        }
+        // The spare's copy of the first data column's child.
+        let col = map.cols[2];
+        let spare_at = cfg.spare_child(col.offset, 0).unwrap();
+        assert!(map.cols.iter().all(|c| c.devidx != spare_at), "the spare's column is no column of the group");
+        let copy = map.columns(&data).unwrap()[2].clone();
+        devs[spare_at].write_at(&copy, col.offset + VDEV_LABEL_START_SIZE).unwrap();
+        let lost = [map.cols[0].devidx, map.cols[3].devidx];
+        let build = || {
+            let children = (0..7)
+                .map(|i| {
+                    let leaf = |dev| Arc::new(test_node(i as u64, VdevKind::Leaf { disk: false }, 12, dev, vec![]));
+                    if i == col.devidx {
+                        let spare = Arc::new(test_node(9, VdevKind::DraidSpare { spare_id: 0, parent: Parent::default() }, 12, None, vec![]));
+                        Arc::new(test_node(i as u64, VdevKind::ReplacingOrSpare("spare".into()), 12, None, vec![leaf(None), spare]))
+                    } else {
+                        leaf((!lost.contains(&i)).then(|| devs[i].clone()))
+                    }
+                })
+                .collect();
+            let top = Arc::new(test_node(0, VdevKind::Draid(cfg.clone()), 12, None, children));
+            adopt_spares(&top, &cfg).unwrap();
+            top
+        };
+        let top = build();
+        let got = top.read_mode(at, data.len() as u64, &|d| d == data.as_slice(), &crate::vdev::READ_PLAIN).unwrap();
+        assert!(got == data);
+        devs[spare_at].write_at(&vec![0u8; copy.len()], col.offset + VDEV_LABEL_START_SIZE).unwrap();
+        assert!(top.read_mode(at, data.len() as u64, &|d| d == data.as_slice(), &crate::vdev::READ_PLAIN).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The layout of the block comment: rows of whole group widths, two rows for a block

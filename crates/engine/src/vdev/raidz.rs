@@ -349,7 +349,7 @@ pub fn reconstruct(map: &RaidzMap, cols: &mut [Vec<u8>], bad: &[usize]) -> Resul
 
 /// Read one column; None when the child is missing or the read failed (a leaf counts its own
 /// I/O errors).
-fn read_col(vd: &Vdev, col: &RaidzCol, mode: &ReadMode) -> Option<Vec<u8>> {
+pub(super) fn read_col(vd: &Vdev, col: &RaidzCol, mode: &ReadMode) -> Option<Vec<u8>> {
     if col.size == 0 {
         return Some(Vec::new()); // a dRAID row's empty column: nothing on disk
     }
@@ -422,13 +422,28 @@ pub fn read(vd: &Vdev, nparity: u8, offset: u64, size: u64, verify: &dyn Fn(&[u8
 /// `read` of the `size` bytes laid out by `map` on `vd`'s children (a raidz block, or a row
 /// of a dRAID block: `offset` names it in errors).
 pub fn read_map(vd: &Vdev, map: &RaidzMap, offset: u64, size: u64, verify: &dyn Fn(&[u8]) -> bool, mode: &ReadMode) -> Result<Vec<u8>> {
+    read_map_with(vd, map, offset, size, verify, mode, &|c| read_col(vd, c, mode))
+}
+
+/// `read_map` with each column read by `col_reader` (None: unreadable). dRAID reads a column
+/// held by a spare or replacing child from each of its sides in turn when the block does not
+/// verify (`draid::read`).
+pub fn read_map_with(
+    vd: &Vdev,
+    map: &RaidzMap,
+    offset: u64,
+    size: u64,
+    verify: &dyn Fn(&[u8]) -> bool,
+    mode: &ReadMode,
+    col_reader: &dyn Fn(&RaidzCol) -> Option<Vec<u8>>,
+) -> Result<Vec<u8>> {
     let np = map.nparity;
     let ncols = map.cols.len();
     let mut cols: Vec<Vec<u8>> = vec![Vec::new(); ncols];
     let mut failed = vec![false; ncols];
     // 1. The data columns only.
     for c in np..ncols {
-        match read_col(vd, &map.cols[c], mode) {
+        match col_reader(&map.cols[c]) {
             Some(d) => cols[c] = d,
             None => failed[c] = true,
         }
@@ -440,7 +455,7 @@ pub fn read_map(vd: &Vdev, map: &RaidzMap, offset: u64, size: u64, verify: &dyn 
             if mode.scrub {
                 // raidz_parity_verify: the parity read back must be the data's parity.
                 for c in 0..np {
-                    match read_col(vd, &map.cols[c], mode) {
+                    match col_reader(&map.cols[c]) {
                         Some(p) => cols[c] = p,
                         None => failed[c] = true,
                     }
@@ -452,7 +467,7 @@ pub fn read_map(vd: &Vdev, map: &RaidzMap, offset: u64, size: u64, verify: &dyn 
     }
     // 2. The parity.
     for c in 0..np {
-        match read_col(vd, &map.cols[c], mode) {
+        match col_reader(&map.cols[c]) {
             Some(d) => cols[c] = d,
             None => failed[c] = true,
         }
