@@ -148,6 +148,10 @@ def test_read_write_import_is_refused_read_only_works(draid, oxzfs):
     before = {f: hashlib.sha256(open(os.path.join(vdevs, f), "rb").read()).hexdigest() for f in sorted(os.listdir(vdevs))}
     alt = os.path.join(oxzfs.base, "alt", "draid")
     os.makedirs(alt, exist_ok=True)
+    # The listing says what the import will allow, as OpenZFS words a pool it can only read.
+    r = oxzfs.zpool("import", "-d", vdevs)
+    assert r.returncode == 0 and re.search(r"action: The pool can be imported in read-only mode", r.stdout), repr(r)
+    assert f"dRAID vdevs ({tops[0][0]})" in r.stdout, repr(r)
     r = oxzfs.zpool("import", "-d", vdevs, "-N", "-f", "-R", alt, WRAP)
     assert r.returncode != 0, f"a dRAID pool imported read-write:\n{r!r}"
     assert "dRAID" in r.stderr and "readonly=on" in r.stderr and tops[0][0] in r.stderr, repr(r)

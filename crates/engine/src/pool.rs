@@ -888,21 +888,28 @@ pub fn import_listing(scan: &ScanResult) -> String {
             } else if (1..spa::SPA_VERSION_FEATURES).contains(&version) {
                 let _ = writeln!(s, "status: The pool is formatted using a legacy on-disk version.");
             }
-            match state {
-                "ONLINE" if msgid.is_none() && (1..spa::SPA_VERSION_FEATURES).contains(&version) => {
-                    let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier, though\n\tsome features will not be available without an explicit 'zpool upgrade'.");
-                }
-                "ONLINE" => {
-                    let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier.");
-                }
-                "DEGRADED" => {
-                    let _ = writeln!(s, " action: The pool can be imported despite missing or damaged devices.  The\n\tfault tolerance of the pool may be compromised if imported.");
-                }
-                _ if msgid.is_some() => {
-                    let _ = writeln!(s, " action: The pool cannot be imported. Attach the missing\n\tdevices and try again.");
-                }
-                _ => {
-                    let _ = writeln!(s, " action: The pool cannot be imported due to damaged devices or data.");
+            // As OpenZFS words a pool with features it reads but cannot write.
+            let draid = c.root.children.iter().find(|t| matches!(t.kind, crate::vdev::VdevKind::Draid(_)));
+            if let (Some(t), None, "ONLINE" | "DEGRADED") = (draid, msgid, state) {
+                let _ = writeln!(s, "status: The pool can only be accessed in read-only mode on this system. It\n\tcannot be accessed in read-write mode because it uses dRAID vdevs ({}),\n\twhich oxzfs reads but does not write.", t.display_name());
+                let _ = writeln!(s, " action: The pool can be imported in read-only mode.");
+            } else {
+                match state {
+                    "ONLINE" if msgid.is_none() && (1..spa::SPA_VERSION_FEATURES).contains(&version) => {
+                        let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier, though\n\tsome features will not be available without an explicit 'zpool upgrade'.");
+                    }
+                    "ONLINE" => {
+                        let _ = writeln!(s, " action: The pool can be imported using its name or numeric identifier.");
+                    }
+                    "DEGRADED" => {
+                        let _ = writeln!(s, " action: The pool can be imported despite missing or damaged devices.  The\n\tfault tolerance of the pool may be compromised if imported.");
+                    }
+                    _ if msgid.is_some() => {
+                        let _ = writeln!(s, " action: The pool cannot be imported. Attach the missing\n\tdevices and try again.");
+                    }
+                    _ => {
+                        let _ = writeln!(s, " action: The pool cannot be imported due to damaged devices or data.");
+                    }
                 }
             }
         }
