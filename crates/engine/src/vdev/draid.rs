@@ -373,7 +373,8 @@ impl Config {
         if !(2..=MAX_CHILDREN).contains(&children) {
             return bad("a child count outside 2..255");
         }
-        if ndata == 0 || nspares > MAX_SPARES || ndata + nparity + nspares > children {
+        // (Each bounded by the child count first: the sum cannot overflow.)
+        if ndata == 0 || ndata > children || nspares > MAX_SPARES || ndata + nparity + nspares > children {
             return bad("more data, parity and spare columns than children");
         }
         if !(1..=MAX_CHILDREN).contains(&ngroups) || (ngroups * (ndata + nparity)) % (children - nspares) != 0 {
@@ -454,6 +455,11 @@ impl Config {
     pub fn rows(&self, offset: u64, psize: u64, ashift: u8) -> Result<Vec<(RaidzMap, u64)>> {
         if psize == 0 || psize > super::raidz::RAIDZ_MAX_SIZE || ashift < 9 || ashift > 16 {
             return Err(ZfsError::Invalid(format!("dRAID I/O of {psize} bytes at ashift {ashift}")));
+        }
+        // The largest offset a dRAID of 255 children of 2^64 bytes could address, with room for
+        // the block's rows: past it the arithmetic below could overflow.
+        if offset.checked_add(2 * self.asize(psize, ashift) + self.groupsz()).is_none() {
+            return Err(ZfsError::Invalid(format!("dRAID block of {psize} bytes at {offset:#x}: offset out of range")));
         }
         let mut out = Vec::with_capacity(2);
         let (mut at, mut left) = (offset, psize);
@@ -582,6 +588,9 @@ pub fn read(vd: &Vdev, cfg: &Config, offset: u64, size: u64, verify: &dyn Fn(&[u
     if vd.children.len() as u64 != cfg.children {
         return Err(ZfsError::Invalid(format!("{} has {} children, its layout {}", vd.display_name(), vd.children.len(), cfg.children)));
     }
+    if vd.asize > 0 && offset.checked_add(cfg.asize(size, vd.ashift)).is_none_or(|end| end > vd.asize) {
+        return Err(ZfsError::Invalid(format!("read of {size:#x} bytes at {offset:#x} past the end of {} ({:#x} bytes)", vd.display_name(), vd.asize)));
+    }
     let rows = cfg.rows(offset, size, vd.ashift)?;
     if let [(map, n)] = rows.as_slice() {
         return read_row(vd, map, offset, *n, verify, mode);
@@ -607,7 +616,60 @@ pub fn read(vd: &Vdev, cfg: &Config, offset: u64, size: u64, verify: &dyn Fn(&[u
             return Ok(all);
         }
     }
+    if let Some(d) = read_rows_without_children(vd, cfg, &rows, verify) {
+        return Ok(d);
+    }
     Err(ZfsError::Checksum { context: format!("vdev {} offset {offset:#x} size {size:#x}: no reconstruction verified", vd.display_name()) })
+}
+
+/// Combinations of children to count as wrong in every row of a two-row block at once, at
+/// most this many: a child holds a column in both rows, so one bad child spoils both (what
+/// OpenZFS's combinatorial reconstruction over the whole raidz map finds).
+const CROSS_ROW_TRIES: usize = 20_000;
+
+/// A two-row block with the columns of 1..=nparity children taken as wrong in both rows,
+/// rebuilt from the parity of each, fewest children first; the first whole block that
+/// verifies. Every column is read once; the combinations are tried in memory.
+fn read_rows_without_children(vd: &Vdev, cfg: &Config, rows: &[(RaidzMap, u64)], verify: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let plain = &super::READ_PLAIN;
+    let mut read: HashMap<(usize, u64), Option<Vec<u8>>> = HashMap::new();
+    let mut kids: Vec<usize> = Vec::new();
+    for (m, _) in rows {
+        for c in &m.cols {
+            read.entry((c.devidx, c.offset)).or_insert_with(|| super::raidz::read_col(vd, c, plain));
+            kids.push(c.devidx);
+        }
+    }
+    kids.sort_unstable();
+    kids.dedup();
+    let mut tries = 0usize;
+    for k in 1..=cfg.nparity as usize {
+        let mut found = None;
+        let mut attempt = |bad: &[usize]| -> bool {
+            tries += 1;
+            if tries > CROSS_ROW_TRIES {
+                return true;
+            }
+            let reader = |c: &RaidzCol| if bad.contains(&c.devidx) { None } else { read.get(&(c.devidx, c.offset)).cloned().flatten() };
+            let mut all = Vec::new();
+            for (m, n) in rows {
+                match super::raidz::read_map_with(vd, m, 0, *n, &|_| true, plain, &reader) {
+                    Ok(d) => all.extend_from_slice(&d),
+                    Err(_) => return false,
+                }
+            }
+            if verify(&all) {
+                found = Some(all);
+                return true;
+            }
+            false
+        };
+        super::raidz::for_each_combination(&kids, k, &mut attempt);
+        if found.is_some() || tries > CROSS_ROW_TRIES {
+            return found;
+        }
+    }
+    None
 }
 
 /// One row, as raidz reads it; when that fails, again with each column on a spare or
@@ -714,6 +776,53 @@ mod tests {
         assert!(got == data);
         devs[spare_at].write_at(&vec![0u8; copy.len()], col.offset + VDEV_LABEL_START_SIZE).unwrap();
         assert!(top.read_mode(at, data.len() as u64, &|d| d == data.as_slice(), &crate::vdev::READ_PLAIN).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A block in two groups (draid1:4d:6c:1s, 32 KiB ending group 0) whose columns on one
+    /// child are silently wrong in both rows: neither row can be fixed with the other taken
+    /// as read, only by counting that child wrong in both at once.
+    #[test]
+    fn one_bad_child_across_both_rows_is_found() {
+        use crate::vdev::{test_node, BlockDevice, FileDevice, VdevKind};
+        use oxzfs_format::label::VDEV_LABEL_START_SIZE;
+        let cfg = Config::new(4, 1, 1, 6, 1).unwrap();
+        let dir = std::env::temp_dir().join(format!("oxzfs-2rows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs: Vec<Arc<dyn BlockDevice>> = (0..6)
+            .map(|i| {
+                let p = dir.join(format!("c{i}"));
+                std::fs::File::create(&p).unwrap().set_len(48 << 20).unwrap();
+                Arc::new(FileDevice::open(&p, true).unwrap()) as Arc<dyn BlockDevice>
+            })
+            .collect();
+        let data: Vec<u8> = (0..32u32 << 10).map(|i| (i.wrapping_mul(2246822519) >> 11) as u8).collect();
+        let at = cfg.groupsz() - (20 << 10);
+        let rows = cfg.rows(at, data.len() as u64, 12).unwrap();
+        assert_eq!(rows.len(), 2);
+        let mut pos = 0usize;
+        for (m, n) in &rows {
+            for (c, bytes) in m.cols.iter().zip(m.columns(&data[pos..pos + *n as usize]).unwrap()) {
+                devs[c.devidx].write_at(&bytes, c.offset + VDEV_LABEL_START_SIZE).unwrap();
+            }
+            pos += *n as usize;
+        }
+        // A child with a data column in both rows, its bytes wrong in both.
+        let data_kids = |m: &RaidzMap| m.cols[m.nparity..].iter().filter(|c| c.size > 0).map(|c| c.devidx).collect::<Vec<_>>();
+        let bad = *data_kids(&rows[0].0).iter().find(|k| data_kids(&rows[1].0).contains(k)).expect("a child in both rows");
+        for (m, _) in &rows {
+            let c = m.cols.iter().find(|c| c.devidx == bad).unwrap();
+            devs[bad].write_at(&vec![0x5a; c.size as usize], c.offset + VDEV_LABEL_START_SIZE).unwrap();
+        }
+        let children = (0..6).map(|i| Arc::new(test_node(i as u64, VdevKind::Leaf { disk: false }, 12, Some(devs[i].clone()), vec![]))).collect();
+        let top = test_node(0, VdevKind::Draid(cfg.clone()), 12, None, children);
+        let got = top.read_mode(at, data.len() as u64, &|d| d == data.as_slice(), &crate::vdev::READ_PLAIN).unwrap();
+        assert!(got == data);
+        // Past the end of the vdev: refused, not read.
+        let top = Vdev { asize: at, ..test_node(0, VdevKind::Draid(cfg.clone()), 12, None, top.children.clone()) };
+        assert!(top.read_mode(at, data.len() as u64, &|_| true, &crate::vdev::READ_PLAIN).is_err());
+        assert!(cfg.rows(u64::MAX - 4096, 4096, 12).is_err(), "an offset at the end of the address space");
+        assert!(Config::new(u64::MAX, 1, 0, 6, 1).is_err(), "a data count that would overflow");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

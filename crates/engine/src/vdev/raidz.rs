@@ -374,7 +374,7 @@ fn assemble(map: &RaidzMap, cols: &[Vec<u8>], size: u64) -> Vec<u8> {
 }
 
 /// Calls `f` with each `k`-subset of `items` in lexicographic order until it returns true.
-fn for_each_combination(items: &[usize], k: usize, f: &mut dyn FnMut(&[usize]) -> bool) -> bool {
+pub(super) fn for_each_combination(items: &[usize], k: usize, f: &mut dyn FnMut(&[usize]) -> bool) -> bool {
     if k > items.len() {
         return false;
     }
