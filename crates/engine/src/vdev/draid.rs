@@ -721,24 +721,30 @@ mod tests {
         assert!(perms(1).is_err() && perms(256).is_err());
     }
 
+    /// `n` sparse files of `size` bytes in a fresh temporary directory, open as devices.
+    fn file_devs(tag: &str, n: usize, size: u64) -> (std::path::PathBuf, Vec<Arc<dyn crate::vdev::BlockDevice>>) {
+        let dir = std::env::temp_dir().join(format!("oxzfs-draid-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let devs = (0..n)
+            .map(|i| {
+                let p = dir.join(format!("c{i}"));
+                std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+                Arc::new(crate::vdev::FileDevice::open(&p, true).unwrap()) as Arc<dyn crate::vdev::BlockDevice>
+            })
+            .collect();
+        (dir, devs)
+    }
+
     /// A block whose column on one child is held by the dRAID's distributed spare (the child
     /// missing, under a `spare` vdev with the spare beside it), with two more children lost:
     /// draid2 has no parity left, so the block reads back only if the spare's column is read
     /// from where the spare's permutation column puts it. With that copy wrong, it does not.
     #[test]
     fn a_distributed_spare_stands_in_for_its_child() {
-        use crate::vdev::{test_node, BlockDevice, FileDevice, VdevKind};
+        use crate::vdev::{test_node, VdevKind};
         use oxzfs_format::label::VDEV_LABEL_START_SIZE;
         let cfg = Config::new(3, 2, 1, 7, 6).unwrap();
-        let dir = std::env::temp_dir().join(format!("oxzfs-dspare-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let devs: Vec<Arc<dyn BlockDevice>> = (0..7)
-            .map(|i| {
-                let p = dir.join(format!("c{i}"));
-                std::fs::File::create(&p).unwrap().set_len(64 << 20).unwrap();
-                Arc::new(FileDevice::open(&p, true).unwrap()) as Arc<dyn BlockDevice>
-            })
-            .collect();
+        let (dir, devs) = file_devs("dspare", 7, 64 << 20);
         // 36 KiB at the start of the second row of sectors of group 1 (whose columns wrap).
         let data: Vec<u8> = (0..36u32 << 10).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
         let at = cfg.groupsz() + 5 * 4096;
@@ -784,18 +790,10 @@ mod tests {
     /// as read, only by counting that child wrong in both at once.
     #[test]
     fn one_bad_child_across_both_rows_is_found() {
-        use crate::vdev::{test_node, BlockDevice, FileDevice, VdevKind};
+        use crate::vdev::{test_node, VdevKind};
         use oxzfs_format::label::VDEV_LABEL_START_SIZE;
         let cfg = Config::new(4, 1, 1, 6, 1).unwrap();
-        let dir = std::env::temp_dir().join(format!("oxzfs-2rows-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let devs: Vec<Arc<dyn BlockDevice>> = (0..6)
-            .map(|i| {
-                let p = dir.join(format!("c{i}"));
-                std::fs::File::create(&p).unwrap().set_len(48 << 20).unwrap();
-                Arc::new(FileDevice::open(&p, true).unwrap()) as Arc<dyn BlockDevice>
-            })
-            .collect();
+        let (dir, devs) = file_devs("2rows", 6, 48 << 20);
         let data: Vec<u8> = (0..32u32 << 10).map(|i| (i.wrapping_mul(2246822519) >> 11) as u8).collect();
         let at = cfg.groupsz() - (20 << 10);
         let rows = cfg.rows(at, data.len() as u64, 12).unwrap();
