@@ -92,7 +92,7 @@ def draid(ztest_pools, oxzfs):
     return copy
 
 
-@pytest.mark.parametrize("name,lost", [(WRAP, 2), (ONE, 1)])
+@pytest.mark.parametrize("name,lost", [(WRAP, 2), (ONE, 1), ("zt-draid3-spares2", 3)])
 def test_lost_children_are_rebuilt_from_parity(name, lost, draid, oxzfs, ztest_pools):
     """As many children as the parity covers, zeroed, in the first dRAID: every block still
     verifies (zdb -cc, ours and OpenZFS's, both clean with the full block count); with more

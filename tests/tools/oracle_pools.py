@@ -91,6 +91,9 @@ ZTEST_POOLS = [
                                      "-a", "12", "-C", "special=off"]),
     dict(name="zt-draid2-wrap", args=["-v", "1", "-m", "1", "-r", "7", "-R", "2", "-K", "draid", "-D", "3", "-S", "1",
                                       "-a", "12", "-C", "special=on"]),
+    # Triple parity over 12 children with two distributed spares (5 groups of 8 per slice).
+    dict(name="zt-draid3-spares2", args=["-v", "1", "-m", "1", "-r", "12", "-R", "3", "-K", "draid", "-D", "5", "-S", "2",
+                                         "-a", "12", "-C", "special=off"]),
 ]
 
 INSTALL_HINT = "run scripts/install-deps.sh (as root) to install it"
