@@ -210,12 +210,7 @@ impl FileDevice {
         let map = if direct.is_some() { PageCacheMap::new(&file, size) } else { None };
         Ok(FileDevice { file, direct, path: path.to_path_buf(), size, regular, dio_align, read_align, map })
     }
-}
 
-/// The alignment a file's O_DIRECT I/O needs of the buffer and of the offset and length, as
-/// its file system reports it (statx with STATX_DIOALIGN, Linux 6.1 on); None when it does not
-/// or the figure is not a power of two up to `DIRECT_ALIGN`.
-impl FileDevice {
     /// `write_sync` past the page cache (O_DIRECT with RWF_DSYNC): the bytes go from an
     /// aligned copy straight to the disk, durable on return. None when the device or the
     /// range does not allow it (the caller writes through the page cache). The range needs
@@ -241,30 +236,40 @@ impl FileDevice {
             let at = s.as_ptr().align_offset(DIRECT_ALIGN);
             let dst = &mut s[at..at + buf.len()];
             dst.copy_from_slice(buf);
-            let (mut off, mut done) = (offset, 0usize);
-            while done < dst.len() {
-                let iov = libc::iovec { iov_base: dst[done..].as_ptr() as *mut libc::c_void, iov_len: dst.len() - done };
-                // SAFETY: one iovec over the scratch buffer's live bytes.
-                let n = unsafe { libc::pwritev2(f.as_raw_fd(), &iov, 1, off as libc::off_t, libc::RWF_DSYNC) };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    return match e.raw_os_error() {
-                        Some(libc::EINTR) => continue,
-                        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS) if done == 0 => Ok(None),
-                        _ => Err(e),
-                    };
-                }
-                if n == 0 {
-                    return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
-                }
-                off += n as u64;
-                done += n as usize;
-            }
-            Ok(Some(true))
+            Ok(pwrite_dsync(f.as_raw_fd(), dst, offset, &[libc::EINVAL, libc::EOPNOTSUPP, libc::ENOSYS])?.then_some(true))
         })
     }
 }
 
+/// All of `buf` written at `offset` of `fd` with pwritev2(RWF_DSYNC), durable on return.
+/// False (nothing written) when the first call fails with one of `unsupported`: the caller
+/// has another way to write it.
+fn pwrite_dsync(fd: std::os::fd::RawFd, buf: &[u8], offset: u64, unsupported: &[i32]) -> std::io::Result<bool> {
+    let (mut off, mut done) = (offset, 0usize);
+    while done < buf.len() {
+        let iov = libc::iovec { iov_base: buf[done..].as_ptr() as *mut libc::c_void, iov_len: buf.len() - done };
+        // SAFETY: one iovec over `buf`'s live bytes.
+        let n = unsafe { libc::pwritev2(fd, &iov, 1, off as libc::off_t, libc::RWF_DSYNC) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(c) if done == 0 && unsupported.contains(&c) => return Ok(false),
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
+        }
+        off += n as u64;
+        done += n as usize;
+    }
+    Ok(true)
+}
+
+/// The alignment a file's O_DIRECT I/O needs of the buffer and of the offset and length, as
+/// its file system reports it (statx with STATX_DIOALIGN, Linux 6.1 on); None when it does not
+/// or the figure is not a power of two up to `DIRECT_ALIGN`.
 fn dio_alignment(f: &File) -> Option<usize> {
     use std::os::fd::AsRawFd;
     // SAFETY: statx fills the struct it is given (zeroed: a plain C struct), which outlives
@@ -337,25 +342,7 @@ impl BlockDevice for FileDevice {
         if let Some(done) = self.write_sync_direct(buf, offset)? {
             return Ok(done);
         }
-        let (mut off, mut left) = (offset, buf);
-        while !left.is_empty() {
-            let iov = libc::iovec { iov_base: left.as_ptr() as *mut libc::c_void, iov_len: left.len() };
-            let n = unsafe { libc::pwritev2(self.file.as_raw_fd(), &iov, 1, off as libc::off_t, libc::RWF_DSYNC) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                return match e.raw_os_error() {
-                    Some(libc::EOPNOTSUPP | libc::ENOSYS) if left.len() == buf.len() => Ok(false),
-                    Some(libc::EINTR) => continue,
-                    _ => Err(e),
-                };
-            }
-            if n == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
-            }
-            off += n as u64;
-            left = &left[n as usize..];
-        }
-        Ok(true)
+        pwrite_dsync(self.file.as_raw_fd(), buf, offset, &[libc::EOPNOTSUPP, libc::ENOSYS])
     }
     fn fill_holes(&self, offset: u64, len: u64) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
@@ -1495,12 +1482,12 @@ impl Vdev {
         self.children.iter().find_map(|c| c.find(name))
     }
 
-    /// Every leaf below this vdev, depth first.
     /// Whether this vdev or one below it is `f`.
     pub fn any(&self, f: &dyn Fn(&Vdev) -> bool) -> bool {
         f(self) || self.children.iter().any(|c| c.any(f))
     }
 
+    /// Every leaf below this vdev, depth first.
     pub fn leaves(&self) -> Vec<&Vdev> {
         let mut out = Vec::new();
         let mut stack = vec![self];
