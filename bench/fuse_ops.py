@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""What bench/run.py's create and stat rows cost in FUSE requests: the requests each operation
-sends, by opcode, and how long each kind takes, from the kernel's fuse tracepoints.
+"""What bench/run.py's create, stat, delete and 4K write+fsync rows cost in FUSE requests: the
+requests each operation sends, by opcode, and how long each kind takes (the fuse tracepoints).
 
     sudo python3 bench/fuse_ops.py [--targets oxzfs,zfs-fuse] [--n 2000] [--pin same|other]
 
 Per target (set up as bench/run.py does, one sparse file of 2 GiB): create N files of 100 bytes
 in directories of 500 (Python open/write/close, as run.py), export and import (the page cache
-dropped), then os.stat each of them: run.py's create and stat rows. Each phase is traced with
+dropped), then os.stat each of them, then unlink them (run.py's create, stat and delete rows),
+then min(N, 1000) 4 KiB writes each followed by fsync in one file. Each phase is traced with
 fuse:fuse_request_send and fuse:fuse_request_end (Linux 6.16 and later; /sys/kernel/tracing),
 kept to the mount's connection, and reported as: the rate, requests per operation by opcode,
 per opcode the mean, median and 99th percentile time from send to answer (us) and what the
@@ -111,7 +112,14 @@ def measure(t, n, how):
     tree = os.path.join(t.mnt, "tree")
     with Trace(t.mnt) as stat:
         run.stat_tree(tree, n)
-    return create.report("create", n) + "\n" + stat.report("stat (after export and import)", n)
+    with Trace(t.mnt) as delete:
+        for i in range(n):
+            os.unlink(os.path.join(tree, f"d{i // 500}", f"f{i}"))
+    nsync = min(n, 1000)
+    with Trace(t.mnt) as fsync:
+        run._fsync_writes(os.path.join(t.mnt, "sync"), nsync)
+    return "\n".join([create.report("create", n), stat.report("stat (after export and import)", n),
+                      delete.report("delete (after stat)", n), fsync.report("4K write+fsync (one file, in place)", nsync)])
 
 
 def main():

@@ -373,7 +373,16 @@ impl BlockDevice for FileDevice {
             let mut o = hole;
             while o < stop {
                 let n = (stop - o).min(zeros.len() as u64) as usize;
-                self.file.write_all_at(&zeros[..n], o)?;
+                // Written through the page cache and made durable at once (RWF_DSYNC: this
+                // range written back, the host's allocation committed). Left dirty, the zeros
+                // were written back piecemeal by the log writes that came later (O_DIRECT
+                // writes the cached pages they overlap back first), in growing runs: 10% of
+                // 4 KiB write+fsync commits took 200-500 us instead of 90 (p99 430-520 us,
+                // now 170-210; 5 alternated runs of 3000, median 7,394 -> 7,426/s). Zeros
+                // written with O_DIRECT cost the later log writes more (p50 100 us against 88).
+                if !pwrite_dsync(fd, &zeros[..n], o, &[libc::EOPNOTSUPP, libc::ENOSYS])? {
+                    self.file.write_all_at(&zeros[..n], o)?;
+                }
                 o += n as u64;
             }
             at = stop;
