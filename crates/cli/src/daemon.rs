@@ -11,7 +11,7 @@ use tracing_subscriber::fmt;
 use tracing_subscriber::prelude::*;
 use crate::verb::State;
 use crate::client::{is_running, request, request_at, socket_path, Req, Resp, SHUTDOWN};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -248,10 +248,8 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         let Ok(mut conn) = conn else { continue };
         // A client that connects and says nothing must not stall the daemon.
         let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut line = String::new();
-        if BufReader::new(&conn).read_line(&mut line).is_err() {
-            continue;
-        }
+        // The request line, with the descriptors a `zfs send` or `zfs receive` passes along.
+        let Ok((line, fds)) = crate::client::recv_line_with_fds(std::os::fd::AsRawFd::as_raw_fd(&conn), 1 << 20) else { continue };
         let req: Req = match serde_json::from_str(&line) {
             Ok(r) => r,
             Err(e) => {
@@ -270,14 +268,20 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (out, waits, resilver_waits, removal_waits, rebuild_waits) = {
+                let (out, waits, resilver_waits, removal_waits, rebuild_waits, streams) = {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
+                    st.fds = fds;
                     let out = commands::execute(&mut st, &argv, &cwd);
-                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits), std::mem::take(&mut st.rebuild_waits))
+                    st.fds.clear();
+                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits), std::mem::take(&mut st.rebuild_waits), std::mem::take(&mut st.streams))
                 };
-                // An evacuation that stopped on an error fails the command waiting for it.
+                // A send or receive streams with the state let go (other commands go on).
                 let mut out = out;
+                for job in streams {
+                    job(&mut out, &state);
+                }
+                // An evacuation that stopped on an error fails the command waiting for it.
                 for (h, run) in removal_waits {
                     if let Some(e) = oxzfs::vdev_removal_thread::wait(&h, run) {
                         out.1.push_str(&format!("{e}\n"));

@@ -23,6 +23,8 @@ mod zfs;
 mod zpool;
 mod mounts;
 mod opts;
+mod recv;
+mod send;
 
 use clap::ValueEnum;
 use std::path::PathBuf;
@@ -135,6 +137,22 @@ fn run(args: &[String]) -> i32 {
                         return iostat::run_interval(&args[2..], &|argv| client::request(argv));
                     }
                 }
+            }
+            // `zfs send` and `zfs receive`: the stream goes between the daemon and this
+            // process's standard output or input, passed along with standard error.
+            if cmd == "zfs" && matches!(args.get(1).map(|s| s.as_str()), Some("send" | "receive" | "recv")) {
+                let sending = args[1] == "send";
+                if sending && !args[2..].iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('n')) && unsafe { libc::isatty(1) } == 1 {
+                    eprintln!("Error: Stream can not be written to a terminal.\nYou must redirect standard output.");
+                    return 1;
+                }
+                return match client::request_with_fds(args, &[if sending { 1 } else { 0 }, 2]) {
+                    Ok(r) => show(r),
+                    Err(e) => {
+                        eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
+                        1
+                    }
+                };
             }
             let mut res = client::request(args);
             // A daemon that was killed can hold its socket for a moment while its last threads

@@ -38,6 +38,12 @@ pub struct State {
     /// Pools whose removal a command waits for, with the thread's run it started (`zpool
     /// remove -w`) or None (`zpool wait`).
     pub removal_waits: Vec<(Arc<PoolHandle>, Option<u64>)>,
+    /// The descriptors the request passed (`zfs send`: where the stream goes and the caller's
+    /// standard error; `zfs receive`: where it comes from and standard error).
+    pub fds: Vec<std::os::fd::OwnedFd>,
+    /// Streams to run once the request has let the state go (`zfs send`, `zfs receive`): each
+    /// adds what it has to say to the request's output.
+    pub streams: Vec<Box<dyn FnOnce(&mut Out, &Arc<std::sync::Mutex<State>>) + Send>>,
 }
 
 pub type Out = (String, String, i32);

@@ -32,6 +32,9 @@ pub enum Verb {
     Mount,
     #[value(alias = "umount")]
     Unmount,
+    Send,
+    #[value(alias = "recv")]
+    Receive,
 }
 
 impl Verb {
@@ -50,6 +53,8 @@ impl Verb {
             Verb::Inherit => INHERIT_USAGE,
             Verb::Mount => MOUNT_USAGE,
             Verb::Unmount => UNMOUNT_USAGE,
+            Verb::Send => crate::send::SEND_USAGE,
+            Verb::Receive => crate::recv::RECV_USAGE,
         }
     }
 
@@ -68,6 +73,8 @@ impl Verb {
             Verb::Inherit => inherit(st, args),
             Verb::Mount => mount(st, args),
             Verb::Unmount => unmount(st, args),
+            Verb::Send => crate::send::send(st, args),
+            Verb::Receive => crate::recv::receive(st, args),
         }
     }
 }

@@ -60,6 +60,12 @@ pub fn no_objset_init(_: &mut ObjsetW, _: u64, _: u64) -> Result<()> {
     Err(ZfsError::Unsupported("no file system layer was given to this pool to make a file system with".into()))
 }
 
+/// The `ObjsetInit` of a file system whose objects all come from elsewhere (`zfs receive`
+/// of a full stream: the stream brings the ZPL's objects, master node first).
+pub fn empty_objset_init(_: &mut ObjsetW, _: u64, _: u64) -> Result<()> {
+    Ok(())
+}
+
 /// Meta-dnode block size (DNODE_BLOCK_SIZE, 16K) and its 32 dnodes.
 pub const DNODE_BLOCK_SIZE: u64 = 16384;
 const DNODES_PER_BLOCK: u64 = DNODE_BLOCK_SIZE / DNODE_SIZE as u64;
@@ -464,6 +470,16 @@ impl ObjsetW {
 
     pub fn exists(&self, obj: u64) -> bool {
         self.dnode(obj).is_ok()
+    }
+
+    /// One past the highest object number this objset can hold now: the synced dnode array
+    /// and the objects dirty since.
+    pub fn object_limit(&self) -> u64 {
+        let md = &self.phys.meta_dnode;
+        let synced = if md.nlevels == 0 { 0 } else { (md.maxblkid + 1) * (md.data_block_size() / DNODE_SIZE as u64) };
+        let dirty = self.dirty.keys().next_back().map_or(0, |&o| o + 1);
+        let frozen = self.frozen.as_ref().and_then(|f| f.dirty.keys().next_back()).map_or(0, |&o| o + 1);
+        synced.max(dirty).max(frozen)
     }
 
     /// Make `obj` dirty (loading its dnode) and return it.

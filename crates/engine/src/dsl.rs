@@ -65,6 +65,11 @@ fn bonus_of(mos: &Objset, obj: u64) -> Result<(Vec<u8>, bool)> {
     Ok((dn.bonus, le))
 }
 
+/// The DSL directory object `obj` of the MOS.
+pub fn dir_phys_of(mos: &Objset, obj: u64) -> Result<DslDirPhys> {
+    dir_phys(mos, obj)
+}
+
 fn dir_phys(mos: &Objset, obj: u64) -> Result<DslDirPhys> {
     let (b, le) = bonus_of(mos, obj)?;
     DslDirPhys::decode(&b, le).map_err(|e| ZfsError::corrupt(format!("DSL directory {obj}"), e))

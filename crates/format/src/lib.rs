@@ -35,5 +35,6 @@ pub mod ddt;
 pub mod zil;
 pub mod l2arc;
 pub mod removal;
+pub mod drr;
 
 pub use error::{FormatError, Result};
