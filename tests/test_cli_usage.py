@@ -166,6 +166,15 @@ ZFS = {
         'usage:\n'
         '\tunmount [-fu] <-a | filesystem|mountpoint>\n'
     ),
+    "send": (
+        'usage:\n'
+        '\tsend [-nPvLec] [-[iI] snapshot] <snapshot>\n'
+    ),
+    "receive": (
+        'usage:\n'
+        '\treceive [-vnFu] <filesystem|volume|snapshot>\n'
+        '\treceive [-vnFu] [-d | -e] <filesystem>\n'
+    ),
 }
 
 CASES = [("zpool", v, u) for v, u in ZPOOL.items()] + [("zfs", v, u) for v, u in ZFS.items()]

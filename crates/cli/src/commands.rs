@@ -122,7 +122,7 @@ fn write_cachefiles(st: &State, before: std::collections::BTreeSet<String>) {
 fn refused_while_suspended(st: &State, cmd: &str, verb: &str, rest: &[String]) -> Option<Out> {
     let looks = match cmd {
         "zpool" => matches!(verb, "status" | "list" | "get" | "iostat" | "clear" | "export" | "history" | "events" | "help" | "version"),
-        "zfs" => matches!(verb, "list" | "get" | "help" | "version" | "unmount" | "umount" | "mount"),
+        "zfs" => matches!(verb, "list" | "get" | "help" | "version" | "unmount" | "umount" | "mount" | "send"),
         _ => true,
     };
     if looks {

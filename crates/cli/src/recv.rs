@@ -29,17 +29,14 @@ verb_opts!(
     resumable: bool,
     #[arg(short = 'A')]
     abort: bool,
-    #[arg(short = 'h')]
-    noholds: bool,
-    #[arg(short = 'M')]
-    no_mac: bool,
     #[arg(short = 'o')]
     props: Vec<String>,
     #[arg(short = 'x')]
     excluded: Vec<String>,
 });
 
-pub const RECV_USAGE: &str = "usage:\n\treceive [-vMnsFhu] [-o <property>=<value>] ... [-x <property>] ...\n\t    <filesystem|volume|snapshot>\n\treceive [-vMnsFhu] [-o <property>=<value>] ... [-x <property>] ... \n\t    [-d | -e] <filesystem>\n\treceive -A <filesystem|volume>\n";
+/// OpenZFS's usage of `zfs receive`, limited to the options oxzfs takes.
+pub const RECV_USAGE: &str = "usage:\n\treceive [-vnFu] <filesystem|volume|snapshot>\n\treceive [-vnFu] [-d | -e] <filesystem>\n";
 
 /// `zfs receive [-Fnuv] [-d|-e] target`.
 pub fn receive(st: &mut State, args: &[String]) -> Out {

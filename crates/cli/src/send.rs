@@ -42,8 +42,6 @@ verb_opts!(
     props: bool,
     #[arg(short = 'D')]
     dedup: bool,
-    #[arg(short = 'h')]
-    holds: bool,
     #[arg(short = 'b')]
     backup: bool,
     #[arg(short = 's')]
@@ -52,7 +50,8 @@ verb_opts!(
     token: Option<String>,
 });
 
-pub const SEND_USAGE: &str = "usage:\n\tsend [-DnPpRvLecwhb] [-[iI] snapshot] <snapshot>\n\tsend [-nvPLecw] [-i snapshot|bookmark] <filesystem|volume|snapshot>\n\tsend [-nvPe] -t <receive_resume_token>\n\tsend [-Pnv] --saved filesystem\n";
+/// OpenZFS's usage of `zfs send`, limited to the options oxzfs takes.
+pub const SEND_USAGE: &str = "usage:\n\tsend [-nPvLec] [-[iI] snapshot] <snapshot>\n";
 
 /// `zfs send [-nvPLec] [-i|-I snapshot] snapshot`.
 pub fn send(st: &mut State, args: &[String]) -> Out {
@@ -65,7 +64,6 @@ pub fn send(st: &mut State, args: &[String]) -> Out {
         (o.raw, "-w", "raw streams"),
         (o.props, "-p", "properties in streams"),
         (o.dedup, "-D", "deduplicated streams"),
-        (o.holds, "-h", "holds in streams"),
         (o.backup, "-b", "received properties in streams"),
         (o.skipmissing, "-s", "replication streams"),
         (o.token.is_some(), "-t", "resumable streams"),

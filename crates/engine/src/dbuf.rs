@@ -690,6 +690,15 @@ impl ObjsetW {
                 return Err(ZfsError::Posix(libc::EFBIG, format!("object {obj}: a spill block of {} bytes", b.len())));
             }
         }
+        if spill.is_some() {
+            // The spill's block pointer takes the dnode's last 128 bytes: the bonus must end
+            // before them (a stream or a bug asking for more is refused here, not at sync).
+            let dn = &self.dirty_obj(obj)?.dn;
+            let room = DnodePhys::bonus_room(dn.slots(), dn.nblkptr as usize);
+            if dn.bonus.len() + BLKPTR_SIZE > room {
+                return Err(ZfsError::Invalid(format!("object {obj}: no room for a spill block pointer after a bonus of {} bytes", dn.bonus.len())));
+            }
+        }
         // A spill written in the txg being synced counts as there (its dnode copy does not
         // show it yet): removing it must be recorded, or the frozen one would come back.
         let frozen_spill = matches!(self.frozen.as_ref().and_then(|f| f.spills.get(&obj)), Some(Some(_)));

@@ -109,19 +109,21 @@ impl<'a> StreamReader<'a> {
     /// The next record header, its trailer checked (None: the stream ended cleanly before one).
     pub fn record(&mut self) -> Result<Option<[u8; RECORD_SIZE]>> {
         let mut r = [0u8; RECORD_SIZE];
+        // The first record is the BEGIN, whatever its bytes say (read_begin checks them).
+        let first = self.offset == 0;
         if !self.fill(&mut r)? {
             return Ok(None);
         }
         let before = self.zc;
         fletcher4_more(&mut self.zc, &r[..TRAILER]);
         let typ = u32_at(&r, 0);
-        if typ != DRR_BEGIN {
+        if typ != DRR_BEGIN && !first {
             let trailer: Vec<u64> = (0..4).map(|i| u64_at(&r, TRAILER + 8 * i)).collect();
             if trailer.iter().any(|&w| w != 0) && trailer != self.zc {
                 return Err(invalid(format!("checksum mismatch in the record at byte {}", self.offset - RECORD_SIZE as u64)));
             }
         }
-        if typ == DRR_END {
+        if typ == DRR_END && !first {
             let sent: Vec<u64> = (0..4).map(|i| u64_at(&r, 8 + 8 * i)).collect();
             if sent != before {
                 return Err(invalid("checksum mismatch: the END record's checksum is not the stream's"));
@@ -560,29 +562,43 @@ fn object(h: &PoolHandle, s: &mut StreamReader, r: &[u8; RECORD_SIZE], dsobj: u6
         h.with_fs(dsobj, |os, _| os.free_object(obj))?;
         h.sync_now()?;
     }
+    let has_spill = flags & DRR_OBJECT_SPILL != 0;
+    // The block pointers the dnode gets (deduce_nblkptr): one under system attributes, whose
+    // bonus takes the dnode's room; else as many as the bonus leaves room for, up to 3. A
+    // spill's block pointer needs the room's last 128 bytes.
+    let nblkptr = if bonustype == oxzfs_format::types::DMU_OT_SA as u32 { 1 } else { ((DnodePhys::bonus_room(slots, 1) - bonuslen) / 128 + 1).clamp(1, 3) };
+    if DnodePhys::bonus_room(slots, nblkptr) < bonuslen + if has_spill { 128 } else { 0 } {
+        return Err(bad(&format!("a bonus of {bonuslen} bytes leaves no room for its spill block")));
+    }
     h.with_fs(dsobj, |os, _| {
-        let nblkptr_for = |len: usize| ((DnodePhys::bonus_room(slots, 1) - len) / 128 + 1).clamp(1, 3);
+        let set_nblkptr = |os: &mut crate::dbuf::ObjsetW| -> Result<()> {
+            let d = os.dirty_obj(obj)?;
+            d.dn.nblkptr = nblkptr as u8;
+            d.dn.blkptr.resize(nblkptr, oxzfs_format::blkptr::BlockPointer::hole());
+            Ok(())
+        };
         match os.dnode(obj) {
             Err(ZfsError::NotFound(_)) => {
                 os.alloc_from(obj);
-                let got = os.alloc_object(typ as u8, blksz, bonustype as u8, bonuslen, slots)?;
+                let got = os.alloc_object(typ as u8, blksz, bonustype as u8, 0, slots)?;
                 if got != obj {
                     os.free_object(got)?;
                     return Err(bad("its dnode slots are taken"));
                 }
+                set_nblkptr(os)?;
             }
             Err(e) => return Err(e),
             Ok(dn) => {
                 // receive_object on an existing object: its data goes when the block size
                 // changes or the bonus grows into the block pointers' room.
-                if dn.data_block_size() != blksz || nblkptr_for(bonuslen) < dn.nblkptr as usize {
+                if dn.data_block_size() != blksz || nblkptr < dn.nblkptr as usize {
                     os.truncate(obj, 0)?;
                     let d = os.dirty_obj(obj)?;
                     d.dn.datablkszsec = (blksz / 512) as u16;
                     d.dn.maxblkid = 0;
-                    let n = nblkptr_for(bonuslen);
-                    d.dn.nblkptr = n as u8;
-                    d.dn.blkptr.resize(n, oxzfs_format::blkptr::BlockPointer::hole());
+                    set_nblkptr(os)?;
+                } else if DnodePhys::bonus_room(slots, dn.nblkptr as usize) < bonuslen + if has_spill { 128 } else { 0 } {
+                    return Err(bad(&format!("a bonus of {bonuslen} bytes does not fit the object as it is")));
                 }
                 let d = os.dirty_obj(obj)?;
                 d.dn.typ = typ as u8;
@@ -595,7 +611,7 @@ fn object(h: &PoolHandle, s: &mut StreamReader, r: &[u8; RECORD_SIZE], dsobj: u6
             d.dn.compress = compress;
         }
         os.set_bonus(obj, bonus)?;
-        if spill_block && flags & DRR_OBJECT_SPILL == 0 && os.spill(obj)?.is_some() {
+        if spill_block && !has_spill && os.spill(obj)?.is_some() {
             os.set_spill(obj, None)?;
         }
         Ok(())

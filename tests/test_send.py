@@ -1,0 +1,323 @@
+"""`zfs send` and `zfs receive`: OpenZFS's replication stream, both ways, against three judges.
+
+Two sender pools are written by oxzfs and snapshotted between rounds of changes: a version-23
+mirror (ZPL 4, what zfs-fuse reads) and a version-5000 pool (ZPL 5: system attributes, xattr=sa,
+large dnodes, a child with 1 MiB records). Their streams, full and incremental, must be:
+  - well formed by OpenZFS's own reader: `zstream dump` finds every record's checksum and the
+    END checksum right, and adds up to the stream's length, which `zfs send -nvP` foretold;
+  - received by zfs-fuse (version-23 streams), whose pool oxzfs then reads back: every snapshot
+    equals the sender's, entry by entry, xattrs included;
+  - received by oxzfs, into another pool: every snapshot equals the sender's, the snapshots keep
+    the sender's guids, and OpenZFS's zdb finds no error and no leak in the receiving pool.
+And zfs-fuse's own streams are received by oxzfs. Bad streams (cut short, a byte changed, the
+wrong source) are refused, naming what is wrong, and leave nothing behind.
+"""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import diff_manifests, zfs_fuse_imported
+from test_write import _strip_xattrs, make_devs, zdb_check
+import manifest as manifest_mod
+import oracle_pools
+import populate as populate_mod
+
+ZSTREAM = "/opt/openzfs/bin/zstream"
+
+
+def send(ox, path, *args):
+    """`zfs send ARGS > PATH`: the result (stdout is the file)."""
+    with open(path, "wb") as f:
+        cp = subprocess.run([ox.binary, "zfs", "send", *args], env=ox.env, stdout=f, stderr=subprocess.PIPE, text=True, timeout=600)
+    assert "panicked" not in cp.stderr, cp.stderr
+    return cp
+
+
+def receive(ox, path, *args):
+    """`zfs receive ARGS < PATH`."""
+    with open(path, "rb") as f:
+        cp = subprocess.run([ox.binary, "zfs", "receive", *args], env=ox.env, stdin=f, capture_output=True, text=True, timeout=600)
+    assert "panicked" not in cp.stderr, cp.stderr
+    return cp
+
+
+def snap_manifest(mnt, snap):
+    return manifest_mod.manifest(os.path.join(mnt, ".zfs", "snapshot", snap))
+
+
+class Sender:
+    """A pool written by oxzfs, with snapshots a, b, c of file system FS and their manifests,
+    and its streams: full@a, a..b, b..c (files under DIR)."""
+
+    def __init__(self, ox, tag, pool, fs_args, create_args, profile_a):
+        self.pool = pool
+        base = os.path.join(ox.base, tag)
+        self.vdir = os.path.join(base, "vdevs")
+        self.alt = os.path.join(base, "alt")
+        self.dir = os.path.join(base, "streams")
+        os.makedirs(self.dir, exist_ok=True)
+        devs = make_devs(self.vdir, 2, 256)
+        r = ox.zpool("create", *create_args, "-R", self.alt, pool, "mirror", *devs)
+        assert r.returncode == 0, repr(r)
+        ox.imported.append(pool)
+        self.fs = f"{pool}/fs"
+        r = ox.zfs("create", *fs_args, self.fs)
+        assert r.returncode == 0, repr(r)
+        self.mnt = os.path.join(self.alt, pool, "fs")
+        self.snaps = {}
+        populate_mod.populate(self.mnt, 1, profile_a)
+        self.snap(ox, "a")
+        populate_mod.populate(self.mnt, 2, "change")
+        self.snap(ox, "b")
+        populate_mod.populate(self.mnt, 3, "change")
+        populate_mod.holey(os.path.join(self.mnt, "late-holes"), 5 << 20, [(1 << 20, b"x" * 70000), (4 << 20, b"y" * 3)])
+        self.snap(ox, "c")
+        self.streams = {}
+        for name, args in (("full-a", [f"{self.fs}@a"]), ("a-b", ["-i", "@a", f"{self.fs}@b"]), ("b-c", ["-i", f"{self.fs}@b", f"{self.fs}@c"])):
+            path = os.path.join(self.dir, name)
+            cp = send(ox, path, *args)
+            assert cp.returncode == 0, f"zfs send {' '.join(args)}: {cp.stderr}"
+            self.streams[name] = path
+
+    def snap(self, ox, s):
+        r = ox.zfs("snapshot", f"{self.fs}@{s}")
+        assert r.returncode == 0, repr(r)
+        self.snaps[s] = snap_manifest(self.mnt, s)
+
+
+@pytest.fixture(scope="module")
+def senders(oxzfs):
+    return {
+        "v23": Sender(oxzfs, "s23", "snd23", [], ["-o", "version=23"], "small"),
+        "v5000": Sender(oxzfs, "s5k", "snd5k", ["-o", "xattr=sa", "-o", "dnodesize=auto", "-o", "recordsize=1M"], [], "small"),
+    }
+
+
+def zstream_dump(path):
+    if not os.access(ZSTREAM, os.X_OK):
+        pytest.fail(f"OpenZFS zstream not found at {ZSTREAM}: run scripts/install-deps.sh")
+    cp = subprocess.run([ZSTREAM, "dump", "-v", path], capture_output=True, text=True, errors="replace", timeout=300)
+    return cp.returncode, cp.stdout + cp.stderr
+
+
+@pytest.mark.parametrize("kind", ["v23", "v5000"])
+def test_streams_are_what_zstream_reads(kind, senders, oxzfs):
+    s = senders[kind]
+    for name, path in s.streams.items():
+        rc, text = zstream_dump(path)
+        size = os.path.getsize(path)
+        assert rc == 0, f"zstream dump {name}: exit {rc}\n{text[-3000:]}"
+        for bad in ("Incorrect checksum", "differs", "INVALID", "invalid"):
+            assert bad not in text, f"zstream dump {name}: {bad}\n{text[-3000:]}"
+        assert re.search(r"Total DRR_END records = 1 ", text), text[-2000:]
+        total = int(re.search(r"Total stream length = (\d+)", text)[1])
+        records = int(re.search(r"Total records = (\d+)", text)[1])
+        overhead = int(re.search(r"Total header overhead = (\d+)", text)[1])
+        assert total == size, f"{name}: zstream counts {total} bytes, the file has {size}"
+        assert overhead == 312 * records
+        # The BEGIN record names the snapshot, and a full stream no source.
+        assert re.search(rf"toname = {re.escape(s.fs)}@", text)
+        if name == "full-a":
+            assert "fromguid = 0\n" in text
+            features = re.search(r"features = (\w+)", text)[1]
+            # Version 23: none (what zfs-fuse takes); ZPL 5: SA_SPILL, and LARGE_DNODE when
+            # dnodes of more than 512 bytes are in use.
+            assert features == "0" if kind == "v23" else features in ("4", "800004"), text[:600]
+    # The dry run foretells the length exactly.
+    r = oxzfs.zfs("send", "-nvP", "-i", "@a", f"{s.fs}@b")
+    assert r.returncode == 0, repr(r)
+    m = re.search(r"^size\t(\d+)$", r.stdout, re.M)
+    assert m and int(m[1]) == os.path.getsize(s.streams["a-b"]), r.stdout
+    assert re.search(rf"^incremental\t@a\t{re.escape(s.fs)}@b\t\d+$", r.stdout, re.M), r.stdout
+
+
+def test_zfs_fuse_receives_version_23_streams(senders, oxzfs, work_dir):
+    """zfs-fuse receives the full stream and both incrementals; oxzfs reads its pool back: the
+    snapshots keep the sender's guids and content, and OpenZFS's zdb finds the pool clean."""
+    s = senders["v23"]
+    base = os.path.join(oxzfs.base, "zf-recv")
+    shutil.rmtree(base, ignore_errors=True)
+    vdir = os.path.join(base, "vdevs")
+    dev = make_devs(vdir, 1, 256)[0]
+    with oracle_pools.ZfsFuse(work_dir):
+        r = subprocess.run(["zpool", "create", "-m", os.path.join(base, "zfm"), "zfrecv", dev], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        try:
+            for name in ("full-a", "a-b", "b-c"):
+                with open(s.streams[name], "rb") as f:
+                    args = ["-F"] if name != "full-a" else []
+                    r = subprocess.run(["zfs", "receive", *args, "zfrecv/got"], stdin=f, capture_output=True, text=True, timeout=300)
+                assert r.returncode == 0, f"zfs-fuse cannot receive {name}: {r.stdout}{r.stderr}"
+        finally:
+            subprocess.run(["zpool", "export", "zfrecv"], capture_output=True)
+    zdb_check(vdir, "zfrecv")
+    alt = os.path.join(base, "alt")
+    r = oxzfs.import_ro(vdir, "zfrecv", alt)
+    assert r.returncode == 0, repr(r)
+    try:
+        r = oxzfs.zfs("list", "-H", "-o", "name,guid", "-t", "snapshot", "-r", "zfrecv")
+        assert r.returncode == 0, repr(r)
+        got_guids = dict(line.split("\t") for line in r.stdout.splitlines())
+        r = oxzfs.zfs("list", "-H", "-o", "name,guid", "-t", "snapshot", "-r", s.fs)
+        want_guids = {k.replace(s.fs, "zfrecv/got"): v for k, v in (line.split("\t") for line in r.stdout.splitlines())}
+        assert got_guids == want_guids
+        r = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", "zfrecv/got")
+        mnt = r.stdout.strip()
+        assert os.path.isdir(mnt), f"zfrecv/got is not mounted at {mnt!r}"
+        for snap, want in s.snaps.items():
+            d = diff_manifests(snap_manifest(mnt, snap), want)
+            assert not d, f"zfs-fuse's received @{snap} differs from the sender's:\n{d}"
+    finally:
+        oxzfs.export("zfrecv")
+
+
+@pytest.mark.parametrize("kind", ["v23", "v5000"])
+def test_oxzfs_receives_its_own_streams(kind, senders, oxzfs):
+    """Full, then both incrementals, into a pool of the same version: every snapshot equal to
+    the sender's, guids kept; OpenZFS's zdb clean."""
+    s = senders[kind]
+    pool = "rcv" + kind.replace("v", "")
+    base = os.path.join(oxzfs.base, f"recv-{kind}")
+    shutil.rmtree(base, ignore_errors=True)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, 1, 256)
+    version = ["-o", "version=23"] if kind == "v23" else []
+    r = oxzfs.zpool("create", *version, "-R", alt, pool, *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    target = f"{pool}/backup/got"
+    assert oxzfs.zfs("create", f"{pool}/backup").returncode == 0
+    cp = receive(oxzfs, s.streams["full-a"], "-v", target)
+    assert cp.returncode == 0, cp.stderr
+    assert f"receiving full stream of {s.fs}@a into {target}@a" in cp.stdout, cp.stdout
+    mnt = os.path.join(alt, pool, "backup", "got")
+    for name in ("a-b", "b-c"):
+        # Reading the received file system changes its atimes: -F as OpenZFS users do.
+        cp = receive(oxzfs, s.streams[name], "-F", target)
+        assert cp.returncode == 0, f"{name}: {cp.stderr}"
+    for snap, want in s.snaps.items():
+        d = diff_manifests(snap_manifest(mnt, snap), want)
+        assert not d, f"received @{snap} differs from the sender's:\n{d}"
+    d = diff_manifests(manifest_mod.manifest(mnt), s.snaps["c"])
+    assert not d, f"the received file system differs from the sender's @c:\n{d}"
+    r = oxzfs.zfs("list", "-Hp", "-o", "name,guid,referenced", "-t", "snapshot", "-r", target)
+    got = {ln.split("\t")[0].split("@")[1]: ln.split("\t")[1] for ln in r.stdout.splitlines()}
+    r = oxzfs.zfs("list", "-Hp", "-o", "name,guid", "-t", "snapshot", "-r", s.fs)
+    want = {ln.split("\t")[0].split("@")[1]: ln.split("\t")[1] for ln in r.stdout.splitlines()}
+    assert got == want
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    # And back: imported again, the snapshots still read the same.
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    d = diff_manifests(snap_manifest(mnt, "b"), s.snaps["b"])
+    assert not d, d
+    # -I: every snapshot between, in one stream of streams.
+    path = os.path.join(base, "a-to-c")
+    cp = send(oxzfs, path, "-I", "@a", f"{s.fs}@c")
+    assert cp.returncode == 0, cp.stderr
+    target2 = f"{pool}/backup/all"
+    assert receive(oxzfs, s.streams["full-a"], target2).returncode == 0
+    cp = receive(oxzfs, path, "-F", target2)
+    assert cp.returncode == 0, cp.stderr
+    mnt2 = os.path.join(alt, pool, "backup", "all")
+    for snap in ("b", "c"):
+        d = diff_manifests(snap_manifest(mnt2, snap), s.snaps[snap])
+        assert not d, f"-I: @{snap} differs:\n{d}"
+    if kind == "v5000":
+        # -L: the 1 MiB records go whole, and stay 1 MiB blocks.
+        path = os.path.join(base, "large")
+        assert send(oxzfs, path, "-L", f"{s.fs}@a").returncode == 0
+        assert receive(oxzfs, path, f"{pool}/backup/large").returncode == 0
+        d = diff_manifests(snap_manifest(os.path.join(alt, pool, "backup", "large"), "a"), s.snaps["a"])
+        assert not d, f"-L: @a differs:\n{d}"
+        r = oxzfs.zfs("get", "-H", "-o", "value", "recordsize", s.fs)
+        assert r.stdout.strip() == "1M"
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
+def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
+    """zfs-fuse sends a file system (full, then incremental); oxzfs receives both."""
+    base = os.path.join(oxzfs.base, "zf-send")
+    shutil.rmtree(base, ignore_errors=True)
+    zvdir = os.path.join(base, "zf-vdevs")
+    zdev = make_devs(zvdir, 1, 256)[0]
+    zmnt = os.path.join(base, "zf-mnt")
+    full, incr = os.path.join(base, "full"), os.path.join(base, "incr")
+    want = {}
+    with oracle_pools.ZfsFuse(work_dir):
+        r = subprocess.run(["zpool", "create", "-m", zmnt, "zfsend", zdev], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        try:
+            populate_mod.populate(zmnt, 5, "small")
+            assert subprocess.run(["zfs", "snapshot", "zfsend@one"]).returncode == 0
+            want["one"] = _strip_xattrs(manifest_mod.manifest(zmnt))
+            populate_mod.populate(zmnt, 6, "change")
+            assert subprocess.run(["zfs", "snapshot", "zfsend@two"]).returncode == 0
+            want["two"] = _strip_xattrs(manifest_mod.manifest(zmnt))
+            for path, args in ((full, ["zfsend@one"]), (incr, ["-i", "zfsend@one", "zfsend@two"])):
+                with open(path, "wb") as f:
+                    r = subprocess.run(["zfs", "send", *args], stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+                assert r.returncode == 0, r.stderr
+        finally:
+            subprocess.run(["zpool", "destroy", "zfsend"], capture_output=True)
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    devs = make_devs(vdir, 1, 256)
+    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, "rzf", *devs)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("rzf")
+    cp = receive(oxzfs, full, "rzf/copy")
+    assert cp.returncode == 0, cp.stderr
+    cp = receive(oxzfs, incr, "-F", "rzf/copy")
+    assert cp.returncode == 0, cp.stderr
+    mnt = os.path.join(alt, "rzf", "copy")
+    for snap, w in want.items():
+        d = diff_manifests(_strip_xattrs(snap_manifest(mnt, snap)), w)
+        assert not d, f"@{snap} received from zfs-fuse differs:\n{d}"
+    assert oxzfs.export("rzf").returncode == 0
+    zdb_check(vdir, "rzf")
+
+
+def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
+    s = senders["v5000"]
+    pool = s.pool
+    base = os.path.join(oxzfs.base, "bad")
+    os.makedirs(base, exist_ok=True)
+    data = open(s.streams["full-a"], "rb").read()
+    before = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", pool).stdout
+    cases = {
+        "cut": (data[: len(data) // 2], "invalid stream"),
+        "flipped": (data[:5000] + bytes([data[5000] ^ 1]) + data[5001:], "checksum mismatch"),
+        "empty": (b"", "failed to read from stream"),
+        "not-a-stream": (b"hello" * 100, "bad magic number"),
+    }
+    for name, (body, want) in cases.items():
+        path = os.path.join(base, name)
+        with open(path, "wb") as f:
+            f.write(body)
+        cp = receive(oxzfs, path, f"{pool}/bad-{name}")
+        assert cp.returncode != 0, f"{name}: accepted"
+        assert want in cp.stderr, f"{name}: {cp.stderr!r}"
+    # An incremental onto nothing; a full one onto an existing fs.
+    cp = receive(oxzfs, s.streams["b-c"], f"{pool}/bad-incr")
+    assert cp.returncode != 0 and "destination" in cp.stderr and "does not exist" in cp.stderr, cp.stderr
+    cp = receive(oxzfs, s.streams["full-a"], s.fs)
+    assert cp.returncode != 0 and "exists" in cp.stderr, cp.stderr
+    after = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", pool).stdout
+    assert after == before, f"a refused receive left something:\n{after}"
+    # What zfs send refuses.
+    for args, want in (
+        ([f"{pool}/nope@a"], "dataset does not exist"),
+        ([s.fs], "only snapshots"),
+        (["-i", "@c", f"{s.fs}@a"], "not an earlier snapshot"),
+        (["-R", f"{s.fs}@a"], "does not send replication streams"),
+    ):
+        cp = send(oxzfs, os.path.join(base, "out"), *args)
+        assert cp.returncode != 0 and want in cp.stderr, f"{args}: {cp.stderr!r}"
