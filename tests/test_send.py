@@ -143,6 +143,7 @@ def test_zfs_fuse_receives_version_23_streams(senders, oxzfs, work_dir):
     vdir = os.path.join(base, "vdevs")
     dev = make_devs(vdir, 1, 256)[0]
     with oracle_pools.ZfsFuse(work_dir):
+        subprocess.run(["zpool", "destroy", "-f", "zfrecv"], capture_output=True)  # left by an aborted run
         r = subprocess.run(["zpool", "create", "-m", os.path.join(base, "zfm"), "zfrecv", dev], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         try:
@@ -252,6 +253,7 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
     full, incr = os.path.join(base, "full"), os.path.join(base, "incr")
     want = {}
     with oracle_pools.ZfsFuse(work_dir):
+        subprocess.run(["zpool", "destroy", "-f", "zfsend"], capture_output=True)  # left by an aborted run
         r = subprocess.run(["zpool", "create", "-m", zmnt, "zfsend", zdev], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         try:
@@ -266,7 +268,7 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
                     r = subprocess.run(["zfs", "send", *args], stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
                 assert r.returncode == 0, r.stderr
         finally:
-            subprocess.run(["zpool", "destroy", "zfsend"], capture_output=True)
+            subprocess.run(["zpool", "destroy", "-f", "zfsend"], capture_output=True)
     vdir = os.path.join(base, "vdevs")
     alt = os.path.join(base, "alt")
     devs = make_devs(vdir, 1, 256)
@@ -321,3 +323,40 @@ def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
     ):
         cp = send(oxzfs, os.path.join(base, "out"), *args)
         assert cp.returncode != 0 and want in cp.stderr, f"{args}: {cp.stderr!r}"
+
+
+def test_clone_from_its_origin(senders, oxzfs):
+    """`zfs send -i fs@a clone@x` (a stream of a clone from its origin): received where the
+    origin's snapshot was received, it makes a clone of it, equal to the sender's."""
+    s = senders["v5000"]
+    clone = f"{s.pool}/cl"
+    assert oxzfs.zfs("clone", f"{s.fs}@a", clone).returncode == 0
+    cmnt = os.path.join(s.alt, s.pool, "cl")
+    populate_mod.populate(cmnt, 9, "change")
+    assert oxzfs.zfs("snapshot", f"{clone}@x").returncode == 0
+    want = snap_manifest(cmnt, "x")
+    base = os.path.join(oxzfs.base, "clone")
+    shutil.rmtree(base, ignore_errors=True)
+    path = os.path.join(base, "cl-x")
+    os.makedirs(base)
+    cp = send(oxzfs, path, "-i", f"{s.fs}@a", f"{clone}@x")
+    assert cp.returncode == 0, cp.stderr
+    rc, text = zstream_dump(path)
+    assert "flags = 0xd" in text, text[:800]  # DRR_FLAG_CLONE with FREERECORDS and SPILL_BLOCK
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-R", alt, "rcl", *make_devs(vdir, 1, 256))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("rcl")
+    assert receive(oxzfs, s.streams["full-a"], "rcl/fs").returncode == 0
+    cp = receive(oxzfs, path, "rcl/cl")
+    assert cp.returncode == 0, cp.stderr
+    r = oxzfs.zfs("get", "-H", "-o", "value", "origin", "rcl/cl")
+    assert r.stdout.strip() == "rcl/fs@a", repr(r)
+    d = diff_manifests(snap_manifest(os.path.join(alt, "rcl", "cl"), "x"), want)
+    assert not d, f"the received clone's @x differs:\n{d}"
+    # Without the origin's snapshot there is nothing to clone.
+    cp = receive(oxzfs, path, "rcl/cl2")
+    assert cp.returncode == 0 or "origin" in cp.stderr
+    assert oxzfs.export("rcl").returncode == 0
+    zdb_check(vdir, "rcl")

@@ -313,6 +313,25 @@ fn begin(h: &PoolHandle, b: &Begin, fs: &str, snap: &str, o: &RecvOpts) -> Resul
         return Ok((ds, Undo::Destroy));
     }
     let Some(head) = head else {
+        // An incremental stream of a clone from its origin (DRR_FLAG_CLONE): a new clone of
+        // the pool's snapshot with the stream's source guid, as libzfs finds the origin.
+        if b.flags & DRR_FLAG_CLONE != 0 {
+            let list = crate::dsl::list_datasets(&w.spa)?;
+            let Some(origin) = list.iter().find(|d| d.kind == crate::dsl::DatasetKind::Snapshot && d.ds.guid == b.fromguid) else {
+                return Err(ZfsError::NotFound(format!("local origin for clone {fs} does not exist (no snapshot with guid {:x})", b.fromguid)));
+            };
+            let parent = fs.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
+            if w.find_dataset(parent)?.is_none() {
+                return Err(ZfsError::NotFound(format!("destination parent '{parent}' does not exist")));
+            }
+            let ds = w.create_dataset_from(fs, &[], false, Some(origin.ds_obj))?;
+            if b.features & DMU_BACKUP_FEATURE_LARGE_BLOCKS != 0 {
+                w.ds_feature_activate(ds, "org.open-zfs:large_blocks")?;
+            }
+            w.sync()?;
+            w.datasets.remove(&ds);
+            return Ok((ds, Undo::Destroy));
+        }
         return Err(ZfsError::NotFound(format!("destination '{fs}' does not exist")));
     };
     // The snapshot the stream starts from, and whether it is the newest.
