@@ -172,8 +172,10 @@ ZFS = {
     ),
     "receive": (
         'usage:\n'
-        '\treceive [-vnFu] <filesystem|volume|snapshot>\n'
-        '\treceive [-vnFu] [-d | -e] <filesystem>\n'
+        '\treceive [-vnFu] [-o <property>=<value>] ... [-x <property>] ...\n'
+        '\t    <filesystem|volume|snapshot>\n'
+        '\treceive [-vnFu] [-o <property>=<value>] ... [-x <property>] ... \n'
+        '\t    [-d | -e] <filesystem>\n'
     ),
 }
 

@@ -222,10 +222,17 @@ def test_oxzfs_receives_its_own_streams(kind, senders, oxzfs):
     path = os.path.join(base, "a-to-c")
     cp = send(oxzfs, path, "-I", "@a", f"{s.fs}@c")
     assert cp.returncode == 0, cp.stderr
+    # -o sets properties on what is received; a read-only backup still takes incrementals.
     target2 = f"{pool}/backup/all"
-    assert receive(oxzfs, s.streams["full-a"], target2).returncode == 0
+    cp = receive(oxzfs, s.streams["full-a"], "-o", "readonly=on", "-o", "compression=gzip", target2)
+    assert cp.returncode == 0, cp.stderr
+    r = oxzfs.zfs("get", "-H", "-o", "property,value,source", "readonly,compression", target2)
+    assert r.stdout.splitlines() == ["readonly\ton\tlocal", "compression\tgzip\tlocal"], r.stdout
     cp = receive(oxzfs, path, "-F", target2)
     assert cp.returncode == 0, cp.stderr
+    cp = receive(oxzfs, path, "-nv", f"{pool}/backup/never")
+    assert cp.returncode == 0 and "would receive incremental stream" in cp.stdout, cp
+    assert oxzfs.zfs("list", f"{pool}/backup/never").returncode != 0
     mnt2 = os.path.join(alt, pool, "backup", "all")
     for snap in ("b", "c"):
         d = diff_manifests(snap_manifest(mnt2, snap), s.snaps[snap])

@@ -11,7 +11,7 @@ use oxzfs::dmu_recv::{self, Begin, RecvOpts, StreamReader};
 use std::sync::{Arc, Mutex};
 
 verb_opts!(
-    /// `zfs receive`'s options.
+    /// `zfs receive`'s options (-x: accepted; streams carry no properties to exclude).
     RecvArgs {
     #[arg(short = 'F')]
     force: bool,
@@ -36,7 +36,7 @@ verb_opts!(
 });
 
 /// OpenZFS's usage of `zfs receive`, limited to the options oxzfs takes.
-pub const RECV_USAGE: &str = "usage:\n\treceive [-vnFu] <filesystem|volume|snapshot>\n\treceive [-vnFu] [-d | -e] <filesystem>\n";
+pub const RECV_USAGE: &str = "usage:\n\treceive [-vnFu] [-o <property>=<value>] ... [-x <property>] ...\n\t    <filesystem|volume|snapshot>\n\treceive [-vnFu] [-o <property>=<value>] ... [-x <property>] ... \n\t    [-d | -e] <filesystem>\n";
 
 /// `zfs receive [-Fnuv] [-d|-e] target`.
 pub fn receive(st: &mut State, args: &[String]) -> Out {
@@ -47,11 +47,16 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
     for (set, flag, what) in [
         (o.resumable, "-s", "resumable receives"),
         (o.abort, "-A", "resumable receives"),
-        (!o.props.is_empty(), "-o", "properties set at receive"),
-        (!o.excluded.is_empty(), "-x", "properties excluded at receive"),
     ] {
         if set {
             return (String::new(), format!("oxzfs does not support {what} yet ({flag})\n"), 2);
+        }
+    }
+    let mut props = Vec::new();
+    for p in &o.props {
+        match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => props.push((k.to_string(), v.to_string())),
+            _ => return (String::new(), format!("missing '=' for property=value argument\n{RECV_USAGE}"), 2),
         }
     }
     if o.strip_pool && o.last_only {
@@ -77,6 +82,7 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
         return (String::new(), "cannot receive: no stream descriptor came with the request (run `zfs receive` through the oxzfs command)\n".into(), 1);
     };
     let opts = o;
+    let props = std::sync::Arc::new(props);
     st.streams.push(Box::new(move |res: &mut Out, state: &Arc<Mutex<State>>| {
         drop(err);
         let mut input = std::io::BufReader::with_capacity(1 << 20, std::fs::File::from(input));
@@ -98,7 +104,7 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
                 }
             };
             first = false;
-            match one(&opts, &target, &pool, &begin, &mut s, state) {
+            match one(&opts, &props, &target, &pool, &begin, &mut s, state) {
                 Ok(line) => res.0.push_str(&line),
                 Err(m) => {
                     res.1.push_str(&m);
@@ -127,10 +133,10 @@ fn target_names(o: &RecvArgs, target: &str, b: &Begin) -> Result<(String, String
 }
 
 /// Receive one stream (its BEGIN read): the report line (-v) or why it failed.
-fn one(o: &RecvArgs, target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>) -> Result<String, String> {
+fn one(o: &RecvArgs, props: &[(String, String)], target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>) -> Result<String, String> {
     let (fs, snap) = target_names(o, target, b)?;
     let kind = if b.incremental() { "incremental" } else { "full" };
-    let head = format!("receiving {kind} stream of {} into {fs}@{snap}\n", b.toname);
+    let head = format!("{} {kind} stream of {} into {fs}@{snap}\n", if o.dryrun { "would receive" } else { "receiving" }, b.toname);
     let mut out = String::new();
     if o.verbose {
         out.push_str(&head);
@@ -158,7 +164,7 @@ fn one(o: &RecvArgs, target: &str, pool: &str, b: &Begin, s: &mut StreamReader, 
         }
         (h, was)
     };
-    let r = dmu_recv::receive(&h, b, s, &fs, &snap, &RecvOpts { force: o.force });
+    let r = dmu_recv::receive(&h, b, s, &fs, &snap, &RecvOpts { force: o.force, props: props.to_vec() });
     // Mounted (again) as OpenZFS does after a receive, unless -u.
     {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());

@@ -204,6 +204,8 @@ pub struct RecvOpts {
     /// -F: roll the file system back to the stream's from snapshot (destroying later ones), or
     /// for a full stream replace a file system without snapshots.
     pub force: bool,
+    /// -o prop=value: set on the received file system (as `zfs set` would).
+    pub props: Vec<(String, String)>,
 }
 
 /// What a receive made.
@@ -232,7 +234,14 @@ pub fn receive(h: &PoolHandle, b: &Begin, s: &mut StreamReader, fs: &str, snap: 
         }
     };
     let (dsobj, undo) = begin(h, b, fs, snap, o).map_err(ctx)?;
-    let r = apply(h, b, s, dsobj).and_then(|_| finish(h, b, fs, snap, dsobj));
+    let set_props = || -> Result<()> {
+        let mut w = h.lock();
+        for (k, v) in &o.props {
+            w.set_prop(fs, k, Some(v)).map_err(|e| ZfsError::Invalid(format!("cannot set property '{k}={v}': {e}")))?;
+        }
+        Ok(())
+    };
+    let r = set_props().and_then(|_| apply(h, b, s, dsobj)).and_then(|_| finish(h, b, fs, snap, dsobj));
     match r {
         Ok(()) => Ok(Received { fs: fs.to_string(), snapshot: full, bytes: s.offset }),
         Err(e) => {
@@ -423,7 +432,7 @@ fn apply(h: &PoolHandle, b: &Begin, s: &mut StreamReader, dsobj: u64) -> Result<
                 if first.checked_add(num).is_none() {
                     return Err(invalid(format!("FREEOBJECTS of {num} objects from {first}")));
                 }
-                h.with_fs(dsobj, |os, _| {
+                h.with_fs_received(dsobj, |os, _| {
                     let end = first.saturating_add(num).min(os.object_limit());
                     for obj in first.max(1)..end {
                         if os.exists(obj) {
@@ -475,7 +484,7 @@ fn apply(h: &PoolHandle, b: &Begin, s: &mut StreamReader, dsobj: u64) -> Result<
                 if len != OBJECT_END && off.checked_add(len).is_none() {
                     return Err(invalid(format!("FREE of {len} bytes at {off} of object {obj}")));
                 }
-                h.with_fs(dsobj, |os, _| {
+                h.with_fs_received(dsobj, |os, _| {
                     if !os.exists(obj) {
                         return Err(invalid(format!("FREE in object {obj}, which the stream has not made")));
                     }
@@ -495,7 +504,7 @@ fn apply(h: &PoolHandle, b: &Begin, s: &mut StreamReader, dsobj: u64) -> Result<
                 if spill_block && flags & DRR_SPILL_UNMODIFIED != 0 {
                     continue;
                 }
-                h.with_fs(dsobj, |os, _| {
+                h.with_fs_received(dsobj, |os, _| {
                     if !os.exists(obj) {
                         return Err(invalid(format!("SPILL of object {obj}, which the stream has not made")));
                     }
@@ -537,7 +546,7 @@ pub fn check_records(s: &mut StreamReader) -> Result<()> {
 
 /// One WRITE's bytes into object `obj` (which the stream made).
 fn write(h: &PoolHandle, dsobj: u64, obj: u64, off: u64, data: &[u8]) -> Result<()> {
-    h.with_fs(dsobj, |os, _| {
+    h.with_fs_received(dsobj, |os, _| {
         if !os.exists(obj) {
             return Err(invalid(format!("WRITE to object {obj}, which the stream has not made")));
         }
@@ -576,9 +585,9 @@ fn object(h: &PoolHandle, s: &mut StreamReader, r: &[u8; RECORD_SIZE], dsobj: u6
     let payload = s.payload(bonuslen.div_ceil(8) * 8)?;
     let bonus = &payload[..bonuslen];
     // A dnode of another size: freed, synced, then made anew.
-    let resize = h.with_fs(dsobj, |os, _| Ok(os.dnode(obj).ok().is_some_and(|d| d.slots() != slots)))?;
+    let resize = h.with_fs_received(dsobj, |os, _| Ok(os.dnode(obj).ok().is_some_and(|d| d.slots() != slots)))?;
     if resize {
-        h.with_fs(dsobj, |os, _| os.free_object(obj))?;
+        h.with_fs_received(dsobj, |os, _| os.free_object(obj))?;
         h.sync_now()?;
     }
     let has_spill = flags & DRR_OBJECT_SPILL != 0;
@@ -589,7 +598,7 @@ fn object(h: &PoolHandle, s: &mut StreamReader, r: &[u8; RECORD_SIZE], dsobj: u6
     if DnodePhys::bonus_room(slots, nblkptr) < bonuslen + if has_spill { 128 } else { 0 } {
         return Err(bad(&format!("a bonus of {bonuslen} bytes leaves no room for its spill block")));
     }
-    h.with_fs(dsobj, |os, _| {
+    h.with_fs_received(dsobj, |os, _| {
         let set_nblkptr = |os: &mut crate::dbuf::ObjsetW| -> Result<()> {
             let d = os.dirty_obj(obj)?;
             d.dn.nblkptr = nblkptr as u8;

@@ -1070,6 +1070,16 @@ impl PoolHandle {
         f(os, txg)
     }
 
+    /// Like `with_fs`, for `zfs receive`, which writes a file system whatever its readonly
+    /// property says (as OpenZFS's dmu_recv writes below the ZPL).
+    pub fn with_fs_received<T>(&self, dsobj: u64, f: impl FnOnce(&mut ObjsetW, u64) -> Result<T>) -> Result<T> {
+        self.suspended()?;
+        self.throttle();
+        let mut w = self.lock_open();
+        let txg = w.txg;
+        f(w.objset(dsobj)?, txg)
+    }
+
     /// Like `with_fs`, for a change that needs about `incoming` bytes of new data: refused with
     /// ENOSPC when the pool is full (keeping the slop space), EDQUOT past a quota.
     ///
