@@ -307,8 +307,25 @@ pub fn send<'a>(spec: &SendSpec, out: Option<&'a mut dyn Write>, written: &'a At
     r[56..56 + name.len()].copy_from_slice(name);
     s.emit(r, &[])?;
     s.maxobj = (md.maxblkid + 1) * (md.data_block_size() / DNODE_SIZE as u64);
-    let w = Walker { os: &os, from_txg: spec.from_txg, flags: &spec.flags, dry: s.out.is_none() };
-    w.meta_dnode(&md, &mut s)?;
+    let dry = s.out.is_none();
+    // Read-ahead (send_prefetch_thread's role): blocks the walk will read soon are read by
+    // helper threads meanwhile, into the ARC, where the walk finds them (or joins the read).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<BlockPointer>(PREFETCH_QUEUE);
+    let rx = std::sync::Mutex::new(rx);
+    std::thread::scope(|scope| -> Result<()> {
+        if !dry {
+            for _ in 0..PREFETCH_THREADS {
+                let (rx, spa, id) = (&rx, &os.spa, os.id);
+                scope.spawn(move || loop {
+                    let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(bp) = next else { return };
+                    let _ = spa.read_bp_prefetch(&bp, id);
+                });
+            }
+        }
+        let w = Walker { os: &os, from_txg: spec.from_txg, flags: &spec.flags, dry, ahead: (!dry).then_some(tx) };
+        w.meta_dnode(&md, &mut s)
+    })?;
     s.flush_pending()?;
     // END: the checksum of everything before it, then (in its trailer) including its head.
     let mut r = record(DRR_END);
@@ -337,7 +354,15 @@ struct Walker<'a> {
     flags: &'a SendFlags,
     /// Count, do not read, data blocks and spill blocks.
     dry: bool,
+    /// Where blocks to read ahead go (None: no read-ahead).
+    ahead: Option<std::sync::mpsc::SyncSender<BlockPointer>>,
 }
+
+/// Read-ahead: blocks queued at most, threads reading them, and how far ahead of the walk
+/// (in blocks of one indirect block's children) it asks.
+const PREFETCH_QUEUE: usize = 64;
+const PREFETCH_THREADS: usize = 4;
+const PREFETCH_WINDOW: usize = 32;
 
 impl Walker<'_> {
     /// The blocks of `dn`'s tree (object `obj`) to send, in offset order: level-0 blocks and
@@ -371,11 +396,31 @@ impl Walker<'_> {
         }
         let block = self.os.spa.read_bp_for(bp, self.os.id)?;
         let per = 1u64 << (dn.indblkshift - 7);
-        for (j, c) in block.chunks_exact(BLKPTR_SIZE).enumerate().take(per as usize) {
-            let child = BlockPointer::decode(c, true).map_err(|e| ZfsError::corrupt(format!("objset {} object {obj} indirect block", self.os.id), e))?;
-            self.visit(dn, obj, &child, level - 1, blkid * per + j as u64, f)?;
+        let children = block
+            .chunks_exact(BLKPTR_SIZE)
+            .take(per as usize)
+            .map(|c| BlockPointer::decode(c, true).map_err(|e| ZfsError::corrupt(format!("objset {} object {obj} indirect block", self.os.id), e)))
+            .collect::<Result<Vec<_>>>()?;
+        for (j, child) in children.iter().enumerate() {
+            // The children a window ahead of this one, read meanwhile.
+            if j == 0 {
+                children.iter().take(PREFETCH_WINDOW).for_each(|c| self.read_ahead(c));
+            } else if let Some(c) = children.get(j + PREFETCH_WINDOW - 1) {
+                self.read_ahead(c);
+            }
+            self.visit(dn, obj, child, level - 1, blkid * per + j as u64, f)?;
         }
         Ok(())
+    }
+
+    /// Ask for block `bp` to be read ahead, if the walk will read it (never blocks: a full
+    /// queue drops the request, and the walk reads the block itself).
+    fn read_ahead(&self, bp: &BlockPointer) {
+        if let Some(tx) = &self.ahead {
+            if !bp.is_hole() && !bp.embedded && bp.birth > self.from_txg {
+                let _ = tx.try_send(bp.clone());
+            }
+        }
     }
 
     /// The meta dnode's tree: each dnode block to send, its objects; holes as free objects.
@@ -396,6 +441,18 @@ impl Walker<'_> {
                     return Err(big_endian(self.os, 0));
                 }
                 let block = self.os.spa.read_bp_for(&bp, self.os.id)?;
+                // The top blocks of this dnode block's objects (a small file's data), read
+                // ahead while the objects before them go out.
+                if self.ahead.is_some() {
+                    let mut i = 0usize;
+                    while i < per_block as usize {
+                        let Ok(dn) = DnodePhys::decode(&block[i * DNODE_SIZE..], true) else { break };
+                        if dn.typ != 0 {
+                            dn.blkptr.iter().for_each(|b| self.read_ahead(b));
+                        }
+                        i += if dn.typ == 0 { 1 } else { dn.slots() };
+                    }
+                }
                 let mut i = 0u64;
                 while i < per_block {
                     let obj = blkid * per_block + i;
