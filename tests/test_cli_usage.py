@@ -168,7 +168,7 @@ ZFS = {
     ),
     "send": (
         'usage:\n'
-        '\tsend [-nPvLec] [-[iI] snapshot] <snapshot>\n'
+        '\tsend [-nPpRvLec] [-[iI] snapshot] <snapshot>\n'
     ),
     "receive": (
         'usage:\n'

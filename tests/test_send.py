@@ -257,7 +257,7 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
     zvdir = os.path.join(base, "zf-vdevs")
     zdev = make_devs(zvdir, 1, 256)[0]
     zmnt = os.path.join(base, "zf-mnt")
-    full, incr = os.path.join(base, "full"), os.path.join(base, "incr")
+    full, incr, pkg = os.path.join(base, "full"), os.path.join(base, "incr"), os.path.join(base, "pkg")
     want = {}
     with oracle_pools.ZfsFuse(work_dir):
         subprocess.run(["zpool", "destroy", "-f", "zfsend"], capture_output=True)  # left by an aborted run
@@ -270,7 +270,7 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
             populate_mod.populate(zmnt, 6, "change")
             assert subprocess.run(["zfs", "snapshot", "zfsend@two"]).returncode == 0
             want["two"] = _strip_xattrs(manifest_mod.manifest(zmnt))
-            for path, args in ((full, ["zfsend@one"]), (incr, ["-i", "zfsend@one", "zfsend@two"])):
+            for path, args in ((full, ["zfsend@one"]), (incr, ["-i", "zfsend@one", "zfsend@two"]), (pkg, ["-R", "zfsend@two"])):
                 with open(path, "wb") as f:
                     r = subprocess.run(["zfs", "send", *args], stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
                 assert r.returncode == 0, r.stderr
@@ -290,6 +290,15 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
     for snap, w in want.items():
         d = diff_manifests(_strip_xattrs(snap_manifest(mnt, snap)), w)
         assert not d, f"@{snap} received from zfs-fuse differs:\n{d}"
+    # And its package (-R: the file system and its snapshots).
+    cp = receive(oxzfs, pkg, "rzf/pkg")
+    assert cp.returncode == 0, cp.stderr
+    # (Its properties came along: the mountpoint zfs-fuse's pool had, under our altroot.)
+    pmnt = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", "rzf/pkg").stdout.strip()
+    assert pmnt == alt + zmnt, pmnt
+    for snap, w in want.items():
+        d = diff_manifests(_strip_xattrs(snap_manifest(pmnt, snap)), w)
+        assert not d, f"@{snap} of zfs-fuse's package differs:\n{d}"
     assert oxzfs.export("rzf").returncode == 0
     zdb_check(vdir, "rzf")
 
@@ -326,7 +335,7 @@ def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
         ([f"{pool}/nope@a"], "dataset does not exist"),
         ([s.fs], "only snapshots"),
         (["-i", "@c", f"{s.fs}@a"], "not an earlier snapshot"),
-        (["-R", f"{s.fs}@a"], "does not send replication streams"),
+        (["-w", f"{s.fs}@a"], "does not send raw streams"),
     ):
         cp = send(oxzfs, os.path.join(base, "out"), *args)
         assert cp.returncode != 0 and want in cp.stderr, f"{args}: {cp.stderr!r}"
@@ -367,3 +376,84 @@ def test_clone_from_its_origin(senders, oxzfs):
     assert cp.returncode == 0 or "origin" in cp.stderr
     assert oxzfs.export("rcl").returncode == 0
     zdb_check(vdir, "rcl")
+
+
+def test_replication_packages(senders, oxzfs, work_dir):
+    """`zfs send -R` (a file system with a child and a clone, every snapshot, properties) and
+    `-R -I`: zstream reads the packages; oxzfs and zfs-fuse receive them, every snapshot of
+    every file system equal to the sender's, the clone a clone, the properties set."""
+    s = senders["v23"]
+    fs = s.fs
+    assert oxzfs.zfs("create", "-o", "compression=gzip", "-o", "com.example:note=hi", f"{fs}/child").returncode == 0
+    populate_mod.populate(os.path.join(s.mnt, "child"), 7, "small")
+    assert oxzfs.zfs("clone", f"{fs}@b", f"{fs}/cl").returncode == 0
+    populate_mod.populate(os.path.join(s.mnt, "cl"), 8, "change")
+    assert oxzfs.zfs("snapshot", "-r", f"{fs}@d").returncode == 0
+    want = {}
+    for sub in ("", "/child", "/cl"):
+        mnt = s.mnt + sub
+        for snap in os.listdir(os.path.join(mnt, ".zfs", "snapshot")):
+            want[(sub, snap)] = snap_manifest(mnt, snap)
+    base = os.path.join(oxzfs.base, "pkg")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    full = os.path.join(base, "R")
+    cp = send(oxzfs, full, "-R", f"{fs}@d")
+    assert cp.returncode == 0, cp.stderr
+    rc, text = zstream_dump(full)
+    assert rc == 0 and "Incorrect checksum" not in text and "differs" not in text, text[-2000:]
+    assert "hdrtype = 2" in text and "com.example:note = hi" in text, text[:3000]
+    # fs: a, b, c, d; child: d; cl: d (from its origin): 6 streams in the package.
+    assert "Total DRR_BEGIN records = 7 " in text and "Total DRR_END records = 8 " in text, text[-1500:]
+    vdir = os.path.join(base, "vdevs")
+    alt = os.path.join(base, "alt")
+    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, "rpk", *make_devs(vdir, 1, 256))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("rpk")
+    cp = receive(oxzfs, full, "rpk/bk")
+    assert cp.returncode == 0, cp.stderr
+
+    def check(root, label):
+        for (sub, snap), w in want.items():
+            d = diff_manifests(snap_manifest(root + sub, snap), w)
+            assert not d, f"{label}: {sub or '/'}@{snap} differs:\n{d}"
+
+    check(os.path.join(alt, "rpk", "bk"), "oxzfs")
+    r = oxzfs.zfs("get", "-H", "-o", "value", "origin,compression", "rpk/bk/cl", "rpk/bk/child")
+    assert r.stdout.split() == ["rpk/bk@b", "off", "-", "gzip"], r.stdout
+    # -R -I: the next snapshots of every file system, into what was received.
+    populate_mod.populate(s.mnt, 10, "change")
+    assert oxzfs.zfs("snapshot", "-r", f"{fs}@e").returncode == 0
+    want[("", "e")] = snap_manifest(s.mnt, "e")
+    incr = os.path.join(base, "RI")
+    cp = send(oxzfs, incr, "-R", "-I", "@d", f"{fs}@e")
+    assert cp.returncode == 0, cp.stderr
+    cp = receive(oxzfs, incr, "-F", "rpk/bk")
+    assert cp.returncode == 0, cp.stderr
+    check(os.path.join(alt, "rpk", "bk"), "oxzfs -R -I")
+    assert oxzfs.export("rpk").returncode == 0
+    zdb_check(vdir, "rpk")
+    # zfs-fuse receives the same package.
+    zbase = os.path.join(base, "zf")
+    zdev = make_devs(os.path.join(zbase, "vdevs"), 1, 256)[0]
+    with oracle_pools.ZfsFuse(work_dir):
+        subprocess.run(["zpool", "destroy", "-f", "zfpkg"], capture_output=True)
+        r = subprocess.run(["zpool", "create", "-m", os.path.join(zbase, "m"), "zfpkg", zdev], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        try:
+            with open(full, "rb") as f:
+                r = subprocess.run(["zfs", "receive", "zfpkg/bk"], stdin=f, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, f"zfs-fuse: {r.stdout}{r.stderr}"
+            r = subprocess.run(["zfs", "get", "-H", "-o", "value", "origin,compression,com.example:note", "zfpkg/bk/cl", "zfpkg/bk/child"], capture_output=True, text=True)
+            # zfs-fuse lists the datasets by name: child, then cl.
+            assert r.stdout.split() == ["-", "gzip", "hi", "zfpkg/bk@b", "off", "-"], r.stdout
+        finally:
+            subprocess.run(["zpool", "export", "zfpkg"], capture_output=True)
+    want = {k: v for k, v in want.items() if k[1] != "e"}
+    r = oxzfs.import_ro(os.path.join(zbase, "vdevs"), "zfpkg", os.path.join(zbase, "alt"))
+    assert r.returncode == 0, repr(r)
+    try:
+        mnt = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", "zfpkg/bk").stdout.strip()
+        check(mnt, "zfs-fuse")
+    finally:
+        oxzfs.export("zfpkg")

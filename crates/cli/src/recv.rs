@@ -7,7 +7,7 @@
 use crate::mounts::mount_some;
 use crate::opts::verb_opts;
 use crate::verb::{parse_or_usage, Out, State};
-use oxzfs::dmu_recv::{self, Begin, RecvOpts, StreamReader};
+use oxzfs::dmu_recv::{self, Begin, Head, RecvOpts, StreamReader};
 use std::sync::{Arc, Mutex};
 
 verb_opts!(
@@ -87,30 +87,38 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
         drop(err);
         let mut input = std::io::BufReader::with_capacity(1 << 20, std::fs::File::from(input));
         let mut first = true;
+        // The package being read (`zfs send -R`, `-p`, `-I`): its name and header list.
+        let mut package: Option<Package> = None;
         loop {
             let mut s = StreamReader::new(&mut input);
-            let begin = match dmu_recv::read_begin(&mut s) {
-                Ok(Some(b)) => b,
-                Ok(None) if first => {
-                    res.1.push_str("cannot receive: failed to read from stream\n");
-                    res.2 = 1;
-                    return;
+            let fail = |res: &mut Out, m: String| {
+                res.1.push_str(&m);
+                res.2 = 1;
+            };
+            let begin = match dmu_recv::read_head(&mut s) {
+                Ok(Some(Head::Sub(b))) => b,
+                Ok(Some(Head::Package { toname, header })) if package.is_none() => {
+                    if target.contains('@') && header.as_ref().is_some_and(|h| h.get("not_recursive").is_none()) {
+                        return fail(res, "cannot receive: cannot specify snapshot name for multi-snapshot stream\n".into());
+                    }
+                    first = false;
+                    package = Some(Package { sendfs: toname.split_once('@').map_or(toname.clone(), |(f, _)| f.to_string()), header });
+                    continue;
                 }
+                Ok(Some(Head::End)) if package.is_some() => {
+                    package = None;
+                    continue;
+                }
+                Ok(Some(_)) => return fail(res, "cannot receive: invalid stream (a package inside a package, or an END where a BEGIN belongs)\n".into()),
+                Ok(None) if first => return fail(res, "cannot receive: failed to read from stream\n".into()),
+                Ok(None) if package.is_some() => return fail(res, "cannot receive: invalid stream (the package ends before its END record)\n".into()),
                 Ok(None) => return,
-                Err(e) => {
-                    res.1.push_str(&format!("cannot receive: {e}\n"));
-                    res.2 = 1;
-                    return;
-                }
+                Err(e) => return fail(res, format!("cannot receive: {e}\n")),
             };
             first = false;
-            match one(&opts, &props, &target, &pool, &begin, &mut s, state) {
+            match one(&opts, &props, &target, &pool, &begin, &mut s, state, package.as_ref()) {
                 Ok(line) => res.0.push_str(&line),
-                Err(m) => {
-                    res.1.push_str(&m);
-                    res.2 = 1;
-                    return;
-                }
+                Err(m) => return fail(res, m),
             }
         }
     }));
@@ -119,22 +127,70 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
 
 /// Where a stream goes: the file system and the snapshot name (zfs_receive_one's naming:
 /// TARGET, TARGET@SNAP, or with -d / -e the sent name's path under TARGET).
-fn target_names(o: &RecvArgs, target: &str, b: &Begin) -> Result<(String, String), String> {
+fn target_names(o: &RecvArgs, target: &str, b: &Begin, package: Option<&Package>) -> Result<(String, String), String> {
     let (sent_fs, sent_snap) = b.toname.split_once('@').unwrap_or((&b.toname, ""));
+    // The name the sender started from: the package's file system, or this stream's.
+    let sendfs = package.map_or(sent_fs, |p| p.sendfs.as_str());
     if o.strip_pool || o.last_only {
-        let tail = if o.last_only { sent_fs.rsplit('/').next().unwrap_or(sent_fs).to_string() } else { sent_fs.split_once('/').map(|(_, r)| r.to_string()).unwrap_or_default() };
+        let tail = if o.last_only {
+            let cut = sendfs.rfind('/').map_or(0, |i| i + 1);
+            sent_fs.get(cut..).unwrap_or(sent_fs).to_string()
+        } else {
+            sent_fs.split_once('/').map(|(_, r)| r.to_string()).unwrap_or_default()
+        };
         let fs = if tail.is_empty() { target.to_string() } else { format!("{target}/{tail}") };
         return Ok((fs, sent_snap.to_string()));
     }
     match target.split_once('@') {
         Some((fs, snap)) => Ok((fs.to_string(), snap.to_string())),
-        None => Ok((target.to_string(), sent_snap.to_string())),
+        // Under the target, where the sender's file system was under the package's.
+        None => Ok((format!("{target}{}", sent_fs.strip_prefix(sendfs).unwrap_or("")), sent_snap.to_string())),
+    }
+}
+
+/// A package being received: the sender's top file system and the header list.
+struct Package {
+    sendfs: String,
+    header: Option<oxzfs_format::nvlist::NvList>,
+}
+
+impl Package {
+    /// The properties the header gives the file system of snapshot `guid`, as `zfs set`
+    /// takes them.
+    fn props_of(&self, guid: u64) -> Vec<(String, String)> {
+        use oxzfs_format::nvlist::NvValue;
+        let Some(fss) = self.header.as_ref().and_then(|h| h.get_nvlist("fss")) else { return Vec::new() };
+        for (_, e) in &fss.pairs {
+            let NvValue::NvList(e) = e else { continue };
+            let has = e.get_nvlist("snaps").is_some_and(|sn| sn.pairs.iter().any(|(_, v)| *v == NvValue::Uint64(guid)));
+            if !has {
+                continue;
+            }
+            let Some(props) = e.get_nvlist("props") else { return Vec::new() };
+            return props
+                .pairs
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    NvValue::Uint64(n) => Some((k.clone(), oxzfs::dsl::stored_value_string(k, *n))),
+                    NvValue::String(s) => Some((k.clone(), s.clone())),
+                    _ => None,
+                })
+                .collect();
+        }
+        Vec::new()
     }
 }
 
 /// Receive one stream (its BEGIN read): the report line (-v) or why it failed.
-fn one(o: &RecvArgs, props: &[(String, String)], target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>) -> Result<String, String> {
-    let (fs, snap) = target_names(o, target, b)?;
+#[allow(clippy::too_many_arguments)]
+fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>, package: Option<&Package>) -> Result<String, String> {
+    let (fs, snap) = target_names(o, target, b, package)?;
+    // A file system the package makes gets the properties it carries, then -o's.
+    let mut props: Vec<(String, String)> = match package {
+        Some(p) if !b.incremental() || b.flags & oxzfs_format::drr::DRR_FLAG_CLONE != 0 => p.props_of(b.toguid),
+        _ => Vec::new(),
+    };
+    props.extend(cli_props.iter().cloned());
     let kind = if b.incremental() { "incremental" } else { "full" };
     let head = format!("{} {kind} stream of {} into {fs}@{snap}\n", if o.dryrun { "would receive" } else { "receiving" }, b.toname);
     let mut out = String::new();
@@ -146,21 +202,57 @@ fn one(o: &RecvArgs, props: &[(String, String)], target: &str, pool: &str, b: &B
         dmu_recv::check_records(s).map_err(|e| format!("cannot receive: {e}\n"))?;
         return Ok(out);
     }
+    // A snapshot the target has already (an incremental package sent again): skipped.
+    if package.is_some() {
+        let spa = state.lock().unwrap_or_else(|p| p.into_inner()).pools.get(pool).map(|i| i.pool.spa.clone());
+        let have = spa.and_then(|spa| oxzfs::dsl::list_datasets(&spa).ok()).is_some_and(|l| {
+            l.iter().any(|d| d.ds.guid == b.toguid && d.name.split_once('@').is_some_and(|(f, _)| f == fs))
+        });
+        if have {
+            dmu_recv::check_records(s).map_err(|e| format!("cannot receive: {e}\n"))?;
+            if o.verbose {
+                out.push_str(&format!("snap {fs}@{snap} already exists; ignoring\n"));
+            }
+            return Ok(out);
+        }
+    }
     let start = std::time::Instant::now();
     // The file system the stream changes is unmounted meanwhile.
+    // The file system the stream changes is unmounted meanwhile, with those mounted below it
+    // (deepest first); they are mounted again after, and the new one unless -u.
     let (h, was_mounted) = {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         let Some(imp) = st.pools.get_mut(pool) else { return Err(format!("cannot open '{pool}': dataset does not exist\n")) };
         let Some(h) = imp.rw.clone() else { return Err(format!("cannot receive: pool '{pool}' is read-only\n")) };
-        let mut was = false;
-        if let Some(i) = imp.mounts.iter().position(|m| m.dataset == fs) {
-            let m = imp.mounts.remove(i);
-            if let Err((m, e)) = m.unmount(false) {
-                imp.mounts.insert(i, m);
-                return Err(format!("cannot unmount '{fs}': {e}\n"));
+        let below = |d: &str| d == fs || d.starts_with(&format!("{fs}/"));
+        let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
+        imp.mounts = keep;
+        gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
+        let mut was = Vec::new();
+        let mut busy = None;
+        for m in gone {
+            if busy.is_some() {
+                imp.mounts.push(m);
+                continue;
             }
-            imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&fs);
-            was = true;
+            let ds = m.dataset.clone();
+            match m.unmount(false) {
+                Ok(()) => {
+                    imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                    was.push(ds);
+                }
+                Err((m, e)) => {
+                    busy = Some(format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
+                    imp.mounts.push(m);
+                }
+            }
+        }
+        if let Some(e) = busy {
+            let mut err = String::new();
+            for ds in was.iter().rev() {
+                mount_some(&imp.pool, imp.rw.as_ref(), &mut imp.mounts, &mut err, Some(ds));
+            }
+            return Err(e);
         }
         (h, was)
     };
@@ -169,12 +261,16 @@ fn one(o: &RecvArgs, props: &[(String, String)], target: &str, pool: &str, b: &B
     {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(imp) = st.pools.get_mut(pool) {
-            if !o.nomount || was_mounted {
-                let mut e = String::new();
-                mount_some(&imp.pool, imp.rw.as_ref(), &mut imp.mounts, &mut e, Some(&fs));
-                if !e.is_empty() && r.is_ok() {
-                    out.push_str(&e);
-                }
+            let mut e = String::new();
+            let mut again: Vec<String> = was_mounted.iter().rev().cloned().collect();
+            if !o.nomount && !again.contains(&fs) {
+                again.insert(0, fs.clone());
+            }
+            for ds in &again {
+                mount_some(&imp.pool, imp.rw.as_ref(), &mut imp.mounts, &mut e, Some(ds));
+            }
+            if !e.is_empty() && r.is_ok() {
+                out.push_str(&e);
             }
             if let Some(h) = imp.rw.as_ref() {
                 if r.is_ok() {

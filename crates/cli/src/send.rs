@@ -7,6 +7,7 @@
 use crate::opts::verb_opts;
 use crate::verb::{parse_or_usage, pool_of, Out, State};
 use oxzfs::dmu_send::{self, SendFlags, SendSpec};
+
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,7 +52,7 @@ verb_opts!(
 });
 
 /// OpenZFS's usage of `zfs send`, limited to the options oxzfs takes.
-pub const SEND_USAGE: &str = "usage:\n\tsend [-nPvLec] [-[iI] snapshot] <snapshot>\n";
+pub const SEND_USAGE: &str = "usage:\n\tsend [-nPpRvLec] [-[iI] snapshot] <snapshot>\n";
 
 /// `zfs send [-nvPLec] [-i|-I snapshot] snapshot`.
 pub fn send(st: &mut State, args: &[String]) -> Out {
@@ -60,12 +61,10 @@ pub fn send(st: &mut State, args: &[String]) -> Out {
         Err(out) => return out,
     };
     for (set, flag, what) in [
-        (o.replicate, "-R", "replication streams"),
         (o.raw, "-w", "raw streams"),
-        (o.props, "-p", "properties in streams"),
         (o.dedup, "-D", "deduplicated streams"),
         (o.backup, "-b", "received properties in streams"),
-        (o.skipmissing, "-s", "replication streams"),
+        (o.skipmissing, "-s", "packages that skip missing snapshots"),
         (o.token.is_some(), "-t", "resumable streams"),
     ] {
         if set {
@@ -86,35 +85,56 @@ pub fn send(st: &mut State, args: &[String]) -> Out {
     };
     let spa = imp.pool.spa.clone();
     let flags = SendFlags { large_blocks: o.large_block };
-    // The streams to make: one, or with -I one per snapshot after FROM up to TO.
-    let mut pairs: Vec<(Option<String>, String)> = Vec::new();
-    match (&o.incremental, &o.intermediate) {
-        (Some(f), _) => pairs.push((Some(f.clone()), to.clone())),
-        (None, Some(f)) => {
-            let fs = to.split('@').next().unwrap_or(&to).to_string();
-            let full_from = if f.starts_with('@') { format!("{fs}{f}") } else { f.clone() };
-            let snaps = match snapshots_between(&spa, &fs, &full_from, &to) {
-                Ok(s) => s,
+    // The streams to make: one; with -I one per snapshot after FROM up to TO; with -R or -p
+    // those of the package (libzfs's compound stream), whose head names the file systems,
+    // snapshots and properties. -I alone makes a package without a header list.
+    let (specs, head): (Vec<SendSpec>, Option<Vec<u8>>) = if o.replicate || o.props {
+        let from = o.incremental.as_deref().or(o.intermediate.as_deref());
+        let doall = o.intermediate.is_some() || (o.replicate && from.is_none());
+        let p = match dmu_send::package_for(&spa, &to, from, doall, o.replicate, flags.clone()) {
+            Ok(p) => p,
+            Err(e) => return (String::new(), format!("{e}\n"), 1),
+        };
+        match dmu_send::package_head(&p.toname, p.header.as_ref()) {
+            Ok(h) => (p.streams, Some(h)),
+            Err(e) => return (String::new(), format!("{e}\n"), 1),
+        }
+    } else {
+        let mut pairs: Vec<(Option<String>, String)> = Vec::new();
+        match (&o.incremental, &o.intermediate) {
+            (Some(f), _) => pairs.push((Some(f.clone()), to.clone())),
+            (None, Some(f)) => {
+                let fs = to.split('@').next().unwrap_or(&to).to_string();
+                let full_from = if f.starts_with('@') { format!("{fs}{f}") } else { f.clone() };
+                let snaps = match snapshots_between(&spa, &fs, &full_from, &to) {
+                    Ok(s) => s,
+                    Err(e) => return (String::new(), format!("{e}\n"), 1),
+                };
+                let mut prev = full_from;
+                for s in snaps {
+                    pairs.push((Some(prev.clone()), s.clone()));
+                    prev = s;
+                }
+            }
+            (None, None) => pairs.push((None, to.clone())),
+        }
+        let mut specs = Vec::new();
+        for (from, to) in &pairs {
+            match dmu_send::spec_for(&spa, to, from.as_deref(), flags.clone()) {
+                Ok(s) => specs.push(s),
                 Err(e) => return (String::new(), format!("{e}\n"), 1),
-            };
-            let mut prev = full_from;
-            for s in snaps {
-                pairs.push((Some(prev.clone()), s.clone()));
-                prev = s;
             }
         }
-        (None, None) => pairs.push((None, to.clone())),
-    }
-    let mut specs: Vec<SendSpec> = Vec::new();
-    for (from, to) in &pairs {
-        match dmu_send::spec_for(&spa, to, from.as_deref(), flags.clone()) {
-            Ok(s) => specs.push(s),
-            Err(e) => {
-                let m = e.to_string();
-                return (String::new(), format!("{m}\n"), 1);
-            }
-        }
-    }
+        let head = match o.intermediate.is_some() {
+            true => match dmu_send::package_head(&to, None) {
+                Ok(h) => Some(h),
+                Err(e) => return (String::new(), format!("{e}\n"), 1),
+            },
+            false => None,
+        };
+        (specs, head)
+    };
+    let framing = head.as_ref().map_or(0, |h| (h.len() + oxzfs_format::drr::RECORD_SIZE) as u64);
     // Estimates: the exact length of each stream, from the metadata alone.
     let mut out = String::new();
     let mut sizes = Vec::new();
@@ -127,10 +147,10 @@ pub fn send(st: &mut State, args: &[String]) -> Out {
         }
     }
     if o.verbose > 0 {
-        for ((from, to), size) in pairs.iter().zip(&sizes) {
-            out.push_str(&verbose_line(from.as_deref(), to, *size, o.parsable));
+        for (s, size) in specs.iter().zip(&sizes) {
+            out.push_str(&verbose_line(s.fromname.as_deref(), &s.toname, *size, o.parsable));
         }
-        let total: u64 = sizes.iter().sum();
+        let total: u64 = sizes.iter().sum::<u64>() + framing;
         out.push_str(&if o.parsable { format!("size\t{total}\n") } else { format!("total estimated size is {}\n", oxzfs::dsl::nicebytes(total)) });
     }
     if o.dryrun {
@@ -151,11 +171,23 @@ pub fn send(st: &mut State, args: &[String]) -> Out {
             res.1.push_str(&out);
         }
         let mut w = std::fs::File::from(stream);
+        let fail = |res: &mut Out, m: String| {
+            res.1.push_str(&m);
+            res.2 = 1;
+        };
+        if let Some(h) = &head {
+            if let Err(e) = w.write_all(h) {
+                return fail(res, format!("warning: cannot write the send stream: {e}\n"));
+            }
+        }
         for s in &specs {
             if let Err(m) = run_one(s, &mut w, errf.as_ref(), verbose, parsable) {
-                res.1.push_str(&m);
-                res.2 = 1;
-                return;
+                return fail(res, m);
+            }
+        }
+        if head.is_some() {
+            if let Err(e) = w.write_all(&dmu_send::package_tail()) {
+                fail(res, format!("warning: cannot write the send stream: {e}\n"));
             }
         }
     }));

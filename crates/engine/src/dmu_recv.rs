@@ -145,10 +145,39 @@ impl<'a> StreamReader<'a> {
 }
 
 
+/// What a stream starts with.
+#[derive(Debug)]
+pub enum Head {
+    /// One file system's stream (its BEGIN).
+    Sub(Begin),
+    /// A package (`zfs send -R`, `-p`, `-I`): its name ("pool/fs@snap") and header list, its
+    /// head checked; its streams follow, then an END.
+    Package { toname: String, header: Option<oxzfs_format::nvlist::NvList> },
+    /// An END where a stream could begin: the end of a package.
+    End,
+}
+
+/// The most a package's header list may take (libzfs_max_nvlist's default).
+const MAX_PACKAGE_HEADER: usize = 64 << 20;
+
 /// Read and check a stream's BEGIN record. None: the input is empty (the end of a series of
-/// concatenated streams, `zfs send -I`).
+/// concatenated streams).
 pub fn read_begin(s: &mut StreamReader) -> Result<Option<Begin>> {
+    match read_head(s)? {
+        None => Ok(None),
+        Some(Head::Sub(b)) => Ok(Some(b)),
+        Some(Head::Package { .. }) => Err(ZfsError::Unsupported("the stream is a package (zfs send -R, -p or -I), read with read_head".into())),
+        Some(Head::End) => Err(invalid("an END record where a BEGIN belongs")),
+    }
+}
+
+/// Read what starts a stream: a BEGIN (checked), a package's head (its list read and its
+/// checksum checked), or a package's closing END. None: the input is empty.
+pub fn read_head(s: &mut StreamReader) -> Result<Option<Head>> {
     let Some(r) = s.record()? else { return Ok(None) };
+    if u32_at(&r, 0) == DRR_END {
+        return Ok(Some(Head::End));
+    }
     let magic = u64_at(&r, 8);
     if magic == DMU_BACKUP_MAGIC.swap_bytes() {
         return Err(ZfsError::Unsupported("the stream was written by a big-endian system; oxzfs receives little-endian streams only".into()));
@@ -160,7 +189,35 @@ pub fn read_begin(s: &mut StreamReader) -> Result<Option<Begin>> {
     let hdrtype = vi & 3;
     let features = (vi >> 2) & ((1 << 30) - 1);
     if hdrtype == DMU_COMPOUNDSTREAM {
-        return Err(ZfsError::Unsupported("the stream is a replication package (zfs send -R), which oxzfs does not receive yet".into()));
+        if features & !(DMU_BACKUP_FEATURE_HOLDS | DMU_BACKUP_FEATURE_SA_SPILL) != 0 {
+            return Err(ZfsError::Unsupported(format!("the package has features oxzfs does not receive (flags {features:x}: deduplicated or raw)")));
+        }
+        let len = u32_at(&r, 4) as usize;
+        if len > MAX_PACKAGE_HEADER {
+            return Err(invalid(format!("a package header of {len} bytes")));
+        }
+        let payload = s.payload(len)?;
+        let header = if len == 0 {
+            None
+        } else {
+            Some(oxzfs_format::nvlist::NvList::decode_packed(&payload).map_err(|e| invalid(format!("malformed nvlist: {e}")))?)
+        };
+        // The head's END holds the fletcher-4 of the BEGIN and the list, at its checksum field.
+        let mut end = [0u8; RECORD_SIZE];
+        if !s.fill(&mut end)? || u32_at(&end, 0) != DRR_END {
+            return Err(invalid("incorrect header checksum (no END after the package header)"));
+        }
+        let sent: Vec<u64> = (0..4).map(|i| u64_at(&end, 8 + 8 * i)).collect();
+        if sent != s.zc {
+            return Err(invalid("incorrect header checksum"));
+        }
+        let name = &r[56..56 + 256];
+        let n = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        let toname = std::str::from_utf8(&name[..n]).map_err(|_| invalid("bad snapshot name"))?.to_string();
+        if !toname.contains('@') {
+            return Err(invalid("bad snapshot name"));
+        }
+        return Ok(Some(Head::Package { toname, header }));
     }
     if hdrtype != DMU_SUBSTREAM {
         return Err(invalid(format!("unknown header type {hdrtype}")));
@@ -195,7 +252,7 @@ pub fn read_begin(s: &mut StreamReader) -> Result<Option<Begin>> {
     if b.flags & DRR_FLAG_CLONE != 0 && !b.incremental() {
         return Err(ZfsError::Unsupported("the stream is a full stream of a clone, which oxzfs does not receive (send it incrementally from its origin)".into()));
     }
-    Ok(Some(b))
+    Ok(Some(Head::Sub(b)))
 }
 
 /// What `receive` was asked for.
@@ -367,7 +424,16 @@ fn begin(h: &PoolHandle, b: &Begin, fs: &str, snap: &str, o: &RecvOpts) -> Resul
     if !newest && !o.force {
         return Err(ZfsError::Invalid(format!("destination has snapshots newer than '{from_name}'\nmust use -F to destroy them")));
     }
-    let modified = p.bp.birth > w.ds_phys(from)?.creation_txg || w.datasets.get(&head).is_some_and(|d| d.os.is_dirty());
+    // dsl_dataset_modified_since_snap: born after the snapshot and with another dnode array
+    // (a change of the intent log alone, which a mount starts, is no change).
+    w.sync()?;
+    let fp = w.ds_phys(from)?;
+    let p = w.ds_phys(head)?;
+    let modified = p.bp.birth > fp.creation_txg && {
+        let a = crate::dmu::Objset::open_id(&w.spa, &p.bp, head)?;
+        let b = crate::dmu::Objset::open_id(&w.spa, &fp.bp, from)?;
+        a.phys.meta_dnode.blkptr != b.phys.meta_dnode.blkptr || a.phys.meta_dnode.maxblkid != b.phys.meta_dnode.maxblkid
+    };
     if !o.force && modified {
         return Err(ZfsError::Invalid(format!("destination {fs} has been modified\nsince most recent snapshot")));
     }
@@ -380,7 +446,10 @@ fn begin(h: &PoolHandle, b: &Begin, fs: &str, snap: &str, o: &RecvOpts) -> Resul
     if b.features & DMU_BACKUP_FEATURE_LARGE_BLOCKS != 0 {
         w.ds_feature_activate(head, "org.open-zfs:large_blocks")?;
     }
-    // The records go to a fresh view of the objset (no cache of what the mount read).
+    // The records go to a fresh view of the objset (no cache of what the mount read), its
+    // intent log gone with the mount that started it (everything it logged is synced).
+    w.sync()?;
+    w.zil_destroy(head)?;
     w.sync()?;
     w.datasets.remove(&head);
     Ok((head, Undo::Rollback(from_name)))

@@ -52,6 +52,8 @@ pub struct SendSpec {
     pub to_dsobj: u64,
     pub to_guid: u64,
     pub creation_time: u64,
+    /// The from snapshot (an incremental), as named to `spec_for`.
+    pub fromname: Option<String>,
     /// The from snapshot's guid and creation txg (an incremental), or 0 and 0.
     pub from_guid: u64,
     pub from_txg: u64,
@@ -147,6 +149,7 @@ pub fn spec_for(spa: &Arc<Spa>, to: &str, from: Option<&str>, flags: SendFlags) 
         to_dsobj: t.ds_obj,
         to_guid: t.ds.guid,
         creation_time: t.ds.creation_time,
+        fromname: from.map(str::to_string),
         from_guid,
         from_txg,
         clone,
@@ -606,4 +609,172 @@ fn needs_byteswap(typ: u8) -> bool {
 
 fn big_endian(os: &Objset, obj: u64) -> ZfsError {
     ZfsError::Unsupported(format!("objset {} object {obj}: its blocks were written big-endian; oxzfs sends only little-endian blocks", os.id))
+}
+
+/// A replication package (`zfs send -R`, `-p`; libzfs's compound stream): a header naming the
+/// file systems and snapshots it carries, then their streams one after another.
+pub struct Package {
+    /// "pool/fs@snap" of the header.
+    pub toname: String,
+    /// The header's nvlist (fromsnap, tosnap, not_recursive, fss); none for `zfs send -I`
+    /// alone, whose package only strings the streams together.
+    pub header: Option<oxzfs_format::nvlist::NvList>,
+    /// The streams, parents before children and origins before clones, each file system's
+    /// snapshots oldest first.
+    pub streams: Vec<SendSpec>,
+}
+
+/// What `zfs send -R` / `-p` carries: `to` ("pool/fs@snap"), with `recursive` its descendants
+/// too; `from` (-i, or -I with `intermediate`) an earlier snapshot ("@a" or whole). Full -R
+/// and -I send every snapshot up to `to` (from `from` on), -i only from `from` to `to`.
+pub fn package_for(spa: &Arc<Spa>, to: &str, from: Option<&str>, intermediate: bool, recursive: bool, flags: SendFlags) -> Result<Package> {
+    use crate::dsl::{list_datasets, DatasetKind};
+    use oxzfs_format::nvlist::{NvList, NvValue};
+    let Some((top, tosnap)) = to.split_once('@') else {
+        return Err(ZfsError::Invalid(format!("cannot send '{to}': only snapshots can be sent (name one: {to}@snapshot)")));
+    };
+    let fromsnap = from.map(|f| f.rsplit_once('@').map_or(f, |(_, s)| s).to_string());
+    if let Some(f) = from {
+        if f.contains('@') && !f.starts_with('@') && f.split_once('@').map(|(fs, _)| fs) != Some(top) {
+            return Err(ZfsError::Unsupported(format!("cannot send '{to}': a replication package's source must be a snapshot of '{top}' (@snap)")));
+        }
+    }
+    let all = list_datasets(spa)?;
+    let by_name = |n: &str| all.iter().find(|d| d.name == n);
+    let Some(top_snap) = by_name(to).filter(|d| d.kind == DatasetKind::Snapshot) else {
+        return Err(ZfsError::NotFound(format!("cannot open '{to}': dataset does not exist")));
+    };
+    let to_txg = top_snap.ds.creation_txg;
+    let mos = spa.mos();
+    // The file systems: the top one, and with -R those below it (list order: parents first).
+    let mut fss: Vec<&crate::dsl::DatasetInfo> = Vec::new();
+    for d in all.iter().filter(|d| d.kind == DatasetKind::Filesystem) {
+        let below = d.name == top || (recursive && d.name.starts_with(&format!("{top}/")));
+        if !below {
+            continue;
+        }
+        if by_name(&format!("{}@{tosnap}", d.name)).is_none() {
+            if d.name != top && d.ds.creation_txg > to_txg {
+                continue; // made after the snapshot: not part of it
+            }
+            return Err(ZfsError::NotFound(format!("cannot send '{}@{tosnap}': snapshot does not exist", d.name)));
+        }
+        fss.push(d);
+    }
+    let snaps_of = |fs: &str| -> Vec<&crate::dsl::DatasetInfo> {
+        let mut v: Vec<_> = all.iter().filter(|d| d.kind == DatasetKind::Snapshot && d.name.split_once('@').is_some_and(|(f, _)| f == fs)).collect();
+        v.sort_by_key(|d| d.ds.creation_txg);
+        v
+    };
+    // A file system's origin, when it is a clone (not of $ORIGIN): the snapshot's info.
+    let origin_of = |d: &crate::dsl::DatasetInfo| all.iter().find(|o| d.dir.origin_obj != 0 && o.ds_obj == d.dir.origin_obj && !o.name.contains("$ORIGIN"));
+    let mut header = NvList::new();
+    if let Some(f) = &fromsnap {
+        header.add_str("fromsnap", f);
+    }
+    header.add_str("tosnap", tosnap);
+    if !recursive {
+        header.insert("not_recursive", NvValue::Boolean);
+    }
+    let mut fss_nv = NvList::new();
+    let mut streams_of: Vec<(String, Option<String>, Vec<SendSpec>)> = Vec::new();
+    for d in &fss {
+        let tosnap_txg = by_name(&format!("{}@{tosnap}", d.name)).map_or(0, |s| s.ds.creation_txg);
+        let snaps: Vec<_> = snaps_of(&d.name).into_iter().filter(|s| s.ds.creation_txg <= tosnap_txg).collect();
+        let mut e = NvList::new();
+        e.add_str("name", &d.name);
+        let parent = d.name.rsplit_once('/').map(|(p, _)| p).filter(|_| d.name != top);
+        let pfs = match parent {
+            None => 0,
+            Some(p) => fromsnap.as_ref().and_then(|f| by_name(&format!("{p}@{f}"))).or_else(|| by_name(&format!("{p}@{tosnap}"))).map_or(0, |s| s.ds.guid),
+        };
+        e.add_u64("parentfromsnap", pfs);
+        let origin = origin_of(d);
+        if let Some(o) = origin {
+            e.add_u64("origin", o.ds.guid);
+        }
+        e.add_nvlist("props", crate::dsl::local_props_nv(&mos, d.dir.props_zapobj));
+        let mut sn = NvList::new();
+        let mut sp = NvList::new();
+        for s in &snaps {
+            let short = s.name.split_once('@').map_or("", |(_, n)| n);
+            sn.add_u64(short, s.ds.guid);
+            sp.add_nvlist(short, crate::dsl::local_props_nv(&mos, s.ds.props_obj));
+        }
+        e.add_nvlist("snaps", sn);
+        e.add_nvlist("snapprops", sp);
+        fss_nv.add_nvlist(&format!("0x{:x}", d.ds.guid), e);
+        // Its streams.
+        let names: Vec<String> = snaps.iter().map(|s| s.name.clone()).collect();
+        let has_from = fromsnap.as_ref().is_some_and(|f| names.iter().any(|n| n.ends_with(&format!("@{f}"))));
+        let mut pairs: Vec<(Option<String>, String)> = Vec::new();
+        let to_name = format!("{}@{tosnap}", d.name);
+        if has_from && !intermediate {
+            pairs.push((Some(format!("{}@{}", d.name, fromsnap.as_ref().expect("has_from"))), to_name));
+        } else {
+            let start = if has_from { names.iter().position(|n| n.ends_with(&format!("@{}", fromsnap.as_ref().expect("has_from")))).map_or(0, |i| i + 1) } else { 0 };
+            let mut prev: Option<String> = if has_from { Some(names[start - 1].clone()) } else { origin.map(|o| o.name.clone()) };
+            // -i of a file system new since the source: its snapshot alone (from its origin).
+            let list: Vec<String> = if fromsnap.is_some() && !has_from && !intermediate { vec![to_name] } else { names[start..].to_vec() };
+            for n in list {
+                pairs.push((prev.clone(), n.clone()));
+                prev = Some(n);
+            }
+        }
+        let mut specs = Vec::new();
+        for (f, t) in pairs {
+            specs.push(spec_for(spa, &t, f.as_deref(), flags.clone())?);
+        }
+        streams_of.push((d.name.clone(), origin.map(|o| o.name.split_once('@').map_or(String::new(), |(f, _)| f.to_string())), specs));
+    }
+    header.add_nvlist("fss", fss_nv);
+    // Parents before children (list order) and origins before their clones.
+    let mut streams = Vec::new();
+    let mut sent: Vec<String> = Vec::new();
+    let in_stream: Vec<String> = streams_of.iter().map(|(n, _, _)| n.clone()).collect();
+    while streams_of.iter().any(|(n, _, _)| !sent.contains(n)) {
+        let before = sent.len();
+        for (name, origin_fs, specs) in streams_of.iter_mut() {
+            if sent.contains(name) {
+                continue;
+            }
+            if origin_fs.as_ref().is_some_and(|o| in_stream.contains(o) && !sent.contains(o)) {
+                continue;
+            }
+            streams.append(specs);
+            sent.push(name.clone());
+        }
+        if sent.len() == before {
+            return Err(ZfsError::Invalid(format!("cannot send '{to}': clones and origins form a circle")));
+        }
+    }
+    Ok(Package { toname: to.to_string(), header: Some(header), streams })
+}
+
+/// A package's head: the BEGIN (a compound stream) with the header's nvlist packed in XDR
+/// as its payload (none for `zfs send -I` alone), and an END holding their fletcher-4.
+pub fn package_head(toname: &str, header: Option<&oxzfs_format::nvlist::NvList>) -> Result<Vec<u8>> {
+    let payload = header.map(|h| h.encode_xdr()).unwrap_or_default();
+    let mut r = record(DRR_BEGIN);
+    put32(&mut r, 4, payload.len() as u32);
+    put64(&mut r, 8, DMU_BACKUP_MAGIC);
+    put64(&mut r, 16, DMU_COMPOUNDSTREAM);
+    let name = toname.as_bytes();
+    if name.len() >= 256 {
+        return Err(ZfsError::Invalid(format!("cannot send '{toname}': name too long")));
+    }
+    r[56..56 + name.len()].copy_from_slice(name);
+    let mut zc = [0u64; 4];
+    fletcher4_more(&mut zc, &r);
+    fletcher4_more(&mut zc, &payload);
+    let mut end = record(DRR_END);
+    for (i, w) in zc.iter().enumerate() {
+        put64(&mut end, 8 + 8 * i, *w);
+    }
+    Ok([&r[..], &payload[..], &end[..]].concat())
+}
+
+/// A package's last record: an END of zeros.
+pub fn package_tail() -> [u8; RECORD_SIZE] {
+    record(DRR_END)
 }

@@ -252,6 +252,34 @@ fn index_name(prop: &str, v: u64) -> String {
     }
 }
 
+/// A property's value as `zfs set` takes it, from its stored number (a replication package
+/// carries numbers and index values as uint64).
+pub fn stored_value_string(prop: &str, v: u64) -> String {
+    match prop {
+        "quota" | "refquota" | "reservation" | "refreservation" | "recordsize" | "volsize" | "special_small_blocks" | "filesystem_limit"
+        | "snapshot_limit" | "copies" | "volblocksize" => v.to_string(),
+        _ => index_name(prop, v),
+    }
+}
+
+/// The properties set on a dataset itself (its props ZAP `props_obj`: local values), flat:
+/// numbers and index values as uint64, strings and user properties as strings — what a
+/// replication package's `props` holds. Properties fixed at creation are left out.
+pub fn local_props_nv(mos: &Objset, props_obj: u64) -> oxzfs_format::nvlist::NvList {
+    use oxzfs_format::nvlist::{NvList, NvValue};
+    let mut nv = NvList::new();
+    for (k, v) in local_props(mos, props_obj) {
+        if matches!(k.as_str(), "casesensitivity" | "normalization" | "utf8only" | "encryption" | "keyformat" | "pbkdf2iters" | "pbkdf2salt" | "volblocksize") {
+            continue;
+        }
+        nv.insert(&k, match v {
+            Stored::Num(n) => NvValue::Uint64(n),
+            Stored::Str(s) => NvValue::String(s),
+        });
+    }
+    nv
+}
+
 /// Largest recordsize a pool with large_blocks accepts (SPA_MAXBLOCKSIZE).
 pub const MAX_RECORDSIZE: u64 = 16 << 20;
 

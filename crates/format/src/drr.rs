@@ -24,6 +24,7 @@ pub const DMU_BACKUP_FEATURE_COMPRESSED: u64 = 1 << 22;
 pub const DMU_BACKUP_FEATURE_LARGE_DNODE: u64 = 1 << 23;
 pub const DMU_BACKUP_FEATURE_RAW: u64 = 1 << 24;
 pub const DMU_BACKUP_FEATURE_ZSTD: u64 = 1 << 25;
+pub const DMU_BACKUP_FEATURE_HOLDS: u64 = 1 << 26;
 
 pub const DRR_BEGIN: u32 = 0;
 pub const DRR_OBJECT: u32 = 1;
