@@ -419,8 +419,8 @@ def test_replication_packages(senders, oxzfs, work_dir):
             assert not d, f"{label}: {sub or '/'}@{snap} differs:\n{d}"
 
     check(os.path.join(alt, "rpk", "bk"), "oxzfs")
-    r = oxzfs.zfs("get", "-H", "-o", "value", "origin,compression", "rpk/bk/cl", "rpk/bk/child")
-    assert r.stdout.split() == ["rpk/bk@b", "off", "-", "gzip"], r.stdout
+    r = oxzfs.zfs("get", "-H", "-o", "value", "origin,compression,com.example:note", "rpk/bk/cl", "rpk/bk/child")
+    assert r.stdout.split() == ["rpk/bk@b", "off", "-", "-", "gzip", "hi"], r.stdout
     # -R -I: the next snapshots of every file system, into what was received.
     populate_mod.populate(s.mnt, 10, "change")
     assert oxzfs.zfs("snapshot", "-r", f"{fs}@e").returncode == 0

@@ -868,6 +868,13 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         push("special_small_blocks", v, r, &s);
     }
     out.retain(|p| prop_applies(&p.name, ds.kind));
+    // User properties (module:name), set here or above, after the native ones in name order.
+    let user: std::collections::BTreeSet<String> = snap_local.keys().chain(chain.iter().flat_map(|(_, p)| p.keys())).filter(|k| k.contains(':')).cloned().collect();
+    for k in user {
+        if let Some((Stored::Str(v), src)) = find(&k, true) {
+            out.push(PropValue { name: k, value: v.clone(), raw: v, source: src });
+        }
+    }
     Ok(out)
 }
 
