@@ -431,6 +431,20 @@ def test_replication_packages(senders, oxzfs, work_dir):
     cp = receive(oxzfs, incr, "-F", "rpk/bk")
     assert cp.returncode == 0, cp.stderr
     check(os.path.join(alt, "rpk", "bk"), "oxzfs -R -I")
+    # A snapshot the sender destroyed goes from the copy with the next -R -I -F.
+    assert oxzfs.zfs("destroy", f"{fs}@c").returncode == 0
+    assert oxzfs.zfs("snapshot", "-r", f"{fs}@f").returncode == 0
+    incr2 = os.path.join(base, "RI2")
+    assert send(oxzfs, incr2, "-R", "-I", "@e", f"{fs}@f").returncode == 0
+    cp = receive(oxzfs, incr2, "-Fv", "rpk/bk")
+    assert cp.returncode == 0, cp.stderr
+    assert "attempting destroy rpk/bk@c" in cp.stdout, cp.stdout
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "snapshot", "-r", "rpk/bk")
+    got = sorted(r.stdout.split())
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "snapshot", "-r", fs)
+    assert got == sorted(n.replace(fs, "rpk/bk", 1) for n in r.stdout.split()), got
+    want.pop(("", "c"), None)
+    check(os.path.join(alt, "rpk", "bk"), "oxzfs after pruning")
     assert oxzfs.export("rpk").returncode == 0
     zdb_check(vdir, "rpk")
     # zfs-fuse receives the same package.

@@ -106,7 +106,16 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
                     continue;
                 }
                 Ok(Some(Head::End)) if package.is_some() => {
-                    package = None;
+                    // An incremental package received with -F: the snapshots of its file
+                    // systems that the sender no longer has go (recv_incremental_replication).
+                    if let Some(p) = package.take() {
+                        if opts.force && !opts.dryrun && p.header.as_ref().is_some_and(|h| h.get_str("fromsnap").is_some()) {
+                            match prune(&opts, &target, &pool, &p, state) {
+                                Ok(line) => res.0.push_str(&line),
+                                Err(m) => return fail(res, m),
+                            }
+                        }
+                    }
                     continue;
                 }
                 Ok(Some(_)) => return fail(res, "cannot receive: invalid stream (a package inside a package, or an END where a BEGIN belongs)\n".into()),
@@ -146,6 +155,48 @@ fn target_names(o: &RecvArgs, target: &str, b: &Begin, package: Option<&Package>
         // Under the target, where the sender's file system was under the package's.
         None => Ok((format!("{target}{}", sent_fs.strip_prefix(sendfs).unwrap_or("")), sent_snap.to_string())),
     }
+}
+
+/// After an incremental package with -F: destroy the snapshots of each file system it carries
+/// that the package's list does not name (snapshots the sender destroyed since). Only file
+/// systems the package names are looked at; what -v says, as OpenZFS's receive says it.
+fn prune(o: &RecvArgs, target: &str, pool: &str, p: &Package, state: &Arc<Mutex<State>>) -> Result<String, String> {
+    use oxzfs_format::nvlist::NvValue;
+    let Some(fss) = p.header.as_ref().and_then(|h| h.get_nvlist("fss")) else { return Ok(String::new()) };
+    let (spa, h) = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(imp) = st.pools.get(pool) else { return Ok(String::new()) };
+        let Some(h) = imp.rw.clone() else { return Ok(String::new()) };
+        (imp.pool.spa.clone(), h)
+    };
+    let all = oxzfs::dsl::list_datasets(&spa).map_err(|e| format!("cannot receive: {e}\n"))?;
+    let mut out = String::new();
+    for (_, e) in &fss.pairs {
+        let NvValue::NvList(e) = e else { continue };
+        let (Some(name), Some(snaps)) = (e.get_str("name"), e.get_nvlist("snaps")) else { continue };
+        let keep: Vec<u64> = snaps.pairs.iter().filter_map(|(_, v)| if let NvValue::Uint64(g) = v { Some(*g) } else { None }).collect();
+        // Where the package put this file system.
+        let probe = Begin { features: 0, creation_time: 0, objset_type: 2, flags: 0, toguid: 0, fromguid: 0, toname: format!("{name}@x") };
+        let Ok((fs, _)) = target_names(o, target, &probe, Some(p)) else { continue };
+        for d in all.iter().filter(|d| d.name.split_once('@').is_some_and(|(f, _)| f == fs)) {
+            if keep.contains(&d.ds.guid) {
+                continue;
+            }
+            if o.verbose {
+                out.push_str(&format!("attempting destroy {}\n", d.name));
+            }
+            match h.lock().destroy_snapshot(&d.name) {
+                Ok(()) => {
+                    if o.verbose {
+                        out.push_str("success\n");
+                    }
+                }
+                Err(e) => return Err(format!("cannot destroy '{}': {e}\n", d.name)),
+            }
+        }
+    }
+    let _ = h.sync_now();
+    Ok(out)
 }
 
 /// A package being received: the sender's top file system and the header list.
