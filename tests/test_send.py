@@ -330,6 +330,16 @@ def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
     assert cp.returncode != 0 and "exists" in cp.stderr, cp.stderr
     after = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", pool).stdout
     assert after == before, f"a refused receive left something:\n{after}"
+    # A snapshot being sent cannot be destroyed (the send holds it until its stream is made).
+    slow = subprocess.Popen([oxzfs.binary, "zfs", "send", f"{s.fs}@a"], env=oxzfs.env, stdout=subprocess.PIPE)
+    try:
+        assert len(slow.stdout.read(312)) == 312  # the stream has begun (and stalls on the pipe)
+        r = oxzfs.zfs("destroy", f"{s.fs}@a")
+        assert r.returncode != 0 and "dataset is busy" in r.stderr, repr(r)
+    finally:
+        while slow.stdout.read(1 << 20):
+            pass
+        assert slow.wait(timeout=120) == 0
     # What zfs send refuses.
     for args, want in (
         ([f"{pool}/nope@a"], "dataset does not exist"),

@@ -64,10 +64,9 @@ pub struct SendSpec {
     /// Feature flags the dataset's features call for (SA_SPILL for ZPL 5, LARGE_DNODE).
     pub features: u64,
     pub flags: SendFlags,
-    /// Held from the moment the snapshot is found until the stream is made: blocks freed
-    /// meanwhile (the snapshot destroyed under the send) stay unallocated, so every block the
-    /// walk reads is still the snapshot's (OpenZFS holds the snapshot instead).
-    pub _pin: crate::spa::ReaderPin,
+    /// Held from the moment the snapshot is found until the stream is made: the snapshot
+    /// cannot be destroyed under the send (dsl_dataset_long_hold).
+    pub _hold: crate::spa::SendHold,
 }
 
 /// What a dataset of the pool holds of a per-dataset feature (its object is a ZAP naming it).
@@ -160,7 +159,7 @@ pub fn spec_for(spa: &Arc<Spa>, to: &str, from: Option<&str>, flags: SendFlags) 
         ci: t.ds.flags & oxzfs_format::dsl::DS_FLAG_CI_DATASET != 0,
         features,
         flags: SendFlags { large_blocks: large },
-        _pin: spa.pin_reader(t.ds.creation_txg),
+        _hold: spa.send_hold(t.ds_obj),
     })
 }
 

@@ -193,7 +193,7 @@ impl PoolW {
         if sp.num_children > 1 {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:")));
         }
-        if sp.userrefs_obj != 0 && !self.mos.zap(sp.userrefs_obj)?.entries.is_empty() {
+        if self.spa.send_held(obj) || sp.userrefs_obj != 0 && !self.mos.zap(sp.userrefs_obj)?.entries.is_empty() {
             return Err(ZfsError::Posix(libc::EBUSY, format!("cannot destroy snapshot {name}: dataset is busy")));
         }
         self.sync()?;

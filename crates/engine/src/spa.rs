@@ -386,6 +386,9 @@ pub struct Spa {
     /// Blocks being read from the vdevs now: a second reader of one (a demand read behind a
     /// prefetch) waits for that read instead of issuing its own (arc_read's in-flight header).
     inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
+    /// Snapshots being sent (dataset object → streams reading it): `zfs destroy` of one is
+    /// refused as busy meanwhile (OpenZFS's dsl_dataset_long_hold by dmu_send).
+    send_holds: Mutex<HashMap<u64, usize>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
     /// The scrub's state (see `dsl_scan`).
@@ -424,6 +427,7 @@ impl Spa {
             errlog: Mutex::new(Default::default()),
             readers: Mutex::new(BTreeMap::new()),
             inflight: Default::default(),
+            send_holds: Default::default(),
             devices,
             scan: ScanState::default(),
             dedup_totals: Mutex::new(None),
@@ -719,6 +723,17 @@ impl Spa {
         ReaderPin { spa: self.clone(), txg }
     }
 
+    /// Hold snapshot `dsobj` for a send: it cannot be destroyed until the hold is dropped.
+    pub fn send_hold(self: &Arc<Self>, dsobj: u64) -> SendHold {
+        *self.send_holds.lock().unwrap_or_else(|p| p.into_inner()).entry(dsobj).or_default() += 1;
+        SendHold { spa: self.clone(), dsobj }
+    }
+
+    /// Whether a send holds snapshot `dsobj`.
+    pub fn send_held(&self, dsobj: u64) -> bool {
+        self.send_holds.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&dsobj)
+    }
+
     /// The txg of the oldest tree a pinned reader walks now.
     pub fn oldest_reader(&self) -> Option<u64> {
         self.readers.lock().unwrap().keys().next().copied()
@@ -750,6 +765,24 @@ impl Drop for Spa {
     /// The pool is gone (exported, or its import given up): its blocks leave the shared ARC.
     fn drop(&mut self) {
         self.arc.flush_spa(self.arc_id);
+    }
+}
+
+/// A send's hold on its snapshot (`Spa::send_hold`).
+pub struct SendHold {
+    spa: Arc<Spa>,
+    dsobj: u64,
+}
+
+impl Drop for SendHold {
+    fn drop(&mut self) {
+        let mut h = self.spa.send_holds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = h.get_mut(&self.dsobj) {
+            *n -= 1;
+            if *n == 0 {
+                h.remove(&self.dsobj);
+            }
+        }
     }
 }
 
