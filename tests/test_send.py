@@ -15,6 +15,7 @@ wrong source) are refused, naming what is wrong, and leave nothing behind.
 import os
 import re
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -303,6 +304,39 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
     zdb_check(vdir, "rzf")
 
 
+def _fletcher(zc, data):
+    a, b, c, d = zc
+    m = (1 << 64) - 1
+    for (w,) in struct.iter_unpack("<I", data[: len(data) // 4 * 4]):
+        a = (a + w) & m
+        b = (b + a) & m
+        c = (c + b) & m
+        d = (d + c) & m
+    return [a, b, c, d]
+
+
+def _recheck(stream, change):
+    """STREAM (a plain one) with CHANGE(record, payload) applied to its records and every
+    checksum made right again: what a sender that means harm could write."""
+    out, zc, i = bytearray(), [0, 0, 0, 0], 0
+    while i + 312 <= len(stream):
+        r = bytearray(stream[i:i + 312])
+        t = struct.unpack_from("<I", r, 0)[0]
+        n = {1: (struct.unpack_from("<I", r, 28)[0] + 7) // 8 * 8, 3: struct.unpack_from("<Q", r, 32)[0], 7: struct.unpack_from("<Q", r, 16)[0]}.get(t, 0)
+        p = stream[i + 312:i + 312 + n]
+        i += 312 + n
+        change(r, p)
+        if t == 5:
+            struct.pack_into("<4Q", r, 8, *zc)
+        zc = _fletcher(zc, bytes(r[:280]))
+        if t != 0:
+            struct.pack_into("<4Q", r, 280, *zc)
+        zc = _fletcher(zc, bytes(r[280:]))
+        zc = _fletcher(zc, p)
+        out += r + p
+    return bytes(out)
+
+
 def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
     s = senders["v5000"]
     pool = s.pool
@@ -316,6 +350,21 @@ def test_bad_streams_are_refused_and_leave_nothing(senders, oxzfs):
         "empty": (b"", "failed to read from stream"),
         "not-a-stream": (b"hello" * 100, "bad magic number"),
     }
+    # Streams whose checksums are right but whose records are not.
+    first = {"done": False}
+
+    def zero_blksz(r, p):
+        if struct.unpack_from("<I", r, 0)[0] == 1 and not first["done"]:
+            struct.pack_into("<I", r, 24, 0)
+            first["done"] = True
+
+    def far_object(r, p):
+        if struct.unpack_from("<I", r, 0)[0] == 4:
+            struct.pack_into("<Q", r, 8, 1 << 40)
+
+    assert _recheck(data, lambda r, p: None) == data
+    cases["block-size-0"] = (_recheck(data, zero_blksz), "block size 0")
+    cases["free-elsewhere"] = (_recheck(data, far_object), "which the stream has not made")
     for name, (body, want) in cases.items():
         path = os.path.join(base, name)
         with open(path, "wb") as f:

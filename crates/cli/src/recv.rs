@@ -314,7 +314,7 @@ fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b
         if let Some(imp) = st.pools.get_mut(pool) {
             let mut e = String::new();
             let mut again: Vec<String> = was_mounted.iter().rev().cloned().collect();
-            if !o.nomount && !again.contains(&fs) {
+            if !o.nomount && r.is_ok() && !again.contains(&fs) {
                 again.insert(0, fs.clone());
             }
             for ds in &again {

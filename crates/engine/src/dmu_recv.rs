@@ -311,6 +311,8 @@ pub fn receive(h: &PoolHandle, b: &Begin, s: &mut StreamReader, fs: &str, snap: 
                 Undo::Rollback(to) => w.rollback(to),
             };
             drop(w);
+            // The undo on disk before the command answers (what it lists and mounts next).
+            let _ = h.sync_now();
             Err(ctx(e))
         }
     }
