@@ -238,6 +238,12 @@ def test_oxzfs_receives_its_own_streams(kind, senders, oxzfs):
     for snap in ("b", "c"):
         d = diff_manifests(snap_manifest(mnt2, snap), s.snaps[snap])
         assert not d, f"-I: @{snap} differs:\n{d}"
+    # -d: under the target, the sent name without its pool (parents made); -e: its last part.
+    for flag, parent, made in (("-d", "dd", "dd/fs"), ("-e", "ee", "ee/fs")):
+        assert oxzfs.zfs("create", f"{pool}/{parent}").returncode == 0
+        cp = receive(oxzfs, s.streams["full-a"], flag, f"{pool}/{parent}")
+        assert cp.returncode == 0, cp.stderr
+        assert oxzfs.zfs("list", f"{pool}/{made}@a").returncode == 0, f"{flag}: no {pool}/{made}@a"
     if kind == "v5000":
         # -L: the 1 MiB records go whole, and stay 1 MiB blocks.
         path = os.path.join(base, "large")

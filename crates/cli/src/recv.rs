@@ -307,7 +307,7 @@ fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b
         }
         (h, was)
     };
-    let r = dmu_recv::receive(&h, b, s, &fs, &snap, &RecvOpts { force: o.force, props: props.to_vec() });
+    let r = dmu_recv::receive(&h, b, s, &fs, &snap, &RecvOpts { force: o.force, props: props.to_vec(), create_parents: o.strip_pool });
     // Mounted (again) as OpenZFS does after a receive, unless -u.
     {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());

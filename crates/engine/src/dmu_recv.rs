@@ -263,6 +263,8 @@ pub struct RecvOpts {
     pub force: bool,
     /// -o prop=value: set on the received file system (as `zfs set` would).
     pub props: Vec<(String, String)>,
+    /// -d: a new file system's missing parents are made (empty file systems).
+    pub create_parents: bool,
 }
 
 /// What a receive made.
@@ -364,7 +366,10 @@ fn begin(h: &PoolHandle, b: &Begin, fs: &str, snap: &str, o: &RecvOpts) -> Resul
         }
         let parent = fs.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
         if w.find_dataset(parent)?.is_none() {
-            return Err(ZfsError::NotFound(format!("destination parent '{parent}' does not exist")));
+            if !o.create_parents || !parent.contains('/') {
+                return Err(ZfsError::NotFound(format!("destination parent '{parent}' does not exist")));
+            }
+            w.create_dataset(parent, &[], true)?;
         }
         let init = std::mem::replace(&mut w.fs_init, crate::dbuf::empty_objset_init);
         let r = w.create_dataset(fs, &[], false);
