@@ -536,3 +536,42 @@ def test_replication_packages(senders, oxzfs, work_dir):
         check(mnt, "zfs-fuse")
     finally:
         oxzfs.export("zfpkg")
+
+
+def test_send_from_a_zfs_fuse_pool(zfs_fuse_pools, oxzfs):
+    """A pool zfs-fuse wrote, imported read-only: `zfs send -R` of its snapshot, received into
+    a pool of ours, gives back every dataset as zfs-fuse's manifests of that snapshot say."""
+    from conftest import copy_vdevs
+    pool = "oxt-mirror"
+    src = zfs_fuse_pools[pool]
+    base = os.path.join(oxzfs.base, "fx")
+    shutil.rmtree(base, ignore_errors=True)
+    vdir = copy_vdevs(os.path.join(src, "vdevs"), os.path.join(base, "vdevs"))
+    r = oxzfs.import_ro(vdir, pool, os.path.join(base, "alt"), nomount=True)
+    assert r.returncode == 0, repr(r)
+    pkg = os.path.join(base, "pkg")
+    try:
+        cp = send(oxzfs, pkg, "-R", f"{pool}@s1")
+        assert cp.returncode == 0, cp.stderr
+        children = [ln for ln in oxzfs.zfs("list", "-H", "-o", "name", "-r", pool).stdout.split() if ln != pool]
+    finally:
+        oxzfs.export(pool)
+    rvdir = os.path.join(base, "rvdevs")
+    ralt = os.path.join(base, "ralt")
+    r = oxzfs.zpool("create", "-o", "version=23", "-R", ralt, "rfx", *make_devs(rvdir, 1, 512))
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append("rfx")
+    cp = receive(oxzfs, pkg, "rfx/copy")
+    assert cp.returncode == 0, cp.stderr
+    for ds in [pool] + children:
+        target = "rfx/copy" + ds[len(pool):]
+        mnt = oxzfs.zfs("get", "-H", "-o", "value", "mountpoint", target).stdout.strip()
+        assert os.path.isdir(mnt), f"{target} is not mounted ({mnt!r})"
+        # A child's mount point is an empty directory in its parent's snapshot.
+        below = [c[len(ds) + 1:] for c in children if c.startswith(ds + "/")]
+        got = _strip_xattrs(manifest_mod.manifest(os.path.join(mnt, ".zfs", "snapshot", "s1"), exclude=below))
+        want = manifest_mod.load(os.path.join(src, f"{ds.replace('/', '_')}@s1.manifest.jsonl"))
+        d = diff_manifests(got, want)
+        assert not d, f"{target}@s1 differs from zfs-fuse's {ds}@s1:\n{d}"
+    assert oxzfs.export("rfx").returncode == 0
+    zdb_check(rvdir, "rfx")
