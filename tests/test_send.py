@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from conftest import diff_manifests, zfs_fuse_imported
-from test_write import _strip_xattrs, make_devs, zdb_check
+from test_write import _strip_xattrs, make_devs, new_pool, zdb_check
 import manifest as manifest_mod
 import oracle_pools
 import populate as populate_mod
@@ -184,13 +184,8 @@ def test_oxzfs_receives_its_own_streams(kind, senders, oxzfs):
     pool = "rcv" + kind.replace("v", "")
     base = os.path.join(oxzfs.base, f"recv-{kind}")
     shutil.rmtree(base, ignore_errors=True)
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 256)
     version = ["-o", "version=23"] if kind == "v23" else []
-    r = oxzfs.zpool("create", *version, "-R", alt, pool, *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append(pool)
+    vdir, alt, _ = new_pool(oxzfs, pool, f"recv-{kind}", 1, *version, size_mib=256)
     target = f"{pool}/backup/got"
     assert oxzfs.zfs("create", f"{pool}/backup").returncode == 0
     cp = receive(oxzfs, s.streams["full-a"], "-v", target)
@@ -283,12 +278,7 @@ def test_oxzfs_receives_zfs_fuse_streams(oxzfs, work_dir):
                 assert r.returncode == 0, r.stderr
         finally:
             subprocess.run(["zpool", "destroy", "-f", "zfsend"], capture_output=True)
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    devs = make_devs(vdir, 1, 256)
-    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, "rzf", *devs)
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append("rzf")
+    vdir, alt, _ = new_pool(oxzfs, "rzf", "zf-send", 1, "-o", "version=23", size_mib=256)
     cp = receive(oxzfs, full, "rzf/copy")
     assert cp.returncode == 0, cp.stderr
     cp = receive(oxzfs, incr, "-F", "rzf/copy")
@@ -424,11 +414,7 @@ def test_clone_from_its_origin(senders, oxzfs):
     assert cp.returncode == 0, cp.stderr
     rc, text = zstream_dump(path)
     assert "flags = 0xd" in text, text[:800]  # DRR_FLAG_CLONE with FREERECORDS and SPILL_BLOCK
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    r = oxzfs.zpool("create", "-R", alt, "rcl", *make_devs(vdir, 1, 256))
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append("rcl")
+    vdir, alt, _ = new_pool(oxzfs, "rcl", "clone", 1, size_mib=256)
     assert receive(oxzfs, s.streams["full-a"], "rcl/fs").returncode == 0
     cp = receive(oxzfs, path, "rcl/cl")
     assert cp.returncode == 0, cp.stderr
@@ -470,11 +456,7 @@ def test_replication_packages(senders, oxzfs, work_dir):
     assert "hdrtype = 2" in text and "com.example:note = hi" in text, text[:3000]
     # fs: a, b, c, d; child: d; cl: d (from its origin): 6 streams in the package.
     assert "Total DRR_BEGIN records = 7 " in text and "Total DRR_END records = 8 " in text, text[-1500:]
-    vdir = os.path.join(base, "vdevs")
-    alt = os.path.join(base, "alt")
-    r = oxzfs.zpool("create", "-o", "version=23", "-R", alt, "rpk", *make_devs(vdir, 1, 256))
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append("rpk")
+    vdir, alt, _ = new_pool(oxzfs, "rpk", "pkg", 1, "-o", "version=23", size_mib=256)
     cp = receive(oxzfs, full, "rpk/bk")
     assert cp.returncode == 0, cp.stderr
 
@@ -556,11 +538,7 @@ def test_send_from_a_zfs_fuse_pool(zfs_fuse_pools, oxzfs):
         children = [ln for ln in oxzfs.zfs("list", "-H", "-o", "name", "-r", pool).stdout.split() if ln != pool]
     finally:
         oxzfs.export(pool)
-    rvdir = os.path.join(base, "rvdevs")
-    ralt = os.path.join(base, "ralt")
-    r = oxzfs.zpool("create", "-o", "version=23", "-R", ralt, "rfx", *make_devs(rvdir, 1, 512))
-    assert r.returncode == 0, repr(r)
-    oxzfs.imported.append("rfx")
+    rvdir, _, _ = new_pool(oxzfs, "rfx", "fx/recv", 1, "-o", "version=23", size_mib=512)
     cp = receive(oxzfs, pkg, "rfx/copy")
     assert cp.returncode == 0, cp.stderr
     for ds in [pool] + children:

@@ -25,6 +25,35 @@ pub fn derived_mountpoints(pool: &Pool, mounts: &[&MountHandle]) -> Vec<PathBuf>
         .collect()
 }
 
+/// The mounts of file system `fs` and of those below it, deepest first (taken out of `mounts`).
+pub fn take_below(mounts: &mut Vec<MountHandle>, fs: &str) -> Vec<MountHandle> {
+    let below = |d: &str| d == fs || d.starts_with(&format!("{fs}/"));
+    let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(mounts).into_iter().partition(|m| below(&m.dataset));
+    *mounts = keep;
+    gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
+    gone
+}
+
+/// Unmount `gone` (from `take_below`) in its order: the datasets unmounted, and a "cannot
+/// unmount" line for each that refused (which goes back to `mounts`, still mounted).
+pub fn unmount_all(pool: &Pool, mounts: &mut Vec<MountHandle>, gone: Vec<MountHandle>, force: bool) -> (Vec<String>, String) {
+    let (mut done, mut err) = (Vec::new(), String::new());
+    for m in gone {
+        let ds = m.dataset.clone();
+        match m.unmount(force) {
+            Ok(()) => {
+                pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
+                done.push(ds);
+            }
+            Err((m, e)) => {
+                let _ = writeln!(err, "cannot unmount '{}': {e}", m.mountpoint.display());
+                mounts.push(m);
+            }
+        }
+    }
+    (done, err)
+}
+
 /// rmdir each of `dirs` that is no longer a mount point, ignoring errors (remove_mountpoint).
 pub fn remove_mountpoints(dirs: &[PathBuf], still_mounted: &[MountHandle]) {
     for d in dirs {

@@ -136,8 +136,8 @@ pub fn receive(st: &mut State, args: &[String]) -> Out {
 
 /// Where a stream goes: the file system and the snapshot name (zfs_receive_one's naming:
 /// TARGET, TARGET@SNAP, or with -d / -e the sent name's path under TARGET).
-fn target_names(o: &RecvArgs, target: &str, b: &Begin, package: Option<&Package>) -> Result<(String, String), String> {
-    let (sent_fs, sent_snap) = b.toname.split_once('@').unwrap_or((&b.toname, ""));
+fn target_names(o: &RecvArgs, target: &str, toname: &str, package: Option<&Package>) -> Result<(String, String), String> {
+    let (sent_fs, sent_snap) = toname.split_once('@').unwrap_or((toname, ""));
     // The name the sender started from: the package's file system, or this stream's.
     let sendfs = package.map_or(sent_fs, |p| p.sendfs.as_str());
     if o.strip_pool || o.last_only {
@@ -176,8 +176,7 @@ fn prune(o: &RecvArgs, target: &str, pool: &str, p: &Package, state: &Arc<Mutex<
         let (Some(name), Some(snaps)) = (e.get_str("name"), e.get_nvlist("snaps")) else { continue };
         let keep: Vec<u64> = snaps.pairs.iter().filter_map(|(_, v)| if let NvValue::Uint64(g) = v { Some(*g) } else { None }).collect();
         // Where the package put this file system.
-        let probe = Begin { features: 0, creation_time: 0, objset_type: 2, flags: 0, toguid: 0, fromguid: 0, toname: format!("{name}@x") };
-        let Ok((fs, _)) = target_names(o, target, &probe, Some(p)) else { continue };
+        let Ok((fs, _)) = target_names(o, target, &format!("{name}@x"), Some(p)) else { continue };
         for d in all.iter().filter(|d| d.name.split_once('@').is_some_and(|(f, _)| f == fs)) {
             if keep.contains(&d.ds.guid) {
                 continue;
@@ -235,7 +234,7 @@ impl Package {
 /// Receive one stream (its BEGIN read): the report line (-v) or why it failed.
 #[allow(clippy::too_many_arguments)]
 fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>, package: Option<&Package>) -> Result<String, String> {
-    let (fs, snap) = target_names(o, target, b, package)?;
+    let (fs, snap) = target_names(o, target, &b.toname, package)?;
     // A file system the package makes gets the properties it carries, then -o's.
     let mut props: Vec<(String, String)> = match package {
         Some(p) if !b.incremental() || b.flags & oxzfs_format::drr::DRR_FLAG_CLONE != 0 => p.props_of(b.toguid),
@@ -275,35 +274,14 @@ fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         let Some(imp) = st.pools.get_mut(pool) else { return Err(format!("cannot open '{pool}': dataset does not exist\n")) };
         let Some(h) = imp.rw.clone() else { return Err(format!("cannot receive: pool '{pool}' is read-only\n")) };
-        let below = |d: &str| d == fs || d.starts_with(&format!("{fs}/"));
-        let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
-        imp.mounts = keep;
-        gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
-        let mut was = Vec::new();
-        let mut busy = None;
-        for m in gone {
-            if busy.is_some() {
-                imp.mounts.push(m);
-                continue;
-            }
-            let ds = m.dataset.clone();
-            match m.unmount(false) {
-                Ok(()) => {
-                    imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
-                    was.push(ds);
-                }
-                Err((m, e)) => {
-                    busy = Some(format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
-                    imp.mounts.push(m);
-                }
-            }
-        }
-        if let Some(e) = busy {
+        let gone = crate::mounts::take_below(&mut imp.mounts, &fs);
+        let (was, busy) = crate::mounts::unmount_all(&imp.pool, &mut imp.mounts, gone, false);
+        if !busy.is_empty() {
             let mut err = String::new();
             for ds in was.iter().rev() {
                 mount_some(&imp.pool, imp.rw.as_ref(), &mut imp.mounts, &mut err, Some(ds));
             }
-            return Err(e);
+            return Err(busy);
         }
         (h, was)
     };

@@ -221,7 +221,8 @@ fn run_one(s: &SendSpec, w: &mut std::fs::File, err: Option<&std::fs::File>, ver
         _ => None,
     };
     let mut buf = std::io::BufWriter::with_capacity(1 << 20, w);
-    let r = dmu_send::send(s, Some(&mut buf), &written).and_then(|_| buf.flush().map_err(|e| oxzfs::ZfsError::Posix(e.raw_os_error().unwrap_or(libc::EIO), format!("cannot write the send stream: {e}"))));
+    // (send flushes what it wrote through `buf` before it returns.)
+    let r = dmu_send::send(s, Some(&mut buf), &written);
     done.store(true, Ordering::Release);
     if let Some(p) = progress {
         let _ = p.join();

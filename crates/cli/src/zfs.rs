@@ -942,23 +942,8 @@ pub fn set(st: &mut State, args: &[String]) -> Out {
         }
         // A new mountpoint or canmount: remount the file system and those below it.
         if assigns.iter().any(|a| a.starts_with("mountpoint=") || a.starts_with("canmount=")) {
-            let below = |d: &str| d == t.as_str() || d.starts_with(&format!("{t}/"));
-            let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
-            imp.mounts = keep;
-            gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
-            let mut err = String::new();
-            for m in gone {
-                let ds = m.dataset.clone();
-                match m.unmount(false) {
-                    Ok(()) => {
-                        imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
-                    }
-                    Err((m, e)) => {
-                        err.push_str(&format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
-                        imp.mounts.push(m);
-                    }
-                }
-            }
+            let gone = crate::mounts::take_below(&mut imp.mounts, t);
+            let (_, mut err) = crate::mounts::unmount_all(&imp.pool, &mut imp.mounts, gone, false);
             let n = mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err);
             if n > 0 || !err.is_empty() {
                 return (String::new(), err, 1);
@@ -1084,26 +1069,10 @@ pub fn rename(st: &mut State, args: &[String]) -> Out {
         Err(o) => return o,
     };
     // Unmount the file system and those below it, deepest first.
-    let below = |d: &str| d == old.as_str() || d.starts_with(&format!("{old}/"));
-    let (mut gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut imp.mounts).into_iter().partition(|m| below(&m.dataset));
-    imp.mounts = keep;
-    gone.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
-    let mut err = String::new();
-    let mut busy = false;
+    let gone = crate::mounts::take_below(&mut imp.mounts, &old);
     let derived = derived_mountpoints(&imp.pool, &gone.iter().collect::<Vec<_>>());
-    for m in gone {
-        let ds = m.dataset.clone();
-        match m.unmount(o.force) {
-            Ok(()) => {
-                imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&ds);
-            }
-            Err((m, e)) => {
-                err.push_str(&format!("cannot unmount '{}': {e}\n", m.mountpoint.display()));
-                imp.mounts.push(m);
-                busy = true;
-            }
-        }
-    }
+    let (_, mut err) = crate::mounts::unmount_all(&imp.pool, &mut imp.mounts, gone, o.force);
+    let busy = !err.is_empty();
     let r = if busy {
         Ok(())
     } else {

@@ -507,7 +507,7 @@ impl Walker<'_> {
         // A spill block the from snapshot has already goes out too, marked unmodified: an older
         // receiver could have dropped it on a change of the object's other attributes.
         if let Some(bp) = spill.filter(|bp| bp.birth <= self.from_txg) {
-            self.spill(obj, dn, bp, DRR_SPILL_UNMODIFIED, s)?;
+            self.spill(obj, bp, DRR_SPILL_UNMODIFIED, s)?;
         }
         // Blocks past the last one of a file's data are not sent (the free to the end covers
         // them); a metadata object's are.
@@ -533,13 +533,13 @@ impl Walker<'_> {
             }
         })?;
         if let Some(bp) = spill.filter(|bp| bp.birth > self.from_txg) {
-            self.spill(obj, dn, bp, 0, s)?;
+            self.spill(obj, bp, 0, s)?;
         }
         Ok(())
     }
 
     /// dump_spill: the object's spill block (its logical bytes).
-    fn spill(&self, obj: u64, dn: &DnodePhys, bp: &BlockPointer, flags: u8, s: &mut Stream) -> Result<()> {
+    fn spill(&self, obj: u64, bp: &BlockPointer, flags: u8, s: &mut Stream) -> Result<()> {
         if !bp.little_endian {
             return Err(big_endian(self.os, obj));
         }
@@ -548,7 +548,6 @@ impl Walker<'_> {
             s.written.fetch_add(RECORD_SIZE as u64 + bp.lsize, Ordering::Relaxed);
             return Ok(());
         }
-        let _ = dn;
         let data = self.os.spa.read_bp_for(bp, self.os.id)?;
         let mut r = record(DRR_SPILL);
         put64(&mut r, 8, obj);

@@ -388,7 +388,7 @@ pub struct Spa {
     inflight: Mutex<HashMap<ArcKey, Arc<InFlight>>>,
     /// Snapshots being sent (dataset object → streams reading it): `zfs destroy` of one is
     /// refused as busy meanwhile (OpenZFS's dsl_dataset_long_hold by dmu_send).
-    send_holds: Mutex<HashMap<u64, usize>>,
+    send_holds: Mutex<BTreeMap<u64, usize>>,
     /// Device map (guid → path, device), including cache and spare devices found by the scan.
     pub devices: DeviceMap,
     /// The scrub's state (see `dsl_scan`).
@@ -719,13 +719,13 @@ impl Spa {
     /// the pin is dropped, blocks freed after `txg` stay out of the allocator (see
     /// `Metaslabs::release_deferred`).
     pub fn pin_reader(self: &Arc<Self>, txg: u64) -> ReaderPin {
-        *self.readers.lock().unwrap().entry(txg).or_default() += 1;
+        count_up(&self.readers, txg);
         ReaderPin { spa: self.clone(), txg }
     }
 
     /// Hold snapshot `dsobj` for a send: it cannot be destroyed until the hold is dropped.
     pub fn send_hold(self: &Arc<Self>, dsobj: u64) -> SendHold {
-        *self.send_holds.lock().unwrap_or_else(|p| p.into_inner()).entry(dsobj).or_default() += 1;
+        count_up(&self.send_holds, dsobj);
         SendHold { spa: self.clone(), dsobj }
     }
 
@@ -776,12 +776,22 @@ pub struct SendHold {
 
 impl Drop for SendHold {
     fn drop(&mut self) {
-        let mut h = self.spa.send_holds.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = h.get_mut(&self.dsobj) {
-            *n -= 1;
-            if *n == 0 {
-                h.remove(&self.dsobj);
-            }
+        count_down(&self.spa.send_holds, self.dsobj);
+    }
+}
+
+/// One more holder of `key` in a map of holders (`Spa::readers`, `Spa::send_holds`).
+fn count_up(m: &Mutex<BTreeMap<u64, usize>>, key: u64) {
+    *m.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default() += 1;
+}
+
+/// One holder of `key` fewer; the key goes with its last holder.
+fn count_down(m: &Mutex<BTreeMap<u64, usize>>, key: u64) {
+    let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = m.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            m.remove(&key);
         }
     }
 }
@@ -794,13 +804,7 @@ pub struct ReaderPin {
 
 impl Drop for ReaderPin {
     fn drop(&mut self) {
-        let mut r = self.spa.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = r.get_mut(&self.txg) {
-            *n -= 1;
-            if *n == 0 {
-                r.remove(&self.txg);
-            }
-        }
+        count_down(&self.spa.readers, self.txg);
     }
 }
 
