@@ -177,6 +177,14 @@ ZFS = {
         '\treceive [-vnFu] [-o <property>=<value>] ... [-x <property>] ... \n'
         '\t    [-d | -e] <filesystem>\n'
     ),
+    "load-key": (
+        'usage:\n'
+        '\tload-key [-rn] [-L <keylocation>] <-a | filesystem|volume>\n'
+    ),
+    "unload-key": (
+        'usage:\n'
+        '\tunload-key [-r] <-a | filesystem|volume>\n'
+    ),
 }
 
 CASES = [("zpool", v, u) for v, u in ZPOOL.items()] + [("zfs", v, u) for v, u in ZFS.items()]

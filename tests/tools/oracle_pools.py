@@ -34,6 +34,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -94,7 +95,39 @@ ZTEST_POOLS = [
     # Triple parity over 12 children with two distributed spares (5 groups of 8 per slice).
     dict(name="zt-draid3-spares2", args=["-v", "1", "-m", "1", "-r", "12", "-R", "3", "-K", "draid", "-D", "5", "-S", "2",
                                          "-a", "12", "-C", "special=off"]),
+    # Native encryption: ztest encrypts each dataset it makes with a chance of one half (a
+    # random suite, its raw key ZTEST_KEY); eight datasets make a pool without one rare
+    # (1 in 256), and such a run is made again (`encrypted`).
+    dict(name="zt-crypt", args=["-v", "1", "-m", "0", "-r", "4", "-R", "1", "-K", "raidz", "-a", "12",
+                                "-C", "special=off"], after=["-d", "8", "-t", "8"], encrypted=True),
 ]
+# The raw wrapping key of every encrypted dataset ztest makes (ztest_wkeydata).
+ZTEST_KEY = b"abcdefghijklmnopqrstuvwxyz012345"
+
+
+def crypto_keys(vdevs, pool):
+    """The DSL crypto key objects of a pool, from OpenZFS's zdb dump of its MOS: {object: {name:
+    value}} (DSL_CRYPTO_SUITE, DSL_CRYPTO_ROOT_DDOBJ, keyformat, ...), and the DSL directories'
+    and datasets' links: ({dir: crypto key object}, {dataset object: dir})."""
+    r = run([ZDB, "-e", "-p", vdevs, "-dddd", pool, "0:-1"], check=False)
+    keys, dir_key, ds_dir = {}, {}, {}
+    obj = None
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[\d.]+\s+(.*)$", line)
+        if m:
+            obj = int(m.group(1))
+            continue
+        m = re.match(r"^\s+([A-Za-z_.:0-9]+) = (\S+)", line)
+        if not m or obj is None:
+            continue
+        k, v = m.group(1), m.group(2)
+        if k.startswith("DSL_CRYPTO_") or k in ("keyformat", "pbkdf2iters", "pbkdf2salt"):
+            keys.setdefault(obj, {})[k] = v
+        elif k == "com.datto:crypto_key_obj":
+            dir_key[obj] = int(v)
+        elif k == "dir_obj":
+            ds_dir[obj] = int(v)
+    return keys, dir_key, ds_dir
 
 INSTALL_HINT = "run scripts/install-deps.sh (as root) to install it"
 
@@ -350,7 +383,7 @@ def make_ztest_pool(work, spec):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(vdevs)
     log(f"ztest: {name} {' '.join(spec['args'])}")
-    cmd = [ZTEST] + spec["args"] + _COMMON + ["-f", vdevs, "-p", name]
+    cmd = [ZTEST] + spec["args"] + _COMMON + spec.get("after", []) + ["-f", vdevs, "-p", name]
     # ztest is a stress test of OpenZFS itself and, rarely, trips over its own assertions;
     # a failed run is retried on fresh files before the oracle is declared unavailable.
     for attempt in range(3):
@@ -363,6 +396,10 @@ def make_ztest_pool(work, spec):
         r = run(cmd, check=False, env=dict(os.environ, ZDB_PATH=shutil.which("true") or "/bin/true"))
         with open(os.path.join(d, "ztest.log"), "a") as f:
             f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+        if r.returncode == 0 and spec.get("encrypted") and not crypto_keys(vdevs, name)[0]:
+            log(f"ztest: {name} came out with no encrypted dataset; again")
+            r.returncode = -1
+            continue
         if r.returncode == 0:
             break
     if r.returncode != 0:
@@ -378,7 +415,7 @@ def make_ztest_pool(work, spec):
     r = run([ZDB, "-e", "-p", vdevs, "-d", name], check=False)
     with open(os.path.join(d, "zdb-datasets.txt"), "w") as f:
         f.write(r.stdout)
-    info = dict(pool=name, kind="ztest", args=spec["args"] + _COMMON,
+    info = dict(pool=name, kind="ztest", args=spec["args"] + _COMMON + spec.get("after", []),
                 devices=sorted(os.listdir(vdevs)), datasets=ztest_datasets(r.stdout))
     with open(os.path.join(d, "info.json"), "w") as f:
         json.dump(info, f, indent=1)

@@ -23,6 +23,7 @@ mod zfs;
 mod zpool;
 mod mounts;
 mod opts;
+mod keys;
 mod recv;
 mod send;
 
@@ -147,6 +148,16 @@ fn run(args: &[String]) -> i32 {
                     return 1;
                 }
                 return match client::request_with_fds(args, &[if sending { 1 } else { 0 }, 2]) {
+                    Ok(r) => show(r),
+                    Err(e) => {
+                        eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());
+                        1
+                    }
+                };
+            }
+            // `zfs load-key`: a key may be read from this process's terminal or input.
+            if keys::wants_fds(args) {
+                return match client::request_with_fds(args, &[0, 1, 2]) {
                     Ok(r) => show(r),
                     Err(e) => {
                         eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());

@@ -100,6 +100,7 @@ pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut V
         }
     };
     let mut todo = Vec::new();
+    let mut no_key = 0;
     for ds in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && only.map_or(true, |o| o == d.name)) {
         let props = match pool.props(&ds.name) {
             Ok(p) => p,
@@ -115,11 +116,20 @@ pub fn mount_some(pool: &Arc<Pool>, rw: Option<&Arc<PoolHandle>>, mounts: &mut V
         if pool.mounted.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ds.name) {
             continue;
         }
+        // An encrypted file system whose key is not loaded: `zfs mount -a` passes it by, a
+        // mount of it by name says why not (as OpenZFS's share_mount_one).
+        if ds.ds.bp.encrypted && !oxzfs::dsl_crypt::register(&pool.spa, ds) {
+            if only.is_some() {
+                let _ = writeln!(err, "cannot mount '{}': encryption key not loaded", ds.name);
+                no_key += 1;
+            }
+            continue;
+        }
         let snapdir_visible = prop_of(&props, "snapdir") == "visible";
         todo.push((ds.name.clone(), PathBuf::from(mp), snapdir_visible, ds.ds_obj));
     }
     todo.sort_by(|a, b| a.1.components().count().cmp(&b.1.components().count()).then(a.1.cmp(&b.1)));
-    let mut failures = 0;
+    let mut failures = no_key;
     for (name, mp, snapdir_visible, dsobj) in todo {
         let ro_mount = || {
             pool.open_fs(&name).and_then(|fs| {

@@ -1,7 +1,8 @@
 //! `oxzfs zdb`: the command line of OpenZFS's zdb, for what oxzfs answers of it.
 //!
-//!   zdb -e -p DIR [-p DIR]... [-b|-bb|-bbb] [-c|-cc] [-d] POOL   block statistics, checksum
-//!                                                                 verification, datasets
+//!   zdb -e -p DIR [-p DIR]... [-b|-bb|-bbb] [-c|-cc] [-d] [-K KEY] POOL
+//!                                 block statistics, checksum verification (with -K, encrypted
+//!                                 blocks decrypted and their MACs checked), datasets
 //!   zdb -C -U FILE                                                a cache file's configs
 //!
 //! The pool is opened read-only from its devices, without the daemon (oxzfs::traverse). zdb
@@ -44,11 +45,13 @@ verb_opts!(
     verbose: u8,
     #[arg(short = 'V')]
     verbatim: bool,
+    #[arg(short = 'K')]
+    key: Option<String>,
 });
 
 fn usage(msg: &str) -> i32 {
     eprintln!("zdb: {msg}");
-    eprintln!("Usage: oxzfs zdb -e -p DIR [-b|-bb] [-c|-cc] [-d] POOL");
+    eprintln!("Usage: oxzfs zdb -e -p DIR [-b|-bb] [-c|-cc] [-d] [-K KEY] POOL");
     2
 }
 
@@ -93,6 +96,7 @@ pub fn main(args: &[String]) -> i32 {
         b: o.blocks.into(),
         c: o.checksums.into(),
         d: o.datasets.into(),
+        key: o.key.clone(),
     })
 }
 

@@ -35,6 +35,8 @@ pub enum Verb {
     Send,
     #[value(alias = "recv")]
     Receive,
+    LoadKey,
+    UnloadKey,
 }
 
 impl Verb {
@@ -55,6 +57,8 @@ impl Verb {
             Verb::Unmount => UNMOUNT_USAGE,
             Verb::Send => crate::send::SEND_USAGE,
             Verb::Receive => crate::recv::RECV_USAGE,
+            Verb::LoadKey => crate::keys::LOAD_KEY_USAGE,
+            Verb::UnloadKey => crate::keys::UNLOAD_KEY_USAGE,
         }
     }
 
@@ -75,6 +79,8 @@ impl Verb {
             Verb::Unmount => unmount(st, args),
             Verb::Send => crate::send::send(st, args),
             Verb::Receive => crate::recv::receive(st, args),
+            Verb::LoadKey => crate::keys::load_key(st, args),
+            Verb::UnloadKey => crate::keys::unload_key(st, args),
         }
     }
 }

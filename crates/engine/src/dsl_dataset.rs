@@ -81,6 +81,11 @@ impl PoolW {
             // A clone with a livelist (OpenZFS 2.x) would need it kept in step with every
             // block born and freed: such a clone stays read-only.
             self.refuse_livelist(dsobj, p.dir_obj)?;
+            // An encrypted dataset's blocks would need encrypting, and its objset its MACs:
+            // oxzfs reads such datasets (their keys loaded) and leaves them as they are.
+            if p.bp.encrypted {
+                return Err(ZfsError::Unsupported(format!("dataset {dsobj} is encrypted: oxzfs reads encrypted datasets but does not write them")));
+            }
             let props = self.effective_props(p.dir_obj)?;
             let os = ObjsetW::open(&self.spa, dsobj, &p.bp, props)?;
             self.datasets.insert(dsobj, DatasetW { dsobj, os, prev_snap_txg: p.prev_snap_txg });

@@ -421,7 +421,7 @@ impl<'a> ScanWalk<'a> {
             if self.in_range(lbp) {
                 let zb = Zb { objset: dsobj, object: 0, level: ZB_ZIL_LEVEL, blkid: seq };
                 let slim = lbp.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
-                let verify = |d: &[u8]| fz::decode_log_block(d, lbp.cksum, slim).is_ok();
+                let verify = |d: &[u8]| fz::decode_log_block_of(d, lbp.cksum, slim, lbp.encrypted).is_ok();
                 // Speculative, as OpenZFS reads ZB_ZIL_LEVEL: the claimed chain ends in a
                 // block allocated and never written, whose checksum fails; only an I/O error
                 // is one.

@@ -206,7 +206,9 @@ impl Pool {
     pub fn props(&self, ds: &str) -> Result<Vec<PropValue>> {
         let info = dsl::find_dataset(&self.spa, ds)?;
         let mounted = self.mounted.lock().unwrap().contains_key(ds);
-        dsl::get_props(&self.spa, &info, self.altroot.as_deref(), mounted)
+        let mut props = dsl::get_props(&self.spa, &info, self.altroot.as_deref(), mounted)?;
+        crate::dsl_crypt::fill_props(&self.spa, &info, &mut props);
+        Ok(props)
     }
 
     pub fn prop(&self, ds: &str, name: &str) -> Result<PropValue> {
@@ -236,7 +238,7 @@ impl Pool {
         if info.ds.bp.is_hole() {
             return Err(ZfsError::Invalid(format!("cannot mount '{ds}': dataset has no objset")));
         }
-        if info.ds.bp.encrypted {
+        if info.ds.bp.encrypted && !crate::dsl_crypt::register(&self.spa, &info) {
             return Err(ZfsError::Posix(libc::EACCES, format!("cannot mount '{ds}': encryption key not loaded")));
         }
         let os = Objset::open_id(&self.spa, &info.ds.bp, info.ds_obj)?;

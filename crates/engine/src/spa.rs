@@ -396,6 +396,8 @@ pub struct Spa {
     /// `dsl::dedup_totals` of the MOS whose bp checksum is the key: every write's space check
     /// asks, and the DDT statistics change only when a sync writes a new MOS.
     pub(crate) dedup_totals: Mutex<Option<([u64; 4], (u64, u64))>>,
+    /// The keys of encrypted datasets loaded now (`zfs load-key`).
+    pub keystore: crate::spa_keystore::Keystore,
 }
 
 impl Spa {
@@ -431,6 +433,7 @@ impl Spa {
             devices,
             scan: ScanState::default(),
             dedup_totals: Mutex::new(None),
+            keystore: Default::default(),
         }
     }
 
@@ -611,6 +614,9 @@ impl Spa {
         if bp.is_hole() && !bp.embedded {
             return Ok(Arc::new(vec![0u8; bp.lsize as usize]));
         }
+        if bp.is_encrypted_data() && !bp.embedded {
+            return self.read_encrypted(bp, ds, prefetch);
+        }
         let key = arc_key(self.arc_id, bp);
         if let Some(k) = &key {
             let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
@@ -670,6 +676,30 @@ impl Spa {
             self.arc.mark_l2(&[k]);
         }
         announce.3 = Some(d.clone());
+        Ok(d)
+    }
+
+    /// An encrypted block of dataset `ds`: decrypted by the dataset's key and kept in the
+    /// ARC so; without the key, a dnode block as stored (its block pointers are plaintext),
+    /// uncached, and any other block refused (EACCES, as OpenZFS's read of it).
+    fn read_encrypted(&self, bp: &BlockPointer, ds: u64, prefetch: bool) -> Result<Arc<Vec<u8>>> {
+        let Some(key) = self.keystore.dataset(ds) else {
+            if bp.typ == oxzfs_format::types::DMU_OT_DNODE {
+                return self.read_bp_uncached(bp).map(Arc::new);
+            }
+            return Err(ZfsError::Posix(libc::EACCES, format!("pool '{}' dataset {ds}: encrypted block, key not loaded ({bp})", self.name)));
+        };
+        let k = arc_key(self.arc_id, bp).expect("not embedded");
+        if let Some(d) = self.arc.get(&k) {
+            self.arc_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(d);
+        }
+        self.arc_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ctx = if prefetch { self.zio_ctx() } else { self.zio_ctx_demand() };
+        let physical = zio::read_physical(&ctx, bp)?;
+        let plain = crate::spa_keystore::decrypt(&key, bp, physical)?;
+        let d = Arc::new(zio::decompress_owned(bp, plain)?);
+        self.arc_keep(k, bp, ds, &d, None, prefetch);
         Ok(d)
     }
 

@@ -746,9 +746,9 @@ pub fn parse_chain(ctx: &ZioCtx, head: &BlockPointer, limit: usize) -> Chain {
         }
         let slim = bp.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
         let want = bp.cksum;
-        let verify = |d: &[u8]| zil::decode_log_block(d, want, slim).is_ok();
+        let verify = |d: &[u8]| zil::decode_log_block_of(d, want, slim, bp.encrypted).is_ok();
         let Ok(data) = crate::vdev::speculative(|| crate::zio::read_dva(ctx, &bp.dva[0], bp.psize, &verify)) else { break };
-        let Ok(block) = zil::decode_log_block(&data, want, slim) else { break };
+        let Ok(block) = zil::decode_log_block_of(&data, want, slim, bp.encrypted) else { break };
         let mut recs = Vec::new();
         for r in zil::records(block.records, block.le) {
             match r {

@@ -115,7 +115,7 @@ fn decompress(bp: &BlockPointer, physical: &[u8]) -> Result<Vec<u8>> {
 
 /// `decompress` of bytes the caller gives up: an uncompressed block is handed back as it is
 /// (no copy of the block on every read from the vdevs).
-fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>> {
+pub fn decompress_owned(bp: &BlockPointer, mut physical: Vec<u8>) -> Result<Vec<u8>> {
     if is_uncompressed(bp) {
         physical.resize(bp.lsize as usize, 0);
         return Ok(physical);

@@ -36,5 +36,6 @@ pub mod zil;
 pub mod l2arc;
 pub mod removal;
 pub mod drr;
+pub mod crypt;
 
 pub use error::{FormatError, Result};

@@ -117,6 +117,13 @@ fn word(b: &[u8], off: usize, le: bool) -> Result<u64> {
 /// next bp whose checksum is not this one's with the sequence + 1) is an error: the chain ends
 /// there, as in zil_read_log_block.
 pub fn decode_log_block<'a>(block: &'a [u8], bp_cksum: [u64; 4], slim: bool) -> Result<LogBlock<'a>> {
+    decode_log_block_of(block, bp_cksum, slim, false)
+}
+
+/// `decode_log_block` of a block of an encrypted dataset when `encrypted`: its embedded
+/// checksum is truncated (words 0 and 1 hold the fletcher-4's words 0^2 and 1^3; words 2
+/// and 3 the MAC), as zio_checksum_error_impl checks it for an encrypted bp.
+pub fn decode_log_block_of<'a>(block: &'a [u8], bp_cksum: [u64; 4], slim: bool, encrypted: bool) -> Result<LogBlock<'a>> {
     let size = block.len();
     if size < ZIL_CHAIN_SIZE {
         return Err(FormatError::Truncated { what: "zil log block", need: ZIL_CHAIN_SIZE, have: size });
@@ -151,7 +158,8 @@ pub fn decode_log_block<'a>(block: &'a [u8], bp_cksum: [u64; 4], slim: bool) -> 
     }
     let alg = if slim { ZIO_CHECKSUM_FLETCHER_4 } else { ZIO_CHECKSUM_FLETCHER_2 };
     let mut computed = checksum::compute(alg, &copy, le, &[0u8; 32])?;
-    if slim && computed != stored && region % ZIL_MIN_BLKSZ as usize != 0 {
+    let full = |c: &[u64; 4]| if encrypted { c[0] ^ c[2] == stored[0] && c[1] ^ c[3] == stored[1] } else { *c == stored };
+    if slim && !full(&computed) && region % ZIL_MIN_BLKSZ as usize != 0 {
         // Later writers checksum the region rounded up to ZIL_MIN_BLKSZ (zero-filled).
         let up = region.div_ceil(ZIL_MIN_BLKSZ as usize) * ZIL_MIN_BLKSZ as usize;
         if up <= size {
@@ -159,7 +167,8 @@ pub fn decode_log_block<'a>(block: &'a [u8], bp_cksum: [u64; 4], slim: bool) -> 
             computed = checksum::compute(alg, &copy, le, &[0u8; 32])?;
         }
     }
-    if computed != stored {
+    let matches = |c: &[u64; 4]| if encrypted { c[0] ^ c[2] == stored[0] && c[1] ^ c[3] == stored[1] } else { *c == stored };
+    if !matches(&computed) {
         return Err(FormatError::Checksum { what: "zil log block" });
     }
     let next = BlockPointer::decode(slice(block, base + 8, BLKPTR_SIZE, "zil_chain next")?, le)?;
