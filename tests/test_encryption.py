@@ -111,21 +111,26 @@ def test_properties_and_keys(oxzfs, ztest_pools, key_files, work_dir):
         assert r.returncode == 1 and f"'{CRYPT}' is not encrypted." in r.stderr, r
         r = oxzfs.zfs("load-key", "-L", "file:///nonexistent/key", roots[-1])
         assert r.returncode == 1 and "Failed to open key material file: No such file or directory" in r.stderr, r
-        # -a from standard input: the roots not loaded yet each read their 32 bytes.
-        rest = [x for x in roots if x != root]
-        r = oxzfs.zfs("load-key", "-a", "-L", "prompt", input=oracle_pools.ZTEST_KEY.decode() * len(rest))
-        assert r.returncode == 0 and f"{len(rest)} / {len(rest)} key(s) successfully loaded" in r.stdout, r
+        # -a: only the roots not loaded yet are tried; the last one's key from standard input.
+        oxzfs.zfs("unload-key", root, check=True)
+        for x in roots[:-1]:
+            oxzfs.zfs("load-key", "-L", f"file://{good}", x, check=True)
+        r = oxzfs.zfs("load-key", "-a", "-L", "prompt", input=oracle_pools.ZTEST_KEY.decode() + "\n")
+        assert r.returncode == 1 and "Raw key too long (expected 32)." in r.stderr and "0 / 1 key(s)" in r.stdout, r
+        r = oxzfs.zfs("load-key", "-a", "-L", "prompt", input=oracle_pools.ZTEST_KEY.decode())
+        assert r.returncode == 0 and "1 / 1 key(s) successfully loaded" in r.stdout, r
         r = oxzfs.zfs("get", "-H", "-o", "name,value", "keystatus", "-r", CRYPT, check=True)
         status = dict(line.split("\t") for line in r.stdout.splitlines())
         assert all(status[n] == "available" for n in enc), status
-        # A file system whose key is not loaded is not mounted.
-        r = oxzfs.zfs("unload-key", root, check=True)
-        r = oxzfs.zfs("mount", root)
-        assert r.returncode == 1 and f"cannot mount '{root}': encryption key not loaded" in r.stderr, r
         r = oxzfs.zfs("unload-key", "-a")
-        assert r.returncode == 0 and f"{len(rest)} / {len(rest)} key(s) successfully unloaded" in r.stdout, r
+        assert r.returncode == 0 and f"{len(roots)} / {len(roots)} key(s) successfully unloaded" in r.stdout, r
+        assert all(oxzfs.zfs("get", "-H", "-o", "value", "keystatus", n, check=True).stdout.strip() == "unavailable"
+                   for n in enc), "a key is still loaded after unload-key -a"
         r = oxzfs.zfs("unload-key", root)
         assert r.returncode == 1 and f"Key unload error: Key already unloaded for '{root}'." in r.stderr, r
+        # A file system whose key is not loaded is not mounted.
+        r = oxzfs.zfs("mount", root)
+        assert r.returncode == 1 and f"cannot mount '{root}': encryption key not loaded" in r.stderr, r
         r = oxzfs.zfs("load-key")
         assert r.returncode == 2 and "missing dataset argument" in r.stderr and "load-key [-rn]" in r.stderr, r
     finally:

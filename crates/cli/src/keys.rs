@@ -170,8 +170,8 @@ fn material(location: &str, format: KeyFormat, name: &str, stdin: Option<&mut (i
         }
         let mut buf = Vec::new();
         if format == KeyFormat::Raw {
-            // Exactly the key's bytes: what follows is the next root's (load-key -a).
-            let _ = reader.by_ref().take(oxzfs_format::crypt::WRAPPING_KEY_LEN as u64).read_to_end(&mut buf);
+            // One byte more than a key, as libzfs reads it: a longer input is a key too long.
+            let _ = reader.by_ref().take(oxzfs_format::crypt::WRAPPING_KEY_LEN as u64 + 1).read_to_end(&mut buf);
         } else {
             let _ = reader.read_until(b'\n', &mut buf);
         }
@@ -180,7 +180,7 @@ fn material(location: &str, format: KeyFormat, name: &str, stdin: Option<&mut (i
     if let Some(path) = location.strip_prefix("file://") {
         let f = std::fs::File::open(path).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
         let mut buf = Vec::new();
-        f.take(1 << 20).read_to_end(&mut buf).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
+        f.take(if format == KeyFormat::Raw { oxzfs_format::crypt::WRAPPING_KEY_LEN as u64 + 1 } else { 1 << 20 }).read_to_end(&mut buf).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
         return Ok(buf);
     }
     if location.starts_with("https://") || location.starts_with("http://") {

@@ -121,11 +121,11 @@ pub fn wrapping_key(format: KeyFormat, material: &[u8], salt: u64, iters: u64) -
     let mut out = [0u8; WRAPPING_KEY_LEN];
     match format {
         KeyFormat::Raw => {
-            if m.len() != WRAPPING_KEY_LEN && material.len() != WRAPPING_KEY_LEN {
-                return Err(format!("Raw key too {} (expected {WRAPPING_KEY_LEN}).", if m.len() < WRAPPING_KEY_LEN { "short" } else { "long" }));
+            // Taken whole: a trailing newline makes a raw key too long, as libzfs reads it.
+            if material.len() != WRAPPING_KEY_LEN {
+                return Err(format!("Raw key too {} (expected {WRAPPING_KEY_LEN}).", if material.len() < WRAPPING_KEY_LEN { "short" } else { "long" }));
             }
-            // Raw keys are taken whole (a newline may be a key byte).
-            out.copy_from_slice(if material.len() == WRAPPING_KEY_LEN { material } else { m });
+            out.copy_from_slice(material);
         }
         KeyFormat::Hex => {
             if m.len() != WRAPPING_KEY_LEN * 2 {
@@ -133,7 +133,7 @@ pub fn wrapping_key(format: KeyFormat, material: &[u8], salt: u64, iters: u64) -
             }
             for (i, pair) in m.chunks(2).enumerate() {
                 let s = std::str::from_utf8(pair).ok().and_then(|s| u8::from_str_radix(s, 16).ok());
-                out[i] = s.ok_or_else(|| "Invalid hex key provided.".to_string())?;
+                out[i] = s.ok_or_else(|| "Invalid hex character detected.".to_string())?;
             }
         }
         KeyFormat::Passphrase => {
@@ -294,7 +294,8 @@ mod tests {
     fn key_material_is_checked_as_libzfs_checks_it() {
         assert!(wrapping_key(KeyFormat::Raw, b"short", 0, 0).unwrap_err().contains("too short"));
         assert!(wrapping_key(KeyFormat::Hex, &[b'0'; 63], 0, 0).unwrap_err().contains("too short"));
-        assert!(wrapping_key(KeyFormat::Hex, &[b'g'; 64], 0, 0).unwrap_err().contains("Invalid hex"));
+        assert!(wrapping_key(KeyFormat::Hex, &[b'g'; 64], 0, 0).unwrap_err().contains("Invalid hex character"));
+        assert!(wrapping_key(KeyFormat::Raw, &[b'k'; 33], 0, 0).unwrap_err().contains("too long"));
         assert_eq!(wrapping_key(KeyFormat::Hex, "00ff".repeat(16).as_bytes(), 0, 0).unwrap()[..2], [0, 0xff]);
         // RFC 6070's PBKDF2-HMAC-SHA1 vector, through the passphrase path (salt is 8 bytes here,
         // so only the shape is checked: 32 bytes, deterministic, salt-dependent).
