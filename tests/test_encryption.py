@@ -2,7 +2,8 @@
 every suite, under its raw key ZTEST_KEY): oxzfs unwraps each dataset's keys, decrypts every
 encrypted block and checks its MAC (`zdb -K`), shows the encryption properties as OpenZFS's
 zdb records them, and loads and unloads keys with zfs load-key / unload-key as OpenZFS words
-them. A pool with encryption active imports read-only only (oxzfs does not write it)."""
+them. A pool with encryption active imports read-write: its other datasets are written, every
+change to an encrypted one is refused, and OpenZFS's zdb and libzpool accept the pool after."""
 import os
 import re
 import subprocess
@@ -11,6 +12,8 @@ import pytest
 
 from conftest import copy_vdevs
 import oracle_pools
+import test_write
+from test_removal import zhack_rw
 
 CRYPT = "zt-crypt"
 SUITES = {3: "aes-128-ccm", 4: "aes-192-ccm", 5: "aes-256-ccm", 6: "aes-128-gcm", 7: "aes-192-gcm", 8: "aes-256-gcm"}
@@ -77,9 +80,6 @@ def test_properties_and_keys(oxzfs, ztest_pools, key_files, work_dir):
     vdevs = copy_vdevs(os.path.join(ztest_pools[CRYPT], "vdevs"), os.path.join(work_dir, "encryption", "vdevs"))
     enc = expected(vdevs, CRYPT)
     roots = sorted({root for _, root in enc.values()})
-    # A pool with encryption active is refused read-write (nothing of it would be written right).
-    r = oxzfs.zpool("import", "-f", "-N", "-d", vdevs, CRYPT)
-    assert r.returncode != 0 and "com.datto:encryption" in r.stderr and "readonly=on" in r.stderr, r
     oxzfs.zpool("import", "-f", "-N", "-o", "readonly=on", "-d", vdevs, CRYPT, check=True)
     try:
         # The properties, as OpenZFS's zdb records them.
@@ -135,3 +135,47 @@ def test_properties_and_keys(oxzfs, ztest_pools, key_files, work_dir):
         assert r.returncode == 2 and "missing dataset argument" in r.stderr and "load-key [-rn]" in r.stderr, r
     finally:
         oxzfs.zpool("export", CRYPT)
+
+
+def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, key_files, work_dir):
+    """Imported read-write, the pool's unencrypted datasets change as usual; every change to an
+    encrypted one is refused by name (its blocks, MACs and key objects would need writing);
+    after export OpenZFS's zdb finds no leak, libzpool imports and changes the pool, and every
+    encrypted block still decrypts and authenticates."""
+    good, _ = key_files
+    vdevs = copy_vdevs(os.path.join(ztest_pools[CRYPT], "vdevs"), os.path.join(work_dir, "encryption-rw", "vdevs"))
+    enc = expected(vdevs, CRYPT)
+    before = decrypted(oxzfs.zdb("-e", "-p", vdevs, "-K", good, "-cc", CRYPT, check=True, timeout=900).stdout)
+    assert before and before > 0
+    root = sorted({r for _, r in enc.values()})[0]
+    oxzfs.zpool("import", "-f", "-N", "-d", vdevs, CRYPT, check=True)
+    try:
+        snaps = [line for line in oxzfs.zfs("list", "-H", "-o", "name", "-t", "snapshot", "-r", CRYPT, check=True).stdout.split()
+                 if line.split("@")[0] in enc]
+        refused = [
+            (("snapshot", f"{root}@new"), f"cannot create snapshot '{root}@new'"),
+            (("create", f"{root}/child"), f"cannot create '{root}/child'"),
+            (("destroy", root), f"cannot destroy '{root}'"),
+            (("rename", root, f"{CRYPT}/moved"), f"cannot rename '{root}'"),
+            (("create", "-u", f"{CRYPT}/plain"), None),
+            (("rename", f"{CRYPT}/plain", f"{root}/plain"), f"cannot rename to '{root}/plain'"),
+        ]
+        if snaps:
+            refused += [(("destroy", snaps[0]), f"cannot destroy '{snaps[0]}'"),
+                        (("clone", snaps[0], f"{CRYPT}/clone"), f"cannot create '{CRYPT}/clone'"),
+                        # -r destroys the later snapshots first: refused there.
+                        (("rollback", "-r", snaps[0]), "")]
+        for args, msg in refused:
+            r = oxzfs.zfs(*args)
+            if msg is None:
+                assert r.returncode == 0, r
+                continue
+            assert r.returncode == 1 and r.stderr.startswith("cannot ") and f"{msg}: encrypted datasets are read-only in oxzfs" in r.stderr, r
+        oxzfs.zfs("snapshot", f"{CRYPT}/plain@s", check=True)
+        oxzfs.zfs("destroy", f"{CRYPT}/plain@s", check=True)
+    finally:
+        oxzfs.zpool("export", CRYPT, check=True)
+    test_write.zdb_check(vdevs, CRYPT)
+    zhack_rw(vdevs, "feature", "enable", CRYPT, "com.example:enc_rw")
+    after = oxzfs.zdb("-e", "-p", vdevs, "-K", good, "-cc", CRYPT, check=True, timeout=900)
+    assert decrypted(after.stdout) == before and "Got error" not in after.stdout, after

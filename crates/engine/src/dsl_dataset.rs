@@ -93,6 +93,25 @@ impl PoolW {
         Ok(&mut self.datasets.get_mut(&dsobj).expect("inserted").os)
     }
 
+    /// Whether DSL directory `dir` is an encrypted dataset's (it names a DSL crypto key).
+    pub fn dir_encrypted(&mut self, dir: u64) -> Result<bool> {
+        // A directory with no extra fields is a plain DSL_DIR object, not a ZAP.
+        if self.mos.dnode(dir)?.typ == types::DMU_OT_DSL_DIR {
+            return Ok(false);
+        }
+        Ok(self.mos.zap_lookup(dir, crate::dsl_crypt::DD_FIELD_CRYPTO_KEY_OBJ)?.is_some())
+    }
+
+    /// Refuse a change to the encrypted dataset of directory `dir` (`what`: "cannot destroy
+    /// 'pool/fs'"): its blocks, objset MACs, key objects and IV set guids would need its keys
+    /// and writing, which oxzfs does not do. The pool's other datasets stay writable.
+    pub fn refuse_encrypted(&mut self, dir: u64, what: &str) -> Result<()> {
+        if self.dir_encrypted(dir)? {
+            return Err(ZfsError::Posix(libc::EROFS, format!("{what}: encrypted datasets are read-only in oxzfs")));
+        }
+        Ok(())
+    }
+
     /// The dsl_dir of a dataset name ("pool/a/b"), or None.
     pub fn find_dir(&mut self, name: &str) -> Result<Option<u64>> {
         let mut parts = name.split('/');
@@ -153,6 +172,12 @@ impl PoolW {
             }
             None => return Err(ZfsError::Invalid(format!("cannot create '{name}': parent does not exist"))),
         };
+        // A child of an encrypted dataset would be encrypted under its encryption root.
+        self.refuse_encrypted(pdir, &format!("cannot create '{name}'"))?;
+        if let Some(o) = origin {
+            let odir = self.ds_phys(o)?.dir_obj;
+            self.refuse_encrypted(odir, &format!("cannot create '{name}'"))?;
+        }
         let v = self.version;
         let t = now();
         let txg = self.txg;
@@ -293,6 +318,7 @@ impl PoolW {
         if !self.mos.zap(dp.snapnames_zapobj)?.entries.is_empty() {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': filesystem has children\nuse '-r' to destroy the following datasets:")));
         }
+        self.refuse_encrypted(dir, &format!("cannot destroy '{name}'"))?;
         // Free the objset's blocks (all born after the origin), its intent log's first.
         self.release_reservations(dir)?;
         self.zil_destroy(ds)?;

@@ -44,6 +44,12 @@ impl PoolW {
             return Err(ZfsError::Invalid(format!("cannot rename to '{new}': invalid character in dataset name")));
         }
         let dir = self.find_dir(old)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{old}': dataset does not exist")))?;
+        // An encrypted dataset keeps its place under its encryption root, and a dataset moved
+        // under one would have to be encrypted.
+        self.refuse_encrypted(dir, &format!("cannot rename '{old}'"))?;
+        if let Some(np) = self.find_dir(new_parent)? {
+            self.refuse_encrypted(np, &format!("cannot rename to '{new}'"))?;
+        }
         let ddp = self.dir_phys(dir)?;
         if ddp.parent_dir_obj == 0 {
             return Err(ZfsError::Invalid(format!("cannot rename to '{new}': datasets must be within same pool")));

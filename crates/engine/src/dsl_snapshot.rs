@@ -86,6 +86,8 @@ impl PoolW {
             if heads.iter().any(|&(h, _): &(u64, &str)| h == head) {
                 return Err(ZfsError::Invalid("cannot create snapshots : multiple snapshots of same fs not allowed".into()));
             }
+            let dir = self.ds_phys(head)?.dir_obj;
+            self.refuse_encrypted(dir, &format!("cannot create snapshot '{n}'"))?;
             heads.push((head, snap));
         }
         // zil_suspend: a head's intent log is emptied by the sync below (its changes are then
@@ -190,6 +192,7 @@ impl PoolW {
     pub fn destroy_snapshot(&mut self, name: &str) -> Result<()> {
         let obj = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid("could not find any snapshots to destroy; check snapshot names.".into()))?;
         let sp = self.ds_phys(obj)?;
+        self.refuse_encrypted(sp.dir_obj, &format!("cannot destroy '{name}'"))?;
         if sp.num_children > 1 {
             return Err(ZfsError::Invalid(format!("cannot destroy '{name}': snapshot has dependent clones\nuse '-R' to destroy the following datasets:")));
         }
@@ -338,6 +341,8 @@ impl PoolW {
         let (fs, _) = name.split_once('@').ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': operation only applies to snapshots")))?;
         let snap = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid(format!("cannot open '{name}': dataset does not exist")))?;
         let head = self.find_dataset(fs)?.expect("the snapshot's file system exists");
+        let dir = self.ds_phys(head)?.dir_obj;
+        self.refuse_encrypted(dir, &format!("cannot rollback to '{name}'"))?;
         // The head's intent log goes with the state it logs (zil_destroy).
         self.zil_destroy(head)?;
         self.sync()?;

@@ -46,6 +46,11 @@ pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:log_spacemap", "log_spacemap", false, "Log metaslab changes on a single spacemap and flush them periodically.", false),
 ];
 
+/// Features a pool may have active and still import read-write, though oxzfs neither enables
+/// nor writes them: the datasets that use them are left as they are (encryption: an encrypted
+/// dataset is read with its key loaded, and every change to one is refused, `dsl_crypt`).
+pub const LEFT_ALONE_FEATURES: &[&str] = &["com.datto:encryption"];
+
 /// The row of a feature oxzfs can enable, by guid or short name.
 pub fn supported_feature(key: &str) -> Option<&'static (&'static str, &'static str, bool, &'static str, bool)> {
     DEFAULT_FEATURES.iter().chain(OPTIONAL_FEATURES).find(|f| f.0 == key || f.1 == key)

@@ -346,7 +346,7 @@ impl PoolW {
             for (k, (_, v)) in &z.entries {
                 let name = String::from_utf8_lossy(k).into_owned();
                 let refs = v.first().copied().unwrap_or(0);
-                if refs > 0 && supported_feature(&name).is_none() {
+                if refs > 0 && supported_feature(&name).is_none() && !crate::spa_feature::LEFT_ALONE_FEATURES.contains(&name.as_str()) {
                     return Err(ZfsError::Unsupported(format!(
                         "cannot import '{}' read-write: feature {name} is active and not supported for writing by oxzfs (import with -o readonly=on)",
                         self.spa.name

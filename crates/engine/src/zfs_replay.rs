@@ -62,6 +62,10 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
     let list = crate::dsl::list_datasets(&spa)?;
 
     for d in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && d.objset_type == DMU_OST_ZFS) {
+        if d.ds.bp.encrypted {
+            refuse_unclaimed_encrypted(&spa, d, first_txg)?;
+            continue;
+        }
         let Ok(os) = pw.objset(d.ds_obj) else { continue };
         let hdr = os.phys.zil_header.clone();
         if hdr.log.is_hole() {
@@ -179,6 +183,32 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
     }
     pw.sync()?;
     Ok(report)
+}
+
+/// An encrypted file system's intent log is left to OpenZFS (replaying it writes the dataset,
+/// which oxzfs does not do). A chain already claimed is in the space maps and stays for it. A
+/// chain never claimed whose first block was written holds records: a claim made by a later
+/// import would take them as synced, and the blocks after the first are not in the space maps
+/// (this import could hand them out again). The read-write import is refused then, before
+/// anything is written. A chain whose first block was never written holds nothing.
+fn refuse_unclaimed_encrypted(spa: &std::sync::Arc<crate::spa::Spa>, d: &crate::dsl::DatasetInfo, _first_txg: u64) -> Result<()> {
+    let os = crate::dmu::Objset::open_id(spa, &d.ds.bp, d.ds_obj)?;
+    let hdr = &os.phys.zil_header;
+    if hdr.log.is_hole() || hdr.claim_txg != 0 {
+        return Ok(());
+    }
+    let ctx = ZioCtx::new(&spa.root_vdev, &spa.checksum_salt);
+    let head = &hdr.log;
+    let slim = head.checksum == oxzfs_format::checksum::ZIO_CHECKSUM_ZILOG2;
+    let verify = |b: &[u8]| fz::decode_log_block_of(b, head.cksum, slim, head.encrypted).is_ok();
+    let written = !head.dva[0].is_empty() && crate::vdev::speculative(|| crate::zio::read_dva(&ctx, &head.dva[0], head.psize, &verify)).is_ok();
+    if written {
+        return Err(ZfsError::Unsupported(format!(
+            "cannot import '{}' read-write: encrypted file system '{}' has an intent log never claimed, which oxzfs cannot replay (import with -o readonly=on, or with OpenZFS to replay it)",
+            spa.name, d.name
+        )));
+    }
+    Ok(())
 }
 
 /// Claim every allocation of `bp` in the open txg; false (nothing claimed) when some of it

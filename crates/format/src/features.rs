@@ -143,8 +143,8 @@ pub const READ_SUPPORTED: &[&str] = &[
     "org.openzfs:blake3",
     "com.fudosecurity:block_cloning",
     "com.klarasystems:vdev_zaps_v2",
-    // Encrypted datasets: their metadata can be traversed without keys; their files are not
-    // readable until a key is loaded (which oxzfs does not do yet).
+    // Encrypted datasets: their metadata can be traversed without keys; their blocks are read
+    // once `zfs load-key` has loaded their keys (oxzfs does not write them).
     "com.datto:encryption",
 ];
 
