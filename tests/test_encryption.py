@@ -173,6 +173,19 @@ def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, k
             assert r.returncode == 1 and r.stderr.startswith("cannot ") and f"{msg}: encrypted datasets are read-only in oxzfs" in r.stderr, r
         oxzfs.zfs("snapshot", f"{CRYPT}/plain@s", check=True)
         oxzfs.zfs("destroy", f"{CRYPT}/plain@s", check=True)
+        # An encryption root's keylocation is the one thing of it that changes (no MAC covers
+        # it); `zfs mount -l` then loads the key from there before mounting. (ztest's datasets
+        # hold no file system, so the mount itself fails after the key is loaded.)
+        r = oxzfs.zfs("set", "keylocation=prompt", f"{CRYPT}/plain")
+        assert r.returncode == 1 and "'keylocation' can only be set on encryption roots" in r.stderr, r
+        r = oxzfs.zfs("set", "keylocation=nowhere", root)
+        assert r.returncode == 1 and "invalid keylocation 'nowhere'" in r.stderr, r
+        oxzfs.zfs("set", f"keylocation=file://{good}", root, check=True)
+        r = oxzfs.zfs("get", "-H", "-o", "value,source", "keylocation", root, check=True)
+        assert r.stdout.split() == [f"file://{good}", "local"], r
+        r = oxzfs.zfs("mount", "-l", root)
+        assert "Key load error" not in r.stderr, r
+        assert oxzfs.zfs("get", "-H", "-o", "value", "keystatus", root, check=True).stdout.strip() == "available"
     finally:
         oxzfs.zpool("export", CRYPT, check=True)
     test_write.zdb_check(vdevs, CRYPT)

@@ -120,40 +120,87 @@ pub fn load_key(st: &mut State, args: &[String]) -> Out {
     };
     // With -r or -a only the roots whose keys are not loaded are tried.
     let todo: Vec<Root> = list.into_iter().filter(|r| !bulk || !r.loaded || o.noop).collect();
-    let mut fds = std::mem::take(&mut st.fds).into_iter();
-    let (input, output, err) = (fds.next(), fds.next(), fds.next());
     let noop = o.noop;
     let location = o.location.clone();
+    let mut io = KeyIo::take(st);
     st.streams.push(Box::new(move |res: &mut Out, state: &Arc<Mutex<State>>| {
-        let _ = err;
-        let mut reader = input.map(|fd| (fd.as_raw_fd(), std::io::BufReader::new(std::fs::File::from(fd))));
-        let mut output = output.map(std::fs::File::from);
-        let (mut ok, tried) = (0usize, todo.len());
-        for r in &todo {
-            let loc = location.clone().unwrap_or_else(|| r.location.clone());
-            let material = match r.format {
-                Some(f) => material(&loc, f, &r.name, reader.as_mut(), output.as_mut()),
-                None => Err(format!("'{}' is not encrypted.", r.name)),
-            };
-            let outcome = material.and_then(|m| {
-                let st = state.lock().unwrap_or_else(|p| p.into_inner());
-                let imp = st.pools.get(&r.pool).ok_or_else(|| format!("pool '{}' is no longer imported", r.pool))?;
-                oxzfs::dsl_crypt::load_key(&imp.pool.spa, &r.name, &m, noop).map_err(|e| e.to_string().trim_start_matches("Key load error: ").to_string())
-            });
-            match outcome {
-                Ok(_) => ok += 1,
-                Err(e) => {
-                    res.1.push_str(&format!("Key load error: {e}\n"));
-                    res.2 = 1;
-                }
-            }
-        }
+        let (ok, tried) = load_roots(&todo, location.as_deref(), noop, &mut io, state, res);
         if bulk || noop {
             res.0.push_str(&format!("{ok} / {tried} key(s) successfully {}\n", if noop { "verified" } else { "loaded" }));
             if ok < tried {
                 res.2 = 1;
             }
         }
+    }));
+    (String::new(), String::new(), 0)
+}
+
+/// Where key material is read from: the caller's standard input (its descriptor kept to ask
+/// whether it is a terminal) and output (for the prompt), as the request passed them.
+pub struct KeyIo {
+    input: Option<(i32, std::io::BufReader<std::fs::File>)>,
+    output: Option<std::fs::File>,
+}
+
+impl KeyIo {
+    /// The descriptors of the request (standard input, output, error).
+    pub fn take(st: &mut State) -> KeyIo {
+        let mut fds = std::mem::take(&mut st.fds).into_iter();
+        let (input, output) = (fds.next(), fds.next());
+        KeyIo { input: input.map(|fd| (fd.as_raw_fd(), std::io::BufReader::new(std::fs::File::from(fd)))), output: output.map(std::fs::File::from) }
+    }
+}
+
+/// Load the keys of `todo`'s roots, each from `location` or its own keylocation; failures are
+/// said on the request's standard error. Returns (loaded, tried).
+fn load_roots(todo: &[Root], location: Option<&str>, noop: bool, io: &mut KeyIo, state: &Arc<Mutex<State>>, res: &mut Out) -> (usize, usize) {
+    let mut ok = 0;
+    for r in todo {
+        let loc = location.map(str::to_string).unwrap_or_else(|| r.location.clone());
+        let material = match r.format {
+            Some(f) => material(&loc, f, &r.name, io.input.as_mut(), io.output.as_mut()),
+            None => Err(format!("'{}' is not encrypted.", r.name)),
+        };
+        let outcome = material.and_then(|m| {
+            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let imp = st.pools.get(&r.pool).ok_or_else(|| format!("pool '{}' is no longer imported", r.pool))?;
+            oxzfs::dsl_crypt::load_key(&imp.pool.spa, &r.name, &m, noop).map_err(|e| e.to_string().trim_start_matches("Key load error: ").to_string())
+        });
+        match outcome {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                res.1.push_str(&format!("Key load error: {e}\n"));
+                res.2 = 1;
+            }
+        }
+    }
+    (ok, todo.len())
+}
+
+/// `zfs mount -l`: the keys of the encryption roots of what is to be mounted (every file
+/// system with -a, else the named ones) that are not loaded yet are loaded first, from their
+/// keylocations; then `then` mounts, with the state taken again.
+pub fn load_then(st: &mut State, names: &[String], all: bool, then: impl FnOnce(&mut State) -> Out + Send + 'static) -> Out {
+    let mut todo: Vec<Root> = Vec::new();
+    for (pname, imp) in &st.pools {
+        let Ok(list) = imp.pool.datasets() else { continue };
+        for d in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && (all || names.contains(&d.name))) {
+            let Ok(Some((root, key))) = oxzfs::dsl_crypt::encryption_root(&imp.pool.spa, &d.name) else { continue };
+            if oxzfs::dsl_crypt::key_loaded(&imp.pool.spa, d) || todo.iter().any(|r| r.name == root) {
+                continue;
+            }
+            let location = imp.pool.prop(&root, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into());
+            todo.push(Root { pool: pname.clone(), name: root, format: KeyFormat::from_u64(key.keyformat), location, loaded: false });
+        }
+    }
+    let mut io = KeyIo::take(st);
+    st.streams.push(Box::new(move |res: &mut Out, state: &Arc<Mutex<State>>| {
+        load_roots(&todo, None, false, &mut io, state, res);
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let (o, e, code) = then(&mut st);
+        res.0.push_str(&o);
+        res.1.push_str(&e);
+        res.2 = res.2.max(code);
     }));
     (String::new(), String::new(), 0)
 }
@@ -270,9 +317,16 @@ pub fn unload_key(st: &mut State, args: &[String]) -> Out {
     (out, err, code)
 }
 
-/// The descriptors `zfs load-key` passes: standard input, output and error.
+/// Whether a command may read key material from the caller (`zfs load-key`, `zfs mount -l`):
+/// its standard input, output and error go with the request.
 pub fn wants_fds(args: &[String]) -> bool {
-    args.first().map(|s| s.as_str()) == Some("zfs") && args.get(1).map(|s| s.as_str()) == Some("load-key")
+    let flag = |c: char| args[2..].iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(c));
+    args.first().map(|s| s.as_str()) == Some("zfs")
+        && match args.get(1).map(|s| s.as_str()) {
+            Some("load-key") => true,
+            Some("mount") => flag('l'),
+            _ => false,
+        }
 }
 
 /// An I/O error as strerror words it (without Rust's "(os error N)").

@@ -469,6 +469,15 @@ pub fn mount(st: &mut State, args: &[String]) -> Out {
         }
         return ok(s);
     }
+    if o.load_keys {
+        let (names, all) = (o.operands.clone(), o.all);
+        return crate::keys::load_then(st, &names, all, move |st| mount_now(st, &o));
+    }
+    mount_now(st, &o)
+}
+
+/// `zfs mount`'s mounts (the keys of -l loaded already).
+fn mount_now(st: &mut State, o: &MountOpts) -> Out {
     let mut err = String::new();
     let mut failures = 0;
     if o.all {

@@ -303,7 +303,7 @@ pub const SETTABLE: &[&str] = &[
     "mountpoint", "compression", "checksum", "atime", "relatime", "readonly", "setuid", "exec", "devices", "nbmand", "overlay",
     "vscan", "zoned", "jailed", "canmount", "snapdir", "xattr", "logbias", "sync", "primarycache", "secondarycache",
     "redundant_metadata", "acltype", "copies", "recordsize", "quota", "refquota", "reservation", "refreservation",
-    "special_small_blocks", "dedup",
+    "special_small_blocks", "dedup", "keylocation",
 ];
 
 /// Parse `zfs set`/`-O` input for a property into its stored form, with OpenZFS's messages.
@@ -331,6 +331,13 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
         num.parse::<u64>().ok().map(|n| n * mult)
     };
     Ok(match prop {
+        // zfs_prop_valid_keylocation: prompt, or a file:// URI with a path.
+        "keylocation" => {
+            if value != "prompt" && !(value.starts_with("file:///") && value.len() > 8) && !value.starts_with("https://") && !value.starts_with("http://") {
+                return Err(ZfsError::Invalid(format!("invalid keylocation '{value}'")));
+            }
+            PropStore::Str(value.to_string())
+        }
         "mountpoint" => {
             if value != "none" && value != "legacy" && !value.starts_with('/') {
                 return Err(ZfsError::Invalid(format!("bad mount point '{value}': must be an absolute path, 'none', or 'legacy'")));

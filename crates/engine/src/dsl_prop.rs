@@ -83,6 +83,21 @@ impl PoolW {
             return self.set_space_prop(dir, k, n);
         }
         let props = self.dir_phys(dir)?.props_zapobj;
+        // An encryption root's key location (not part of what its MACs cover: the one change
+        // an encrypted dataset takes here).
+        if k == "keylocation" {
+            let key = if self.dir_encrypted(dir)? { self.mos.zap_lookup(dir, crate::dsl_crypt::DD_FIELD_CRYPTO_KEY_OBJ)? } else { None };
+            let root = match key {
+                Some(obj) => self.mos.zap_lookup(obj, "DSL_CRYPTO_ROOT_DDOBJ")?,
+                None => None,
+            };
+            if root != Some(dir) {
+                return Err(ZfsError::Invalid("'keylocation' can only be set on encryption roots".into()));
+            }
+            if v.is_none() {
+                return Err(ZfsError::Invalid("'keylocation' cannot be inherited".into()));
+            }
+        }
         match v {
             Some(v) => {
                 self.prop_feature_check(k, v, false)?;
