@@ -192,3 +192,13 @@ def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, k
     zhack_rw(vdevs, "feature", "enable", CRYPT, "com.example:enc_rw")
     after = oxzfs.zdb("-e", "-p", vdevs, "-K", good, "-cc", CRYPT, check=True, timeout=900)
     assert decrypted(after.stdout) == before and "Got error" not in after.stdout, after
+    # zpool import -l: the roots' keys are loaded from their keylocations as the pool comes in
+    # (the root whose keylocation was set above; ztest's others have none to load from).
+    r = oxzfs.zpool("import", "-l", "-N", "-d", vdevs, CRYPT)
+    try:
+        status = dict(line.split("\t") for line in oxzfs.zfs("get", "-H", "-o", "name,value", "keystatus", "-r", CRYPT,
+                                                              check=True).stdout.splitlines())
+        assert status[root] == "available", (status, r)
+        assert all(status[n] == "unavailable" for n in enc if enc[n][1] != root), status
+    finally:
+        oxzfs.zpool("export", CRYPT, check=True)

@@ -180,9 +180,13 @@ fn load_roots(todo: &[Root], location: Option<&str>, noop: bool, io: &mut KeyIo,
 /// `zfs mount -l`: the keys of the encryption roots of what is to be mounted (every file
 /// system with -a, else the named ones) that are not loaded yet are loaded first, from their
 /// keylocations; then `then` mounts, with the state taken again.
-pub fn load_then(st: &mut State, names: &[String], all: bool, then: impl FnOnce(&mut State) -> Out + Send + 'static) -> Out {
+/// `pools`: only those pools' (`zpool import -l`).
+pub fn load_then(st: &mut State, names: &[String], all: bool, pools: Option<&[String]>, then: impl FnOnce(&mut State) -> Out + Send + 'static) -> Out {
     let mut todo: Vec<Root> = Vec::new();
     for (pname, imp) in &st.pools {
+        if pools.is_some_and(|p| !p.contains(pname)) {
+            continue;
+        }
         let Ok(list) = imp.pool.datasets() else { continue };
         for d in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && (all || names.contains(&d.name))) {
             let Ok(Some((root, key))) = oxzfs::dsl_crypt::encryption_root(&imp.pool.spa, &d.name) else { continue };
@@ -317,7 +321,8 @@ pub fn unload_key(st: &mut State, args: &[String]) -> Out {
     (out, err, code)
 }
 
-/// Whether a command may read key material from the caller (`zfs load-key`, `zfs mount -l`):
+/// Whether a command may read key material from the caller (`zfs load-key`, `zfs mount -l`,
+/// `zpool import -l`):
 /// its standard input, output and error go with the request.
 pub fn wants_fds(args: &[String]) -> bool {
     let flag = |c: char| args[2..].iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(c));
@@ -327,6 +332,7 @@ pub fn wants_fds(args: &[String]) -> bool {
             Some("mount") => flag('l'),
             _ => false,
         }
+        || args.first().map(|s| s.as_str()) == Some("zpool") && args.get(1).map(|s| s.as_str()) == Some("import") && flag('l')
 }
 
 /// An I/O error as strerror words it (without Rust's "(os error N)").

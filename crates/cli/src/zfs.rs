@@ -471,7 +471,7 @@ pub fn mount(st: &mut State, args: &[String]) -> Out {
     }
     if o.load_keys {
         let (names, all) = (o.operands.clone(), o.all);
-        return crate::keys::load_then(st, &names, all, move |st| mount_now(st, &o));
+        return crate::keys::load_then(st, &names, all, None, move |st| mount_now(st, &o));
     }
     mount_now(st, &o)
 }

@@ -267,6 +267,10 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
         o.operands[..1].to_vec()
     };
     let mut out = (String::new(), String::new(), 0);
+    // -l: the keys of the imported pools' encryption roots are loaded before their file
+    // systems mount (zfs_crypto_attempt_load_keys), from each root's keylocation.
+    let mount_now = !o.no_mount && !o.load_keys;
+    let mut imported = Vec::new();
     for which in which {
         if let Some(n) = new_name.as_ref().filter(|n| st.pools.contains_key(n.as_str())) {
             out.1.push_str(&line(format!("cannot import '{which}' as '{n}': pool already exists")));
@@ -298,9 +302,10 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     oxzfs::vdev_rebuild_thread::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
-                    if !o.no_mount && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
+                    if mount_now && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
                         out.2 = 1;
                     }
+                    imported.push(pool.name().to_string());
                     st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
                 }
                 Err(e) => {
@@ -319,10 +324,26 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
             }
         };
         let mut mounts = Vec::new();
-        if !o.no_mount && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
+        if mount_now && mount_all(&pool, None, &mut mounts, &mut out.1) > 0 {
             out.2 = 1;
         }
+        imported.push(pool.name().to_string());
         st.pools.insert(pool.name().to_string(), Imported { pool, mounts, rw: None, since: std::time::Instant::now() });
+    }
+    if o.load_keys && !imported.is_empty() {
+        let (no_mount, pools) = (o.no_mount, imported.clone());
+        let loaded = crate::keys::load_then(st, &[], true, Some(&imported), move |st| {
+            let mut err = String::new();
+            let mut failed = false;
+            for p in &pools {
+                if let Some(imp) = st.pools.get_mut(p) {
+                    let rw = imp.rw.clone();
+                    failed |= !no_mount && mount_all(&imp.pool, rw.as_ref(), &mut imp.mounts, &mut err) > 0;
+                }
+            }
+            (String::new(), err, failed as i32)
+        });
+        return (out.0 + &loaded.0, out.1 + &loaded.1, out.2.max(loaded.2));
     }
     out
 }
