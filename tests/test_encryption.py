@@ -157,7 +157,8 @@ def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, k
             (("create", f"{root}/child"), f"cannot create '{root}/child'"),
             (("destroy", root), f"cannot destroy '{root}'"),
             (("rename", root, f"{CRYPT}/moved"), f"cannot rename '{root}'"),
-            (("create", "-u", f"{CRYPT}/plain"), None),
+            (("create", "-u", "-o", "encryption=off", f"{CRYPT}/plain"), None),
+            (("create", "-u", "-o", "encryption=aes-256-gcm", f"{CRYPT}/new"), f"cannot create '{CRYPT}/new': encryption=aes-256-gcm"),
             (("rename", f"{CRYPT}/plain", f"{root}/plain"), f"cannot rename to '{root}/plain'"),
         ]
         if snaps:
@@ -171,6 +172,7 @@ def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, k
                 assert r.returncode == 0, r
                 continue
             assert r.returncode == 1 and r.stderr.startswith("cannot ") and f"{msg}: encrypted datasets are read-only in oxzfs" in r.stderr, r
+        assert oxzfs.zfs("get", "-H", "-o", "value", "encryption", f"{CRYPT}/plain", check=True).stdout.strip() == "off"
         oxzfs.zfs("snapshot", f"{CRYPT}/plain@s", check=True)
         oxzfs.zfs("destroy", f"{CRYPT}/plain@s", check=True)
         # An encryption root's keylocation is the one thing of it that changes (no MAC covers

@@ -240,3 +240,14 @@ pub fn fill_props(spa: &Arc<Spa>, info: &DatasetInfo, props: &mut Vec<crate::dsl
     set(props, "encryptionroot", root_name, "-", true);
     set(props, "keystatus", status.into(), "-", true);
 }
+
+/// The properties of a dataset being made (`zfs create -o`, `zpool create -O`) without
+/// `encryption=off` (the default: nothing is stored for it); anything that would make it
+/// encrypted is refused, as oxzfs reads encrypted datasets but makes none.
+pub fn plain_create_props(name: &str, props: &[(String, String)]) -> Result<Vec<(String, String)>> {
+    let plain: Vec<(String, String)> = props.iter().filter(|(k, v)| !(k == "encryption" && v == "off")).cloned().collect();
+    if let Some((k, v)) = plain.iter().find(|(k, _)| matches!(k.as_str(), "encryption" | "keyformat" | "keylocation" | "pbkdf2iters")) {
+        return Err(ZfsError::Posix(libc::EROFS, format!("cannot create '{name}': {k}={v}: encrypted datasets are read-only in oxzfs (it reads them, it does not make them)")));
+    }
+    Ok(plain)
+}

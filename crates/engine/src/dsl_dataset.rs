@@ -157,6 +157,8 @@ impl PoolW {
         if leaf.is_empty() || !leaf.chars().all(|c| c.is_ascii_alphanumeric() || "_-:. ".contains(c)) || leaf.starts_with('$') {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': invalid character in dataset name")));
         }
+        let plain = crate::dsl_crypt::plain_create_props(name, props)?;
+        let props = &plain[..];
         for (k, v) in props {
             self.prop_feature_check(k, v, true).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
         }

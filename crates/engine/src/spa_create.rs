@@ -186,6 +186,7 @@ pub fn check_paths(paths: &[&Path]) -> Result<()> {
 impl PoolW {
     /// `zpool create`: label the devices, build the MOS and the root dataset, sync txg 4.
     pub fn create(spec: &CreateSpec, arc_max: u64) -> Result<PoolW> {
+        crate::dsl_crypt::plain_create_props(&spec.name, &spec.fs_props)?;
         let version = spec.version.unwrap_or(SPA_VERSION_FEATURES);
         if !(version == SPA_VERSION_FEATURES || (1..=28).contains(&version)) {
             return Err(ZfsError::Invalid(format!("invalid property value for 'version': {version}")));
@@ -410,10 +411,11 @@ impl PoolW {
         rd.origin_obj = osnap;
         mos.set_bonus(root_dir, &rd.encode())?;
         let root_props = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded").props_zapobj;
-        for (k, val) in &spec.fs_props {
+        let fs_props = crate::dsl_crypt::plain_create_props(&spec.name, &spec.fs_props)?;
+        for (k, val) in &fs_props {
             set_prop_in(mos, root_props, k, val)?;
         }
-        for (k, val) in &spec.fs_props {
+        for (k, val) in &fs_props {
             self.prop_feature_check(k, val, true)?;
             self.prop_feature_activate(root_ds, k, val)?;
         }
