@@ -492,6 +492,26 @@ def test_replication_packages(senders, oxzfs, work_dir):
     assert got == sorted(n.replace(fs, "rpk/bk", 1) for n in r.stdout.split()), got
     want.pop(("", "c"), None)
     check(os.path.join(alt, "rpk", "bk"), "oxzfs after pruning")
+    # A file system the sender destroyed, and one made only here, go with the next -R -I -F
+    # (recv_incremental_replication's check for delete): their snapshots, then themselves.
+    assert oxzfs.zfs("destroy", "-r", f"{fs}/child").returncode == 0
+    assert oxzfs.zfs("create", "rpk/bk/local").returncode == 0
+    assert oxzfs.zfs("snapshot", "rpk/bk/local@mine").returncode == 0
+    assert oxzfs.zfs("snapshot", "-r", f"{fs}@g").returncode == 0
+    incr3 = os.path.join(base, "RI3")
+    assert send(oxzfs, incr3, "-R", "-I", "@f", f"{fs}@g").returncode == 0
+    cp = receive(oxzfs, incr3, "-Fv", "rpk/bk")
+    assert cp.returncode == 0, cp.stderr
+    for gone in ("rpk/bk/child@d", "rpk/bk/child", "rpk/bk/local@mine", "rpk/bk/local"):
+        assert f"attempting destroy {gone}\n" in cp.stdout, cp.stdout
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", "rpk/bk")
+    r2 = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", "-r", fs)
+    assert sorted(r.stdout.split()) == sorted(n.replace(fs, "rpk/bk", 1) for n in r2.stdout.split()), (r.stdout, r2.stdout)
+    assert not os.path.exists(os.path.join(alt, "rpk", "bk", "local", ".zfs")), "the destroyed file system is still mounted"
+    for (sub, snap), w in want.items():
+        if sub != "/child":
+            d = diff_manifests(snap_manifest(os.path.join(alt, "rpk", "bk") + sub, snap), w)
+            assert not d, f"after pruning file systems: {sub or '/'}@{snap} differs:\n{d}"
     assert oxzfs.export("rpk").returncode == 0
     zdb_check(vdir, "rpk")
     # zfs-fuse receives the same package.

@@ -194,6 +194,52 @@ fn prune(o: &RecvArgs, target: &str, pool: &str, p: &Package, state: &Arc<Mutex<
             }
         }
     }
+    // The file systems below the target none of whose snapshots the sender has (destroyed
+    // there, or made here): their snapshots, then themselves, deepest first, as
+    // recv_incremental_replication's "check for delete" does with -F.
+    let sent: std::collections::HashSet<u64> = fss
+        .pairs
+        .iter()
+        .filter_map(|(_, e)| if let NvValue::NvList(e) = e { e.get_nvlist("snaps") } else { None })
+        .flat_map(|sn| sn.pairs.iter().filter_map(|(_, v)| if let NvValue::Uint64(g) = v { Some(*g) } else { None }).collect::<Vec<_>>())
+        .collect();
+    let Ok((top, _)) = target_names(o, target, &format!("{}@x", p.sendfs), Some(p)) else { return Ok(out) };
+    let all = oxzfs::dsl::list_datasets(&spa).map_err(|e| format!("cannot receive: {e}\n"))?;
+    let below = |n: &str| n.strip_prefix(top.as_str()).is_some_and(|r| r.starts_with('/'));
+    let mut gone: Vec<&oxzfs::dsl::DatasetInfo> = all
+        .iter()
+        .filter(|d| d.kind != oxzfs::dsl::DatasetKind::Snapshot && below(&d.name))
+        .filter(|d| !all.iter().any(|s| s.name.split_once('@').is_some_and(|(f, _)| f == d.name) && sent.contains(&s.ds.guid)))
+        .collect();
+    gone.sort_by_key(|d| std::cmp::Reverse(d.name.matches('/').count()));
+    for d in gone {
+        {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(imp) = st.pools.get_mut(pool) {
+                let mounted = crate::mounts::take_below(&mut imp.mounts, &d.name);
+                let (_, busy) = crate::mounts::unmount_all(&imp.pool, &mut imp.mounts, mounted, false);
+                if !busy.is_empty() {
+                    return Err(busy);
+                }
+            }
+        }
+        let snaps: Vec<&str> = all.iter().filter(|s| s.name.split_once('@').is_some_and(|(f, _)| f == d.name)).map(|s| s.name.as_str()).collect();
+        for name in snaps.into_iter().chain([d.name.as_str()]) {
+            if o.verbose {
+                out.push_str(&format!("attempting destroy {name}\n"));
+            }
+            let r = if name.contains('@') { h.lock().destroy_snapshot(name) } else { h.lock().destroy_dataset(name) };
+            match r {
+                Ok(()) if o.verbose => out.push_str("success\n"),
+                Ok(()) => {}
+                Err(e) => return Err(format!("cannot destroy '{name}': {e}\n")),
+            }
+        }
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(imp) = st.pools.get(pool) {
+            imp.pool.forget_fs(&d.name);
+        }
+    }
     let _ = h.sync_now();
     Ok(out)
 }
