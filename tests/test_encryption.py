@@ -174,7 +174,19 @@ def test_read_write_import_leaves_encrypted_datasets_alone(oxzfs, ztest_pools, k
             assert r.returncode == 1 and r.stderr.startswith("cannot ") and f"{msg}: encrypted datasets are read-only in oxzfs" in r.stderr, r
         assert oxzfs.zfs("get", "-H", "-o", "value", "encryption", f"{CRYPT}/plain", check=True).stdout.strip() == "off"
         oxzfs.zfs("snapshot", f"{CRYPT}/plain@s", check=True)
+        # A stream received under an encrypted file system is refused before anything is made.
+        stream = os.path.join(work_dir, "encryption-rw", "plain.stream")
+        with open(stream, "wb") as f:
+            cp = subprocess.run([oxzfs.binary, "zfs", "send", f"{CRYPT}/plain@s"], env=oxzfs.env, stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert cp.returncode == 0, cp.stderr
+        with open(stream, "rb") as f:
+            cp = subprocess.run([oxzfs.binary, "zfs", "receive", f"{root}/got"], env=oxzfs.env, stdin=f, capture_output=True, text=True, timeout=300)
+        assert cp.returncode == 1 and f"cannot receive new filesystem stream into '{root}/got': encrypted datasets are read-only in oxzfs" in cp.stderr, cp
         oxzfs.zfs("destroy", f"{CRYPT}/plain@s", check=True)
+        # destroy -r meets the encrypted datasets before it destroys anything.
+        r = oxzfs.zfs("destroy", "-r", CRYPT)
+        assert r.returncode == 1 and "encrypted datasets are read-only in oxzfs" in r.stderr, r
+        assert oxzfs.zfs("list", "-H", "-o", "name", f"{CRYPT}/plain").returncode == 0, "destroy -r destroyed part of the pool"
         # An encryption root's keylocation is the one thing of it that changes (no MAC covers
         # it); `zfs mount -l` then loads the key from there before mounting. (ztest's datasets
         # hold no file system, so the mount itself fails after the key is loaded.)

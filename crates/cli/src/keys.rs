@@ -46,9 +46,15 @@ struct Root {
     pool: String,
     name: String,
     format: Option<KeyFormat>,
+    /// pbkdf2salt and pbkdf2iters of the root's key object.
+    salt: u64,
+    iters: u64,
     location: String,
     loaded: bool,
 }
+
+/// The most key material read from standard input or a file: far more than any key.
+const MATERIAL_MAX: u64 = 1 << 20;
 
 /// The encryption roots the operands name: every one of the imported pools (-a), the named
 /// dataset and the roots below it (-r), or the named dataset whatever it is (checked when
@@ -81,6 +87,8 @@ fn roots(st: &State, operands: &[String], all: bool, recursive: bool) -> Result<
                 pool: pname.clone(),
                 name: d.name.clone(),
                 format: key.as_ref().and_then(|k| KeyFormat::from_u64(k.keyformat)),
+                salt: key.as_ref().map_or(0, |k| k.salt),
+                iters: key.as_ref().map_or(0, |k| k.iters),
                 location,
                 loaded: oxzfs::dsl_crypt::key_loaded(spa, d),
             });
@@ -161,10 +169,16 @@ fn load_roots(todo: &[Root], location: Option<&str>, noop: bool, io: &mut KeyIo,
             Some(f) => material(&loc, f, &r.name, io.input.as_mut(), io.output.as_mut()),
             None => Err(format!("'{}' is not encrypted.", r.name)),
         };
-        let outcome = material.and_then(|m| {
+        // The wrapping key is derived (PBKDF2 runs as many rounds as the pool says) before the
+        // daemon's state is taken.
+        let wkey = material.and_then(|m| match r.format {
+            Some(f) => oxzfs_format::crypt::wrapping_key(f, &m, r.salt, r.iters),
+            None => Err(format!("'{}' is not encrypted.", r.name)),
+        });
+        let outcome = wkey.and_then(|w| {
             let st = state.lock().unwrap_or_else(|p| p.into_inner());
             let imp = st.pools.get(&r.pool).ok_or_else(|| format!("pool '{}' is no longer imported", r.pool))?;
-            oxzfs::dsl_crypt::load_key(&imp.pool.spa, &r.name, &m, noop).map_err(|e| e.to_string().trim_start_matches("Key load error: ").to_string())
+            oxzfs::dsl_crypt::load_wrapping_key(&imp.pool.spa, &r.name, &w, noop).map_err(|e| e.to_string().trim_start_matches("Key load error: ").to_string())
         });
         match outcome {
             Ok(_) => ok += 1,
@@ -194,7 +208,7 @@ pub fn load_then(st: &mut State, names: &[String], all: bool, pools: Option<&[St
                 continue;
             }
             let location = imp.pool.prop(&root, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into());
-            todo.push(Root { pool: pname.clone(), name: root, format: KeyFormat::from_u64(key.keyformat), location, loaded: false });
+            todo.push(Root { pool: pname.clone(), name: root, format: KeyFormat::from_u64(key.keyformat), salt: key.salt, iters: key.iters, location, loaded: false });
         }
     }
     let mut io = KeyIo::take(st);
@@ -224,14 +238,14 @@ fn material(location: &str, format: KeyFormat, name: &str, stdin: Option<&mut (i
             // One byte more than a key, as libzfs reads it: a longer input is a key too long.
             let _ = reader.by_ref().take(oxzfs_format::crypt::WRAPPING_KEY_LEN as u64 + 1).read_to_end(&mut buf);
         } else {
-            let _ = reader.read_until(b'\n', &mut buf);
+            let _ = reader.by_ref().take(MATERIAL_MAX).read_until(b'\n', &mut buf);
         }
         return Ok(buf);
     }
     if let Some(path) = location.strip_prefix("file://") {
         let f = std::fs::File::open(path).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
         let mut buf = Vec::new();
-        f.take(if format == KeyFormat::Raw { oxzfs_format::crypt::WRAPPING_KEY_LEN as u64 + 1 } else { 1 << 20 }).read_to_end(&mut buf).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
+        f.take(if format == KeyFormat::Raw { oxzfs_format::crypt::WRAPPING_KEY_LEN as u64 + 1 } else { MATERIAL_MAX }).read_to_end(&mut buf).map_err(|e| format!("Failed to open key material file: {}", strerror(&e)))?;
         return Ok(buf);
     }
     if location.starts_with("https://") || location.starts_with("http://") {
@@ -259,7 +273,7 @@ fn read_on_terminal(fd: i32, reader: &mut std::io::BufReader<std::fs::File>, for
         unsafe { libc::tcsetattr(fd, libc::TCSAFLUSH, &t) };
     }
     let mut buf = Vec::new();
-    let r = reader.read_until(b'\n', &mut buf);
+    let r = reader.by_ref().take(MATERIAL_MAX).read_until(b'\n', &mut buf);
     if have {
         unsafe { libc::tcsetattr(fd, libc::TCSAFLUSH, &old) };
     }
@@ -341,5 +355,37 @@ fn strerror(e: &std::io::Error) -> String {
     match s.find(" (os error") {
         Some(i) => s[..i].to_string(),
         None => s,
+    }
+}
+
+/// The caller's terminal as it was before the daemon turned echo off to read a passphrase.
+static SAVED_TERMINAL: std::sync::OnceLock<libc::termios> = std::sync::OnceLock::new();
+
+extern "C" fn restore_and_die(sig: libc::c_int) {
+    if let Some(t) = SAVED_TERMINAL.get() {
+        unsafe { libc::tcsetattr(0, libc::TCSAFLUSH, t) };
+    }
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// In the command, before a request that may prompt on its terminal: the terminal's settings
+/// are kept, and put back if the command is interrupted (libzfs catches SIGINT while it
+/// prompts) or when it ends (`restore_terminal`).
+pub fn guard_terminal() {
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    if unsafe { libc::isatty(0) } == 1 && unsafe { libc::tcgetattr(0, &mut t) } == 0 {
+        let _ = SAVED_TERMINAL.set(t);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            unsafe { libc::signal(sig, restore_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        }
+    }
+}
+
+pub fn restore_terminal() {
+    if let Some(t) = SAVED_TERMINAL.get() {
+        unsafe { libc::tcsetattr(0, libc::TCSAFLUSH, t) };
     }
 }

@@ -157,7 +157,10 @@ fn run(args: &[String]) -> i32 {
             }
             // `zfs load-key`: a key may be read from this process's terminal or input.
             if keys::wants_fds(args) {
-                return match client::request_with_fds(args, &[0, 1, 2]) {
+                keys::guard_terminal();
+                let r = client::request_with_fds(args, &[0, 1, 2]);
+                keys::restore_terminal();
+                return match r {
                     Ok(r) => show(r),
                     Err(e) => {
                         eprintln!("cannot reach the oxzfs daemon at {}: {e}", client::socket_path().display());

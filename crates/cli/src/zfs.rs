@@ -683,6 +683,20 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         victims.push(name.clone());
     }
     victims.sort_by_key(|n| std::cmp::Reverse(n.matches('/').count()));
+    // An encrypted dataset among them is refused before anything is unmounted or destroyed.
+    {
+        let mut w = h.lock();
+        for v in &victims {
+            let r = match w.find_dir(v) {
+                Ok(Some(dir)) => w.refuse_encrypted(dir, &format!("cannot destroy '{v}'")),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                return err_out(e, &format!("cannot destroy '{v}'"));
+            }
+        }
+    }
     for v in &victims {
         // Unmount first.
         if let Some(i) = imp.mounts.iter().position(|m| &m.dataset == v) {

@@ -292,6 +292,21 @@ pub fn receive(h: &PoolHandle, b: &Begin, s: &mut StreamReader, fs: &str, snap: 
             _ => ZfsError::Invalid(m),
         }
     };
+    // Into an encrypted file system, or under one: refused before anything is written.
+    {
+        let mut w = h.lock();
+        let mut at = fs;
+        loop {
+            if let Some(dir) = w.find_dir(at)? {
+                w.refuse_encrypted(dir, &format!("cannot receive {what} into '{fs}'"))?;
+                break;
+            }
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => break,
+            }
+        }
+    }
     let (dsobj, undo) = begin(h, b, fs, snap, o).map_err(ctx)?;
     let set_props = || -> Result<()> {
         let mut w = h.lock();

@@ -133,6 +133,19 @@ pub fn register(spa: &Arc<Spa>, info: &DatasetInfo) -> bool {
 /// `zfs load-key` of encryption root `name` with the user's key `material`; `noop`: check
 /// the key only (-n). Returns the datasets whose keys became available.
 pub fn load_key(spa: &Arc<Spa>, name: &str, material: &[u8], noop: bool) -> Result<Vec<String>> {
+    let Some((_, rkey)) = encryption_root(spa, name)? else {
+        return Err(key_error(format!("'{name}' is not encrypted.")));
+    };
+    let format = KeyFormat::from_u64(rkey.keyformat).ok_or_else(|| key_error(format!("'{name}': keyformat {} is not known.", rkey.keyformat)))?;
+    let wkey = crypt::wrapping_key(format, material, rkey.salt, rkey.iters).map_err(key_error)?;
+    load_wrapping_key(spa, name, &wkey, noop)
+}
+
+/// `load_key` with the wrapping key derived already (the daemon derives it, PBKDF2's long
+/// work, without holding its state). Every directory of the root is unwrapped before any is
+/// registered: a key that fails leaves nothing loaded. A damaged key object of a directory
+/// under another root is not this load's business.
+pub fn load_wrapping_key(spa: &Arc<Spa>, name: &str, wkey: &[u8; crypt::WRAPPING_KEY_LEN], noop: bool) -> Result<Vec<String>> {
     let Some((root, rkey)) = encryption_root(spa, name)? else {
         return Err(key_error(format!("'{name}' is not encrypted.")));
     };
@@ -142,8 +155,6 @@ pub fn load_key(spa: &Arc<Spa>, name: &str, material: &[u8], noop: bool) -> Resu
     if spa.keystore.dir(rkey.root_dir).is_some() && !noop {
         return Err(key_error(format!("Key already loaded for '{name}'.")));
     }
-    let format = KeyFormat::from_u64(rkey.keyformat).ok_or_else(|| key_error(format!("'{name}': keyformat {} is not known.", rkey.keyformat)))?;
-    let wkey = crypt::wrapping_key(format, material, rkey.salt, rkey.iters).map_err(key_error)?;
     let mos = spa.mos();
     let all = crate::dsl::list_datasets(spa)?;
     let mut dirs: Vec<(u64, Vec<&DatasetInfo>)> = Vec::new();
@@ -153,23 +164,31 @@ pub fn load_key(spa: &Arc<Spa>, name: &str, material: &[u8], noop: bool) -> Resu
             None => dirs.push((d.dir_obj, vec![d])),
         }
     }
-    let mut loaded = Vec::new();
+    let mut keys = Vec::new();
     for (dir, members) in dirs {
         let Some(obj) = key_obj(&mos, dir)? else { continue };
-        let k = read_key(&mos, obj)?;
+        let k = match read_key(&mos, obj) {
+            Ok(k) => k,
+            Err(e) if dir == rkey.root_dir => return Err(e),
+            Err(_) => continue,
+        };
         if k.root_dir != rkey.root_dir {
             continue;
         }
-        let master = crypt::unwrap_key(&k.wrapped, &wkey).map_err(|e| ZfsError::corrupt(format!("'{name}': DSL crypto key object {obj}"), e))?;
+        let master = crypt::unwrap_key(&k.wrapped, wkey).map_err(|e| ZfsError::corrupt(format!("'{name}': DSL crypto key object {obj}"), e))?;
         let Some(master) = master else {
             if dir == rkey.root_dir {
                 return Err(key_error(format!("Incorrect key provided for '{name}'.")));
             }
             return Err(ZfsError::Checksum { context: format!("'{}': its DSL crypto key (object {obj}) does not open with the key of '{name}'", members[0].name) });
         };
-        if noop {
-            continue;
-        }
+        keys.push((dir, master, members));
+    }
+    let mut loaded = Vec::new();
+    if noop {
+        return Ok(loaded);
+    }
+    for (dir, master, members) in keys {
         spa.keystore.add(Arc::new(DirKey::new(dir, master)), &members.iter().map(|m| m.ds_obj).collect::<Vec<_>>());
         loaded.extend(members.iter().filter(|m| m.kind != crate::dsl::DatasetKind::Snapshot).map(|m| m.name.clone()));
     }

@@ -617,6 +617,11 @@ impl Spa {
         if bp.is_encrypted_data() && !bp.embedded {
             return self.read_encrypted(bp, ds, prefetch);
         }
+        // Data of an encrypted type in a dataset whose key is loaded is always encrypted
+        // there: a plain pointer to it is someone else's block (OpenZFS's EIO).
+        if ds != 0 && bp.level == 0 && oxzfs_format::types::ot_is_encrypted(bp.typ) && self.keystore.dataset(ds).is_some() {
+            return Err(ZfsError::Checksum { context: format!("pool '{}' dataset {ds}: unencrypted block in an encrypted dataset ({bp})", self.name) });
+        }
         let key = arc_key(self.arc_id, bp);
         if let Some(k) = &key {
             let hit = if !prefetch && self.l2arc.has_devices() && self.cacheable(bp, ds).1 { self.arc.get_l2(k, bp) } else { self.arc.get(k) };
@@ -669,6 +674,9 @@ impl Spa {
             None if !prefetch => zio::read_bp_keeping(&self.zio_ctx_demand(), bp)?,
             None => zio::read_bp_keeping(&self.zio_ctx(), bp)?,
         };
+        if bp.encrypted && bp.level > 0 {
+            crate::spa_keystore::verify_indirect(bp, &data)?;
+        }
         let d = Arc::new(data);
         self.arc_keep(k, bp, ds, &d, phys, prefetch);
         if from_l2 {
@@ -683,6 +691,9 @@ impl Spa {
     /// ARC so; without the key, a dnode block as stored (its block pointers are plaintext),
     /// uncached, and any other block refused (EACCES, as OpenZFS's read of it).
     fn read_encrypted(&self, bp: &BlockPointer, ds: u64, prefetch: bool) -> Result<Arc<Vec<u8>>> {
+        if bp.lsize > zio::MAX_BLOCK || bp.psize > zio::MAX_BLOCK {
+            return Err(ZfsError::Invalid(format!("block pointer sizes out of range: {bp}")));
+        }
         let Some(key) = self.keystore.dataset(ds) else {
             if bp.typ == oxzfs_format::types::DMU_OT_DNODE {
                 return self.read_bp_uncached(bp).map(Arc::new);

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, RwLock};
 pub struct DirKey {
     pub dir_obj: u64,
     pub key: MasterKey,
-    derived: Mutex<HashMap<[u8; SALT_LEN], Arc<Vec<u8>>>>,
+    derived: Mutex<HashMap<[u8; SALT_LEN], Arc<crypt::Zeroizing<Vec<u8>>>>>,
 }
 
 /// How many derived block keys a directory keeps (a salt lasts for many blocks: OpenZFS
@@ -33,7 +33,7 @@ impl DirKey {
         DirKey { dir_obj, key, derived: Mutex::new(HashMap::new()) }
     }
 
-    fn block_key(&self, salt: &[u8; SALT_LEN]) -> Arc<Vec<u8>> {
+    fn block_key(&self, salt: &[u8; SALT_LEN]) -> Arc<crypt::Zeroizing<Vec<u8>>> {
         let mut d = self.derived.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = d.get(salt) {
             return k.clone();
@@ -149,4 +149,18 @@ pub fn decrypt(key: &DirKey, bp: &BlockPointer, physical: Vec<u8>) -> Result<Vec
         oxzfs_format::FormatError::Checksum { .. } => ZfsError::Checksum { context: format!("MAC of encrypted block {bp} (dataset key of DSL directory {})", key.dir_obj) },
         e => ZfsError::corrupt(format!("encrypted block {bp}"), e),
     })
+}
+
+/// Check an encrypted dataset's indirect block against the MAC its pointer carries (no key
+/// needed: what OpenZFS checks on every read of one). Key version 1's auth buffers first, then
+/// version 0's, as OpenZFS tries them.
+pub fn verify_indirect(bp: &BlockPointer, logical: &[u8]) -> Result<()> {
+    let (_, _, mac) = bp_params(bp);
+    for version in [1, 0] {
+        let got = crypt::indirect_mac(logical, bp.little_endian, version).map_err(|e| ZfsError::corrupt(format!("indirect block {bp}"), e))?;
+        if got == mac {
+            return Ok(());
+        }
+    }
+    Err(ZfsError::Checksum { context: format!("MAC of the block pointers of indirect block {bp}") })
 }

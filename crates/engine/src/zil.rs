@@ -750,7 +750,11 @@ pub fn parse_chain(ctx: &ZioCtx, head: &BlockPointer, limit: usize) -> Chain {
         let Ok(data) = crate::vdev::speculative(|| crate::zio::read_dva(ctx, &bp.dva[0], bp.psize, &verify)) else { break };
         let Ok(block) = zil::decode_log_block_of(&data, want, slim, bp.encrypted) else { break };
         let mut recs = Vec::new();
-        for r in zil::records(block.records, block.le) {
+        // An encrypted dataset's records are ciphertext but for their headers and a write's
+        // block pointer: only those are read (claim and scrub need no more).
+        let records: Box<dyn Iterator<Item = _>> =
+            if bp.encrypted { Box::new(zil::records_encrypted(block.records, block.le)) } else { Box::new(zil::records(block.records, block.le)) };
+        for r in records {
             match r {
                 Ok(r) => recs.push(r),
                 Err(e) => {

@@ -18,6 +18,8 @@
 use crate::error::{FormatError, Result};
 use aes_gcm::aead::generic_array::GenericArray;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
+/// Key material wiped when dropped (re-exported for the keystore's derived keys).
+pub use zeroize::Zeroizing;
 
 /// The length of a wrapping key (WRAPPING_KEY_LEN).
 pub const WRAPPING_KEY_LEN: usize = 32;
@@ -116,8 +118,8 @@ impl KeyFormat {
 /// The wrapping key from the user's key material, as libzfs derives it; the error says what
 /// is wrong with the material in libzfs's words.
 pub fn wrapping_key(format: KeyFormat, material: &[u8], salt: u64, iters: u64) -> std::result::Result<[u8; WRAPPING_KEY_LEN], String> {
-    // A key read from a file or a terminal may end in one newline.
-    let m = material.strip_suffix(b"\n").unwrap_or(material);
+    // Hex keys and passphrases are the first line of what was read (libzfs's getline).
+    let m = material.split(|&b| b == b'\n').next().unwrap_or(material);
     let mut out = [0u8; WRAPPING_KEY_LEN];
     match format {
         KeyFormat::Raw => {
@@ -131,6 +133,9 @@ pub fn wrapping_key(format: KeyFormat, material: &[u8], salt: u64, iters: u64) -
             if m.len() != WRAPPING_KEY_LEN * 2 {
                 return Err(format!("Hex key too {} (expected {}).", if m.len() < WRAPPING_KEY_LEN * 2 { "short" } else { "long" }, WRAPPING_KEY_LEN * 2));
             }
+            if !m.iter().all(u8::is_ascii_hexdigit) {
+                return Err("Invalid hex character detected.".into());
+            }
             for (i, pair) in m.chunks(2).enumerate() {
                 let s = std::str::from_utf8(pair).ok().and_then(|s| u8::from_str_radix(s, 16).ok());
                 out[i] = s.ok_or_else(|| "Invalid hex character detected.".to_string())?;
@@ -141,7 +146,9 @@ pub fn wrapping_key(format: KeyFormat, material: &[u8], salt: u64, iters: u64) -
             if iters == 0 {
                 return Err("Invalid pbkdf2iters value of 0.".into());
             }
-            // libzfs hands PBKDF2 the salt as its 8 bytes in little-endian order.
+            // The passphrase ends at its first NUL (libzfs takes it with strlen); PBKDF2
+            // gets the salt as its 8 bytes in little-endian order.
+            let m = m.split(|&b| b == 0).next().unwrap_or(m);
             pbkdf2::pbkdf2_hmac::<sha1::Sha1>(m, &salt.to_le_bytes(), iters.min(u32::MAX as u64) as u32, &mut out);
         }
     }
@@ -181,6 +188,15 @@ pub struct MasterKey {
     pub version: u64,
     pub master: Vec<u8>,
     pub hmac: [u8; HMAC_KEY_LEN],
+}
+
+impl Drop for MasterKey {
+    /// Key material does not outlive its use in freed memory.
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.master.zeroize();
+        self.hmac.zeroize();
+    }
 }
 
 impl std::fmt::Debug for MasterKey {
@@ -234,15 +250,17 @@ pub fn unwrap_key(w: &WrappedKey, wkey: &[u8; WRAPPING_KEY_LEN]) -> Result<Optio
     }
     let mut hmac = [0u8; HMAC_KEY_LEN];
     hmac.copy_from_slice(&buf[klen..]);
+    zeroize::Zeroize::zeroize(&mut buf[klen..]);
     buf.truncate(klen);
     Ok(Some(MasterKey { suite, guid: w.guid, version: w.version, master: buf, hmac }))
 }
 
 impl MasterKey {
-    /// The key of blocks written with `salt` (zio_crypt_key_get_salt's HKDF).
-    pub fn block_key(&self, salt: &[u8; SALT_LEN]) -> Vec<u8> {
+    /// The key of blocks written with `salt` (zio_crypt_key_get_salt's HKDF), wiped when
+    /// dropped.
+    pub fn block_key(&self, salt: &[u8; SALT_LEN]) -> zeroize::Zeroizing<Vec<u8>> {
         let hk = hkdf::Hkdf::<sha2::Sha512>::new(None, &self.master);
-        let mut out = vec![0u8; self.suite.key_len()];
+        let mut out = zeroize::Zeroizing::new(vec![0u8; self.suite.key_len()]);
         hk.expand(salt, &mut out).expect("a key of at most 32 bytes is a valid HKDF-SHA512 length");
         out
     }
@@ -296,6 +314,9 @@ mod tests {
         assert!(wrapping_key(KeyFormat::Hex, &[b'0'; 63], 0, 0).unwrap_err().contains("too short"));
         assert!(wrapping_key(KeyFormat::Hex, &[b'g'; 64], 0, 0).unwrap_err().contains("Invalid hex character"));
         assert!(wrapping_key(KeyFormat::Raw, &[b'k'; 33], 0, 0).unwrap_err().contains("too long"));
+        assert!(wrapping_key(KeyFormat::Hex, format!("+{}", "0".repeat(63)).as_bytes(), 0, 0).unwrap_err().contains("Invalid hex character"));
+        let k = wrapping_key(KeyFormat::Hex, format!("{}\nsecond line", "ab".repeat(32)).as_bytes(), 0, 0).unwrap();
+        assert_eq!(k, [0xab; 32], "only the first line is the key");
         assert_eq!(wrapping_key(KeyFormat::Hex, "00ff".repeat(16).as_bytes(), 0, 0).unwrap()[..2], [0, 0xff]);
         // RFC 6070's PBKDF2-HMAC-SHA1 vector, through the passphrase path (salt is 8 bytes here,
         // so only the shape is checked: 32 bytes, deterministic, salt-dependent).
@@ -345,6 +366,24 @@ fn bp_auth_buf(bp: &crate::blkptr::BlockPointer, version: u64, out: &mut Vec<u8>
     if version != 0 {
         out.extend_from_slice(&[0u8; 8]);
     }
+}
+
+/// The MAC an encrypted dataset's indirect block carries in its parent's pointer
+/// (zio_crypt_do_indirect_mac_checksum): SHA-512 of the auth buffers of all its block
+/// pointers, holes included, cut to 16 bytes. No key is needed. `le`: the block's byte order.
+pub fn indirect_mac(block: &[u8], le: bool, version: u64) -> Result<[u8; MAC_LEN]> {
+    use sha2::Digest;
+    let mut h = sha2::Sha512::new();
+    let mut buf = Vec::with_capacity(32);
+    for chunk in block.chunks_exact(128) {
+        let bp = crate::blkptr::BlockPointer::decode(chunk, le)?;
+        buf.clear();
+        bp_auth_buf(&bp, version, &mut buf);
+        h.update(&buf);
+    }
+    let mut out = [0u8; MAC_LEN];
+    out.copy_from_slice(&h.finalize()[..MAC_LEN]);
+    Ok(out)
 }
 
 /// DNODE_FLAG_SPILL_BLKPTR, the one dnode flag a MAC covers (DNODE_CRYPT_PORTABLE_FLAGS_MASK).
@@ -471,7 +510,7 @@ pub fn open_zil_block(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], mac: &[u8
                     enc(at + 192..rec.end, &mut ct);
                 }
             }
-            TX_CLONE_RANGE if reclen >= 72 => {
+            TX_CLONE_RANGE if reclen >= 64 => {
                 enc(at + 32..at + 64, &mut ct);
                 plain_from(64, &mut out, &mut aad, reclen - 64);
             }
