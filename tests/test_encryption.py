@@ -68,6 +68,9 @@ def test_every_encrypted_block_decrypts_and_authenticates(oxzfs, ztest_pools, ke
         assert r.returncode == 0 and "Got error" not in r.stdout, f"{pool}:\n{r!r}"
         n = decrypted(r.stdout)
         assert n and n > 0, f"{pool} has encrypted datasets {sorted(enc)} but nothing was decrypted:\n{r!r}"
+        # Each encrypted dataset's objset MACs (snapshots' too) were made again and match.
+        m = re.search(r"encrypted objsets whose MACs match: (\d+)", r.stdout)
+        assert m and int(m.group(1)) >= len(enc), f"{pool}: objset MACs of {sorted(enc)}:\n{r!r}"
         if pool == CRYPT:
             w = oxzfs.zdb("-e", "-p", vdevs, "-K", bad, "-cc", pool, timeout=900)
             assert "Incorrect key provided" in w.stderr, w

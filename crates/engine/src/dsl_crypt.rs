@@ -130,6 +130,21 @@ pub fn register(spa: &Arc<Spa>, info: &DatasetInfo) -> bool {
     spa.keystore.dataset(info.ds_obj).is_some() || spa.keystore.add_dataset(info.dir_obj, info.ds_obj)
 }
 
+/// Check the MACs of encrypted dataset `ds`'s objset block `bp` with its loaded key, as
+/// OpenZFS checks them when it opens the dataset to decrypt: the portable MAC anchors the
+/// tree of MACs below (the meta dnode's pointers); the local one covers user accounting when
+/// it is kept. Ok(false) when the dataset's key is not loaded.
+pub fn verify_objset(spa: &Arc<Spa>, ds: u64, bp: &oxzfs_format::blkptr::BlockPointer) -> Result<bool> {
+    let Some(key) = spa.keystore.dataset(ds) else { return Ok(false) };
+    let block = spa.read_bp(bp)?;
+    let (portable, local) = crypt::objset_macs(&key.key, &block, bp.little_endian).map_err(|e| ZfsError::corrupt(format!("objset of dataset {ds}"), e))?;
+    let stored = |o: usize| block.get(o..o + 32).map(|s| s.to_vec()).unwrap_or_default();
+    if stored(720) != portable || (local != [0u8; 32] && stored(752) != local) {
+        return Err(ZfsError::Checksum { context: format!("pool '{}' dataset {ds}: objset MAC does not match ({bp})", spa.name) });
+    }
+    Ok(true)
+}
+
 /// `zfs load-key` of encryption root `name` with the user's key `material`; `noop`: check
 /// the key only (-n). Returns the datasets whose keys became available.
 pub fn load_key(spa: &Arc<Spa>, name: &str, material: &[u8], noop: bool) -> Result<Vec<String>> {

@@ -241,6 +241,9 @@ impl Pool {
         if info.ds.bp.encrypted && !crate::dsl_crypt::register(&self.spa, &info) {
             return Err(ZfsError::Posix(libc::EACCES, format!("cannot mount '{ds}': encryption key not loaded")));
         }
+        if info.ds.bp.encrypted {
+            crate::dsl_crypt::verify_objset(&self.spa, info.ds_obj, &info.ds.bp).map_err(|e| ZfsError::Posix(libc::EIO, format!("cannot mount '{ds}': {e}")))?;
+        }
         let os = Objset::open_id(&self.spa, &info.ds.bp, info.ds_obj)?;
         let z = Zfs::open(os)?;
         let num = |p: &str, d: u64| self.prop(ds, p).ok().and_then(|p| p.raw.parse().ok()).unwrap_or(d);

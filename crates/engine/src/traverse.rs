@@ -67,8 +67,9 @@ pub struct PoolBlockStats {
     /// Blocks that failed to read or verify: (objset, object, level, blkid, message).
     pub errors: Vec<(u64, u64, i64, u64, String)>,
     /// Encrypted blocks decrypted and authenticated by a loaded key (verification with
-    /// `zdb -K`).
+    /// `zdb -K`), and objsets whose MACs were checked.
     pub decrypted: u64,
+    pub objset_macs: u64,
     pub psize_hist: [u64; 64],
     pub lsize_hist: [u64; 64],
     pub asize_hist: [u64; 64],
@@ -84,6 +85,7 @@ impl PoolBlockStats {
             embedded: [0; 3],
             errors: Vec::new(),
             decrypted: 0,
+            objset_macs: 0,
             psize_hist: [0; 64],
             lsize_hist: [0; 64],
             asize_hist: [0; 64],
@@ -460,6 +462,13 @@ impl<'a> Walker<'a> {
                         self.visit_zil(&zh.log, zh.claim_txg, obj);
                     }
                 }
+                if ds.bp.encrypted && self.verify != Verify::None {
+                    match crate::dsl_crypt::verify_objset(spa, obj, &ds.bp) {
+                        Ok(true) => self.stats.objset_macs += 1,
+                        Ok(false) => {}
+                        Err(e) => self.error(obj, 0, -1, 0, &e),
+                    }
+                }
                 self.visit_bp(&ds.bp, min_txg, obj, 0, 0);
             }
         }
@@ -494,6 +503,7 @@ pub fn print_block_stats(spa: &Arc<Spa>, s: &PoolBlockStats, verbosity: u32, ver
     }
     if !spa.keystore.is_empty() {
         let _ = writeln!(out, "\tencrypted blocks decrypted and authenticated: {}", s.decrypted);
+        let _ = writeln!(out, "\tencrypted objsets whose MACs match: {}", s.objset_macs);
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "\t{:<16} {:>14}", "bp count:", t.count);

@@ -386,6 +386,79 @@ pub fn indirect_mac(block: &[u8], le: bool, version: u64) -> Result<[u8; MAC_LEN
     Ok(out)
 }
 
+/// What an objset MAC takes of a dnode (zio_crypt_do_dnode_hmac_updates): its 64-byte core
+/// with the multi-byte fields a reader would swap in little-endian order, its flags cut to the
+/// spill flag and dn_used zeroed, then the auth buffers of its block pointers and spill
+/// pointer. The bonus is left out. `d`: the dnode's bytes (its slots), in byte order `le`.
+fn dnode_hmac_input(d: &[u8], le: bool, version: u64, out: &mut Vec<u8>) -> Result<()> {
+    if d.len() < 512 {
+        return Err(FormatError::invalid("objset dnode", format!("{} bytes", d.len())));
+    }
+    let mut core = d[..64].to_vec();
+    if !le {
+        core[8..10].reverse(); // dn_datablkszsec
+        core[10..12].reverse(); // dn_bonuslen
+        core[16..24].reverse(); // dn_maxblkid
+    }
+    core[7] &= DNODE_FLAG_SPILL_BLKPTR;
+    core[24..32].fill(0); // dn_used
+    out.extend_from_slice(&core);
+    let nblkptr = (d[3] as usize).min(3);
+    for j in 0..nblkptr {
+        bp_auth_buf(&crate::blkptr::BlockPointer::decode(&d[64 + j * 128..], le)?, version, out);
+    }
+    if d[7] & DNODE_FLAG_SPILL_BLKPTR != 0 {
+        bp_auth_buf(&crate::blkptr::BlockPointer::decode(&d[384..], le)?, version, out);
+    }
+    Ok(())
+}
+
+/// The MACs an encrypted objset block keeps at bytes 720 (portable) and 752 (local), made
+/// again with the dataset's HMAC key (zio_crypt_do_objset_hmacs): the portable one over the
+/// objset type (8 bytes, big-endian, as OpenZFS hashes it), its portable flags (none) and the
+/// meta dnode; the local one over the flags and the accounting dnodes, zero when there is no
+/// user accounting to cover. `block`: the objset block, in byte order `le`.
+pub fn objset_macs(key: &MasterKey, block: &[u8], le: bool) -> Result<([u8; 32], [u8; 32])> {
+    use hmac::Mac;
+    type H = hmac::Hmac<sha2::Sha512>;
+    if block.len() < 1024 {
+        return Err(FormatError::invalid("objset", format!("{} bytes", block.len())));
+    }
+    let word = |o: usize| {
+        let b: [u8; 8] = block[o..o + 8].try_into().expect("bounded");
+        if le {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
+    };
+    let (os_type, os_flags) = (word(704), word(712));
+    let mut input = Vec::with_capacity(1024);
+    input.extend_from_slice(&os_type.to_be_bytes());
+    input.extend_from_slice(&0u64.to_le_bytes());
+    dnode_hmac_input(&block[..512], le, key.version, &mut input)?;
+    let mut m = <H as Mac>::new_from_slice(&key.hmac).expect("HMAC takes any key length");
+    m.update(&input);
+    let mut portable = [0u8; 32];
+    portable.copy_from_slice(&m.finalize().into_bytes()[..32]);
+    let mut local = [0u8; 32];
+    const USERACCOUNTING_COMPLETE: u64 = 1;
+    let present = |o: usize| block.len() >= o + 512 && block[o] != 0;
+    if os_flags & USERACCOUNTING_COMPLETE != 0 && block.len() > 1024 && (present(1024) || present(1536)) {
+        input.clear();
+        input.extend_from_slice(&os_flags.to_le_bytes());
+        for (o, need) in [(1024, 2048), (1536, 2048), (2048, 4096)] {
+            if block.len() >= need && present(o) {
+                dnode_hmac_input(&block[o..o + 512], le, key.version, &mut input)?;
+            }
+        }
+        let mut m = <H as Mac>::new_from_slice(&key.hmac).expect("HMAC takes any key length");
+        m.update(&input);
+        local.copy_from_slice(&m.finalize().into_bytes()[..32]);
+    }
+    Ok((portable, local))
+}
+
 /// DNODE_FLAG_SPILL_BLKPTR, the one dnode flag a MAC covers (DNODE_CRYPT_PORTABLE_FLAGS_MASK).
 const DNODE_FLAG_SPILL_BLKPTR: u8 = 1 << 2;
 
