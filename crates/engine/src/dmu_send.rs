@@ -94,7 +94,7 @@ pub fn spec_for(spa: &Arc<Spa>, to: &str, from: Option<&str>, flags: SendFlags) 
         return Err(ZfsError::Unsupported(format!("cannot send '{to}': oxzfs sends file systems only (this is a volume)")));
     }
     if t.ds.bp.encrypted {
-        return Err(ZfsError::Unsupported(format!("cannot send '{to}': the dataset is encrypted; oxzfs neither loads keys nor sends raw streams (-w) yet")));
+        return Err(ZfsError::Unsupported(format!("cannot send '{to}': the dataset is encrypted; oxzfs sends no encrypted dataset yet, neither decrypted nor raw (-w)")));
     }
     let (mut from_guid, mut from_txg, mut clone) = (0, 0, false);
     if let Some(f) = from {

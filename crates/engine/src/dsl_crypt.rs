@@ -235,6 +235,9 @@ pub fn unload_key(spa: &Arc<Spa>, name: &str) -> Result<()> {
         }
     }
     spa.keystore.remove(&dirs);
+    // The decrypted blocks leave memory with the key (the pool's cached blocks all go, as
+    // zinject -a drops them: they are read again as needed).
+    spa.arc.flush_spa(spa.arc_id);
     Ok(())
 }
 
