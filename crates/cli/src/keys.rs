@@ -53,6 +53,22 @@ struct Root {
     loaded: bool,
 }
 
+impl Root {
+    /// Root `name` of pool `pname` with its key object `key` (None: not encrypted), its
+    /// keylocation as the pool says it.
+    fn new(pname: &str, imp: &crate::verb::Imported, name: &str, key: Option<&oxzfs::dsl_crypt::CryptoKey>, loaded: bool) -> Root {
+        Root {
+            pool: pname.to_string(),
+            name: name.to_string(),
+            format: key.and_then(|k| KeyFormat::from_u64(k.keyformat)),
+            salt: key.map_or(0, |k| k.salt),
+            iters: key.map_or(0, |k| k.iters),
+            location: imp.pool.prop(name, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into()),
+            loaded,
+        }
+    }
+}
+
 /// The most key material read from standard input or a file: far more than any key.
 const MATERIAL_MAX: u64 = 1 << 20;
 
@@ -82,16 +98,7 @@ fn roots(st: &State, operands: &[String], all: bool, recursive: bool) -> Result<
             if !is_root && (all || recursive) {
                 continue;
             }
-            let location = imp.pool.prop(&d.name, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into());
-            out.push(Root {
-                pool: pname.clone(),
-                name: d.name.clone(),
-                format: key.as_ref().and_then(|k| KeyFormat::from_u64(k.keyformat)),
-                salt: key.as_ref().map_or(0, |k| k.salt),
-                iters: key.as_ref().map_or(0, |k| k.iters),
-                location,
-                loaded: oxzfs::dsl_crypt::key_loaded(spa, d),
-            });
+            out.push(Root::new(pname, imp, &d.name, key.as_ref(), oxzfs::dsl_crypt::key_loaded(spa, d)));
         }
     }
     for o in operands {
@@ -207,8 +214,7 @@ pub fn load_then(st: &mut State, names: &[String], all: bool, pools: Option<&[St
             if oxzfs::dsl_crypt::key_loaded(&imp.pool.spa, d) || todo.iter().any(|r| r.name == root) {
                 continue;
             }
-            let location = imp.pool.prop(&root, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into());
-            todo.push(Root { pool: pname.clone(), name: root, format: KeyFormat::from_u64(key.keyformat), salt: key.salt, iters: key.iters, location, loaded: false });
+            todo.push(Root::new(pname, imp, &root, Some(&key), false));
         }
     }
     let mut io = KeyIo::take(st);

@@ -95,23 +95,21 @@ pub fn key_of(spa: &Arc<Spa>, info: &DatasetInfo) -> Result<Option<CryptoKey>> {
     }
 }
 
+/// The name of the file system of DSL directory `dir`.
+fn dir_name(spa: &Arc<Spa>, dir: u64) -> Result<Option<String>> {
+    Ok(crate::dsl::list_datasets(spa)?.into_iter().find(|d| d.dir_obj == dir && d.kind != crate::dsl::DatasetKind::Snapshot).map(|d| d.name))
+}
+
 /// The encryption root of `name`: (its name, its crypto key), or None when not encrypted.
 pub fn encryption_root(spa: &Arc<Spa>, name: &str) -> Result<Option<(String, CryptoKey)>> {
     let info = crate::dsl::find_dataset(spa, name)?;
     let Some(key) = key_of(spa, &info)? else { return Ok(None) };
     if key.root_dir == info.dir_obj {
-        let root = name.split('@').next().unwrap_or(name).to_string();
-        let mos = spa.mos();
-        let k = read_key(&mos, key.obj)?;
-        return Ok(Some((root, k)));
+        return Ok(Some((name.split('@').next().unwrap_or(name).to_string(), key)));
     }
-    let all = crate::dsl::list_datasets(spa)?;
-    let root = all
-        .iter()
-        .find(|d| d.dir_obj == key.root_dir && d.kind != crate::dsl::DatasetKind::Snapshot)
-        .ok_or_else(|| ZfsError::Invalid(format!("'{name}': its encryption root (DSL directory {}) is not in the pool", key.root_dir)))?;
-    let rk = key_of(spa, root)?.ok_or_else(|| ZfsError::Invalid(format!("'{}': encryption root without a key object", root.name)))?;
-    Ok(Some((root.name.clone(), rk)))
+    let root = dir_name(spa, key.root_dir)?.ok_or_else(|| ZfsError::Invalid(format!("'{name}': its encryption root (DSL directory {}) is not in the pool", key.root_dir)))?;
+    let rk = key_of(spa, &crate::dsl::find_dataset(spa, &root)?)?.ok_or_else(|| ZfsError::Invalid(format!("'{root}': encryption root without a key object")))?;
+    Ok(Some((root, rk)))
 }
 
 /// `zfs load-key`'s errors, in libzfs's words.
@@ -250,14 +248,7 @@ pub fn fill_props(spa: &Arc<Spa>, info: &DatasetInfo, props: &mut Vec<crate::dsl
     let is_root = k.root_dir == info.dir_obj;
     let fmt = KeyFormat::from_u64(k.keyformat).map(|f| f.name()).unwrap_or("none").to_string();
     let status = if key_loaded(spa, info) { "available" } else { "unavailable" };
-    let root_name = if is_root {
-        info.name.split('@').next().unwrap_or(&info.name).to_string()
-    } else {
-        crate::dsl::list_datasets(spa)
-            .ok()
-            .and_then(|l| l.into_iter().find(|d| d.dir_obj == k.root_dir && d.kind != crate::dsl::DatasetKind::Snapshot).map(|d| d.name))
-            .unwrap_or_default()
-    };
+    let root_name = if is_root { info.name.split('@').next().unwrap_or(&info.name).to_string() } else { dir_name(spa, k.root_dir).ok().flatten().unwrap_or_default() };
     // Replaced where the kind of dataset has the property; the two of encrypted datasets only
     // are added.
     let set = |props: &mut Vec<crate::dsl::PropValue>, name: &str, value: String, source: &str, add: bool| {

@@ -63,7 +63,7 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
 
     for d in list.iter().filter(|d| d.kind == DatasetKind::Filesystem && d.objset_type == DMU_OST_ZFS) {
         if d.ds.bp.encrypted {
-            refuse_unclaimed_encrypted(&spa, d, first_txg)?;
+            refuse_unclaimed_encrypted(&spa, d)?;
             continue;
         }
         let Ok(os) = pw.objset(d.ds_obj) else { continue };
@@ -191,7 +191,7 @@ pub fn replay_pool(pw: &mut PoolW, replay: bool) -> Result<ReplayReport> {
 /// import would take them as synced, and the blocks after the first are not in the space maps
 /// (this import could hand them out again). The read-write import is refused then, before
 /// anything is written. A chain whose first block was never written holds nothing.
-fn refuse_unclaimed_encrypted(spa: &std::sync::Arc<crate::spa::Spa>, d: &crate::dsl::DatasetInfo, _first_txg: u64) -> Result<()> {
+fn refuse_unclaimed_encrypted(spa: &std::sync::Arc<crate::spa::Spa>, d: &crate::dsl::DatasetInfo) -> Result<()> {
     let os = crate::dmu::Objset::open_id(spa, &d.ds.bp, d.ds_obj)?;
     let hdr = &os.phys.zil_header;
     if hdr.log.is_hole() || hdr.claim_txg != 0 {
