@@ -864,11 +864,11 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
         push("overlay", v, r, &s);
     }
     // An encrypted dataset's values replace these (`dsl_crypt::props`, through `Pool::props`).
+    push("encryption", "off".into(), "off".into(), "default");
     match find("keylocation", false) {
         Some((Stored::Str(v), src)) => push("keylocation", v.clone(), v, &src),
         _ => push("keylocation", "none".into(), "none".into(), "default"),
     }
-    push("encryption", "off".into(), "off".into(), "default");
     push("keyformat", "none".into(), "none".into(), "default");
     push("pbkdf2iters", "0".into(), "0".into(), "default");
     if !snapshot {

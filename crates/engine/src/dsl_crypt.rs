@@ -255,7 +255,11 @@ pub fn fill_props(spa: &Arc<Spa>, info: &DatasetInfo, props: &mut Vec<crate::dsl
         let v = crate::dsl::PropValue { name: name.into(), value: value.clone(), raw: value, source: source.into() };
         match props.iter_mut().find(|p| p.name == name) {
             Some(p) => *p = v,
-            None if add => props.push(v),
+            // After pbkdf2iters (or encryption), where OpenZFS's table has them.
+            None if add => {
+                let at = props.iter().rposition(|p| matches!(p.name.as_str(), "pbkdf2iters" | "encryption" | "encryptionroot")).map_or(props.len(), |i| i + 1);
+                props.insert(at, v);
+            }
             None => {}
         }
     };
