@@ -440,6 +440,11 @@ def test_replication_packages(senders, oxzfs, work_dir):
     assert oxzfs.zfs("clone", f"{fs}@b", f"{fs}/cl").returncode == 0
     populate_mod.populate(os.path.join(s.mnt, "cl"), 8, "change")
     assert oxzfs.zfs("snapshot", "-r", f"{fs}@d").returncode == 0
+    # A snapshot's own user property travels in the package (snapprops); other properties
+    # cannot be set on a snapshot.
+    assert oxzfs.zfs("set", "com.example:kept=yes", f"{fs}@d").returncode == 0
+    r = oxzfs.zfs("set", "compression=gzip", f"{fs}@d")
+    assert r.returncode == 1 and "this property can not be modified for snapshots" in r.stderr, r
     want = {}
     for sub in ("", "/child", "/cl"):
         mnt = s.mnt + sub
@@ -468,6 +473,8 @@ def test_replication_packages(senders, oxzfs, work_dir):
     check(os.path.join(alt, "rpk", "bk"), "oxzfs")
     r = oxzfs.zfs("get", "-H", "-o", "value", "origin,compression,com.example:note", "rpk/bk/cl", "rpk/bk/child")
     assert r.stdout.split() == ["rpk/bk@b", "off", "-", "-", "gzip", "hi"], r.stdout
+    r = oxzfs.zfs("get", "-H", "-o", "value", "com.example:kept", "rpk/bk@d")
+    assert r.stdout.split() == ["yes"], r
     # -R -I: the next snapshots of every file system, into what was received.
     populate_mod.populate(s.mnt, 10, "change")
     assert oxzfs.zfs("snapshot", "-r", f"{fs}@e").returncode == 0

@@ -277,6 +277,34 @@ impl Package {
     }
 }
 
+impl Package {
+    /// The user properties the header gives snapshot `toname` (guid `guid`) of its file
+    /// system (snapprops), as `zfs set` takes them.
+    fn snapprops_of(&self, guid: u64, toname: &str) -> Vec<(String, String)> {
+        use oxzfs_format::nvlist::NvValue;
+        let Some(fss) = self.header.as_ref().and_then(|h| h.get_nvlist("fss")) else { return Vec::new() };
+        let short = toname.split_once('@').map_or(toname, |(_, s)| s);
+        for (_, e) in &fss.pairs {
+            let NvValue::NvList(e) = e else { continue };
+            if !e.get_nvlist("snaps").is_some_and(|sn| sn.pairs.iter().any(|(_, v)| *v == NvValue::Uint64(guid))) {
+                continue;
+            }
+            let Some(props) = e.get_nvlist("snapprops").and_then(|sp| sp.get_nvlist(short)) else { return Vec::new() };
+            return props
+                .pairs
+                .iter()
+                .filter(|(k, _)| k.contains(':'))
+                .filter_map(|(k, v)| match v {
+                    NvValue::String(s) => Some((k.clone(), s.clone())),
+                    NvValue::NvList(n) => n.get_str("value").map(|s| (k.clone(), s.to_string())),
+                    _ => None,
+                })
+                .collect();
+        }
+        Vec::new()
+    }
+}
+
 /// Receive one stream (its BEGIN read): the report line (-v) or why it failed.
 #[allow(clippy::too_many_arguments)]
 fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b: &Begin, s: &mut StreamReader, state: &Arc<Mutex<State>>, package: Option<&Package>) -> Result<String, String> {
@@ -332,6 +360,18 @@ fn one(o: &RecvArgs, cli_props: &[(String, String)], target: &str, pool: &str, b
         (h, was)
     };
     let r = dmu_recv::receive(&h, b, s, &fs, &snap, &RecvOpts { force: o.force, props: props.to_vec(), create_parents: o.strip_pool });
+    // The snapshot's own properties the package carries (snapprops: user properties), as
+    // zfs_receive_one sets them once the snapshot is there.
+    let r = r.and_then(|got| {
+        if let Some(p) = package {
+            let mut w = h.lock();
+            for (k, v) in p.snapprops_of(b.toguid, &b.toname) {
+                w.set_prop(&format!("{fs}@{snap}"), &k, Some(&v)).map_err(|e| oxzfs::ZfsError::Invalid(format!("cannot set property '{k}={v}' of '{fs}@{snap}': {e}")))?;
+            }
+            w.sync()?;
+        }
+        Ok(got)
+    });
     // Mounted (again) as OpenZFS does after a receive, unless -u.
     {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());

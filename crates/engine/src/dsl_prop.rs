@@ -76,6 +76,9 @@ impl PoolW {
 
     /// `zfs set` (Some) or `zfs inherit` (None) of a property on a dataset.
     pub fn set_prop(&mut self, ds: &str, k: &str, v: Option<&str>) -> Result<()> {
+        if ds.contains('@') {
+            return self.set_snapshot_prop(ds, k, v);
+        }
         let dir = self.find_dir(ds)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
         if crate::dsl_space::is_space_prop(k) {
             let Some(v) = v else { return Err(ZfsError::Invalid(format!("'{k}' property cannot be inherited"))) };
@@ -113,6 +116,27 @@ impl PoolW {
             }
         }
         self.refresh_open_props()
+    }
+
+    /// A snapshot's own properties: user properties only (`module:name`), kept in the
+    /// snapshot's props object (made on the first), as OpenZFS keeps them.
+    fn set_snapshot_prop(&mut self, name: &str, k: &str, v: Option<&str>) -> Result<()> {
+        if !k.contains(':') {
+            return Err(ZfsError::Invalid("this property can not be modified for snapshots".into()));
+        }
+        let snap = self.find_snapshot(name)?.ok_or_else(|| ZfsError::NotFound(format!("cannot open '{name}': dataset does not exist")))?;
+        let mut sp = self.ds_phys(snap)?;
+        match v {
+            Some(v) => {
+                if sp.props_obj == 0 {
+                    sp.props_obj = self.mos.create_zap(oxzfs_format::types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+                    self.mos.set_bonus(snap, &sp.encode())?;
+                }
+                set_prop_in(&mut self.mos, sp.props_obj, k, v)
+            }
+            None if sp.props_obj != 0 => self.mos.zap_remove(sp.props_obj, k).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Open objsets follow the properties they now have (after a set, inherit or rename).
