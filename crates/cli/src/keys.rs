@@ -49,6 +49,9 @@ struct Root {
     /// pbkdf2salt and pbkdf2iters of the root's key object.
     salt: u64,
     iters: u64,
+    /// Whether it is an encryption root (a dataset named that is not is refused by
+    /// load_wrapping_key with OpenZFS's message, before any key is read).
+    is_root: bool,
     location: String,
     loaded: bool,
 }
@@ -63,6 +66,7 @@ impl Root {
             format: key.and_then(|k| KeyFormat::from_u64(k.keyformat)),
             salt: key.map_or(0, |k| k.salt),
             iters: key.map_or(0, |k| k.iters),
+            is_root: key.is_some_and(|k| imp.pool.datasets().ok().and_then(|l| l.into_iter().find(|d| d.name == name)).is_some_and(|d| d.dir_obj == k.root_dir)),
             location: imp.pool.prop(name, "keylocation").map(|p| p.value).unwrap_or_else(|_| "none".into()),
             loaded,
         }
@@ -173,12 +177,15 @@ fn load_roots(todo: &[Root], location: Option<&str>, noop: bool, io: &mut KeyIo,
     for r in todo {
         let loc = location.map(str::to_string).unwrap_or_else(|| r.location.clone());
         let material = match r.format {
+            // Not a root: refused below as OpenZFS refuses it, with no key asked for.
+            Some(_) if !r.is_root => Ok(Vec::new()),
             Some(f) => material(&loc, f, &r.name, io.input.as_mut(), io.output.as_mut()),
             None => Err(format!("'{}' is not encrypted.", r.name)),
         };
         // The wrapping key is derived (PBKDF2 runs as many rounds as the pool says) before the
         // daemon's state is taken.
         let wkey = material.and_then(|m| match r.format {
+            Some(_) if !r.is_root => Ok([0u8; oxzfs_format::crypt::WRAPPING_KEY_LEN]),
             Some(f) => oxzfs_format::crypt::wrapping_key(f, &m, r.salt, r.iters),
             None => Err(format!("'{}' is not encrypted.", r.name)),
         });
