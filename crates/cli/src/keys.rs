@@ -117,15 +117,23 @@ fn roots(st: &State, operands: &[String], all: bool, recursive: bool) -> Result<
     Ok(out)
 }
 
+/// `<-a | filesystem>`: exactly one of them, else the verb's usage with what is wrong.
+fn one_target(all: bool, operands: &[String], verb_usage: &str) -> Option<Out> {
+    if all == !operands.is_empty() || operands.len() > 1 {
+        let why = if operands.is_empty() { "missing dataset argument" } else { "too many arguments" };
+        return Some(usage(format!("{why}\n{verb_usage}")));
+    }
+    None
+}
+
 /// `zfs load-key [-rn] [-L keylocation] <-a | filesystem>`
 pub fn load_key(st: &mut State, args: &[String]) -> Out {
     let o: LoadKeyOpts = match parse(args) {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{LOAD_KEY_USAGE}")),
     };
-    if o.all == !o.operands.is_empty() || o.operands.len() > 1 {
-        let why = if o.operands.is_empty() { "missing dataset argument" } else { "too many arguments" };
-        return usage(format!("{why}\n{LOAD_KEY_USAGE}"));
+    if let Some(out) = one_target(o.all, &o.operands, LOAD_KEY_USAGE) {
+        return out;
     }
     if let Some(l) = &o.location {
         if (o.all || o.recursive) && l != "prompt" {
@@ -303,9 +311,8 @@ pub fn unload_key(st: &mut State, args: &[String]) -> Out {
         Ok(o) => o,
         Err(e) => return usage(format!("{e}\n{UNLOAD_KEY_USAGE}")),
     };
-    if o.all == !o.operands.is_empty() || o.operands.len() > 1 {
-        let why = if o.operands.is_empty() { "missing dataset argument" } else { "too many arguments" };
-        return usage(format!("{why}\n{UNLOAD_KEY_USAGE}"));
+    if let Some(out) = one_target(o.all, &o.operands, UNLOAD_KEY_USAGE) {
+        return out;
     }
     let bulk = o.all || o.recursive;
     let list = match roots(st, &o.operands, o.all, o.recursive) {

@@ -13,7 +13,7 @@
 
 use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::BlockPointer;
-use oxzfs_format::crypt::{self, MasterKey, IV_LEN, MAC_LEN, SALT_LEN};
+use oxzfs_format::crypt::{self, MasterKey, SALT_LEN};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -52,6 +52,8 @@ impl DirKey {
 pub struct Keystore {
     dirs: RwLock<HashMap<u64, Arc<DirKey>>>,
     datasets: RwLock<HashMap<u64, Arc<DirKey>>>,
+    /// Whether any key is loaded: asked by every read of file data, lock-free.
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl Keystore {
@@ -62,6 +64,7 @@ impl Keystore {
             m.insert(*d, key.clone());
         }
         self.dirs.write().unwrap_or_else(|p| p.into_inner()).insert(key.dir_obj, key);
+        self.any.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// A dataset of a directory whose key is loaded (a snapshot made since): registered too.
@@ -73,8 +76,10 @@ impl Keystore {
 
     /// Forget the keys of directories `dirs` and every dataset of theirs.
     pub fn remove(&self, dirs: &[u64]) {
-        self.dirs.write().unwrap_or_else(|p| p.into_inner()).retain(|d, _| !dirs.contains(d));
+        let mut d = self.dirs.write().unwrap_or_else(|p| p.into_inner());
+        d.retain(|d, _| !dirs.contains(d));
         self.datasets.write().unwrap_or_else(|p| p.into_inner()).retain(|_, k| !dirs.contains(&k.dir_obj));
+        self.any.store(!d.is_empty(), std::sync::atomic::Ordering::Release);
     }
 
     pub fn dir(&self, dir: u64) -> Option<Arc<DirKey>> {
@@ -82,45 +87,18 @@ impl Keystore {
     }
 
     pub fn dataset(&self, ds: u64) -> Option<Arc<DirKey>> {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.datasets.read().unwrap_or_else(|p| p.into_inner()).get(&ds).cloned()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.dirs.read().unwrap_or_else(|p| p.into_inner()).is_empty()
+        !self.any.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
-/// The bytes a field of `bp` had in the memory of the host that wrote the block
-/// (zio_crypt_decode_params_bp reads the salt, IV and MAC as raw bytes of the bp's words).
-fn writer_bytes(bp: &BlockPointer, w: u64) -> [u8; 8] {
-    if bp.little_endian {
-        w.to_le_bytes()
-    } else {
-        w.to_be_bytes()
-    }
-}
-
-fn word(bp: &BlockPointer, i: usize) -> u64 {
-    let b: [u8; 8] = bp.raw[i * 8..i * 8 + 8].try_into().expect("a bp has 16 words");
-    if bp.raw_le {
-        u64::from_le_bytes(b)
-    } else {
-        u64::from_be_bytes(b)
-    }
-}
-
-/// The salt, IV and MAC of an encrypted block pointer.
-pub fn bp_params(bp: &BlockPointer) -> ([u8; SALT_LEN], [u8; IV_LEN], [u8; MAC_LEN]) {
-    let salt = writer_bytes(bp, word(bp, 4));
-    let mut iv = [0u8; IV_LEN];
-    iv[..8].copy_from_slice(&writer_bytes(bp, word(bp, 5)));
-    let iv2 = (word(bp, 11) >> 32) as u32;
-    iv[8..].copy_from_slice(&if bp.little_endian { iv2.to_le_bytes() } else { iv2.to_be_bytes() });
-    let mut mac = [0u8; MAC_LEN];
-    mac[..8].copy_from_slice(&writer_bytes(bp, bp.cksum[2]));
-    mac[8..].copy_from_slice(&writer_bytes(bp, bp.cksum[3]));
-    (salt, iv, mac)
-}
+pub use oxzfs_format::crypt::bp_params;
 
 /// The plaintext physical bytes of encrypted block `bp` (its ciphertext `physical`, whose
 /// checksum was verified), by `key`. A MAC that does not match is a checksum error: the

@@ -154,6 +154,18 @@ impl BlockPointer {
         Ok(bp)
     }
 
+    /// Word `i` (0..16) of the 128 bytes as read, in the order they were decoded with: what
+    /// OpenZFS keeps in its in-core blkptr_t (fields some feature packs its own way, such as
+    /// an encrypted block's salt and IV, are read from here).
+    pub fn raw_word(&self, i: usize) -> u64 {
+        let b: [u8; 8] = self.raw[i * 8..i * 8 + 8].try_into().expect("a block pointer has 16 words");
+        if self.raw_le {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
+    }
+
     /// Encode to 128 bytes in byte order `le` (non-embedded bps; embedded ones keep `raw`).
     pub fn encode(&self, le: bool) -> [u8; 128] {
         if self.embedded {

@@ -15,6 +15,7 @@
 //! hand-written here is only what the format decides (which bytes are encrypted, which are
 //! authenticated, and in what order).
 
+use crate::bytes::u64_at;
 use crate::error::{FormatError, Result};
 use aes_gcm::aead::generic_array::GenericArray;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
@@ -330,22 +331,9 @@ mod tests {
 /// (blkptr_auth_buf_t: blk_prop with its non-portable fields zeroed, little-endian; the MAC
 /// from the checksum's upper half; a zero pad).
 fn bp_auth_buf(bp: &crate::blkptr::BlockPointer, version: u64, out: &mut Vec<u8>) {
-    let raw_word = |i: usize| {
-        let b: [u8; 8] = bp.raw[i * 8..i * 8 + 8].try_into().expect("16 words");
-        if bp.raw_le {
-            u64::from_le_bytes(b)
-        } else {
-            u64::from_be_bytes(b)
-        }
-    };
-    let order = |w: u64| if bp.little_endian { w.to_le_bytes() } else { w.to_be_bytes() };
-    let mut prop = raw_word(6);
-    let hole = !bp.embedded && raw_word(0) == 0 && raw_word(1) == 0;
-    let mut mac = [0u8; MAC_LEN];
-    if bp.typ != crate::types::DMU_OT_OBJSET {
-        mac[..8].copy_from_slice(&order(raw_word(14)));
-        mac[8..].copy_from_slice(&order(raw_word(15)));
-    }
+    let mut prop = bp.raw_word(6);
+    let hole = !bp.embedded && bp.raw_word(0) == 0 && bp.raw_word(1) == 0;
+    let mac = if bp.typ != crate::types::DMU_OT_OBJSET { bp_params(bp).2 } else { [0u8; MAC_LEN] };
     const DEDUP: u64 = 1 << 62;
     const CHECKSUM: u64 = 0xff << 40;
     const PSIZE: u64 = 0xffff << 16;
@@ -424,15 +412,7 @@ pub fn objset_macs(key: &MasterKey, block: &[u8], le: bool) -> Result<([u8; 32],
     if block.len() < 1024 {
         return Err(FormatError::invalid("objset", format!("{} bytes", block.len())));
     }
-    let word = |o: usize| {
-        let b: [u8; 8] = block[o..o + 8].try_into().expect("bounded");
-        if le {
-            u64::from_le_bytes(b)
-        } else {
-            u64::from_be_bytes(b)
-        }
-    };
-    let (os_type, os_flags) = (word(704), word(712));
+    let (os_type, os_flags) = (u64_at(block, 704, le, "objset")?, u64_at(block, 712, le, "objset")?);
     let mut input = Vec::with_capacity(1024);
     input.extend_from_slice(&os_type.to_be_bytes());
     input.extend_from_slice(&0u64.to_le_bytes());
@@ -457,6 +437,36 @@ pub fn objset_macs(key: &MasterKey, block: &[u8], le: bool) -> Result<([u8; 32],
         local.copy_from_slice(&m.finalize().into_bytes()[..32]);
     }
     Ok((portable, local))
+}
+
+/// The salt, IV and MAC of an encrypted block pointer (zio_crypt_decode_params_bp,
+/// zio_crypt_decode_mac_bp): the bytes its words had in the memory of the host that wrote the
+/// block, the salt in DVA 2's first word, the IV in its second and the fill word's upper half,
+/// the MAC in the checksum's upper two words.
+pub fn bp_params(bp: &crate::blkptr::BlockPointer) -> ([u8; SALT_LEN], [u8; IV_LEN], [u8; MAC_LEN]) {
+    let order = |w: u64| if bp.little_endian { w.to_le_bytes() } else { w.to_be_bytes() };
+    let salt = order(bp.raw_word(4));
+    let mut iv = [0u8; IV_LEN];
+    iv[..8].copy_from_slice(&order(bp.raw_word(5)));
+    let iv2 = (bp.raw_word(11) >> 32) as u32;
+    iv[8..].copy_from_slice(&if bp.little_endian { iv2.to_le_bytes() } else { iv2.to_be_bytes() });
+    let mut mac = [0u8; MAC_LEN];
+    mac[..8].copy_from_slice(&order(bp.raw_word(14)));
+    mac[8..].copy_from_slice(&order(bp.raw_word(15)));
+    (salt, iv, mac)
+}
+
+/// Open `ct` (the encrypted spans of a block, one after the other) and put each span's
+/// plaintext back at its place in `out`.
+fn open_spans(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], aad: &[u8], mut ct: Vec<u8>, mac: &[u8; MAC_LEN], spans: Vec<std::ops::Range<usize>>, out: &mut [u8], what: &'static str) -> Result<()> {
+    key.open(bkey, iv, aad, &mut ct, mac).map_err(|_| FormatError::Checksum { what })?;
+    let mut at = 0;
+    for s in spans {
+        let len = s.len();
+        out[s].copy_from_slice(&ct[at..at + len]);
+        at += len;
+    }
+    Ok(())
 }
 
 /// DNODE_FLAG_SPILL_BLKPTR, the one dnode flag a MAC covers (DNODE_CRYPT_PORTABLE_FLAGS_MASK).
@@ -511,13 +521,7 @@ pub fn open_dnode_block(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], mac: &[
         }
         i += slots;
     }
-    key.open(bkey, iv, &aad, &mut ct, mac).map_err(|_| FormatError::Checksum { what: "encrypted dnode block MAC" })?;
-    let mut at = 0;
-    for s in spans {
-        let len = s.len();
-        block[s].copy_from_slice(&ct[at..at + len]);
-        at += len;
-    }
+    open_spans(key, bkey, iv, &aad, ct, mac, spans, &mut block, "encrypted dnode block MAC")?;
     Ok(block)
 }
 
@@ -533,18 +537,11 @@ const ZIL_CHAIN_AUTH: usize = 144;
 /// record's block pointer is authenticated and what lies between and after is encrypted; the
 /// rest of every other record is encrypted. Bytes past `zc_nused` read as zeros.
 pub fn open_zil_block(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], mac: &[u8; MAC_LEN], block: Vec<u8>, le: bool) -> Result<Vec<u8>> {
-    let u64_at = |b: &[u8], o: usize| {
-        let w: [u8; 8] = b[o..o + 8].try_into().expect("bounded");
-        if le {
-            u64::from_le_bytes(w)
-        } else {
-            u64::from_be_bytes(w)
-        }
-    };
+    let u64_at = |b: &[u8], o: usize| u64_at(b, o, le, "encrypted log block");
     if block.len() < ZIL_CHAIN {
         return Err(FormatError::invalid("encrypted log block", format!("{} bytes", block.len())));
     }
-    let nused = u64_at(&block, 136);
+    let nused = u64_at(&block, 136)?;
     if nused < ZIL_CHAIN as u64 || nused > block.len() as u64 {
         return Err(FormatError::invalid("encrypted log block", format!("zc_nused {nused} of {} bytes", block.len())));
     }
@@ -559,7 +556,7 @@ pub fn open_zil_block(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], mac: &[u8
         if nused - at < 32 {
             return Err(FormatError::invalid("encrypted log block", format!("record at {at} runs past zc_nused {nused}")));
         }
-        let (txtype, reclen) = (u64_at(&block, at), u64_at(&block, at + 8));
+        let (txtype, reclen) = (u64_at(&block, at)?, u64_at(&block, at + 8)?);
         if reclen < 32 || reclen > (nused - at) as u64 {
             return Err(FormatError::invalid("encrypted log block", format!("record at {at}: length {reclen}")));
         }
@@ -594,12 +591,6 @@ pub fn open_zil_block(key: &MasterKey, bkey: &[u8], iv: &[u8; IV_LEN], mac: &[u8
         }
         at += reclen;
     }
-    key.open(bkey, iv, &aad, &mut ct, mac).map_err(|_| FormatError::Checksum { what: "encrypted log block MAC" })?;
-    let mut k = 0;
-    for s in spans {
-        let len = s.len();
-        out[s].copy_from_slice(&ct[k..k + len]);
-        k += len;
-    }
+    open_spans(key, bkey, iv, &aad, ct, mac, spans, &mut out, "encrypted log block MAC")?;
     Ok(out)
 }
