@@ -131,6 +131,10 @@ ZFS = {
         'usage:\n'
         '\tclone [-p] [-o property=value] ... <snapshot> <filesystem|volume>\n'
     ),
+    "promote": (
+        'usage:\n'
+        '\tpromote <clone-filesystem>\n'
+    ),
     "rename": (
         'usage:\n'
         '\trename [-f] <filesystem|volume|snapshot> <filesystem|volume|snapshot>\n'

@@ -24,6 +24,7 @@ pub enum Verb {
     Snapshot,
     Rollback,
     Clone,
+    Promote,
     Rename,
     List,
     Set,
@@ -48,6 +49,7 @@ impl Verb {
             Verb::Snapshot => ZFS_SNAPSHOT_USAGE,
             Verb::Rollback => ZFS_ROLLBACK_USAGE,
             Verb::Clone => ZFS_CLONE_USAGE,
+            Verb::Promote => ZFS_PROMOTE_USAGE,
             Verb::Rename => ZFS_RENAME_USAGE,
             Verb::List => ZFS_LIST_USAGE,
             Verb::Set => SET_USAGE,
@@ -70,6 +72,7 @@ impl Verb {
             Verb::Snapshot => snapshot(st, args),
             Verb::Rollback => rollback(st, args),
             Verb::Clone => clone(st, args),
+            Verb::Promote => promote(st, args),
             Verb::Rename => rename(st, args),
             Verb::List => list(st, args),
             Verb::Set => set(st, args),
@@ -845,6 +848,38 @@ pub fn clone(st: &mut State, args: &[String]) -> Out {
     let mut err = String::new();
     let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
     (String::new(), err, code)
+}
+
+verb_opts!(
+    /// `zfs promote` has no options.
+    PromoteOpts {});
+
+const ZFS_PROMOTE_USAGE: &str = "usage:\n\tpromote <clone-filesystem>\n";
+
+/// `zfs promote CLONE`: the clone takes its origin's snapshots and place (the old origin
+/// becomes its clone). Mounts stay where they are.
+pub fn promote(st: &mut State, args: &[String]) -> Out {
+    let o = match verb_args::<PromoteOpts>(args, ZFS_PROMOTE_USAGE, &["missing clone filesystem argument"]) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    let name = o.operands[0].clone();
+    if name.contains('@') {
+        return (String::new(), format!("cannot open '{name}': operation not applicable to datasets of this type\n"), 1);
+    }
+    let imp = match pool_of(st, &name) {
+        Ok(i) => i,
+        Err(o) => return o,
+    };
+    let h = match rw_of(imp, &name, "promote") {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let r = h.lock().promote(&name);
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot promote '{name}'")),
+    }
 }
 
 verb_opts!(

@@ -272,7 +272,7 @@ impl PoolW {
             }
             mos.zap_add_u64(sp.next_clones_obj, &format!("{ds:x}"), ds)?;
             mos.set_bonus(snap, &sp.encode())?;
-            if v >= 19 {
+            if v >= crate::dsl_promote::SPA_VERSION_DIR_CLONES {
                 let mut odp = DslDirPhys::decode(&mos.bonus(od)?, true).map_err(|e| ZfsError::corrupt("origin dir".to_string(), e))?;
                 if odp.clones == 0 {
                     odp.clones = mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
@@ -373,7 +373,8 @@ impl PoolW {
         if dp.deadlist_obj != 0 {
             self.deadlist_free(dp.deadlist_obj)?;
         }
-        for o in [dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, dir] {
+        // A directory whose snapshots had clones keeps their list (dd_clones), empty by now.
+        for o in [dp.snapnames_zapobj, ds, ddp.props_zapobj, ddp.child_dir_zapobj, ddp.clones, dir] {
             if o != 0 {
                 self.mos.free_object(o)?;
             }

@@ -51,6 +51,7 @@ pub mod deadlist;
 pub mod dsl_snapshot;
 pub mod dsl_dataset;
 pub mod dsl_rename;
+pub mod dsl_promote;
 pub mod dmu_send;
 pub mod spa_feature;
 pub mod spa_label;

@@ -358,7 +358,7 @@ impl PoolW {
         mos.set_bonus(ohead, &hp.encode())?;
         let mut od = DslDirPhys::decode(&mos.bonus(origin_dir)?, true).expect("just encoded");
         od.head_dataset_obj = ohead;
-        if v >= 19 {
+        if v >= crate::dsl_promote::SPA_VERSION_DIR_CLONES {
             let clones = mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
             mos.zap_add_u64(clones, &format!("{root_ds:x}"), root_ds)?;
             od.clones = clones;
