@@ -118,6 +118,7 @@ ZFS = {
     "destroy": (
         'usage:\n'
         '\tdestroy [-fnpRrv] <filesystem|volume>\n'
+        '\tdestroy [-d] <filesystem|volume>@<snap>\n'
     ),
     "snapshot": (
         'usage:\n'
@@ -134,6 +135,18 @@ ZFS = {
     "promote": (
         'usage:\n'
         '\tpromote <clone-filesystem>\n'
+    ),
+    "hold": (
+        'usage:\n'
+        '\thold [-r] <tag> <snapshot> ...\n'
+    ),
+    "holds": (
+        'usage:\n'
+        '\tholds [-rHp] <snapshot> ...\n'
+    ),
+    "release": (
+        'usage:\n'
+        '\trelease [-r] <tag> <snapshot> ...\n'
     ),
     "rename": (
         'usage:\n'

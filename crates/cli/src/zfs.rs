@@ -25,6 +25,9 @@ pub enum Verb {
     Rollback,
     Clone,
     Promote,
+    Hold,
+    Holds,
+    Release,
     Rename,
     List,
     Set,
@@ -50,6 +53,9 @@ impl Verb {
             Verb::Rollback => ZFS_ROLLBACK_USAGE,
             Verb::Clone => ZFS_CLONE_USAGE,
             Verb::Promote => ZFS_PROMOTE_USAGE,
+            Verb::Hold => crate::holds::HOLD_USAGE,
+            Verb::Holds => crate::holds::HOLDS_USAGE,
+            Verb::Release => crate::holds::RELEASE_USAGE,
             Verb::Rename => ZFS_RENAME_USAGE,
             Verb::List => ZFS_LIST_USAGE,
             Verb::Set => SET_USAGE,
@@ -73,6 +79,9 @@ impl Verb {
             Verb::Rollback => rollback(st, args),
             Verb::Clone => clone(st, args),
             Verb::Promote => promote(st, args),
+            Verb::Hold => crate::holds::hold(st, args),
+            Verb::Holds => crate::holds::holds(st, args),
+            Verb::Release => crate::holds::release(st, args),
             Verb::Rename => rename(st, args),
             Verb::List => list(st, args),
             Verb::Set => set(st, args),
@@ -90,7 +99,7 @@ impl Verb {
 
 const MOUNT_USAGE: &str = "usage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>";
 const UNMOUNT_USAGE: &str = "usage:\n\tunmount [-fu] <-a | filesystem|mountpoint>";
-const DESTROY_USAGE: &str = "usage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n";
+const DESTROY_USAGE: &str = "usage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n\tdestroy [-d] <filesystem|volume>@<snap>\n";
 const INHERIT_USAGE: &str = "usage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n";
 const SET_USAGE: &str = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";
 const ZFS_LIST_USAGE: &str = "usage:\n\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem|volume|snapshot] ...";
@@ -629,9 +638,11 @@ verb_opts!(
     parsable: bool,
     #[arg(short = 'v')]
     verbose: bool,
+    #[arg(short = 'd')]
+    defer: bool,
 });
 
-/// `zfs destroy [-r] [-f] FS`
+/// `zfs destroy [-r] [-f] FS`, `zfs destroy [-d] FS@SNAP`
 pub fn destroy(st: &mut State, args: &[String]) -> Out {
     let o = match parse::<DestroyOpts>(args) {
         Ok(o) => o,
@@ -646,7 +657,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         Err(o) => return o,
     };
     if name.contains('@') {
-        let r = h.lock().destroy_snapshot(&name);
+        let r = if o.defer { h.lock().destroy_snapshot_deferred(&name) } else { h.lock().destroy_snapshot(&name) };
         imp.pool.forget_fs(&name);
         return match r {
             Ok(()) => (String::new(), String::new(), 0),
@@ -691,7 +702,7 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         let mut w = h.lock();
         for v in &victims {
             let r = match w.find_dir(v) {
-                Ok(Some(dir)) => w.refuse_encrypted(dir, &format!("cannot destroy '{v}'")),
+                Ok(Some(dir)) => w.refuse_encrypted(dir, &format!("cannot destroy '{v}'")).and_then(|()| w.refuse_held_snapshots(v)),
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             };

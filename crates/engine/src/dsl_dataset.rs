@@ -19,7 +19,8 @@ use oxzfs_format::types;
 use std::sync::Arc;
 
 /// Every block pointer of an objset born after `mintxg` (its own block, the dnode tree,
-/// every object's tree; a block born earlier has no later children).
+/// every object's tree, the accounting objects' trees; a block born earlier has no later
+/// children).
 pub(crate) fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u64, out: &mut Vec<BlockPointer>) -> Result<()> {
     use oxzfs_format::blkptr::BLKPTR_SIZE;
     let os = crate::dmu::Objset::open(spa, osbp)?;
@@ -28,7 +29,10 @@ pub(crate) fn collect_objset_bps(spa: &Arc<Spa>, osbp: &BlockPointer, mintxg: u6
     }
     out.push(osbp.clone());
     let mut stack: Vec<BlockPointer> = Vec::new();
+    // The meta dnode's tree, and the user/group/project accounting objects' (objset_phys's own
+    // dnodes, outside the meta dnode's array).
     let mut dn_stack: Vec<DnodePhys> = vec![os.phys.meta_dnode.clone()];
+    dn_stack.extend([&os.phys.userused_dnode, &os.phys.groupused_dnode, &os.phys.projectused_dnode].into_iter().flatten().cloned());
     while let Some(dn) = dn_stack.pop() {
         stack.extend(dn.blkptr.iter().filter(|b| !b.is_hole()).cloned());
         if let Some(sp) = &dn.spill {
@@ -378,6 +382,11 @@ impl PoolW {
             if o != 0 {
                 self.mos.free_object(o)?;
             }
+        }
+        // An origin marked for deferred destroy goes with its last clone.
+        if dp.prev_snap_obj != 0 && self.ds_phys(dp.prev_snap_obj)?.flags & oxzfs_format::dsl::DS_FLAG_DEFER_DESTROY != 0 {
+            let origin = self.snapshot_full_name(dp.prev_snap_obj)?;
+            self.destroy_if_deferred(dp.prev_snap_obj, &origin)?;
         }
         Ok(())
     }

@@ -13,11 +13,9 @@ use crate::dbuf::SpaceDelta;
 use crate::dsl_pool::PoolW;
 use crate::metaslab::dsize_of;
 use crate::{Result, ZfsError};
-use oxzfs_format::dsl::{DD_FLAG_USED_BREAKDOWN, DD_USED_HEAD, DD_USED_SNAP};
+use oxzfs_format::dsl::{DD_FLAG_USED_BREAKDOWN, DD_USED_HEAD, DD_USED_SNAP, DS_FLAG_NOPROMOTE};
 use oxzfs_format::types;
 
-/// DS_FLAG_NOPROMOTE: a dataset that must not be promoted (a receive's temporary clone).
-const DS_FLAG_NOPROMOTE: u64 = 1 << 1;
 /// SPA_VERSION_DIR_CLONES: from this version each dsl_dir lists its clones (dd_clones).
 pub(crate) const SPA_VERSION_DIR_CLONES: u64 = 26;
 /// DS_FIELD_BOOKMARK_NAMES: a zapified head dataset's bookmarks ZAP.

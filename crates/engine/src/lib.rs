@@ -52,6 +52,7 @@ pub mod dsl_snapshot;
 pub mod dsl_dataset;
 pub mod dsl_rename;
 pub mod dsl_promote;
+pub mod dsl_userhold;
 pub mod dmu_send;
 pub mod spa_feature;
 pub mod spa_label;
