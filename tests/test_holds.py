@@ -10,9 +10,9 @@ import os
 import re
 import subprocess
 
+from conftest import zfs_fuse_imported
 from test_snapshots import pool_with_fs
 from test_write import zdb_check
-import oracle_pools
 
 
 def marks(get, names):
@@ -90,23 +90,16 @@ def test_holds_cross_with_zfs_fuse(oxzfs, work_dir):
     zdb_check(vdir, pool)
 
     zalt = os.path.join(oxzfs.base, "hold23", "zfs-fuse-alt")
-    with oracle_pools.ZfsFuse(work_dir):
-        try:
-            r = subprocess.run(["zpool", "import", "-d", vdir, "-R", zalt, pool], capture_output=True, text=True)
-            assert r.returncode == 0, f"zfs-fuse import:\n{r.stdout}{r.stderr}"
-            assert marks(zfs_fuse, list(want)) == want, "zfs-fuse counts our holds and marks otherwise"
-            r = zfs_fuse("destroy", f"{fs}@a")
-            assert r.returncode != 0 and "busy" in r.stderr, f"zfs-fuse destroyed a held snapshot:\n{r.stderr}"
-            # zfs-fuse's release of our last hold on b takes b, which we marked.
-            r = zfs_fuse("release", "t2", f"{fs}@b")
-            assert r.returncode == 0, f"zfs-fuse release:\n{r.stderr}"
-            r = zfs_fuse("hold", "zf", f"{child}@c")
-            assert r.returncode == 0, f"zfs-fuse hold:\n{r.stderr}"
-            assert snapshots(zfs_fuse, pool) == sorted(set(want) - {f"{fs}@b"})
-            r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
-            assert r.returncode == 0, f"zfs-fuse export:\n{r.stdout}{r.stderr}"
-        finally:
-            subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
+    with zfs_fuse_imported(work_dir, vdir, zalt, pool):
+        assert marks(zfs_fuse, list(want)) == want, "zfs-fuse counts our holds and marks otherwise"
+        r = zfs_fuse("destroy", f"{fs}@a")
+        assert r.returncode != 0 and "busy" in r.stderr, f"zfs-fuse destroyed a held snapshot:\n{r.stderr}"
+        # zfs-fuse's release of our last hold on b takes b, which we marked.
+        r = zfs_fuse("release", "t2", f"{fs}@b")
+        assert r.returncode == 0, f"zfs-fuse release:\n{r.stderr}"
+        r = zfs_fuse("hold", "zf", f"{child}@c")
+        assert r.returncode == 0, f"zfs-fuse hold:\n{r.stderr}"
+        assert snapshots(zfs_fuse, pool) == sorted(set(want) - {f"{fs}@b"})
     zdb_check(vdir, pool)
 
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
