@@ -999,6 +999,13 @@ impl ObjsetW {
                 Some(z) => z,
                 None => self.load_zap(obj)?,
             };
+            // A normalized ZAP (a case-insensitive or Unicode-normalized directory) is hashed
+            // by its names' normalized forms, which oxzfs computes for ASCII names only.
+            if z.normflags != 0 && z.entries.keys().any(|k| !k.is_ascii()) {
+                let e = ZfsError::Posix(libc::ENOTSUP, format!("ZAP object {obj} is normalized (normflags {:#x}) and holds non-ASCII names, whose normalized forms oxzfs does not compute: it is left unchanged", z.normflags));
+                cache_zap(self.zcache_mut(), obj, z);
+                return Err(e);
+            }
             self.dirty_obj(obj)?.zap = Some(z);
         }
         Ok(self.dirty.get_mut(&obj).and_then(|d| d.zap.as_mut()).expect("set above"))
@@ -1022,7 +1029,19 @@ impl ObjsetW {
     }
 
     pub fn zap_add_u64(&mut self, obj: u64, name: &str, v: u64) -> Result<()> {
-        self.zap_mut(obj)?.set_u64(name, v);
+        let z = self.zap_mut(obj)?;
+        if z.normflags != 0 {
+            // Only ASCII names are hashed as OpenZFS hashes them (normalized_key); and two
+            // names of one normalized form would be one name to OpenZFS.
+            if !name.is_ascii() {
+                return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{name}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", z.normflags)));
+            }
+            let norm = oxzfs_format::zap::normalized_key(z.normflags, name.as_bytes()).into_owned();
+            if z.entries.keys().any(|k| k[..] != *name.as_bytes() && oxzfs_format::zap::normalized_key(z.normflags, k)[..] == norm[..]) {
+                return Err(ZfsError::Posix(libc::EEXIST, format!("'{name}': a name of the same normalized form exists")));
+            }
+        }
+        z.set_u64(name, v);
         Ok(())
     }
 

@@ -404,6 +404,17 @@ fn put_sa(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
     })
 }
 
+/// The normalization of the file system's directories (zfsvfs's z_norm): its normalization
+/// property's flags, and case folding (U8_TEXTPREP_TOUPPER) when it is case-insensitive or
+/// mixed.
+fn zpl_norm(os: &mut ObjsetW) -> Result<u64> {
+    let mut norm = os.zap_lookup(MASTER_NODE_OBJ, "normalization")?.unwrap_or(0);
+    if matches!(os.zap_lookup(MASTER_NODE_OBJ, "casesensitivity")?, Some(1 | 2)) {
+        norm |= oxzfs_format::zap::U8_TEXTPREP_TOUPPER;
+    }
+    Ok(norm)
+}
+
 /// Allocate and initialize a znode (zfs_mknode): a directory ZAP or a plain-file object with
 /// the znode's attributes in its bonus, legacy or SA. `parent` (object, pflags) is None for
 /// the root, which is its own parent.
@@ -414,7 +425,8 @@ fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64,
     let slots = dnsize / 512;
     let (bonustype, bonuslen) = if use_sa { (types::DMU_OT_SA, dn_bonus_size(dnsize)) } else { (types::DMU_OT_ZNODE, ZNODE_PHYS_SIZE) };
     let obj = if is_dir {
-        os.create_zap_slots(types::DMU_OT_DIRECTORY_CONTENTS, bonustype, bonuslen, 0, slots)?
+        let norm = zpl_norm(os)?;
+        os.create_zap_slots(types::DMU_OT_DIRECTORY_CONTENTS, bonustype, bonuslen, norm, slots)?
     } else {
         os.alloc_object(types::DMU_OT_PLAIN_FILE_CONTENTS, 512, bonustype, bonuslen, slots)?
     };

@@ -282,6 +282,22 @@ fn crc64_table() -> &'static [u64; 256] {
     })
 }
 
+/// U8_TEXTPREP_TOUPPER in a ZAP's normflags: names are compared (and hashed) upper-cased
+/// (casesensitivity=insensitive or mixed).
+pub const U8_TEXTPREP_TOUPPER: u64 = 0x2;
+
+/// The form of string key `key` that a ZAP with `normflags` hashes (zap_normalize through
+/// u8_textprep_str). Exact for ASCII keys only, which every Unicode normalization form leaves
+/// as they are and case folding maps byte by byte; a writer must not hash other keys of a
+/// normalized ZAP this way.
+pub fn normalized_key(normflags: u64, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if normflags & U8_TEXTPREP_TOUPPER != 0 {
+        std::borrow::Cow::Owned(key.to_ascii_uppercase())
+    } else {
+        std::borrow::Cow::Borrowed(key)
+    }
+}
+
 /// The hash of a string key (its bytes without the NUL, after any normalization the ZAP's
 /// normflags ask for), as zap_hash computes it for ZAPs without ZAP_FLAG_HASH64 (every micro
 /// ZAP and most fat ones): CRC-64 (ECMA polynomial, reflected) seeded with the salt, keeping

@@ -29,7 +29,7 @@ pub fn encode_micro(salt: u64, normflags: u64, entries: &[(String, u64)], blksz:
     b[16..24].copy_from_slice(&normflags.to_le_bytes());
     let mut cds: std::collections::HashMap<u64, u32> = Default::default();
     for (i, (name, v)) in entries.iter().enumerate() {
-        let h = zap_hash(salt, name.as_bytes());
+        let h = zap_hash(salt, &crate::zap::normalized_key(normflags, name.as_bytes()));
         let cd = cds.entry(h).or_insert(0);
         let o = 64 * (i + 1);
         b[o..o + 8].copy_from_slice(&v.to_le_bytes());
@@ -45,14 +45,14 @@ fn entry_chunks(e: &FatEntry) -> usize {
     1 + e.key.len().div_ceil(21).max(1) + (e.values.len() * e.int_size as usize).div_ceil(21).max(1)
 }
 
-fn entry_hash(salt: u64, flags: u64, e: &FatEntry) -> u64 {
+fn entry_hash(salt: u64, flags: u64, normflags: u64, e: &FatEntry) -> u64 {
     let bits = zap_hashbits(flags);
     if flags & crate::zap::ZAP_FLAG_UINT64_KEY != 0 {
         let words: Vec<u64> = e.key.chunks(8).map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
         crate::zap::zap_hash_uint64(salt, &words, bits, flags & crate::zap::ZAP_FLAG_PRE_HASHED_KEY != 0)
     } else {
         let k = e.key.strip_suffix(&[0]).unwrap_or(&e.key);
-        zap_hash_bits(salt, k, bits)
+        zap_hash_bits(salt, &crate::zap::normalized_key(normflags, k), bits)
     }
 }
 
@@ -64,7 +64,7 @@ pub fn encode_fat(salt: u64, flags: u64, normflags: u64, entries: &[FatEntry], l
     let hash_n = 1usize << (leaf_shift - 5);
     let nchunks = (bs - 2 * hash_n) / 24 - 2;
     let embedded_shift = leaf_shift as u64 - 4;
-    let hashes: Vec<u64> = entries.iter().map(|e| entry_hash(salt, flags, e)).collect();
+    let hashes: Vec<u64> = entries.iter().map(|e| entry_hash(salt, flags, normflags, e)).collect();
     let mut p = 0u32;
     loop {
         let mut used = vec![0usize; 1 << p];
@@ -231,13 +231,35 @@ mod tests {
             assert_eq!((h.ptrtbl_blk, h.ptrtbl_shift), (0, 10));
         }
         for (k, e) in entries.iter().enumerate().step_by(7) {
-            let hash = entry_hash(salt, 0, e);
+            let hash = entry_hash(salt, 0, 0, e);
             let leaf = decode_fat_leaf(&blocks[leaf_of(&blocks, hash) as usize], true).unwrap();
             assert_eq!(leaf.prefix, zap_leaf_index(hash, leaf.prefix_len as u64));
             let found = leaf.entries.iter().find(|x| x.key[..] == e.key[..e.key.len() - 1]).expect("entry in the leaf its hash names");
             assert_eq!(found.value_u64s(), vec![k as u64]);
         }
         h.ptrtbl_numblks
+    }
+
+    /// A case-folding ZAP's entries sit where the hash of their upper-cased names points,
+    /// which is where OpenZFS looks them up; their header keeps the normflags.
+    #[test]
+    fn fat_zap_hashes_normalized_names() {
+        let salt = 0x0fed_cba9_8765_4321;
+        let norm = crate::zap::U8_TEXTPREP_TOUPPER;
+        let entries: Vec<FatEntry> = (0..4000)
+            .map(|k| FatEntry { key: format!("file-{k:05}.txt\0").into_bytes(), int_size: 8, values: vec![k] })
+            .collect();
+        let blocks = encode_fat(salt, 0, norm, &entries, 14);
+        assert_eq!(decode_fat_header(&blocks[0], true).unwrap().normflags, norm);
+        let mut moved = 0;
+        for e in entries.iter().step_by(13) {
+            let name = &e.key[..e.key.len() - 1];
+            let hash = crate::zap::zap_hash(salt, &name.to_ascii_uppercase());
+            let leaf = decode_fat_leaf(&blocks[leaf_of(&blocks, hash) as usize], true).unwrap();
+            assert!(leaf.entries.iter().any(|x| x.key[..] == *name), "{:?} not in the leaf its normalized hash names", String::from_utf8_lossy(name));
+            moved += (leaf_of(&blocks, hash) != leaf_of(&blocks, crate::zap::zap_hash(salt, name))) as usize;
+        }
+        assert!(moved > 0, "upper-casing moved no name to another leaf: the check proves nothing");
     }
 
     #[test]

@@ -1,0 +1,109 @@
+"""Writes into case-insensitive and normalized file systems of other ZFS implementations.
+
+A directory of such a file system (casesensitivity=insensitive or mixed, normalization=form*)
+is a ZAP whose names are hashed in their normalized form: the upper-cased name for case
+folding. A fat ZAP (thousands of entries, or a name of 50 bytes or more) stores those hashes,
+and the other implementation finds an entry by them. zfs-fuse makes such file systems (pool
+version 23); oxzfs fills a directory of each past the micro ZAP and makes new directories in
+them; zfs-fuse then finds every file under its own name and under the name in upper case, and
+reads it. oxzfs refuses what it cannot hash as OpenZFS does (a non-ASCII name) and a second
+name of one normalized form, as OpenZFS's case-insensitive lookups would see one name.
+"""
+import errno
+import os
+import subprocess
+
+import pytest
+
+from conftest import zfs_fuse_imported
+from test_write import make_devs, zdb_check
+import oracle_pools
+
+
+def zf(*a):
+    r = subprocess.run(list(a), capture_output=True, text=True)
+    assert r.returncode == 0, f"zfs-fuse {' '.join(a)}:\n{r.stdout}{r.stderr}"
+    return r
+
+
+def names(n, prefix):
+    # 60 bytes: longer than a micro ZAP entry holds, so the directory is a fat ZAP at once.
+    return [f"{prefix}-{i:05d}-".ljust(60, "x") for i in range(n)]
+
+
+@pytest.mark.parametrize("props", [("casesensitivity=insensitive",), ("casesensitivity=mixed", "normalization=formD")],
+                         ids=["insensitive", "mixed-formD"])
+def test_normalized_directories_cross_with_zfs_fuse(props, oxzfs, work_dir):
+    tag = props[0].split("=")[1]
+    pool = f"norm{tag[:3]}"
+    base = os.path.join(oxzfs.base, pool)
+    vdir = os.path.join(base, "vdevs")
+    devs = make_devs(vdir, 1, 256)
+    zalt, alt = os.path.join(base, "zfs-fuse-alt"), os.path.join(base, "alt")
+    fs = f"{pool}/ci"
+    with oracle_pools.ZfsFuse(work_dir):
+        try:
+            os.makedirs(zalt, exist_ok=True)
+            zf("zpool", "create", "-f", "-R", zalt, "-m", "/" + pool, pool, *devs)
+            args = [x for p in props for x in ("-o", p)]
+            zf("zfs", "create", *args, fs)
+            d = os.path.join(zalt, fs, "d")
+            os.mkdir(d)
+            for n in names(20, "zf"):
+                with open(os.path.join(d, n), "w") as f:
+                    f.write(n)
+            zf("zpool", "export", pool)
+        finally:
+            subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
+
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    root = os.path.join(alt, fs)
+    ours = names(1500, "ox")
+    for n in ours:
+        with open(os.path.join(root, "d", n), "w") as f:
+            f.write(n)
+    os.mkdir(os.path.join(root, "sub"))
+    for n in names(300, "sub"):
+        with open(os.path.join(root, "sub", n), "w") as f:
+            f.write(n)
+    # One normalized form, one name; and no name oxzfs cannot normalize as OpenZFS does.
+    with pytest.raises(FileExistsError):
+        os.open(os.path.join(root, "d", ours[0].upper()), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    with pytest.raises(OSError) as e:
+        open(os.path.join(root, "d", "caf\u00e9"), "w").close()
+    assert e.value.errno == errno.EOPNOTSUPP, e.value
+    os.rename(os.path.join(root, "d", ours[-1]), os.path.join(root, "d", "renamed-" + ours[-1]))
+    ours[-1] = "renamed-" + ours[-1]
+    os.unlink(os.path.join(root, "d", ours[-2]))
+    del ours[-2]
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+    with zfs_fuse_imported(work_dir, vdir, zalt, pool):
+        zroot = os.path.join(zalt, fs)
+        want = sorted(names(20, "zf") + ours)
+        assert sorted(os.listdir(os.path.join(zroot, "d"))) == want
+        # Every name found by its hash (of the upper-cased name, in both file systems), as
+        # written and, where the file system is case-insensitive, in upper case.
+        insensitive = tag == "insensitive"
+        for n in want[::7] + ours[-3:]:
+            for spelled in (n, n.upper()) if insensitive else (n,):
+                with open(os.path.join(zroot, "d", spelled)) as f:
+                    assert f.read() == n.removeprefix("renamed-"), spelled
+        for n in names(300, "sub")[::11]:
+            with open(os.path.join(zroot, "sub", n.upper() if insensitive else n)) as f:
+                assert f.read() == n
+        if insensitive:
+            # zfs-fuse refuses a second name of one form in the directory oxzfs made.
+            with pytest.raises(FileExistsError):
+                os.open(os.path.join(zroot, "sub", names(1, "sub")[0].upper()), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        with open(os.path.join(zroot, "sub", "by-zfs-fuse"), "w") as f:
+            f.write("z")
+    r = oxzfs.import_ro(vdir, pool, alt)
+    assert r.returncode == 0, repr(r)
+    with open(os.path.join(root, "sub", "by-zfs-fuse")) as f:
+        assert f.read() == "z"
+    assert len(os.listdir(os.path.join(root, "sub"))) == 301
+    assert oxzfs.export(pool).returncode == 0
