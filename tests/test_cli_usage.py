@@ -119,6 +119,7 @@ ZFS = {
         'usage:\n'
         '\tdestroy [-fnpRrv] <filesystem|volume>\n'
         '\tdestroy [-d] <filesystem|volume>@<snap>\n'
+        '\tdestroy <filesystem|volume>#<bookmark>\n'
     ),
     "snapshot": (
         'usage:\n'
@@ -135,6 +136,10 @@ ZFS = {
     "promote": (
         'usage:\n'
         '\tpromote <clone-filesystem>\n'
+    ),
+    "bookmark": (
+        'usage:\n'
+        '\tbookmark <snapshot|bookmark> <newbookmark>\n'
     ),
     "hold": (
         'usage:\n'

@@ -17,6 +17,7 @@ import subprocess
 import pytest
 
 from conftest import copy_vdevs
+from test_bookmarks import zdb_bookmarks
 from test_snapshots import (check_exported, check_space_identities, new_rng, pool_with_fs, snapshot_rounds, space,
                             steps, verify_head, verify_snapshots)
 from test_write import zdb_check, zdb_cmd
@@ -226,6 +227,11 @@ def test_promote_v5000_life_cycle(oxzfs):
         assert r.stdout.split() == [origin, f"{name}@c1"], repr(r)
     verify_all(alt, models, "after a clone of a clone was promoted and back")
     assert oxzfs.zfs("destroy", cc).returncode == 0
+    # Bookmarks of the origin file system: the one up to the origin moves with the snapshots.
+    for s in ("s1", "s2"):
+        assert oxzfs.zfs("bookmark", f"{fs}@{s}", f"{fs}#b{s[1]}").returncode == 0
+    marks = {f"b{s[1]}": tuple(int(x) for x in oxzfs.zfs("get", "-Hp", "-o", "value", "guid,createtxg", f"{fs}@{s}").stdout.split())
+             for s in ("s1", "s2")}
     r = oxzfs.zpool("sync", pool)
     assert r.returncode == 0, repr(r)
     before = listing(oxzfs.zfs, pool)
@@ -239,7 +245,10 @@ def test_promote_v5000_life_cycle(oxzfs):
     assert used(after, [fs, cl]) == used(before, [fs, cl]), (before, after)
     moved = {k.replace(f"{fs}@s1", f"{cl}@s1"): v for k, v in models.items()}
     verify_all(alt, moved, "after promote")
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "bookmark", "-r", pool)
+    assert r.stdout.split() == [f"{cl}#b1", f"{fs}#b2"], repr(r)
     exported_clean(oxzfs, vdir, pool, alt, cl, fs)
+    assert zdb_bookmarks(vdir, cl) == {"b1": marks["b1"]} and zdb_bookmarks(vdir, fs) == {"b2": marks["b2"]}
 
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
     assert r.returncode == 0, repr(r)

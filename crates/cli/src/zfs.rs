@@ -25,6 +25,7 @@ pub enum Verb {
     Rollback,
     Clone,
     Promote,
+    Bookmark,
     Hold,
     Holds,
     Release,
@@ -53,6 +54,7 @@ impl Verb {
             Verb::Rollback => ZFS_ROLLBACK_USAGE,
             Verb::Clone => ZFS_CLONE_USAGE,
             Verb::Promote => ZFS_PROMOTE_USAGE,
+            Verb::Bookmark => ZFS_BOOKMARK_USAGE,
             Verb::Hold => crate::holds::HOLD_USAGE,
             Verb::Holds => crate::holds::HOLDS_USAGE,
             Verb::Release => crate::holds::RELEASE_USAGE,
@@ -79,6 +81,7 @@ impl Verb {
             Verb::Rollback => rollback(st, args),
             Verb::Clone => clone(st, args),
             Verb::Promote => promote(st, args),
+            Verb::Bookmark => bookmark(st, args),
             Verb::Hold => crate::holds::hold(st, args),
             Verb::Holds => crate::holds::holds(st, args),
             Verb::Release => crate::holds::release(st, args),
@@ -99,7 +102,7 @@ impl Verb {
 
 const MOUNT_USAGE: &str = "usage:\n\tmount\n\tmount [-flvO] [-o opts] <-a | filesystem>";
 const UNMOUNT_USAGE: &str = "usage:\n\tunmount [-fu] <-a | filesystem|mountpoint>";
-const DESTROY_USAGE: &str = "usage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n\tdestroy [-d] <filesystem|volume>@<snap>\n";
+const DESTROY_USAGE: &str = "usage:\n\tdestroy [-fnpRrv] <filesystem|volume>\n\tdestroy [-d] <filesystem|volume>@<snap>\n\tdestroy <filesystem|volume>#<bookmark>\n";
 const INHERIT_USAGE: &str = "usage:\n\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n";
 const SET_USAGE: &str = "usage:\n\tset <property=value> ... <filesystem|volume|snapshot> ...\n";
 const ZFS_LIST_USAGE: &str = "usage:\n\tlist [-Hp] [-r|-d max] [-o property[,...]] [-s property]...\n\t    [-S property]... [-t type[,...]] [filesystem|volume|snapshot] ...";
@@ -136,6 +139,52 @@ pub fn parse_types(t: &[String]) -> Result<Vec<DatasetKind>, String> {
         }
     }
     Ok(out)
+}
+
+/// The datasets (`select`) and bookmarks (`bookmark_rows`) that operands, -r, -d and -t pick:
+/// "fs#bm" operands name bookmarks, the others datasets.
+#[allow(clippy::type_complexity)]
+fn select_with_bookmarks(st: &State, operands: &[String], recurse: bool, depth: Option<usize>, types: &[DatasetKind], all_bookmarks: bool) -> Result<(Vec<(Arc<Pool>, DatasetInfo)>, Vec<(String, Vec<PropValue>)>), String> {
+    let (ds_operands, bm_operands): (Vec<String>, Vec<String>) = operands.iter().cloned().partition(|n| !n.contains('#'));
+    let sel = if ds_operands.is_empty() && !bm_operands.is_empty() { Vec::new() } else { select(st, &ds_operands, recurse, depth, types)? };
+    let bms = if all_bookmarks || !bm_operands.is_empty() { bookmark_rows(st, operands, recurse, depth, all_bookmarks)? } else { Vec::new() };
+    Ok((sel, bms))
+}
+
+/// The bookmarks `zfs list` and `zfs get` show, with their properties: those named ("fs#bm";
+/// an unknown one is an error), and when `all` (-t bookmark) those of the file systems the
+/// other operands select (every file system without operands), with -r or -d below them.
+fn bookmark_rows(st: &State, operands: &[String], recurse: bool, depth: Option<usize>, all: bool) -> Result<Vec<(String, Vec<PropValue>)>, String> {
+    let mut out = Vec::new();
+    for n in operands.iter().filter(|n| n.contains('#')) {
+        let pool = n.split(['/', '#']).next().unwrap_or(n);
+        let b = st.pools.get(pool).and_then(|i| oxzfs::dsl_bookmark::find_bookmark(&i.pool.spa, n).ok().flatten());
+        match b {
+            Some(b) => out.push((b.name.clone(), bookmark_props(&b))),
+            None => return Err(format!("cannot open '{n}': bookmark does not exist")),
+        }
+    }
+    if all {
+        let fs_ops: Vec<String> = operands.iter().filter(|n| !n.contains('#')).cloned().collect();
+        let depth = depth.map(|d| d.saturating_sub(1));
+        for (pool, d) in select(st, &fs_ops, recurse || depth.is_some(), depth, &[DatasetKind::Filesystem, DatasetKind::Volume])? {
+            for b in oxzfs::dsl_bookmark::bookmarks(&pool.spa, &d).map_err(|e| e.to_string())? {
+                out.push((b.name.clone(), bookmark_props(&b)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A bookmark's properties, as zfs get shows them.
+fn bookmark_props(b: &oxzfs::dsl_bookmark::Bookmark) -> Vec<PropValue> {
+    let p = |name: &str, value: String, raw: String| PropValue { name: name.into(), value, raw, source: "-".into() };
+    vec![
+        p("type", "bookmark".into(), "bookmark".into()),
+        p("creation", oxzfs::dsl::chrono_like(b.creation_time), b.creation_time.to_string()),
+        p("createtxg", b.creation_txg.to_string(), b.creation_txg.to_string()),
+        p("guid", b.guid.to_string(), b.guid.to_string()),
+    ]
 }
 
 /// Select datasets by operands, -r and -d like zfs does.
@@ -258,11 +307,12 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
             None => return usage(format!("invalid property '{flag}'\n{ZFS_LIST_USAGE}")),
         }
     }
-    let sel = match select(st, &o.operands, o.recursive, depth, &types) {
-        Ok(s) => s,
+    let want_bookmarks = comma_list(&o.types).iter().any(|t| matches!(t.as_str(), "bookmark" | "bookmarks" | "all"));
+    let (sel, bms) = match select_with_bookmarks(st, &o.operands, o.recursive, depth, &types, want_bookmarks) {
+        Ok(x) => x,
         Err(e) => return fail(e),
     };
-    if sel.is_empty() {
+    if sel.is_empty() && bms.is_empty() {
         if o.operands.is_empty() && !o.scripted {
             return (String::new(), "no datasets available\n".to_string(), 0);
         }
@@ -274,6 +324,21 @@ pub fn list(st: &mut State, args: &[String]) -> Out {
         let pv = pool.props(&d.name).unwrap_or_default();
         let row = cols.iter().map(|c| list_value(d, &pv, c, p)).collect();
         rows.push((row, pv));
+    }
+    // Each bookmark after its file system and that file system's snapshots.
+    for (name, pv) in bms {
+        let fs = name.split('#').next().unwrap_or(&name).to_string();
+        let row: Vec<String> = cols
+            .iter()
+            .map(|c| match pv.iter().find(|x| &x.name == c) {
+                _ if c == "name" => name.clone(),
+                Some(v) if p => v.raw.clone(),
+                Some(v) => v.value.clone(),
+                None => "-".into(),
+            })
+            .collect();
+        let at = rows.iter().rposition(|(r, _)| r.first().is_some_and(|n| *n == fs || n.starts_with(&format!("{fs}@")) || n.starts_with(&format!("{fs}#"))));
+        rows.insert(at.map_or(rows.len(), |i| i + 1), (row, pv));
     }
     if !sorts.is_empty() {
         rows.sort_by(|a, b| {
@@ -409,19 +474,21 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
             None => return usage(format!("bad property list: invalid property '{w}'\n{ZFS_GET_USAGE}")),
         }
     }
-    let sel = match select(st, &o.operands[1..], o.recursive, depth, &types) {
-        Ok(s) => s,
+    let want_bookmarks = comma_list(&o.types).iter().any(|t| matches!(t.as_str(), "bookmark" | "bookmarks"));
+    let (sel, bms) = match select_with_bookmarks(st, &o.operands[1..], o.recursive, depth, &types, want_bookmarks) {
+        Ok(x) => x,
         Err(e) => return fail(e),
     };
     let mut rows = Vec::new();
-    for (pool, d) in &sel {
-        let pv: Vec<PropValue> = pool.props(&d.name).unwrap_or_default();
+    let sel: Vec<(String, Vec<PropValue>)> = sel.iter().map(|(pool, d)| (d.name.clone(), pool.props(&d.name).unwrap_or_default())).chain(bms).collect();
+    for (name, pv) in &sel {
+        let pv = pv.clone();
         let mut list: Vec<PropValue> = Vec::new();
         for w in &wanted {
             if w == "all" {
                 list.extend(pv.iter().cloned());
             } else if w == "name" {
-                list.push(PropValue { name: "name".into(), value: d.name.clone(), raw: d.name.clone(), source: "-".into() });
+                list.push(PropValue { name: "name".into(), value: name.clone(), raw: name.clone(), source: "-".into() });
             } else {
                 // Properties that don't apply to this dataset type print as "-".
                 list.push(pv.iter().find(|p| &p.name == w).cloned().unwrap_or_else(|| PropValue {
@@ -436,7 +503,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
             let row: Vec<String> = fields
                 .iter()
                 .map(|f| match f.as_str() {
-                    "name" => d.name.clone(),
+                    "name" => name.clone(),
                     "property" => p.name.clone(),
                     "value" => if o.parsable { p.raw.clone() } else { p.value.clone() },
                     "received" => "-".into(),
@@ -656,6 +723,16 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         Ok(x) => x,
         Err(o) => return o,
     };
+    if name.contains('#') {
+        if !matches!(oxzfs::dsl_bookmark::find_bookmark(&imp.pool.spa, &name), Ok(Some(_))) {
+            return (String::new(), format!("bookmark '{name}' does not exist.\n"), 1);
+        }
+        let r = h.lock().destroy_bookmark(&name);
+        return match r {
+            Ok(()) => (String::new(), String::new(), 0),
+            Err(e) => err_out(e, "cannot destroy bookmark"),
+        };
+    }
     if name.contains('@') {
         let r = if o.defer { h.lock().destroy_snapshot_deferred(&name) } else { h.lock().destroy_snapshot(&name) };
         imp.pool.forget_fs(&name);
@@ -859,6 +936,53 @@ pub fn clone(st: &mut State, args: &[String]) -> Out {
     let mut err = String::new();
     let code = if mount_all(&imp.pool, Some(&h), &mut imp.mounts, &mut err) > 0 { 1 } else { 0 };
     (String::new(), err, code)
+}
+
+verb_opts!(
+    /// `zfs bookmark` has no options.
+    BookmarkOpts {});
+
+const ZFS_BOOKMARK_USAGE: &str = "usage:\n\tbookmark <snapshot|bookmark> <newbookmark>\n";
+
+/// `zfs bookmark SNAPSHOT|BOOKMARK NEWBOOKMARK`: either name may be short ("@snap", "#bm"),
+/// the other giving the file system, as zfs_do_bookmark expands them.
+pub fn bookmark(st: &mut State, args: &[String]) -> Out {
+    let o = match verb_args::<BookmarkOpts>(args, ZFS_BOOKMARK_USAGE, &["missing source argument", "missing bookmark argument"]) {
+        Ok(o) => o,
+        Err(out) => return out,
+    };
+    let (mut source, mut new) = (o.operands[0].clone(), o.operands[1].clone());
+    if !source.contains(['@', '#']) {
+        return usage(format!("invalid source name '{source}': must contain a '@' or '#'\n{ZFS_BOOKMARK_USAGE}"));
+    }
+    if !new.contains('#') {
+        return usage(format!("invalid bookmark name '{new}': must contain a '#'\n{ZFS_BOOKMARK_USAGE}"));
+    }
+    match (source.starts_with(['@', '#']), new.starts_with('#')) {
+        (true, true) => return usage(format!("either source or bookmark must be specified as full dataset paths\n{ZFS_BOOKMARK_USAGE}")),
+        (true, false) => source = format!("{}{source}", new.split('#').next().unwrap_or("")),
+        (false, true) => new = format!("{}{new}", source.split(['@', '#']).next().unwrap_or("")),
+        (false, false) => {}
+    }
+    let exists = st.pools.get(source.split(['/', '@', '#']).next().unwrap_or("")).is_some_and(|i| {
+        if source.contains('#') {
+            matches!(oxzfs::dsl_bookmark::find_bookmark(&i.pool.spa, &source), Ok(Some(_)))
+        } else {
+            i.pool.datasets().is_ok_and(|l| l.iter().any(|d| d.name == source))
+        }
+    });
+    if !exists {
+        return usage(format!("cannot open '{source}': dataset does not exist\n{ZFS_BOOKMARK_USAGE}"));
+    }
+    let (_, h) = match imported_rw(st, new.split('#').next().unwrap_or(&new), "create bookmark") {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    let r = h.lock().bookmark(&source, &new);
+    match r {
+        Ok(()) => (String::new(), String::new(), 0),
+        Err(e) => err_out(e, &format!("cannot create bookmark '{new}'")),
+    }
 }
 
 verb_opts!(

@@ -99,42 +99,53 @@ pub fn spec_for(spa: &Arc<Spa>, to: &str, from: Option<&str>, flags: SendFlags) 
     let (mut from_guid, mut from_txg, mut clone) = (0, 0, false);
     if let Some(f) = from {
         if f.contains('#') {
-            return Err(ZfsError::Unsupported(format!("cannot send '{to}': oxzfs does not send from bookmarks ('{f}')")));
-        }
-        let full = if f.starts_with('@') { format!("{fs}{f}") } else { f.to_string() };
-        if !full.contains('@') {
-            return Err(ZfsError::Invalid(format!("cannot send '{to}': incremental source '{f}' must be a snapshot")));
-        }
-        let fr = find_dataset(spa, &full).map_err(|_| not_found(&full))?;
-        if fr.kind != DatasetKind::Snapshot {
-            return Err(not_found(&full));
-        }
-        // An earlier snapshot of this file system, or one of the origin's (and so on up) as of
-        // the clone's creation.
-        let mos = spa.mos();
-        let mut dir = head.dir_obj;
-        let mut before = t.ds.creation_txg;
-        let mut ok = false;
-        for depth in 0..64 {
-            if fr.ds.dir_obj == dir && fr.ds.creation_txg < before || (depth > 0 && fr.ds.dir_obj == dir && fr.ds.creation_txg <= before) {
-                ok = true;
-                clone = depth > 0;
-                break;
+            // A bookmark of this file system: its guid and txg are the stream's base.
+            let full = if f.starts_with('#') { format!("{fs}{f}") } else { f.to_string() };
+            if full.split('#').next() != Some(fs) {
+                return Err(ZfsError::Invalid(format!("cannot send '{to}': not an earlier snapshot from the same fs ('{full}')")));
             }
-            let d = crate::dsl::dir_phys_of(&mos, dir)?;
-            if d.origin_obj == 0 {
-                break;
+            let b = crate::dsl_bookmark::find_bookmark(spa, &full)?.ok_or_else(|| not_found(&full))?;
+            if b.creation_txg >= t.ds.creation_txg {
+                return Err(ZfsError::Invalid(format!("cannot send '{to}': not an earlier snapshot from the same fs ('{full}')")));
             }
-            let (b, le) = { let (dn, le) = mos.dnode_with_order(d.origin_obj)?; (dn.bonus, le) };
-            let o = oxzfs_format::dsl::DslDatasetPhys::decode(&b, le).map_err(|e| ZfsError::corrupt(format!("DSL dataset {}", d.origin_obj), e))?;
-            dir = o.dir_obj;
-            before = o.creation_txg;
+            from_guid = b.guid;
+            from_txg = b.creation_txg;
+        } else {
+            let full = if f.starts_with('@') { format!("{fs}{f}") } else { f.to_string() };
+            if !full.contains('@') {
+                return Err(ZfsError::Invalid(format!("cannot send '{to}': incremental source '{f}' must be a snapshot")));
+            }
+            let fr = find_dataset(spa, &full).map_err(|_| not_found(&full))?;
+            if fr.kind != DatasetKind::Snapshot {
+                return Err(not_found(&full));
+            }
+            // An earlier snapshot of this file system, or one of the origin's (and so on up) as of
+            // the clone's creation.
+            let mos = spa.mos();
+            let mut dir = head.dir_obj;
+            let mut before = t.ds.creation_txg;
+            let mut ok = false;
+            for depth in 0..64 {
+                if fr.ds.dir_obj == dir && fr.ds.creation_txg < before || (depth > 0 && fr.ds.dir_obj == dir && fr.ds.creation_txg <= before) {
+                    ok = true;
+                    clone = depth > 0;
+                    break;
+                }
+                let d = crate::dsl::dir_phys_of(&mos, dir)?;
+                if d.origin_obj == 0 {
+                    break;
+                }
+                let (b, le) = { let (dn, le) = mos.dnode_with_order(d.origin_obj)?; (dn.bonus, le) };
+                let o = oxzfs_format::dsl::DslDatasetPhys::decode(&b, le).map_err(|e| ZfsError::corrupt(format!("DSL dataset {}", d.origin_obj), e))?;
+                dir = o.dir_obj;
+                before = o.creation_txg;
+            }
+            if !ok {
+                return Err(ZfsError::Invalid(format!("cannot send '{to}': not an earlier snapshot from the same fs ('{full}')")));
+            }
+            from_guid = fr.ds.guid;
+            from_txg = fr.ds.creation_txg;
         }
-        if !ok {
-            return Err(ZfsError::Invalid(format!("cannot send '{to}': not an earlier snapshot from the same fs ('{full}')")));
-        }
-        from_guid = fr.ds.guid;
-        from_txg = fr.ds.creation_txg;
     }
     let mut features = 0;
     let os = Objset::open_id(spa, &t.ds.bp, t.ds_obj)?;

@@ -373,6 +373,7 @@ impl PoolW {
             }
         }
         let _ = delta;
+        self.destroy_bookmarks_of(ds)?;
         self.ds_features_release(ds)?;
         if dp.deadlist_obj != 0 {
             self.deadlist_free(dp.deadlist_obj)?;

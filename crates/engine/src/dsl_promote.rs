@@ -18,8 +18,6 @@ use oxzfs_format::types;
 
 /// SPA_VERSION_DIR_CLONES: from this version each dsl_dir lists its clones (dd_clones).
 pub(crate) const SPA_VERSION_DIR_CLONES: u64 = 26;
-/// DS_FIELD_BOOKMARK_NAMES: a zapified head dataset's bookmarks ZAP.
-const DS_FIELD_BOOKMARK_NAMES: &str = "com.delphix:bookmarks";
 /// DD_FIELD_LIVELIST and its feature.
 const DD_FIELD_LIVELIST: &str = "com.delphix:livelist";
 const LIVELIST_FEATURE: &str = "com.delphix:livelist";
@@ -104,19 +102,11 @@ impl PoolW {
         Ok(())
     }
 
-    /// Whether head dataset `ds` has bookmarks.
-    fn has_bookmarks(&mut self, ds: u64) -> Result<bool> {
-        match self.zapified_lookup(ds, DS_FIELD_BOOKMARK_NAMES)? {
-            Some(z) if z != 0 => Ok(!self.mos.zap(z)?.entries.is_empty()),
-            _ => Ok(false),
-        }
-    }
-
     /// `zfs promote name`: clone `name` takes its origin's place (see the module's text).
     /// Refused with OpenZFS's words: a snapshot, a file system that is not a clone, a
     /// snapshot name the clone already has ("conflicting snapshot 'S' from parent 'O'"), a
-    /// snapshot being sent; and, as oxzfs does not write them, encrypted datasets and
-    /// bookmarks to move.
+    /// snapshot being sent (bookmarks up to the origin move too, their names checked alike);
+    /// and, as oxzfs does not write them, encrypted datasets.
     pub fn promote(&mut self, name: &str) -> Result<()> {
         let what = format!("cannot promote '{name}'");
         if name.contains('@') {
@@ -144,9 +134,13 @@ impl PoolW {
         let origin_head = odp.head_dataset_obj;
         let origin_origin = (odp.origin_obj != 0).then_some(odp.origin_obj);
         let origin_name = self.snapshot_full_name(origin_ds)?;
-        if self.has_bookmarks(origin_head)? || self.has_bookmarks(hds)? {
-            return Err(ZfsError::Unsupported(format!("{what}: '{origin_name}' or '{name}' has bookmarks, which oxzfs does not move")));
-        }
+        // The origin file system's bookmarks up to the origin move with its snapshots.
+        let origin_txg = self.ds_phys(origin_ds)?.creation_txg;
+        let (obm_obj, moving) = match self.bookmark_map(origin_head)? {
+            Some((o, m)) => (o, m.into_iter().filter(|(_, w)| w.get(1).is_some_and(|&t| t <= origin_txg)).collect::<Vec<_>>()),
+            None => (0, Vec::new()),
+        };
+        let clone_marks = self.bookmark_map(hds)?.map(|(_, m)| m).unwrap_or_default();
 
         // dsl_dataset_promote_check.
         let oldest_clone = *clone_snaps.last().expect("the head at least");
@@ -177,6 +171,11 @@ impl PoolW {
             used.dsize += d.dsize;
             used.psize += d.psize;
             used.lsize += d.lsize;
+        }
+        for (k, _) in &moving {
+            if conflict.is_none() && clone_marks.iter().any(|(c, _)| c.eq_ignore_ascii_case(k)) {
+                conflict = Some(String::from_utf8_lossy(k).into_owned());
+            }
         }
         if let Some(c) = conflict {
             return Err(ZfsError::Invalid(format!("{what}: conflicting snapshot '{c}' from parent '{origin_name}'")));
@@ -244,6 +243,13 @@ impl PoolW {
                     self.dir_clones_add(hdir, chead)?;
                 }
             }
+        }
+        if !moving.is_empty() {
+            let z = self.mos.zap_mut(obm_obj)?;
+            for (k, _) in &moving {
+                z.entries.remove(k);
+            }
+            self.add_bookmarks(hds, &moving)?;
         }
         // The space the moved snapshots hold changes directory.
         let hsnap = self.dir_phys(hdir)?.used_breakdown[DD_USED_SNAP] as i64;

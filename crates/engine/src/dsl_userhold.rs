@@ -45,7 +45,7 @@ impl PoolW {
 
     fn holds_supported(&self, what: &str) -> Result<()> {
         if self.version < SPA_VERSION_USERREFS {
-            return Err(ZfsError::Unsupported(format!("{what}: pool must be upgraded")));
+            return Err(ZfsError::Posix(libc::ENOTSUP, format!("{what}: pool must be upgraded")));
         }
         Ok(())
     }

@@ -53,6 +53,7 @@ pub mod dsl_dataset;
 pub mod dsl_rename;
 pub mod dsl_promote;
 pub mod dsl_userhold;
+pub mod dsl_bookmark;
 pub mod dmu_send;
 pub mod spa_feature;
 pub mod spa_label;

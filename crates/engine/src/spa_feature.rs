@@ -23,6 +23,7 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
     ("com.delphix:hole_birth", "hole_birth", true, "Retain hole birth txg for more precise zfs send", true),
     ("com.delphix:extensible_dataset", "extensible_dataset", true, "Enhanced dataset functionality, used by other features.", false),
     ("com.delphix:embedded_data", "embedded_data", true, "Blocks which compress very well use even less space.", true),
+    ("com.delphix:bookmarks", "bookmarks", false, "\"zfs bookmark\" command", false),
     ("org.open-zfs:large_blocks", "large_blocks", true, "Support for blocks larger than 128KB.", false),
     ("org.zfsonlinux:large_dnode", "large_dnode", true, "Variable on-disk size of dnodes.", false),
     ("org.illumos:sha512", "sha512", true, "SHA-512/256 hash algorithm.", false),
@@ -154,6 +155,13 @@ impl PoolW {
             return Err(ZfsError::Unsupported(format!("feature {guid} is not enabled")));
         }
         self.feature_incr(guid, 1)?;
+        self.zapify_dataset(dsobj)?;
+        self.mos.zap_add_u64(dsobj, guid, 0)
+    }
+
+    /// dsl_dataset_zapify: dataset object `dsobj` becomes a ZAP (its bonus kept), counted by
+    /// extensible_dataset. Already one: nothing changes.
+    pub(crate) fn zapify_dataset(&mut self, dsobj: u64) -> Result<()> {
         if self.mos.dnode(dsobj)?.typ != types::DMU_OTN_ZAP_METADATA {
             let salt = rand_u64() | 1;
             let d = self.mos.dirty_obj(dsobj)?;
@@ -161,7 +169,7 @@ impl PoolW {
             d.zap = Some(crate::dbuf::ZapObj { salt, ..Default::default() });
             self.feature_incr(EXTENSIBLE_DATASET, 1)?;
         }
-        self.mos.zap_add_u64(dsobj, guid, 0)
+        Ok(())
     }
 
     /// Before dataset `dsobj` is freed: each per-dataset feature it counts is released
