@@ -124,3 +124,27 @@ def test_bookmark_refused_on_version_23(oxzfs):
     r = oxzfs.zfs("bookmark", f"{fs}@a", f"{fs}#a")
     assert (r.returncode, r.stderr) == (1, f"cannot create bookmark '{fs}#a': bookmark feature not enabled\n"), repr(r)
     assert oxzfs.export(pool).returncode == 0
+
+
+def test_rollback_past_a_bookmark(oxzfs):
+    """A bookmark newer than the snapshot rolled back to names a state the file system will
+    not have: refused, naming it, as OpenZFS does; -r destroys it first."""
+    pool = "bmkrb"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "bmkrb", pool, 1, 128, lambda d: d)
+    write(root, "one", 100000)
+    assert oxzfs.zfs("snapshot", f"{fs}@a").returncode == 0
+    write(root, "two", 100000)
+    assert oxzfs.zfs("snapshot", f"{fs}@b").returncode == 0
+    assert oxzfs.zfs("bookmark", f"{fs}@b", f"{fs}#b").returncode == 0
+    assert oxzfs.zfs("bookmark", f"{fs}@a", f"{fs}#a").returncode == 0
+    assert oxzfs.zfs("destroy", f"{fs}@b").returncode == 0
+    r = oxzfs.zfs("rollback", f"{fs}@a")
+    assert (r.returncode, r.stderr) == (1, f"cannot rollback to '{fs}@a': more recent snapshots or bookmarks exist\n"
+                                           f"use '-r' to force deletion of the following snapshots and bookmarks:\n{fs}#b\n"), repr(r)
+    r = oxzfs.zfs("rollback", "-r", f"{fs}@a")
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    assert sorted(os.listdir(root)) == ["one"]
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "bookmark", fs)
+    assert r.stdout.split() == [f"{fs}#a"], repr(r)
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

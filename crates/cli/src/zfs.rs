@@ -857,13 +857,32 @@ pub fn rollback(st: &mut State, args: &[String]) -> Out {
         Ok(n) => n,
         Err(e) => return err_out(e, &format!("cannot rollback to '{name}'")),
     };
-    if !newer.is_empty() && !o.recursive && !o.recursive_clones {
-        let list: String = newer.iter().rev().map(|n| format!("{n}\n")).collect();
+    // Bookmarks newer than the snapshot would name a state the file system no longer has
+    // (dsl_dataset_rollback_check: none after the most recent snapshot).
+    let newer_marks: Vec<String> = {
+        let spa = &imp.pool.spa;
+        match (oxzfs::dsl::find_dataset(spa, &name), oxzfs::dsl::find_dataset(spa, fs)) {
+            (Ok(snap), Ok(head)) => oxzfs::dsl_bookmark::bookmarks(spa, &head)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|b| b.creation_txg > snap.ds.creation_txg)
+                .map(|b| b.name)
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    if !(newer.is_empty() && newer_marks.is_empty()) && !o.recursive && !o.recursive_clones {
+        let list: String = newer.iter().rev().chain(&newer_marks).map(|n| format!("{n}\n")).collect();
         return (
             String::new(),
             format!("cannot rollback to '{name}': more recent snapshots or bookmarks exist\nuse '-r' to force deletion of the following snapshots and bookmarks:\n{list}"),
             1,
         );
+    }
+    for n in &newer_marks {
+        if let Err(e) = h.lock().destroy_bookmark(n) {
+            return (String::new(), format!("{e}\n"), 1);
+        }
     }
     for n in &newer {
         let r = h.lock().destroy_snapshot(n);
