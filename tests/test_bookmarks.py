@@ -52,7 +52,7 @@ def test_bookmarks_and_send_from_one(oxzfs, work_dir):
         r = oxzfs.zfs("bookmark", src, new)
         assert (r.returncode, r.stderr) == (0, ""), repr(r)
     cases = [
-        ((f"{fs}@a", f"{fs}#A"), 1, f"cannot create bookmark '{fs}#A': bookmark exists\n"),
+        ((f"{fs}@a", f"{fs}#a"), 1, f"cannot create bookmark '{fs}#a': bookmark exists\n"),
         ((f"{fs}@a", f"{pool}#x"), 1, f"cannot create bookmark '{pool}#x': source is not an ancestor of the new bookmark's dataset\n"),
         ((f"{fs}@nosuch", f"{fs}#x"), 2, f"cannot open '{fs}@nosuch': dataset does not exist\n" + BOOKMARK_USAGE),
         ((fs, f"{fs}#x"), 2, f"invalid source name '{fs}': must contain a '@' or '#'\n" + BOOKMARK_USAGE),
@@ -63,6 +63,17 @@ def test_bookmarks_and_send_from_one(oxzfs, work_dir):
     for args, code, msg in cases:
         r = oxzfs.zfs("bookmark", *args)
         assert (r.returncode, r.stderr) == (code, msg), repr(r)
+    # Names are matched exactly, as OpenZFS matches them in a case-sensitive file system
+    # (the ZAPs fold case only for hashing): fs@A and fs#A are others than fs@a and fs#a.
+    assert oxzfs.zfs("snapshot", f"{fs}@A").returncode == 0
+    assert oxzfs.zfs("bookmark", f"{fs}@A", f"{fs}#A").returncode == 0
+    assert props(oxzfs, f"{fs}#A", "guid") == props(oxzfs, f"{fs}@A", "guid") != props(oxzfs, f"{fs}#a", "guid")
+    r = oxzfs.zfs("destroy", "-n", f"{fs}#A")
+    assert (r.returncode, r.stderr) == (255, "dryrun is not supported with bookmark\n"), repr(r)
+    r = oxzfs.zfs("destroy", "-nv", f"{fs}@A")
+    assert r.returncode == 0 and r.stdout.startswith(f"would destroy {fs}@A\nwould reclaim "), repr(r)
+    for victim in (f"{fs}#A", f"{fs}@A"):
+        assert oxzfs.zfs("destroy", victim).returncode == 0
     guid, txg = props(oxzfs, f"{fs}@a", "guid", "createtxg")
     for b in ("a", "short", "copy"):
         assert props(oxzfs, f"{fs}#{b}", "type", "guid", "createtxg") == ["bookmark", guid, txg]

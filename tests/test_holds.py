@@ -64,6 +64,12 @@ def test_holds_cross_with_zfs_fuse(oxzfs, work_dir):
     for args, code, msg in cases:
         r = oxzfs.zfs(*args)
         assert (r.returncode, r.stderr) == (code, msg), repr(r)
+    # A recursive release takes the tag where it is and leaves the snapshots without it.
+    assert oxzfs.zfs("hold", "t4", f"{fs}@a").returncode == 0
+    r = oxzfs.zfs("release", "-r", "t4", f"{fs}@a")
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    r = oxzfs.zfs("release", "-r", "t4", f"{fs}@a")
+    assert (r.returncode, r.stderr) == (1, f"cannot release hold from snapshot '{fs}@a': no such tag on this dataset\n"), repr(r)
     # holds: the header's columns as wide as the longest name and tag; -H -p tab-separated
     # with the time in seconds; -r takes the snapshot of that name below.
     r = oxzfs.zfs("holds", f"{fs}@a", f"{fs}@c")

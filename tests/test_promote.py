@@ -28,14 +28,15 @@ PROPS = ["origin", "used", "usedbysnapshots", "usedbydataset", "usedbychildren",
 
 def listing(run, pool):
     """`zfs get -Hp -r -o name,property,value PROPS POOL` through RUN (zfs-fuse's zfs list has no
-    -p), as {name: (value of each of PROPS)}: snapshots included, as zfs get -r lists them."""
+    -p), as {name: (value of each of PROPS)}: snapshots included, as zfs get -r lists them
+    (bookmarks, which it lists too, left out)."""
     r = run("get", "-Hp", "-r", "-o", "name,property,value", ",".join(PROPS), pool)
     assert r.returncode == 0, f"zfs get:\n{r.stdout}{r.stderr}"
     vals = {}
     for line in r.stdout.splitlines():
         name, prop, value = line.split("\t")
         vals.setdefault(name, {})[prop] = value
-    return {n: tuple(v.get(p, "-") for p in PROPS) for n, v in vals.items()}
+    return {n: tuple(v.get(p, "-") for p in PROPS) for n, v in vals.items() if "#" not in n}
 
 
 def zfs_fuse(*a):

@@ -75,7 +75,8 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
             let pool = if cmd == "zpool" && verb != "set" {
                 rest.iter().filter(|a| !a.starts_with('-')).find(|a| st.pools.contains_key(a.as_str())).cloned()
             } else {
-                Some(t.split('/').next().unwrap_or(t).to_string())
+                // A short name ("@snap", "#bm") takes its pool from the other operand.
+                rest.iter().rev().filter(|a| !a.starts_with(['-', '@', '#'])).chain([t]).next().map(|a| a.split(['/', '@', '#']).next().unwrap_or(a).to_string())
             };
             if let Some(h) = pool.and_then(|p| st.pools.get(&p)).and_then(|i| i.rw.clone()) {
                 if h.lock().log_history(&argv.join(" ")).is_ok() {

@@ -88,6 +88,26 @@ fn hold_rele(st: &mut State, args: &[String], holding: bool) -> Out {
             err.push_str(&format!("{what}: dataset does not exist\n"));
             continue;
         }
+        // A recursive release takes the tag where it is (zfs_release_one skips the others).
+        let names: Vec<String> = if !holding && o.recursive {
+            let spa = st.pools.get(fs.split('/').next().unwrap_or(fs)).map(|i| i.pool.spa.clone());
+            names
+                .into_iter()
+                .filter(|n| {
+                    let info = all.iter().find(|d| &d.name == n);
+                    match (&spa, info) {
+                        (Some(spa), Some(info)) => oxzfs::dsl_userhold::holds(spa, info).is_ok_and(|h| h.iter().any(|(t, _)| *t == tag)),
+                        _ => false,
+                    }
+                })
+                .collect()
+        } else {
+            names
+        };
+        if names.is_empty() {
+            err.push_str(&format!("{what}: no such tag on this dataset\n"));
+            continue;
+        }
         let (_, h) = match imported_rw(st, fs, if holding { "hold" } else { "release" }) {
             Ok(x) => x,
             Err(o) => {

@@ -78,7 +78,7 @@ pub fn abs(cwd: &Path, p: &str) -> PathBuf {
 }
 
 pub fn pool_of<'a>(st: &'a mut State, ds: &str) -> Result<&'a mut Imported, Out> {
-    let pool = ds.split('/').next().unwrap_or(ds).split('@').next().unwrap_or(ds);
+    let pool = ds.split(['/', '@', '#']).next().unwrap_or(ds);
     match st.pools.get_mut(pool) {
         Some(i) => Ok(i),
         None => Err((String::new(), format!("cannot open '{ds}': dataset does not exist\n"), 1)),

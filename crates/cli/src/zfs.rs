@@ -164,8 +164,9 @@ fn bookmark_rows(st: &State, operands: &[String], recurse: bool, depth: Option<u
             None => return Err(format!("cannot open '{n}': bookmark does not exist")),
         }
     }
-    if all {
-        let fs_ops: Vec<String> = operands.iter().filter(|n| !n.contains('#')).cloned().collect();
+    let fs_ops: Vec<String> = operands.iter().filter(|n| !n.contains('#')).cloned().collect();
+    // Named bookmarks alone are all there is to show.
+    if all && (operands.is_empty() || !fs_ops.is_empty()) {
         let depth = depth.map(|d| d.saturating_sub(1));
         for (pool, d) in select(st, &fs_ops, recurse || depth.is_some(), depth, &[DatasetKind::Filesystem, DatasetKind::Volume])? {
             for b in oxzfs::dsl_bookmark::bookmarks(&pool.spa, &d).map_err(|e| e.to_string())? {
@@ -474,7 +475,8 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
             None => return usage(format!("bad property list: invalid property '{w}'\n{ZFS_GET_USAGE}")),
         }
     }
-    let want_bookmarks = comma_list(&o.types).iter().any(|t| matches!(t.as_str(), "bookmark" | "bookmarks"));
+    // zfs get takes bookmarks with the datasets unless -t leaves them out.
+    let want_bookmarks = t.iter().any(|t| matches!(t.as_str(), "bookmark" | "bookmarks" | "all"));
     let (sel, bms) = match select_with_bookmarks(st, &o.operands[1..], o.recursive, depth, &types, want_bookmarks) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -724,6 +726,11 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         Err(o) => return o,
     };
     if name.contains('#') {
+        for (set, what) in [(o.dry_run, "dryrun"), (o.defer, "defer destroy"), (o.recursive, "recursive")] {
+            if set {
+                return (String::new(), format!("{what} is not supported with bookmark\n"), -1);
+            }
+        }
         if !matches!(oxzfs::dsl_bookmark::find_bookmark(&imp.pool.spa, &name), Ok(Some(_))) {
             return (String::new(), format!("bookmark '{name}' does not exist.\n"), 1);
         }
@@ -733,12 +740,34 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
             Err(e) => err_out(e, "cannot destroy bookmark"),
         };
     }
+    // -v (-p): what goes, as destroy_callback prints it; -n: only that.
+    let tell = |n: &str| match (o.verbose, o.parsable, o.dry_run) {
+        (false, ..) => String::new(),
+        (true, true, _) => format!("destroy\t{n}\n"),
+        (true, false, true) => format!("would destroy {n}\n"),
+        (true, false, false) => format!("will destroy {n}\n"),
+    };
     if name.contains('@') {
+        let Some(snap) = imp.pool.datasets().ok().and_then(|l| l.into_iter().find(|d| d.name == name)) else {
+            return (String::new(), "could not find any snapshots to destroy; check snapshot names.\n".into(), 1);
+        };
+        let mut out = tell(&name);
+        if o.verbose {
+            let used = snap.ds.unique_bytes;
+            out.push_str(&match (o.parsable, o.dry_run) {
+                (true, _) => format!("reclaim\t{used}\n"),
+                (false, true) => format!("would reclaim {}\n", oxzfs::dsl::nicebytes(used)),
+                (false, false) => format!("will reclaim {}\n", oxzfs::dsl::nicebytes(used)),
+            });
+        }
+        if o.dry_run {
+            return (out, String::new(), 0);
+        }
         let r = if o.defer { h.lock().destroy_snapshot_deferred(&name) } else { h.lock().destroy_snapshot(&name) };
         imp.pool.forget_fs(&name);
         return match r {
-            Ok(()) => (String::new(), String::new(), 0),
-            Err(e) => (String::new(), format!("{e}\n"), 1),
+            Ok(()) => (out, String::new(), 0),
+            Err(e) => (out, format!("{e}\n"), 1),
         };
     }
     let all: Vec<String> = match imp.pool.datasets() {
@@ -788,6 +817,19 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
             }
         }
     }
+    let mut out = String::new();
+    if o.verbose || o.dry_run {
+        let mut w = h.lock();
+        for v in &victims {
+            for s in w.snapshots_after(v, 0).unwrap_or_default() {
+                out.push_str(&tell(&s));
+            }
+            out.push_str(&tell(v));
+        }
+    }
+    if o.dry_run {
+        return (out, String::new(), 0);
+    }
     for v in &victims {
         // Unmount first.
         if let Some(i) = imp.mounts.iter().position(|m| &m.dataset == v) {
@@ -811,10 +853,11 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         };
         imp.pool.forget_fs(v);
         if let Err(e) = r {
-            return err_out(e, &format!("cannot destroy '{v}'"));
+            let (_, err, code) = err_out(e, &format!("cannot destroy '{v}'"));
+            return (out, err, code);
         }
     }
-    (String::new(), String::new(), 0)
+    (out, String::new(), 0)
 }
 
 verb_opts!(

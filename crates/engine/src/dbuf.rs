@@ -1030,16 +1030,11 @@ impl ObjsetW {
 
     pub fn zap_add_u64(&mut self, obj: u64, name: &str, v: u64) -> Result<()> {
         let z = self.zap_mut(obj)?;
-        if z.normflags != 0 {
-            // Only ASCII names are hashed as OpenZFS hashes them (normalized_key); and two
-            // names of one normalized form would be one name to OpenZFS.
-            if !name.is_ascii() {
-                return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{name}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", z.normflags)));
-            }
-            let norm = oxzfs_format::zap::normalized_key(z.normflags, name.as_bytes()).into_owned();
-            if z.entries.keys().any(|k| k[..] != *name.as_bytes() && oxzfs_format::zap::normalized_key(z.normflags, k)[..] == norm[..]) {
-                return Err(ZfsError::Posix(libc::EEXIST, format!("'{name}': a name of the same normalized form exists")));
-            }
+        // Only ASCII names are hashed as OpenZFS hashes them (normalized_key). Names are
+        // matched exactly, as zap_add matches them; callers that change more than the ZAP
+        // check first (zplw's check_dir_add).
+        if z.normflags != 0 && !name.is_ascii() {
+            return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{name}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", z.normflags)));
         }
         z.set_u64(name, v);
         Ok(())

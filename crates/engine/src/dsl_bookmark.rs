@@ -11,6 +11,7 @@ use crate::dsl::DatasetInfo;
 use crate::dsl_pool::PoolW;
 use crate::spa::Spa;
 use crate::{Result, ZfsError};
+use oxzfs_format::dsl::DS_FLAG_CI_DATASET;
 use oxzfs_format::types;
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ use std::sync::Arc;
 pub const DS_FIELD_BOOKMARK_NAMES: &str = "com.delphix:bookmarks";
 pub const BOOKMARKS_FEATURE: &str = "com.delphix:bookmarks";
 const BOOKMARK_V2_FEATURE: &str = "com.datto:bookmark_v2";
+/// ZFS_MAX_DATASET_NAME_LEN: a full name ("pool/fs#bm") must be shorter.
+pub(crate) const MAX_DATASET_NAME_LEN: usize = 256;
 /// ZBM_FLAG_HAS_FBN: the bookmark keeps written accounting (bookmark_written).
 const ZBM_FLAG_HAS_FBN: u64 = 1;
 
@@ -74,7 +77,18 @@ pub fn bookmarks(spa: &Arc<Spa>, head: &DatasetInfo) -> Result<Vec<Bookmark>> {
 pub fn find_bookmark(spa: &Arc<Spa>, name: &str) -> Result<Option<Bookmark>> {
     let Some((fs, bm)) = name.split_once('#') else { return Ok(None) };
     let Ok(head) = crate::dsl::find_dataset(spa, fs) else { return Ok(None) };
-    Ok(bookmarks(spa, &head)?.into_iter().find(|b| b.name[fs.len() + 1..].eq_ignore_ascii_case(bm)))
+    let ci = head.ds.flags & DS_FLAG_CI_DATASET != 0;
+    Ok(bookmarks(spa, &head)?.into_iter().find(|b| same_name(ci, b.name[fs.len() + 1..].as_bytes(), bm.as_bytes())))
+}
+
+/// Whether bookmark names `a` and `b` are one name: exactly, or ignoring case in a
+/// case-insensitive file system (DS_FLAG_CI_DATASET), as dsl_bookmark_lookup_impl matches.
+fn same_name(ci: bool, a: &[u8], b: &[u8]) -> bool {
+    if ci {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
 }
 
 /// zfs_component_namecheck for a bookmark's short name.
@@ -89,6 +103,16 @@ fn name_error(short: &str) -> Option<&'static str> {
 }
 
 impl PoolW {
+    /// Whether head dataset `ds` is case-insensitive (DS_FLAG_CI_DATASET).
+    pub(crate) fn head_ci(&mut self, ds: u64) -> Result<bool> {
+        Ok(self.ds_phys(ds)?.flags & DS_FLAG_CI_DATASET != 0)
+    }
+
+    /// Whether bookmark names `a` and `b` of head dataset `ds` are one name.
+    pub(crate) fn same_bookmark_name(&mut self, ds: u64, a: &[u8], b: &[u8]) -> Result<bool> {
+        Ok(same_name(self.head_ci(ds)?, a, b))
+    }
+
     /// The (bookmarks ZAP, name → words) of head dataset `ds`.
     pub(crate) fn bookmark_map(&mut self, ds: u64) -> Result<Option<(u64, Vec<(Vec<u8>, Vec<u64>)>)>> {
         if self.mos.dnode(ds)?.typ != types::DMU_OTN_ZAP_METADATA {
@@ -109,6 +133,9 @@ impl PoolW {
         if let Some(e) = name_error(short) {
             return Err(ZfsError::Invalid(format!("{what}: {e}")));
         }
+        if new.len() >= MAX_DATASET_NAME_LEN {
+            return Err(ZfsError::Invalid(format!("{what}: name is too long")));
+        }
         let src_fs = source.split(['@', '#']).next().unwrap_or(source);
         if src_fs != fs {
             return Err(ZfsError::Invalid(format!("{what}: source is not an ancestor of the new bookmark's dataset")));
@@ -122,7 +149,8 @@ impl PoolW {
             let p = self.ds_phys(snap)?;
             vec![p.guid, p.creation_txg, p.creation_time]
         } else if let Some((_, sbm)) = source.split_once('#') {
-            let found = self.bookmark_map(head)?.and_then(|(_, m)| m.into_iter().find(|(k, _)| k.eq_ignore_ascii_case(sbm.as_bytes())));
+            let ci = self.head_ci(head)?;
+            let found = self.bookmark_map(head)?.and_then(|(_, m)| m.into_iter().find(|(k, _)| same_name(ci, k, sbm.as_bytes())));
             let (_, w) = found.ok_or_else(|| ZfsError::Invalid(format!("{what}: source bookmark '{source}' does not exist")))?;
             w.into_iter().take(3).collect()
         } else {
@@ -130,8 +158,9 @@ impl PoolW {
         };
         let dir = self.ds_phys(head)?.dir_obj;
         self.refuse_encrypted(dir, &what)?;
+        let ci = self.head_ci(head)?;
         if let Some((_, m)) = self.bookmark_map(head)? {
-            if m.iter().any(|(k, _)| k.eq_ignore_ascii_case(short.as_bytes())) {
+            if m.iter().any(|(k, _)| same_name(ci, k, short.as_bytes())) {
                 return Err(ZfsError::Invalid(format!("{what}: bookmark exists")));
             }
         }
@@ -148,7 +177,8 @@ impl PoolW {
         let Some((obj, m)) = self.bookmark_map(head)? else {
             return Err(ZfsError::NotFound(format!("{what}: bookmark does not exist")));
         };
-        let Some((key, words)) = m.iter().find(|(k, _)| k.eq_ignore_ascii_case(short.as_bytes())).cloned() else {
+        let ci = self.head_ci(head)?;
+        let Some((key, words)) = m.iter().find(|(k, _)| same_name(ci, k, short.as_bytes())).cloned() else {
             return Err(ZfsError::NotFound(format!("{what}: bookmark does not exist")));
         };
         let b = decode(fs, &key, words)?;

@@ -173,7 +173,14 @@ impl PoolW {
             used.lsize += d.lsize;
         }
         for (k, _) in &moving {
-            if conflict.is_none() && clone_marks.iter().any(|(c, _)| c.eq_ignore_ascii_case(k)) {
+            if k.len() >= MAXNAMELEN - name.len() - 1 {
+                return Err(ZfsError::Posix(libc::ENAMETOOLONG, format!("{what}: name is too long")));
+            }
+            let mut clash = false;
+            for (c, _) in &clone_marks {
+                clash |= self.same_bookmark_name(hds, c, k)?;
+            }
+            if conflict.is_none() && clash {
                 conflict = Some(String::from_utf8_lossy(k).into_owned());
             }
         }
@@ -201,7 +208,12 @@ impl PoolW {
             origin_used_snap = self.snaplist_space(&origin_snaps, op.creation_txg)?;
         }
 
-        // dsl_dataset_promote_sync.
+        let dir_clones = self.version >= SPA_VERSION_DIR_CLONES;
+        if dir_clones && origin_origin.is_none() {
+            return Err(ZfsError::Invalid(format!("{what}: '{origin_name}' has no origin of its own (pool version {})", self.version)));
+        }
+
+        // dsl_dataset_promote_sync: nothing below fails but on an I/O error.
         let mut op = self.ds_phys(origin_ds)?;
         let oldnext = op.next_snap_obj;
         op.next_snap_obj = oldest_clone;
@@ -217,9 +229,8 @@ impl PoolW {
         let mut odp2 = self.dir_phys(odir)?;
         odp2.origin_obj = origin_ds;
         self.mos.set_bonus(odir, &odp2.encode())?;
-        let dir_clones = self.version >= SPA_VERSION_DIR_CLONES;
         if dir_clones {
-            let oo = origin_origin.ok_or_else(|| ZfsError::Invalid(format!("{what}: '{origin_name}' has no origin of its own (pool version {})", self.version)))?;
+            let oo = origin_origin.expect("checked above");
             let oodir = self.ds_phys(oo)?.dir_obj;
             self.dir_clones_remove(odir, hds)?;
             self.dir_clones_add(oodir, hds)?;

@@ -93,6 +93,15 @@ impl PoolW {
             }
             objs.push(obj);
         }
+        // A snapshot that goes with its last hold must be free to go before anything changes
+        // (dsl_dataset_user_release_check_one: EBUSY).
+        for (&obj, (snap, _)) in objs.iter().zip(rels) {
+            let p = self.ds_phys(obj)?;
+            let releasing = rels.iter().zip(&objs).filter(|(_, &o)| o == obj).map(|((_, t), _)| t).collect::<std::collections::BTreeSet<_>>().len();
+            if p.flags & DS_FLAG_DEFER_DESTROY != 0 && p.num_children <= 1 && self.userrefs(obj)? == releasing && self.spa.send_held(obj) {
+                return Err(ZfsError::Posix(libc::EBUSY, format!("cannot release hold from snapshot '{snap}': dataset is busy")));
+            }
+        }
         for (&obj, (_, tag)) in objs.iter().zip(rels) {
             let uo = self.ds_phys(obj)?.userrefs_obj;
             // The same tag twice in one release is one release.
@@ -108,6 +117,7 @@ impl PoolW {
     /// `zfs destroy -d fs@snap`: destroyed now when nothing keeps it, else marked to go when
     /// its last hold is released and its last clone destroyed (defer_destroy=on).
     pub fn destroy_snapshot_deferred(&mut self, name: &str) -> Result<()> {
+        self.holds_supported(&format!("cannot destroy '{name}'"))?;
         let obj = self.find_snapshot(name)?.ok_or_else(|| ZfsError::Invalid("could not find any snapshots to destroy; check snapshot names.".into()))?;
         let p = self.ds_phys(obj)?;
         if p.num_children <= 1 && self.userrefs(obj)? == 0 {
@@ -135,7 +145,8 @@ impl PoolW {
     /// A snapshot marked for deferred destroy goes once it has no hold and no clone.
     pub(crate) fn destroy_if_deferred(&mut self, obj: u64, name: &str) -> Result<()> {
         let p = self.ds_phys(obj)?;
-        if p.flags & DS_FLAG_DEFER_DESTROY != 0 && p.num_children <= 1 && self.userrefs(obj)? == 0 {
+        // One a send holds stays marked, to go with its next release or clone's destroy.
+        if p.flags & DS_FLAG_DEFER_DESTROY != 0 && p.num_children <= 1 && self.userrefs(obj)? == 0 && !self.spa.send_held(obj) {
             self.destroy_snapshot(name)?;
         }
         Ok(())

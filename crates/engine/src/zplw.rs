@@ -517,6 +517,37 @@ fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> 
     put(os, dir, &z)
 }
 
+/// Whether directory `dir` may change: a normalized directory (a case-insensitive or
+/// Unicode-normalized file system's) is hashed by its names' normalized forms, which oxzfs
+/// computes for ASCII names only (ENOTSUP when it holds another).
+fn check_dir_changeable(os: &mut ObjsetW, dir: u64) -> Result<()> {
+    let z = os.zap(dir)?;
+    if z.normflags != 0 && z.entries.keys().any(|k| !k.is_ascii()) {
+        return Err(posix(libc::ENOTSUP, format!("directory {dir} is normalized and holds non-ASCII names: oxzfs leaves it unchanged")));
+    }
+    Ok(())
+}
+
+/// Before `name` goes into directory `dir` (checked before anything changes): the directory
+/// may change, a normalized one takes ASCII names only, and in a case-insensitive file
+/// system a name that differs only in case from another (`except`: the one being renamed)
+/// is that name (EEXIST), as OpenZFS's lookups there find it.
+fn check_dir_add(os: &mut ObjsetW, dir: u64, name: &str, except: Option<&str>) -> Result<()> {
+    check_dir_changeable(os, dir)?;
+    let insensitive = os.zap_lookup(MASTER_NODE_OBJ, "casesensitivity")? == Some(1);
+    let z = os.zap(dir)?;
+    if z.normflags == 0 {
+        return Ok(());
+    }
+    if !name.is_ascii() {
+        return Err(posix(libc::ENOTSUP, format!("{name}: oxzfs writes only ASCII names into a normalized directory")));
+    }
+    if insensitive && z.entries.keys().any(|k| k[..] != *name.as_bytes() && Some(&k[..]) != except.map(str::as_bytes) && k.eq_ignore_ascii_case(name.as_bytes())) {
+        return Err(posix(libc::EEXIST, format!("{name} exists (the file system is case-insensitive)")));
+    }
+    Ok(())
+}
+
 /// Create a file, directory, symlink or device node in `dir`.
 #[allow(clippy::too_many_arguments)]
 pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid: u64, rdev: u64, target: Option<&[u8]>, txg: u64) -> Result<u64> {
@@ -525,6 +556,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
+    check_dir_add(os, dir, n, None)?;
     let is_dir = mode & S_IFMT == S_IFDIR;
     let use_sa = is_sa(os, dir)?;
     let obj = mknode(os, use_sa, Some((dir, pz.flags)), mode, uid, gid, rdev, txg)?;
@@ -788,6 +820,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
+    check_dir_add(os, dir, n, None)?;
     z.links += 1;
     z.ctime = now_ts();
     put(os, obj, &z)?;
@@ -832,6 +865,8 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
     if target == Some(obj) {
         return Ok(());
     }
+    check_dir_changeable(os, sdir)?;
+    check_dir_add(os, ddir, &dn, (sdir == ddir).then_some(sn.as_str()))?;
     if flags & RENAME_EXCHANGE != 0 {
         let t = target.ok_or_else(|| posix(libc::ENOENT, format!("{dn}: no such file")))?;
         let mut tz = get(os, t)?;
