@@ -91,6 +91,12 @@ ZPOOL = {
         'usage:\n'
         '\texport [-af] <pool> ...\n'
     ),
+    "upgrade": (
+        'usage:\n'
+        '\tupgrade\n'
+        '\tupgrade -v\n'
+        '\tupgrade [-V version] <-a | pool ...>\n'
+    ),
     "history": (
         'usage:\n'
         '\thistory [-il] [<pool>] ...\n'
