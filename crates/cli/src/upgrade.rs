@@ -130,8 +130,7 @@ pub fn upgrade(st: &mut State, args: &[String]) -> Out {
             out.push_str("\nUse 'zpool upgrade -v' for a list of available legacy versions.\n");
         }
         let mut first = true;
-        for (n, v, enabled) in all.iter().filter(|p| p.1 >= SPA_VERSION) {
-            let _ = v;
+        for (n, _, enabled) in all.iter().filter(|p| p.1 >= SPA_VERSION) {
             let missing: Vec<_> = supported().into_iter().filter(|f| !enabled.iter().any(|g| g == f.0)).collect();
             if missing.is_empty() {
                 continue;

@@ -115,10 +115,7 @@ impl PoolW {
 
     /// The (bookmarks ZAP, name → words) of head dataset `ds`.
     pub(crate) fn bookmark_map(&mut self, ds: u64) -> Result<Option<(u64, Vec<(Vec<u8>, Vec<u64>)>)>> {
-        if self.mos.dnode(ds)?.typ != types::DMU_OTN_ZAP_METADATA {
-            return Ok(None);
-        }
-        let Some(obj) = self.mos.zap_lookup(ds, DS_FIELD_BOOKMARK_NAMES)?.filter(|&o| o != 0) else { return Ok(None) };
+        let Some(obj) = self.zapified_lookup(ds, DS_FIELD_BOOKMARK_NAMES)?.filter(|&o| o != 0) else { return Ok(None) };
         let z = self.mos.zap(obj)?;
         Ok(Some((obj, z.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone())).collect())))
     }

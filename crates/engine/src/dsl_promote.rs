@@ -84,7 +84,7 @@ impl PoolW {
     }
 
     /// The entry `name` of a dsl object that may be a zapified one (a plain object has none).
-    fn zapified_lookup(&mut self, obj: u64, name: &str) -> Result<Option<u64>> {
+    pub(crate) fn zapified_lookup(&mut self, obj: u64, name: &str) -> Result<Option<u64>> {
         if self.mos.dnode(obj)?.typ != types::DMU_OTN_ZAP_METADATA {
             return Ok(None);
         }
