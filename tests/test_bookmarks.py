@@ -82,6 +82,11 @@ def test_bookmarks_and_send_from_one(oxzfs, work_dir):
                                      f"{fs}#a\tbookmark", f"{fs}#copy\tbookmark", f"{fs}#short\tbookmark"], repr(r)
     r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "bookmark", fs)
     assert r.stdout.split() == [f"{fs}#a", f"{fs}#copy", f"{fs}#short"], repr(r)
+    # Named without -r, a file system brings its bookmarks only when they are all asked for.
+    r = oxzfs.zfs("list", "-H", "-o", "name", "-t", "all", fs)
+    assert r.stdout.split() == [fs], repr(r)
+    r = oxzfs.zfs("get", "-H", "-o", "name", "type", fs)
+    assert r.stdout.split() == [fs], repr(r)
 
     base = os.path.join(oxzfs.base, "bmk")
     full, incr = os.path.join(base, "full.zs"), os.path.join(base, "incr.zs")

@@ -147,6 +147,9 @@ pub fn parse_types(t: &[String]) -> Result<Vec<DatasetKind>, String> {
 fn select_with_bookmarks(st: &State, operands: &[String], recurse: bool, depth: Option<usize>, types: &[DatasetKind], all_bookmarks: bool) -> Result<(Vec<(Arc<Pool>, DatasetInfo)>, Vec<(String, Vec<PropValue>)>), String> {
     let (ds_operands, bm_operands): (Vec<String>, Vec<String>) = operands.iter().cloned().partition(|n| !n.contains('#'));
     let sel = if ds_operands.is_empty() && !bm_operands.is_empty() { Vec::new() } else { select(st, &ds_operands, recurse, depth, types)? };
+    // As for snapshots: a file system named without -r or -d brings its bookmarks only when
+    // bookmarks are all that is asked for (`zfs list -t bookmark fs`).
+    let all_bookmarks = all_bookmarks && (ds_operands.is_empty() || recurse || depth.is_some() || types.is_empty());
     let bms = if all_bookmarks || !bm_operands.is_empty() { bookmark_rows(st, operands, recurse, depth, all_bookmarks)? } else { Vec::new() };
     Ok((sel, bms))
 }
