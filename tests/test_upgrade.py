@@ -11,6 +11,7 @@ import re
 import subprocess
 
 from test_removal import ZHACK
+import oracle_pools
 from test_write import make_devs, zdb_check
 
 HEADER = "This system supports ZFS pool feature flags.\n\n"
@@ -45,8 +46,8 @@ def test_upgrade_enables_what_create_enables(oxzfs):
     assert "VER  POOL\n---  ------------\n23   upg23\n" in r.stdout, repr(r)
     listed = r.stdout.split("POOL  FEATURE\n---------------\nupg\n")[1].split("\n\n")[0].split()
     assert "bookmarks" in listed and "blake3(*)" in listed and "lz4_compress" in listed, listed
-    r = oxzfs.zpool("upgrade", "upg23")
-    assert r.returncode == 1 and "cannot upgrade 'upg23': oxzfs does not upgrade version 23 pools" in r.stderr, repr(r)
+    r = oxzfs.zpool("upgrade", "-V", "23", "upg")
+    assert r.stdout == HEADER + "Pool 'upg' is already formatted using more current version '5000'.\n\n", repr(r)
     r = oxzfs.zpool("upgrade", "upg")
     assert r.returncode == 0 and r.stdout.startswith(HEADER + "Enabled the following features on 'upg':\n"), repr(r)
     enabled = [x.strip() for x in r.stdout.splitlines()[3:] if x.startswith("  ")]
@@ -77,3 +78,61 @@ def test_upgrade_enables_what_create_enables(oxzfs):
     assert set(enabled) <= short(counts) and set(enabled) <= short(described), (enabled, counts, described)
     assert counts["com.delphix:bookmarks"] == 1, counts
     assert oxzfs.export("upg23").returncode == 0
+
+
+def test_zfs_fuse_pool_upgraded_to_feature_flags(oxzfs, zfs_fuse_pools):
+    """A raidz1 pool zfs-fuse wrote (version 23, with a snapshot) moves to feature flags: the
+    version-26 upgrade (the $FREE directory, the free bpobj, dd_clones), the feature objects and
+    version 5000 in the labels. Every file system and snapshot still reads as zfs-fuse's
+    manifests say; snapshots, a clone and a bookmark are made and destroyed after; OpenZFS's zdb
+    is clean and reads version 5000, every dd_clones lists its clones, and libzpool (zhack)
+    imports the pool read-write and changes it, after which we read it all again."""
+    from conftest import assert_manifest, copy_vdevs, pool_info
+    from test_promote import check_dir_clones
+    from test_removal import zhack_rw
+    name = "oxt-raidz1"
+    src = zfs_fuse_pools[name]
+    vdir = copy_vdevs(os.path.join(src, "vdevs"), os.path.join(oxzfs.base, "upg-zf", "vdevs"))
+    alt = os.path.join(oxzfs.base, "upg-zf", "alt")
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, name)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(name)
+    r = oxzfs.zpool("upgrade", name)
+    assert r.returncode == 0, repr(r)
+    assert r.stdout.startswith(HEADER + f"Successfully upgraded '{name}' from version 23 to feature flags.\n"
+                               f"Enabled the following features on '{name}':\n"), repr(r)
+    r = oxzfs.zpool("get", "-H", "-o", "value", "version,feature@bookmarks", name)
+    assert r.stdout.split() == ["-", "enabled"], repr(r)
+    info = pool_info(src)
+
+    def check_manifests(ctx):
+        for ds in info["datasets"]:
+            root = os.path.join(alt, ds["name"])
+            # (the clone's mountpoint directory stays in the root file system, as in OpenZFS)
+            assert_manifest(root, os.path.join(src, ds["manifest"]), ds["children"] + ["upclone"])
+            for snap, man in ds.get("snapshot_manifests", {}).items():
+                assert_manifest(os.path.join(root, ".zfs", "snapshot", snap), os.path.join(src, man), ds["children"])
+
+    check_manifests("after the upgrade")
+    fs = info["datasets"][0]["name"]
+    assert oxzfs.zfs("snapshot", f"{fs}@up").returncode == 0
+    assert oxzfs.zfs("clone", f"{fs}@up", f"{name}/upclone").returncode == 0
+    assert oxzfs.zfs("bookmark", f"{fs}@up", f"{fs}#up").returncode == 0
+    with open(os.path.join(alt, name, "upclone", "new"), "wb") as f:
+        f.write(os.urandom(200000))
+    assert oxzfs.export(name).returncode == 0
+    zdb_check(vdir, name)
+    check_dir_clones(vdir, name)
+    r = subprocess.run([os.path.join(oracle_pools.OPENZFS_BIN, "zdb"), "-e", "-p", vdir, "-C", name],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and re.search(r"^\s+version: 5000$", r.stdout, re.M), r.stdout[:2000]
+    zhack_rw(vdir, "feature", "enable", name, "com.example:after_upgrade")
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, name)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(name)
+    for victim in (f"{name}/upclone", f"{fs}#up", f"{fs}@up"):
+        r = oxzfs.zfs("destroy", victim)
+        assert r.returncode == 0, repr(r)
+    check_manifests("after libzpool's import and our destroys")
+    assert oxzfs.export(name).returncode == 0
+    zdb_check(vdir, name)

@@ -2,8 +2,8 @@
 //! legacy versions), and enabling them (`-a`, pools), in zpool_main.c's words and layout.
 //! "Supported" is what oxzfs enables on a new pool (spa_feature::DEFAULT_FEATURES); the
 //! features it implements but leaves disabled there (OPTIONAL_FEATURES) are listed with (*),
-//! not applied by an upgrade, as OpenZFS lists its no-upgrade features. Legacy-version pools
-//! (1-28) are listed; their move to feature flags is not done by oxzfs.
+//! not applied by an upgrade, as OpenZFS lists its no-upgrade features. A legacy-version pool
+//! (11-28) moves to feature flags first (PoolW::upgrade_to_features).
 
 use crate::opts::{parse, verb_opts};
 use crate::verb::{err_out, usage, Out, State};
@@ -72,7 +72,7 @@ fn pools(st: &State) -> Vec<(String, u64, Vec<String>)> {
                 Some(h) => h.lock().features.keys().cloned().collect(),
                 None => i.pool.spa.features_enabled().into_iter().map(|(g, _)| g).collect(),
             };
-            (n.clone(), i.pool.spa.version, enabled)
+            (n.clone(), i.pool.spa.version(), enabled)
         })
         .collect()
 }
@@ -155,7 +155,7 @@ pub fn upgrade(st: &mut State, args: &[String]) -> Out {
             err.push_str(&format!("cannot open '{name}': no such pool\n"));
             continue;
         };
-        let cur = imp.pool.spa.version;
+        let cur = imp.pool.spa.version();
         if cur > version {
             let _ = write!(out, "Pool '{name}' is already formatted using more current version '{cur}'.\n\n");
             continue;
@@ -164,8 +164,8 @@ pub fn upgrade(st: &mut State, args: &[String]) -> Out {
             let _ = write!(out, "Pool '{name}' is already formatted using version {version}.\n\n");
             continue;
         }
-        if cur != version {
-            err.push_str(&format!("cannot upgrade '{name}': oxzfs does not upgrade version {cur} pools (to version {version}); OpenZFS's zpool upgrade does\n"));
+        if cur != version && version != SPA_VERSION {
+            err.push_str(&format!("cannot upgrade '{name}': oxzfs upgrades legacy pools to feature flags only, not to version {version}\n"));
             continue;
         }
         let Some(h) = imp.rw.clone() else {
@@ -173,6 +173,14 @@ pub fn upgrade(st: &mut State, args: &[String]) -> Out {
             continue;
         };
         let mut w = h.lock();
+        if cur < SPA_VERSION {
+            if let Err(e) = w.upgrade_to_features() {
+                err.push_str(&err_out(e, &format!("cannot upgrade '{name}'")).1);
+                continue;
+            }
+            changed_any = true;
+            let _ = writeln!(out, "Successfully upgraded '{name}' from version {cur} to feature flags.");
+        }
         let mut enabled_now = Vec::new();
         for (guid, fname, _, auto) in supported() {
             if !auto || w.features.contains_key(guid) {

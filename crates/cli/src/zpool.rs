@@ -793,7 +793,7 @@ pub fn zpool_value(imp: &Imported, prop: &str, p: bool) -> String {
         "health" => r.health,
         "altroot" => r.altroot,
         "guid" => imp.pool.guid().to_string(),
-        "version" => if imp.pool.spa.version >= 5000 { "-".into() } else { imp.pool.spa.version.to_string() },
+        "version" => if imp.pool.spa.version() >= 5000 { "-".into() } else { imp.pool.spa.version().to_string() },
         "readonly" => if imp.pool.spa.readonly { "on".into() } else { "off".into() },
         "comment" => imp.rw.as_ref().map(|h| h.lock().config_nv.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| imp.pool.spa.config.get_str("comment").map(|c| c.to_string())).unwrap_or_else(|| "-".into()),
         "autoexpand" | "autoreplace" | "listsnapshots" | "autotrim" | "multihost" | "delegation" => {

@@ -443,6 +443,14 @@ impl PoolW {
     /// dsl_deadlist_merge of new-format deadlist `src` into `dl`: each entry of `src` goes to
     /// the entry of `dl` with the same mintxg or the nearest before it; `src` is freed.
     pub(crate) fn deadlist_merge_free(&mut self, dl: u64, src: u64) -> Result<()> {
+        // An old-format one (a bpobj, made before the pool's upgrade to version 26): its
+        // blocks go in one by one (dsl_deadlist_merge's bpobj case).
+        if self.deadlist_oldfmt(src)? {
+            let mut bps = Vec::new();
+            self.bpobj_read_all(src, 0, &mut bps)?;
+            self.deadlist_insert(dl, &bps)?;
+            return self.bpobj_free(src);
+        }
         let mut space = SpaceDelta::default();
         for (t, obj) in self.deadlist_entries(src)? {
             let empty = self.empty_bpobj()?;

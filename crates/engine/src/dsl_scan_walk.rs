@@ -248,7 +248,7 @@ impl<'a> ScanWalk<'a> {
                 return false;
             }
             match origin_snap(&mos) {
-                Some(o) if self.spa.version >= SPA_VERSION_DSL_SCRUB => self.visitds(&mos, o),
+                Some(o) if self.spa.version() >= SPA_VERSION_DSL_SCRUB => self.visitds(&mos, o),
                 _ => self.enqueue_chains(&mos),
             }
             if self.suspending {

@@ -566,7 +566,7 @@ impl Pool {
             Reason::OfflineDev
         } else if self.spa.root_vdev.leaves().iter().any(|l| l.state() == VdevState::Removed) {
             Reason::RemovedDev
-        } else if self.spa.version < spa::SPA_VERSION_FEATURES {
+        } else if self.spa.version() < spa::SPA_VERSION_FEATURES {
             // Every legacy version is "older" to OpenZFS 2.1. (Feature-flag pools with
             // features left disabled would report FEAT_DISABLED: not told apart here.)
             Reason::VersionOlder

@@ -363,7 +363,8 @@ pub struct Spa {
     pub root_vdev: Arc<Vdev>,
     pub uberblock: UberblockPhys,
     pub rootbp: BlockPointer,
-    pub version: u64,
+    /// The pool version (SPA_VERSION): changed only by `zpool upgrade` (PoolW::upgrade_to_features).
+    version: std::sync::atomic::AtomicU64,
     pub readonly: bool,
     /// The ARC every pool shares (`arc::shared`), and this import's id in its keys.
     pub arc: Arc<AdaptiveCache>,
@@ -413,7 +414,7 @@ impl Spa {
             root_vdev: root,
             uberblock,
             rootbp,
-            version,
+            version: std::sync::atomic::AtomicU64::new(version),
             readonly,
             arc: crate::arc::shared(arc_max),
             arc_id: {
@@ -439,6 +440,16 @@ impl Spa {
 
     /// A pool being created: no uberblock yet; the MOS handle appears at the first sync.
     #[allow(clippy::too_many_arguments)]
+    /// The pool version.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A `zpool upgrade` raised the version (synced).
+    pub(crate) fn set_version(&self, v: u64) {
+        self.version.store(v, std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn new_for_write(name: &str, guid: u64, config: NvList, root: Arc<Vdev>, version: u64, salt: [u8; 32], devices: DeviceMap, arc_max: u64) -> Spa {
         let ub = UberblockPhys {
             magic: oxzfs_format::uberblock::UBERBLOCK_MAGIC,

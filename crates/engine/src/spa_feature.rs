@@ -188,3 +188,84 @@ impl PoolW {
         Ok(())
     }
 }
+
+impl PoolW {
+    /// `zpool upgrade` of a legacy-version pool (11-28) to feature flags, as spa_upgrade and
+    /// spa_sync_upgrades do it in one txg: below version 26 the `$FREE` directory, the pool's
+    /// free bpobj and every origin directory's list of clones (dsl_pool_upgrade_dir_clones);
+    /// then the feature objects (spa_feature_create_zap_objects) and version 5000 in the
+    /// uberblock and the labels. The caller enables the features after. Versions 1-10 (no
+    /// $ORIGIN: OpenZFS rewrites every clone's links first) are refused.
+    pub fn upgrade_to_features(&mut self) -> Result<()> {
+        let v = self.version;
+        if v >= SPA_VERSION_FEATURES {
+            return Ok(());
+        }
+        if v < 11 {
+            return Err(ZfsError::Posix(libc::ENOTSUP, format!("oxzfs upgrades pools of version 11 or later (this one is version {v}); OpenZFS's zpool upgrade does")));
+        }
+        self.sync()?;
+        let root = self.mos.zap_lookup(1, "root_dataset")?.ok_or_else(|| ZfsError::Invalid("no root_dataset".into()))?;
+        let root_child = self.dir_phys(root)?.child_dir_zapobj;
+        if v < crate::dsl_promote::SPA_VERSION_DIR_CLONES {
+            if self.mos.zap_lookup(root_child, "$FREE")?.is_none() {
+                let dd = self.mos.alloc_object(types::DMU_OT_DSL_DIR, 512, types::DMU_OT_DSL_DIR, 256, 1)?;
+                let props = self.mos.create_zap(types::DMU_OT_DSL_PROPS, 0, 0, 0)?;
+                let child = self.mos.create_zap(types::DMU_OT_DSL_DIR_CHILD_MAP, 0, 0, 0)?;
+                let flags = if v >= 13 { oxzfs_format::dsl::DD_FLAG_USED_BREAKDOWN } else { 0 };
+                let phys = oxzfs_format::dsl::DslDirPhys { creation_time: crate::dsl_pool::now(), parent_dir_obj: root, props_zapobj: props, child_dir_zapobj: child, flags, ..Default::default() };
+                self.mos.set_bonus(dd, &phys.encode())?;
+                self.mos.zap_add_u64(root_child, "$FREE", dd)?;
+            }
+            if self.mos.zap_lookup(1, "free_bpobj")?.is_none() {
+                // A bpobj of the new version's layout (with sub-bpobjs), as OpenZFS allocates it
+                // directly because the pool still says the old version.
+                let size = crate::deadlist::bpobj_bonus_size(crate::dsl_promote::SPA_VERSION_DIR_CLONES, false);
+                let o = self.mos.alloc_object(types::DMU_OT_BPOBJ, 128 << 10, types::DMU_OT_BPOBJ_HDR, size, 1)?;
+                self.mos.set_bonus(o, &oxzfs_format::dsl::BpobjPhys::default().encode(size))?;
+                self.mos.zap_add_u64(1, "free_bpobj", o)?;
+            }
+            // upgrade_dir_clones_cb: each head dataset with an origin joins the origin's
+            // directory's clones.
+            let mut dirs = vec![root];
+            let mut seen = 0usize;
+            while let Some(d) = dirs.pop() {
+                seen += 1;
+                if seen > 1 << 20 {
+                    return Err(ZfsError::Invalid("the DSL directory tree does not end".into()));
+                }
+                let p = self.dir_phys(d)?;
+                let children: Vec<u64> = self.mos.zap(p.child_dir_zapobj)?.entries.values().filter_map(|(_, v)| v.first().copied()).collect();
+                dirs.extend(children);
+                if p.head_dataset_obj == 0 || p.origin_obj == 0 {
+                    continue;
+                }
+                let odir = self.ds_phys(p.origin_obj)?.dir_obj;
+                let mut op = self.dir_phys(odir)?;
+                if op.clones == 0 {
+                    op.clones = self.mos.create_zap(types::DMU_OT_DSL_CLONES, 0, 0, 0)?;
+                    self.mos.set_bonus(odir, &op.encode())?;
+                }
+                self.mos.zap_add_u64(op.clones, &format!("{:x}", p.head_dataset_obj), p.head_dataset_obj)?;
+            }
+        }
+        let fr = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+        let fw = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+        let fd = self.mos.create_zap(types::DMU_OTN_ZAP_METADATA, 0, 0, 0)?;
+        self.mos.zap_add_u64(1, "features_for_read", fr)?;
+        self.mos.zap_add_u64(1, "features_for_write", fw)?;
+        self.mos.zap_add_u64(1, "feature_descriptions", fd)?;
+        self.feature_objs = Some((fr, fw));
+        if self.mos.zap_lookup(1, "org.illumos:checksum_salt")?.is_none() {
+            let salt = self.spa.checksum_salt;
+            self.mos.zap_mut(1)?.entries.insert(b"org.illumos:checksum_salt".to_vec(), (1, salt.iter().map(|&b| b as u64).collect()));
+        }
+        self.version = SPA_VERSION_FEATURES;
+        self.config_nv.add_u64("version", SPA_VERSION_FEATURES);
+        self.config_dirty = true;
+        self.log_history_internal("upgrade", &format!("from={v} to={SPA_VERSION_FEATURES}"))?;
+        self.sync()?;
+        self.spa.set_version(SPA_VERSION_FEATURES);
+        Ok(())
+    }
+}

@@ -278,7 +278,7 @@ impl PoolW {
     /// Import a scanned pool read-write: open the MOS for writing and load the metaslabs.
     pub fn open(cand: &PoolCandidate, arc_max: u64, hostname: &str) -> Result<PoolW> {
         let spa = Spa::open_rw(cand, arc_max)?;
-        let version = spa.version;
+        let version = spa.version();
         // The first sync rewrites the labels and the MOS config (spa_load's need_update for an
         // import, SPA_ASYNC_CONFIG_UPDATE): the labels say POOL_STATE_ACTIVE again, so that a
         // device of an imported pool is "part of active pool", and a new name is taken.

@@ -411,7 +411,7 @@ pub fn block_stats(spa: &Arc<Spa>, verify: Verify) -> Result<PoolBlockStats> {
     if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, "sync_bplist") {
         w.count_bpobj(&mos, obj, 0);
     }
-    if spa.version >= 26 {
+    if spa.version() >= 26 {
         if let Ok(Some(obj)) = crate::zap::zap_lookup_u64(&mos, 1, "free_bpobj") {
             w.count_bpobj(&mos, obj, 0);
         }
