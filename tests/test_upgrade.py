@@ -105,7 +105,7 @@ def test_zfs_fuse_pool_upgraded_to_feature_flags(oxzfs, zfs_fuse_pools):
     assert r.stdout.split() == ["-", "enabled"], repr(r)
     info = pool_info(src)
 
-    def check_manifests(ctx):
+    def check_manifests():
         for ds in info["datasets"]:
             root = os.path.join(alt, ds["name"])
             # (the clone's mountpoint directory stays in the root file system, as in OpenZFS)
@@ -113,7 +113,7 @@ def test_zfs_fuse_pool_upgraded_to_feature_flags(oxzfs, zfs_fuse_pools):
             for snap, man in ds.get("snapshot_manifests", {}).items():
                 assert_manifest(os.path.join(root, ".zfs", "snapshot", snap), os.path.join(src, man), ds["children"])
 
-    check_manifests("after the upgrade")
+    check_manifests()
     fs = info["datasets"][0]["name"]
     assert oxzfs.zfs("snapshot", f"{fs}@up").returncode == 0
     assert oxzfs.zfs("clone", f"{fs}@up", f"{name}/upclone").returncode == 0
@@ -133,6 +133,6 @@ def test_zfs_fuse_pool_upgraded_to_feature_flags(oxzfs, zfs_fuse_pools):
     for victim in (f"{name}/upclone", f"{fs}#up", f"{fs}@up"):
         r = oxzfs.zfs("destroy", victim)
         assert r.returncode == 0, repr(r)
-    check_manifests("after libzpool's import and our destroys")
+    check_manifests()
     assert oxzfs.export(name).returncode == 0
     zdb_check(vdir, name)
