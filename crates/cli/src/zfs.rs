@@ -751,17 +751,21 @@ pub fn destroy(st: &mut State, args: &[String]) -> Out {
         (true, false, false) => format!("will destroy {n}\n"),
     };
     if name.contains('@') {
-        let Some(snap) = imp.pool.datasets().ok().and_then(|l| l.into_iter().find(|d| d.name == name)) else {
-            return (String::new(), "could not find any snapshots to destroy; check snapshot names.\n".into(), 1);
-        };
-        let mut out = tell(&name);
-        if o.verbose {
+        let mut out = String::new();
+        if o.verbose || o.dry_run {
+            // The snapshot's own listing is needed only to tell (and, for -n, to check) it.
+            let Some(snap) = imp.pool.datasets().ok().and_then(|l| l.into_iter().find(|d| d.name == name)) else {
+                return (String::new(), "could not find any snapshots to destroy; check snapshot names.\n".into(), 1);
+            };
+            out = tell(&name);
             let used = snap.ds.unique_bytes;
-            out.push_str(&match (o.parsable, o.dry_run) {
-                (true, _) => format!("reclaim\t{used}\n"),
-                (false, true) => format!("would reclaim {}\n", oxzfs::dsl::nicebytes(used)),
-                (false, false) => format!("will reclaim {}\n", oxzfs::dsl::nicebytes(used)),
-            });
+            if o.verbose {
+                out.push_str(&match (o.parsable, o.dry_run) {
+                    (true, _) => format!("reclaim\t{used}\n"),
+                    (false, true) => format!("would reclaim {}\n", oxzfs::dsl::nicebytes(used)),
+                    (false, false) => format!("will reclaim {}\n", oxzfs::dsl::nicebytes(used)),
+                });
+            }
         }
         if o.dry_run {
             return (out, String::new(), 0);
@@ -1067,12 +1071,8 @@ pub fn promote(st: &mut State, args: &[String]) -> Out {
     if name.contains('@') {
         return (String::new(), format!("cannot open '{name}': operation not applicable to datasets of this type\n"), 1);
     }
-    let imp = match pool_of(st, &name) {
-        Ok(i) => i,
-        Err(o) => return o,
-    };
-    let h = match rw_of(imp, &name, "promote") {
-        Ok(h) => h,
+    let h = match imported_rw(st, &name, "promote") {
+        Ok((_, h)) => h,
         Err(o) => return o,
     };
     let r = h.lock().promote(&name);

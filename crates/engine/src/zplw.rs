@@ -533,12 +533,13 @@ fn check_dir_changeable(os: &mut ObjsetW, dir: u64) -> Result<()> {
 /// system a name that differs only in case from another (`except`: the one being renamed)
 /// is that name (EEXIST), as OpenZFS's lookups there find it.
 fn check_dir_add(os: &mut ObjsetW, dir: u64, name: &str, except: Option<&str>) -> Result<()> {
+    // The common case (no normalization) costs one look at the directory's ZAP.
+    if os.zap(dir)?.normflags == 0 {
+        return Ok(());
+    }
     check_dir_changeable(os, dir)?;
     let insensitive = os.zap_lookup(MASTER_NODE_OBJ, "casesensitivity")? == Some(1);
     let z = os.zap(dir)?;
-    if z.normflags == 0 {
-        return Ok(());
-    }
     if !name.is_ascii() {
         return Err(posix(libc::ENOTSUP, format!("{name}: oxzfs writes only ASCII names into a normalized directory")));
     }
