@@ -185,6 +185,21 @@ ZFS = {
         'usage:\n'
         '\tinherit [-rS] <property> <filesystem|volume|snapshot> ...\n'
     ),
+    "userspace": (
+        'usage:\n'
+        '\tuserspace [-Hinp] [-o field[,...]] [-s field] ...\n'
+        '\t    [-S field] ... [-t type[,...]] <filesystem|snapshot|path>\n'
+    ),
+    "groupspace": (
+        'usage:\n'
+        '\tgroupspace [-Hinp] [-o field[,...]] [-s field] ...\n'
+        '\t    [-S field] ... [-t type[,...]] <filesystem|snapshot|path>\n'
+    ),
+    "projectspace": (
+        'usage:\n'
+        '\tprojectspace [-Hp] [-o field[,...]] [-s field] ... \n'
+        '\t    [-S field] ... <filesystem|snapshot|path>\n'
+    ),
     "mount": (
         'usage:\n'
         '\tmount\n'

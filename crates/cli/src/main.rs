@@ -25,6 +25,7 @@ mod mounts;
 mod opts;
 mod keys;
 mod holds;
+mod userspace;
 mod upgrade;
 mod recv;
 mod send;

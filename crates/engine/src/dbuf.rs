@@ -43,8 +43,8 @@ use crate::{Result, ZfsError};
 use oxzfs_format::blkptr::{BlockPointer, BLKPTR_SIZE};
 use oxzfs_format::checksum::ZIO_CHECKSUM_FLETCHER_4;
 use oxzfs_format::compress::{ZIO_COMPRESS_LZ4, ZIO_COMPRESS_LZJB, ZIO_COMPRESS_OFF};
-use oxzfs_format::dnode::{DnodePhys, DNODE_FLAG_SPILL_BLKPTR, DNODE_FLAG_USED_BYTES, DNODE_SIZE};
-use oxzfs_format::objset::{ObjsetPhys, ZilHeaderPhys};
+use oxzfs_format::dnode::{DnodePhys, DNODE_FLAG_SPILL_BLKPTR, DNODE_FLAG_USED_BYTES, DNODE_FLAG_USEROBJUSED_ACCOUNTED, DNODE_FLAG_USERUSED_ACCOUNTED, DNODE_SIZE};
+use oxzfs_format::objset::{ObjsetPhys, ZilHeaderPhys, DMU_OST_ZFS, OBJSET_PHYS_SIZE_V3};
 use oxzfs_format::types;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -154,6 +154,10 @@ pub struct SyncCtx<'a> {
     pub is_mos: bool,
     /// hole_birth active: holes made in this txg keep their size, type, level and birth txg.
     pub hole_birth: bool,
+    /// userobj_accounting enabled: objects are counted per owner too (`obj-` keys).
+    pub userobj: bool,
+    /// project_quota enabled: file systems account space per project and have 4K objset blocks.
+    pub projects: bool,
     /// The pool's dedup table (travels with the sync, like the allocator).
     pub ddt: &'a mut dyn crate::zio::DedupWriter,
     /// Data blocks allocated and waiting to be written together (flushed at the end of the
@@ -324,16 +328,22 @@ fn cache_zap(zcache: &mut HashMap<u64, ZapObj>, obj: u64, z: ZapObj) {
 }
 
 fn new_meta_dnode() -> DnodePhys {
+    empty_dnode(types::DMU_OT_DNODE, 14, (DNODE_BLOCK_SIZE / 512) as u16)
+}
+
+/// A dnode of type `typ` with no blocks and no bonus (three block pointers), `datablkszsec`
+/// sectors to a block.
+fn empty_dnode(typ: u8, indblkshift: u8, datablkszsec: u16) -> DnodePhys {
     DnodePhys {
-        typ: types::DMU_OT_DNODE,
-        indblkshift: 14,
+        typ,
+        indblkshift,
         nlevels: 1,
         nblkptr: 3,
         bonustype: 0,
         checksum: 0,
         compress: 0,
         flags: DNODE_FLAG_USED_BYTES,
-        datablkszsec: (DNODE_BLOCK_SIZE / 512) as u16,
+        datablkszsec,
         bonuslen: 0,
         extra_slots: 0,
         maxblkid: 0,
@@ -352,7 +362,11 @@ impl ObjsetW {
             meta_dnode: new_meta_dnode(),
             zil_header: ZilHeaderPhys::empty(),
             typ,
-            flags: 0,
+            // dmu_objset_create_impl: a new file system is accounted per user and group from
+            // its first object on. (Object counts and projects, where the pool has them, are
+            // kept too but not marked complete: that would activate their features for the
+            // dataset; OpenZFS marks them when it first mounts it, dmu_objset_id_quota_upgrade.)
+            flags: if typ == DMU_OST_ZFS && spa.version() >= crate::dmu_userused::SPA_VERSION_USERSPACE { oxzfs_format::objset::OBJSET_FLAG_USERACCOUNTING_COMPLETE } else { 0 },
             userused_dnode: None,
             groupused_dnode: None,
             projectused_dnode: None,
@@ -974,19 +988,8 @@ impl ObjsetW {
             return Ok(z.clone());
         }
         let ro = self.ro().ok_or_else(|| ZfsError::NotFound(format!("ZAP {obj}")))?;
-        let z = crate::zap::Zap::open(ro, obj)?;
-        let mut out = ZapObj { salt: z.salt(), normflags: z.normflags(), flags: z.flags(), ..Default::default() };
         let dn = self.dnode(obj)?;
-        if dn.maxblkid > 0 {
-            out.leaf_shift = dn.data_block_size().trailing_zeros() as u8;
-        }
-        let uint64_key = z.flags() & oxzfs_format::zap::ZAP_FLAG_UINT64_KEY != 0;
-        for e in z.list(ro)? {
-            // A uint64 key is its words (a last zero byte is part of it, not a NUL).
-            let key = if uint64_key { e.name.clone() } else { e.name_key() };
-            out.entries.insert(key, (e.int_size, e.value_u64s()));
-        }
-        Ok(out)
+        zapobj_of(ro, obj, &dn)
     }
 
     /// Make ZAP `obj` dirty and return it for changes.
@@ -1208,6 +1211,9 @@ impl SyncJob {
             }
             dnodes.insert(obj, Some(dn));
         }
+        if !ctx.is_mos && self.phys.typ == DMU_OST_ZFS && self.spa.version() >= crate::dmu_userused::SPA_VERSION_USERSPACE {
+            self.account_owners(ctx, &mut dnodes)?;
+        }
         // The meta dnode: dirty dnodes go into their 16K blocks.
         let mut md = self.phys.meta_dnode.clone();
         let mut md_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
@@ -1262,9 +1268,11 @@ impl SyncJob {
         let md_blocks = md_blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         sync_tree(self, ctx, &mut md, &md_blocks, None, &Default::default(), props, Some(&fills), &BTreeMap::new())?;
         self.phys.meta_dnode = md;
-        // The objset block itself.
-        let bytes = self.phys.encode(OBJSET_SIZE);
-        let mut p = self.block_props(ctx, types::DMU_OT_OBJSET, 0, true, OBJSET_SIZE as u64, 0, 0);
+        // The objset block itself: 4K where the pool keeps projects (a projectused dnode of
+        // another writer is never dropped), 2K otherwise (dmu_objset_open_impl's sizes).
+        let size = if ctx.projects || self.phys.projectused_dnode.as_ref().is_some_and(|d| !d.is_free()) { OBJSET_PHYS_SIZE_V3 } else { OBJSET_SIZE };
+        let bytes = self.phys.encode(size);
+        let mut p = self.block_props(ctx, types::DMU_OT_OBJSET, 0, true, size as u64, 0, 0);
         p.embed_ok = false;
         let fill: u64 = self.phys.meta_dnode.blkptr.iter().map(|b| if b.is_hole() { 0 } else { b.fill }).sum();
         let prev = if self.bp.is_hole() { None } else { Some(self.bp.clone()) };
@@ -1287,6 +1295,80 @@ impl SyncJob {
         // The data blocks gathered by this job go out before anything names them from disk.
         ctx.queue.flush(&ctx.spa.root_vdev)?;
         Ok(bp)
+    }
+
+    /// dmu_objset_do_userquota_updates: charge every object of this sync to its owner, group
+    /// and project (taking back what it carried at the last sync), mark the dnodes accounted,
+    /// and write the changed counts into the objset's accounting ZAPs, made on the first sync
+    /// that needs them (dmu_objset_do_userquota_updates_prep).
+    fn account_owners(&mut self, ctx: &mut SyncCtx, dnodes: &mut BTreeMap<u64, Option<DnodePhys>>) -> Result<()> {
+        use crate::dmu::ObjsetRead;
+        use crate::dmu_userused::{dnode_ids, Deltas};
+        use oxzfs_format::objset::{DMU_GROUPUSED_OBJECT, DMU_PROJECTUSED_OBJECT, DMU_USERUSED_OBJECT};
+        let projects = ctx.projects;
+        let mark = DNODE_FLAG_USERUSED_ACCOUNTED | if ctx.userobj { DNODE_FLAG_USEROBJUSED_ACCOUNTED } else { 0 };
+        let mut deltas = Deltas::default();
+        let frozen = self.frozen.clone();
+        for (&obj, new) in dnodes.iter_mut() {
+            let old = self.ro.as_ref().and_then(|ro| ro.dnode_with_order(obj).ok()).map(|(d, _)| d);
+            let mut old_spill = None;
+            if let Some(old) = &old {
+                if old.bonuslen == 0 && old.bonustype == types::DMU_OT_SA {
+                    old_spill = self.ro.as_ref().and_then(|ro| ro.spill_ordered(obj, old).ok().flatten()).map(|(b, _)| b);
+                }
+                if let Some(ids) = dnode_ids(old, old_spill.as_deref().map(|b| b.as_slice())) {
+                    deltas.charge(&ids, old.used_bytes(), old.flags, -1, projects);
+                }
+            }
+            let Some(dn) = new else { continue };
+            dn.flags |= mark;
+            let spill: Option<Vec<u8>> = if dn.bonuslen == 0 && dn.bonustype == types::DMU_OT_SA {
+                match frozen.spills.get(&obj) {
+                    Some(s) => s.clone(),
+                    None => old_spill.map(|b| b.to_vec()),
+                }
+            } else {
+                None
+            };
+            if let Some(ids) = dnode_ids(dn, spill.as_deref()) {
+                deltas.charge(&ids, dn.used_bytes(), dn.flags, 1, projects);
+            }
+        }
+        let slots: &[(u64, &BTreeMap<String, i64>)] = if projects {
+            &[(DMU_USERUSED_OBJECT, &deltas.user), (DMU_GROUPUSED_OBJECT, &deltas.group), (DMU_PROJECTUSED_OBJECT, &deltas.project)]
+        } else {
+            &[(DMU_USERUSED_OBJECT, &deltas.user), (DMU_GROUPUSED_OBJECT, &deltas.group)]
+        };
+        for &(obj, changes) in slots {
+            let slot = match obj {
+                DMU_USERUSED_OBJECT => &self.phys.userused_dnode,
+                DMU_GROUPUSED_OBJECT => &self.phys.groupused_dnode,
+                _ => &self.phys.projectused_dnode,
+            };
+            let existing = slot.clone().filter(|d| !d.is_free());
+            if existing.is_some() && changes.values().all(|&d| d == 0) {
+                continue;
+            }
+            let (mut dn, mut z) = match existing {
+                Some(dn) => {
+                    let ro = self.ro.as_ref().ok_or_else(|| ZfsError::Invalid(format!("objset {}: accounting object {obj:#x} without a synced tree", self.id)))?;
+                    let z = zapobj_of(ro, obj, &dn)?;
+                    (dn, z)
+                }
+                None => (special_zap_dnode(), ZapObj { salt: rand_u64() | 1, ..Default::default() }),
+            };
+            crate::dmu_userused::apply(&mut z.entries, changes);
+            let (blocks, trunc_from) = encode_zap(&mut dn, &z)?;
+            let props = self.block_props(ctx, types::DMU_OT_USERGROUP_USED, 0, true, dn.data_block_size(), dn.compress, dn.checksum);
+            let blocks = blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
+            sync_tree(self, ctx, &mut dn, &blocks, trunc_from, &Default::default(), props, None, &BTreeMap::new())?;
+            match obj {
+                DMU_USERUSED_OBJECT => self.phys.userused_dnode = Some(dn),
+                DMU_GROUPUSED_OBJECT => self.phys.groupused_dnode = Some(dn),
+                _ => self.phys.projectused_dnode = Some(dn),
+            }
+        }
+        Ok(())
     }
 
     /// dsl_dataset_block_born's feature side: the per-dataset features block `bp`, born in
@@ -1431,6 +1513,28 @@ pub use crate::zio::rand_u64;
 /// Encode a dirty ZAP into the object's blocks (micro when it fits, else fat): the new
 /// blocks, and the truncation (everything) that replaces the old ones; the dnode's block size
 /// and maxblkid follow.
+/// The content of ZAP `obj` (dnode `dn`) of the synced objset `ro`, as ZapObj.
+fn zapobj_of(ro: &Objset, obj: u64, dn: &DnodePhys) -> Result<ZapObj> {
+    let z = crate::zap::Zap::open(ro, obj)?;
+    let mut out = ZapObj { salt: z.salt(), normflags: z.normflags(), flags: z.flags(), ..Default::default() };
+    if dn.maxblkid > 0 {
+        out.leaf_shift = dn.data_block_size().trailing_zeros() as u8;
+    }
+    let uint64_key = z.flags() & oxzfs_format::zap::ZAP_FLAG_UINT64_KEY != 0;
+    for e in z.list(ro)? {
+        // A uint64 key is its words (a last zero byte is part of it, not a NUL).
+        let key = if uint64_key { e.name.clone() } else { e.name_key() };
+        out.entries.insert(key, (e.int_size, e.value_u64s()));
+    }
+    Ok(out)
+}
+
+/// The dnode of a new accounting ZAP (zap_create_claim of DMU_OT_USERGROUP_USED: no bonus,
+/// 512-byte blocks until it grows).
+fn special_zap_dnode() -> DnodePhys {
+    empty_dnode(types::DMU_OT_USERGROUP_USED, DEFAULT_INDBLKSHIFT, 1)
+}
+
 fn encode_zap(dn: &mut DnodePhys, z: &ZapObj) -> Result<(BTreeMap<u64, Vec<u8>>, Option<u64>)> {
     use oxzfs_format::zap_write;
     let micro: Option<Vec<(String, u64)>> = z

@@ -91,6 +91,18 @@ impl Objset {
 
     /// The dnode of object `obj` and the byte order of the block holding it (for the bonus).
     pub fn dnode_with_order(&self, obj: u64) -> Result<(DnodePhys, bool)> {
+        if obj >= oxzfs_format::objset::DMU_PROJECTUSED_OBJECT {
+            // The accounting objects live in the objset block itself (DMU_*USED_OBJECT).
+            let dn = match obj {
+                oxzfs_format::objset::DMU_USERUSED_OBJECT => &self.phys.userused_dnode,
+                oxzfs_format::objset::DMU_GROUPUSED_OBJECT => &self.phys.groupused_dnode,
+                _ => &self.phys.projectused_dnode,
+            };
+            return match dn.as_ref().filter(|d| !d.is_free()) {
+                Some(d) => Ok((d.clone(), self.bp.little_endian)),
+                None => Err(ZfsError::NotFound(format!("{} (no accounting object)", self.ctx(obj)))),
+            };
+        }
         let md = &self.phys.meta_dnode;
         let blksz = md.data_block_size();
         if blksz < DNODE_SIZE as u64 {

@@ -84,9 +84,7 @@ const SPA_BLKPTRSHIFT: u64 = 7;
 const DMU_SPILL_BLKID: u64 = u64::MAX;
 /// zb_level of an intent log's blocks and of the blocks its write records name (ZB_ZIL_LEVEL, -2).
 const ZB_ZIL_LEVEL: u64 = -2i64 as u64;
-const DMU_USERUSED_OBJECT: u64 = u64::MAX;
-const DMU_GROUPUSED_OBJECT: u64 = u64::MAX - 1;
-const DMU_PROJECTUSED_OBJECT: u64 = u64::MAX - 2;
+use oxzfs_format::objset::{DMU_GROUPUSED_OBJECT, DMU_PROJECTUSED_OBJECT, DMU_USERUSED_OBJECT};
 const DMU_OT_DNODE: u8 = 10;
 const DMU_OT_OBJSET: u8 = 11;
 const DMU_OT_DSL_DATASET: u8 = 16;

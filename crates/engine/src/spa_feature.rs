@@ -40,9 +40,14 @@ pub const DEFAULT_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
 /// Features oxzfs implements but leaves disabled on new pools: blake3 because OpenZFS 2.1
 /// (whose zdb checks our pools) does not know it; log_spacemap because oxzfs writes no log
 /// space maps (it replays and retires OpenZFS's at a read-write import, spa_log_spacemap, so a
-/// pool with it active imports read-write). Enabled with `-o feature@NAME=enabled` at create
-/// or `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
+/// pool with it active imports read-write); userobj_accounting and project_quota because oxzfs
+/// keeps their counts (dmu_userused) but never marks a file system's counts complete, which
+/// would activate them for it: OpenZFS does that at its first mount of the file system
+/// (dmu_objset_id_quota_upgrade). Enabled with `-o feature@NAME=enabled` at create or
+/// `zpool set feature@NAME=enabled`. Same shape as [`DEFAULT_FEATURES`].
 pub const OPTIONAL_FEATURES: &[(&str, &str, bool, &str, bool)] = &[
+    ("org.zfsonlinux:userobj_accounting", "userobj_accounting", false, "User/Group object accounting.", false),
+    ("org.zfsonlinux:project_quota", "project_quota", false, "space/object accounting based on project ID.", false),
     ("org.openzfs:blake3", "blake3", true, "BLAKE3 hash algorithm.", false),
     ("com.delphix:log_spacemap", "log_spacemap", false, "Log metaslab changes on a single spacemap and flush them periodically.", false),
 ];

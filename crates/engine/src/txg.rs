@@ -75,6 +75,8 @@ pub(crate) struct SyncEnv {
     embed: bool,
     lz4: bool,
     hole_birth: bool,
+    userobj: bool,
+    projects: bool,
 }
 
 
@@ -316,6 +318,8 @@ impl PoolW {
             embed: p.embed,
             lz4: p.lz4,
             hole_birth: self.feature_active("com.delphix:hole_birth"),
+            userobj: self.features.contains_key("org.zfsonlinux:userobj_accounting"),
+            projects: self.features.contains_key("org.zfsonlinux:project_quota"),
         }
     }
 
@@ -561,6 +565,8 @@ pub(crate) fn run_job(env: &SyncEnv, ms: &SharedMs, ddt: &mut crate::ddt::Ddt, j
         lz4: env.lz4,
         is_mos,
         hole_birth: env.hole_birth,
+        userobj: env.userobj,
+        projects: env.projects,
         ddt: &mut *ddt,
         queue: Default::default(),
     };

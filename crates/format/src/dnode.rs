@@ -23,6 +23,8 @@ pub const DN_MAX_INDBLKSHIFT: u8 = 17;
 pub const DNODE_FLAG_USED_BYTES: u8 = 1 << 0;
 pub const DNODE_FLAG_USERUSED_ACCOUNTED: u8 = 1 << 1;
 pub const DNODE_FLAG_SPILL_BLKPTR: u8 = 1 << 2;
+/// The dnode is counted in its owner's object count (userobj_accounting).
+pub const DNODE_FLAG_USEROBJUSED_ACCOUNTED: u8 = 1 << 3;
 
 #[derive(Clone, Debug)]
 pub struct DnodePhys {

@@ -22,6 +22,11 @@ pub const OBJSET_FLAG_USERACCOUNTING_COMPLETE: u64 = 1 << 0;
 pub const OBJSET_FLAG_USEROBJACCOUNTING_COMPLETE: u64 = 1 << 1;
 /// os_flags: project accounting is complete.
 pub const OBJSET_FLAG_PROJECTQUOTA_COMPLETE: u64 = 1 << 2;
+/// The accounting objects of a file system, whose dnodes live in the objset block itself
+/// (DMU_USERUSED_OBJECT, DMU_GROUPUSED_OBJECT, DMU_PROJECTUSED_OBJECT).
+pub const DMU_USERUSED_OBJECT: u64 = u64::MAX;
+pub const DMU_GROUPUSED_OBJECT: u64 = u64::MAX - 1;
+pub const DMU_PROJECTUSED_OBJECT: u64 = u64::MAX - 2;
 pub const OBJSET_PHYS_SIZE_V1: usize = 1024;
 pub const OBJSET_PHYS_SIZE_V2: usize = 2048;
 pub const OBJSET_PHYS_SIZE_V3: usize = 4096;

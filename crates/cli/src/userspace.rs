@@ -1,0 +1,262 @@
+//! `zfs userspace`, `zfs groupspace` and `zfs projectspace`: the space and objects each user,
+//! group or project holds in a file system or snapshot, and their quotas, in zfs_main.c's
+//! format (zfs_do_userspace, print_us). The figures are those of the last synced txg, as
+//! OpenZFS shows them.
+
+use crate::opts::{comma_list, parse, verb_opts};
+use crate::verb::{err_out, Out, State};
+use oxzfs::zfs_quota::{read_accounting, Kind, Row};
+use oxzfs::nicenum::{nicebytes, nicenum};
+use std::cmp::Ordering;
+
+pub const USERSPACE_USAGE: &str = "usage:\n\tuserspace [-Hinp] [-o field[,...]] [-s field] ...\n\t    [-S field] ... [-t type[,...]] <filesystem|snapshot|path>\n";
+pub const GROUPSPACE_USAGE: &str = "usage:\n\tgroupspace [-Hinp] [-o field[,...]] [-s field] ...\n\t    [-S field] ... [-t type[,...]] <filesystem|snapshot|path>\n";
+pub const PROJECTSPACE_USAGE: &str = "usage:\n\tprojectspace [-Hp] [-o field[,...]] [-s field] ... \n\t    [-S field] ... <filesystem|snapshot|path>\n";
+
+verb_opts!(
+    /// The options of the three verbs (projectspace refuses -n, -t and -i).
+    SpaceOpts {
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(short = 'n')]
+    numeric: bool,
+    #[arg(short = 'p')]
+    parsable: bool,
+    #[arg(short = 'i')]
+    sid2posix: bool,
+    #[arg(short = 'o')]
+    fields: Vec<String>,
+    #[arg(short = 's')]
+    sort: Vec<String>,
+    #[arg(short = 'S')]
+    sort_desc: Vec<String>,
+    #[arg(short = 't')]
+    types: Vec<String>,
+});
+
+const FIELDS: [(&str, &str); 6] = [("type", "TYPE"), ("name", "NAME"), ("used", "USED"), ("quota", "QUOTA"), ("objused", "OBJUSED"), ("objquota", "OBJQUOTA")];
+
+/// The -t words and the kinds they stand for (us_type_names; SMB identities are POSIX ones
+/// here: oxzfs maps no SIDs).
+fn type_kinds(word: &str) -> Option<&'static [Kind]> {
+    match word {
+        "posixgroup" | "smbgroup" => Some(&[Kind::Group]),
+        "posixuser" | "smbuser" => Some(&[Kind::User]),
+        "all" => Some(&[Kind::Group, Kind::User]),
+        _ => None,
+    }
+}
+
+fn type_name(k: Kind) -> &'static str {
+    match k {
+        Kind::User => "POSIX User",
+        Kind::Group => "POSIX Group",
+        Kind::Project => "Project",
+    }
+}
+
+/// The name of id `id` of kind `k`: the user's or group's name from the system's databases
+/// unless `numeric`, else the number (and always for a project).
+fn id_name(k: Kind, id: u64, numeric: bool) -> String {
+    if !numeric {
+        if let Ok(raw) = u32::try_from(id) {
+            let name = match k {
+                Kind::User => nix_name(unsafe { libc::getpwuid(raw) }.cast(), true),
+                Kind::Group => nix_name(unsafe { libc::getgrgid(raw) }.cast(), false),
+                Kind::Project => None,
+            };
+            if let Some(n) = name {
+                return n;
+            }
+        }
+    }
+    id.to_string()
+}
+
+/// The name field of a `struct passwd` (`user`) or `struct group` the C library returned.
+fn nix_name(p: *const u8, user: bool) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null result of getpwuid/getgrgid points at the library's static entry;
+    // the name is its first field in both structures. The daemon runs commands one at a time.
+    let name = unsafe {
+        if user {
+            (*(p as *const libc::passwd)).pw_name
+        } else {
+            (*(p as *const libc::group)).gr_name
+        }
+    };
+    if name.is_null() {
+        return None;
+    }
+    Some(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned())
+}
+
+pub fn userspace(st: &mut State, args: &[String]) -> Out {
+    run(st, args, &[Kind::User], USERSPACE_USAGE, "userspace")
+}
+
+pub fn groupspace(st: &mut State, args: &[String]) -> Out {
+    run(st, args, &[Kind::Group], GROUPSPACE_USAGE, "groupspace")
+}
+
+pub fn projectspace(st: &mut State, args: &[String]) -> Out {
+    run(st, args, &[Kind::Project], PROJECTSPACE_USAGE, "projectspace")
+}
+
+fn run(st: &mut State, args: &[String], default_kinds: &[Kind], usage: &str, verb: &str) -> Out {
+    let bad = |msg: String| -> Out { (String::new(), format!("{msg}\n{usage}"), 2) };
+    if args.is_empty() {
+        return (String::new(), usage.to_string(), 2);
+    }
+    let o: SpaceOpts = match parse(args) {
+        Ok(o) => o,
+        Err(e) => return bad(e.to_string()),
+    };
+    let projects = verb == "projectspace";
+    if projects {
+        for (set, c) in [(o.numeric, 'n'), (!o.types.is_empty(), 't'), (o.sid2posix, 'i')] {
+            if set {
+                return bad(format!("invalid option '{c}'"));
+            }
+        }
+    }
+    match o.operands.len() {
+        0 => return bad("missing dataset name".into()),
+        1 => {}
+        _ => return bad("too many arguments".into()),
+    }
+    let mut fields = Vec::new();
+    let typed = comma_list(&o.fields);
+    for f in if typed.is_empty() { FIELDS.iter().map(|f| f.0.to_string()).collect() } else { typed } {
+        match FIELDS.iter().position(|x| x.0 == f) {
+            Some(i) => fields.push(i),
+            None => return (String::new(), format!("invalid type '{f}' for -o option\n"), 255),
+        }
+    }
+    let mut sorts: Vec<(usize, bool)> = Vec::new();
+    for (f, desc) in o.sort.iter().map(|f| (f, false)).chain(o.sort_desc.iter().map(|f| (f, true))) {
+        match FIELDS.iter().position(|x| x.0 == f) {
+            Some(i) => sorts.push((i, desc)),
+            None => return bad(format!("invalid field '{f}'")),
+        }
+    }
+    // Always the type, then the name, after what was asked for.
+    sorts.extend([(0, false), (1, false)]);
+    let mut kinds: Vec<Kind> = default_kinds.to_vec();
+    if !o.types.is_empty() {
+        kinds.clear();
+        for t in comma_list(&o.types) {
+            match type_kinds(&t) {
+                Some(k) => kinds.extend_from_slice(k),
+                None => return (String::new(), format!("invalid type '{t}' for -t option\n"), 255),
+            }
+        }
+    }
+    let target = &o.operands[0];
+    let Some((name, os)) = (match open_target(st, target) {
+        Ok(t) => t,
+        Err(e) => return e,
+    }) else {
+        return (String::new(), "operation is only applicable to filesystems and their snapshots\n".into(), 1);
+    };
+    let acct = match read_accounting(&os) {
+        Ok(a) => a,
+        Err(e) => return err_out(e, &format!("cannot get used/quota for {name}")),
+    };
+    if !acct.complete {
+        return (String::new(), format!("cannot get used/quota for {name}: unsupported version or feature\n"), 1);
+    }
+    // Project ids and -n print numbers (cb_numname).
+    let numeric = o.numeric || projects;
+    let mut rows: Vec<(Kind, u64, String, &Row)> = acct.rows.iter().filter(|((k, _), _)| kinds.contains(k)).map(|(&(k, id), r)| (k, id, id_name(k, id, numeric), r)).collect();
+    let value = |r: &Row, f: usize| [0, 0, r.used, r.quota, r.objused, r.objquota][f];
+    rows.sort_by(|a, b| {
+        for &(f, desc) in &sorts {
+            let ord = match f {
+                0 => (a.0 as u8).cmp(&(b.0 as u8)),
+                1 if numeric => a.1.cmp(&b.1),
+                1 => a.2.cmp(&b.2),
+                _ => value(a.3, f).cmp(&value(b.3, f)),
+            };
+            let ord = if desc { ord.reverse() } else { ord };
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        }
+        Ordering::Equal
+    });
+    if rows.is_empty() {
+        return (String::new(), String::new(), 0);
+    }
+    let cell = |k: Kind, name: &str, r: &Row, f: usize| -> String {
+        match f {
+            0 => type_name(k).to_string(),
+            1 => name.to_string(),
+            4 | 5 if !acct.objects => "-".to_string(),
+            _ if o.parsable => value(r, f).to_string(),
+            3 | 5 if value(r, f) == 0 => "none".to_string(),
+            2 | 3 => nicebytes(value(r, f)),
+            _ => nicenum(value(r, f)),
+        }
+    };
+    let table: Vec<Vec<String>> = rows.iter().map(|(k, _, n, r)| fields.iter().map(|&f| cell(*k, n, r, f)).collect()).collect();
+    let mut out = String::new();
+    if o.scripted {
+        for row in &table {
+            out.push_str(&row.join("\t"));
+            out.push('\n');
+        }
+        return (out, String::new(), 0);
+    }
+    let widths: Vec<usize> = fields.iter().enumerate().map(|(i, &f)| table.iter().map(|r| r[i].len()).max().unwrap_or(0).max(FIELDS[f].1.len())).collect();
+    let line = |cells: Vec<&str>| -> String {
+        let mut s = String::new();
+        for (i, (&f, c)) in fields.iter().zip(cells).enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let w = widths[i];
+            if f <= 1 {
+                s.push_str(&format!("{c:<w$}"));
+            } else {
+                s.push_str(&format!("{c:>w$}"));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    out.push_str(&line(fields.iter().map(|&f| FIELDS[f].1).collect()));
+    for row in &table {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    (out, String::new(), 0)
+}
+
+type Target = Option<(String, std::sync::Arc<oxzfs::dmu::Objset>)>;
+
+/// The file system or snapshot `target` names (a dataset name, or a path inside a mounted
+/// file system): its name and its synced objset; None when it is a volume.
+fn open_target(st: &State, target: &str) -> Result<Target, Out> {
+    let name = if target.starts_with('/') {
+        let path = std::path::Path::new(target);
+        let hit = st.pools.values().flat_map(|i| i.mounts.iter()).filter(|m| path.starts_with(&m.mountpoint)).max_by_key(|m| m.mountpoint.as_os_str().len());
+        match hit {
+            Some(m) => m.dataset.clone(),
+            None => return Err((String::new(), format!("cannot open '{target}': not a ZFS file system\n"), 1)),
+        }
+    } else {
+        target.to_string()
+    };
+    let pool = name.split(['/', '@']).next().unwrap_or(&name);
+    let not_found = || (String::new(), format!("cannot open '{name}': dataset does not exist\n"), 1);
+    let Some(imp) = st.pools.get(pool) else { return Err(not_found()) };
+    let all = imp.pool.datasets().map_err(|e| err_out(e, &format!("cannot open '{name}'")))?;
+    let Some(info) = all.iter().find(|d| d.name == name) else { return Err(not_found()) };
+    if info.objset_type != oxzfs_format::objset::DMU_OST_ZFS {
+        return Ok(None);
+    }
+    let os = oxzfs::dmu::Objset::open_id(&imp.pool.spa, &info.ds.bp, info.ds_obj).map_err(|e| err_out(e, &format!("cannot open '{name}'")))?;
+    Ok(Some((name, os)))
+}
