@@ -17,12 +17,15 @@ from test_write import make_devs, new_pool, zdb_check
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools")
 
 # One worker: rounds of the workload in fresh subtrees of ROOT until DEADLINE; the models, with
-# the subtree each belongs to, go to OUT as JSON.
+# the subtree each belongs to, go to OUT as JSON. Only the last KEEP rounds' subtrees stay (the
+# older ones are removed, through the mount too): a fast machine runs enough rounds in the 20
+# seconds to fill the pool otherwise, and the workload's writes would meet ENOSPC.
 WORKER = r"""
-import json, os, sys, time
+import json, os, shutil, sys, time
 sys.path.insert(0, sys.argv[1])
 import workload
 root, seed, deadline, out = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+KEEP = 3
 models = []
 rnd = 0
 while time.time() < deadline:
@@ -30,6 +33,9 @@ while time.time() < deadline:
     os.mkdir(sub)
     model = workload.run(sub, seed * 1000 + rnd, 60)
     models.append((f"r{rnd}", model.to_json()))
+    if len(models) > KEEP:
+        old, _ = models.pop(0)
+        shutil.rmtree(os.path.join(root, old))
     rnd += 1
 with open(out, "w") as f:
     json.dump(models, f)
