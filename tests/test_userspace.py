@@ -189,3 +189,90 @@ def test_accounting_crosses_zfs_fuse(oxzfs, work_dir):
         ids = set(space_only(want["user"])) | {"3e9", "3eb"}  # and two owners with nothing left
         assert zfs_fuse_figures("user", fs, ids) == space_only(want["user"])
         assert zfs_fuse_figures("group", fs, space_only(want["group"])) == space_only(want["group"])
+
+
+def append(path, n):
+    """Append N random bytes to PATH: None, or the errno the write failed with."""
+    try:
+        with open(path, "ab") as f:
+            f.write(os.urandom(n))
+        return None
+    except OSError as e:
+        return e.errno
+
+
+def quotas(get, ds, props):
+    r = get("get", "-Hp", "-o", "property,value,source", ",".join(props), ds)
+    assert r.returncode == 0, f"{r.stdout}{r.stderr}"
+    return {p: (v, s) for p, v, s in (ln.split("\t") for ln in r.stdout.splitlines())}
+
+
+def test_user_quotas(oxzfs):
+    """userquota@ and groupquota@: kept in the file system's quota ZAPs (zdb shows them where
+    OpenZFS keeps them), shown by zfs get and zfs userspace, and enforced as zfs_write,
+    zfs_create and zfs_setattr do: once the synced figure reaches the quota, writes, changes
+    of owner to that user and creates fail with EDQUOT; `none` lifts it."""
+    import errno
+    pool = "uquota"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "uquota", pool, 1, 256, lambda d: d)
+    r = oxzfs.zfs("set", "userquota@1000=1M", "groupquota@2000=10M", fs)
+    assert (r.returncode, r.stderr) == (0, ""), repr(r)
+    got = quotas(oxzfs.zfs, fs, ["userquota@1000", "groupquota@2000", "userused@1000", "userquota@1001", "userobjused@1000"])
+    assert got == {"userquota@1000": ("1048576", "local"), "groupquota@2000": ("10485760", "local"),
+                   "userused@1000": ("0", "local"), "userquota@1001": ("0", "local"), "userobjused@1000": ("-", "-")}, got
+    f = os.path.join(root, "f")
+    write(f, 2 << 20, 1000, 100)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert append(f, 100) == errno.EDQUOT
+    write(os.path.join(root, "g"), 10)
+    try:
+        os.chown(os.path.join(root, "g"), 1000, 100)
+        raise AssertionError("chown to a user over quota succeeded")
+    except OSError as e:
+        assert e.errno == errno.EDQUOT
+    os.chown(os.path.join(root, "g"), 1001, 2000)  # another user, a group under its quota
+    r = oxzfs.zfs("userspace", "-n", fs)
+    row = [ln.split() for ln in r.stdout.splitlines() if ln.split()[2:3] == ["1000"]]
+    assert r.returncode == 0 and row and row[0][4] == "1M", repr(r)
+    for args, msg in ((("userused@1000=5",), f"cannot set property for '{fs}': 'userused@1000' is readonly\n"),
+                      (("userquota@no-such-user=5",), f"cannot set property for '{fs}': 'userquota@no-such-user' has an invalid user/group name\n"),
+                      (("userquota@1000=abc",), f"cannot set property for '{fs}': bad numeric value 'abc'\n"),
+                      (("projectquota@5=1M",), f"cannot set property for '{fs}': pool and or dataset must be upgraded to set this property or value\n")):
+        r = oxzfs.zfs("set", *args, fs)
+        assert (r.returncode, r.stderr) == (1, msg), repr(r)
+    assert oxzfs.zfs("set", "userquota@1000=none", fs).returncode == 0
+    assert append(f, 100) is None
+    assert quotas(oxzfs.zfs, fs, ["userquota@1000"]) == {"userquota@1000": ("0", "local")}
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+    head, env = zdb_cmd()
+    text = subprocess.run(head + ["-e", "-p", vdir, "-dddd", fs], capture_output=True, text=True, env=env).stdout
+    assert re.search(r"\tuserquota@ = \d+", text) and re.search(r"\tgroupquota@ = \d+", text), text[-3000:]
+    assert re.search(r"ZFS user/group/project quota\n(?:.*\n){0,6}?\t\t7d0 = 10485760", text), text[-3000:]
+
+
+def test_user_quotas_cross_zfs_fuse(oxzfs, work_dir):
+    """Version 23: zfs-fuse reads and enforces a quota oxzfs set, and oxzfs reads and enforces
+    one zfs-fuse set."""
+    import errno
+    pool = "uquota23"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "uquota23", pool, 1, 256, lambda d: d, "-o", "version=23")
+    assert oxzfs.zfs("set", "userquota@1000=1M", fs).returncode == 0
+    write(os.path.join(root, "f"), 2 << 20, 1000, 100)
+    assert oxzfs.export(pool).returncode == 0
+    zf_alt = os.path.join(oxzfs.base, "uquota23-zf")
+    zfs_fuse = lambda *a: subprocess.run(["zfs", *a], capture_output=True, text=True)  # noqa: E731
+    with zfs_fuse_imported(work_dir, vdir, zf_alt, pool):
+        assert quotas(zfs_fuse, fs, ["userquota@1000"]) == {"userquota@1000": ("1048576", "local")}
+        assert append(os.path.join(zf_alt, fs, "f"), 100) == errno.EDQUOT
+        for a in ("userquota@1001=2M", "userquota@1000=none"):
+            r = zfs_fuse("set", a, fs)
+            assert r.returncode == 0, f"{r.stdout}{r.stderr}"
+    import_rw(oxzfs, vdir, pool, alt)
+    assert quotas(oxzfs.zfs, fs, ["userquota@1000", "userquota@1001"]) == {"userquota@1000": ("0", "local"), "userquota@1001": ("2097152", "local")}
+    assert append(os.path.join(root, "f"), 100) is None
+    write(os.path.join(root, "g"), 3 << 20, 1001, 100)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert append(os.path.join(root, "g"), 100) == errno.EDQUOT
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

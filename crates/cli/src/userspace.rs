@@ -260,3 +260,106 @@ fn open_target(st: &State, target: &str) -> Result<Target, Out> {
     let os = oxzfs::dmu::Objset::open_id(&imp.pool.spa, &info.ds.bp, info.ds_obj).map_err(|e| err_out(e, &format!("cannot open '{name}'")))?;
     Ok(Some((name, os)))
 }
+
+/// The user-quota property `prop` is (userquota@NAME, userused@NAME, ...): its prefix, kind,
+/// whether it counts objects, whether it is a quota, and NAME.
+fn quota_prop(prop: &str) -> Option<(&'static str, Kind, bool, bool, &str)> {
+    let (head, name) = prop.split_once('@')?;
+    if name.is_empty() {
+        return None;
+    }
+    let quota = oxzfs::zfs_quota::QUOTA_PROPS.iter().map(|p| (p, true));
+    let used = oxzfs::zfs_quota::USED_PROPS.iter().map(|p| (p, false));
+    quota.chain(used).find(|(p, _)| p.0.strip_suffix('@') == Some(head)).map(|((prefix, kind, objects), q)| (*prefix, *kind, *objects, q, name))
+}
+
+/// Whether `prop` names a user, group or project quota or figure (for `zfs get`).
+pub fn is_quota_prop(prop: &str) -> bool {
+    quota_prop(prop).is_some()
+}
+
+/// The id NAME stands for: a number, else a user's or group's name in the system's
+/// databases (userquota_propname_decode; SIDs are not mapped here). Projects are numbers.
+fn resolve_id(kind: Kind, name: &str) -> Option<u64> {
+    if let Ok(n) = name.parse::<u64>() {
+        return Some(n);
+    }
+    let c = std::ffi::CString::new(name).ok()?;
+    match kind {
+        Kind::User => {
+            // SAFETY: getpwnam with a NUL-terminated name; the entry is read at once.
+            let p = unsafe { libc::getpwnam(c.as_ptr()) };
+            (!p.is_null()).then(|| unsafe { (*p).pw_uid } as u64)
+        }
+        Kind::Group => {
+            let g = unsafe { libc::getgrnam(c.as_ptr()) };
+            (!g.is_null()).then(|| unsafe { (*g).gr_gid } as u64)
+        }
+        Kind::Project => None,
+    }
+}
+
+/// `zfs get` of a user-quota property of dataset `info` of `pool`: (value, raw, source); "-"
+/// where it does not apply or cannot be read (zfs_prop_get_userquota failing).
+pub fn get_quota_prop(pool: &oxzfs::pool::Pool, info: &oxzfs::dsl::DatasetInfo, prop: &str) -> (String, String, String) {
+    let none = || ("-".to_string(), "-".to_string(), "-".to_string());
+    let Some((_, kind, objects, quota, name)) = quota_prop(prop) else { return none() };
+    let Some(id) = resolve_id(kind, name) else { return none() };
+    if info.objset_type != oxzfs_format::objset::DMU_OST_ZFS {
+        return none();
+    }
+    let Ok(os) = oxzfs::dmu::Objset::open_id(&pool.spa, &info.ds.bp, info.ds_obj) else { return none() };
+    let Ok(acct) = read_accounting(&os) else { return none() };
+    if !acct.complete || objects && !acct.objects || kind == Kind::Project && !acct.projects {
+        return none();
+    }
+    let row = acct.rows.get(&(kind, id)).cloned().unwrap_or_default();
+    let v = match (objects, quota) {
+        (false, false) => row.used,
+        (false, true) => row.quota,
+        (true, false) => row.objused,
+        (true, true) => row.objquota,
+    };
+    let shown = if quota && v == 0 {
+        "none".to_string()
+    } else if objects {
+        nicenum(v)
+    } else {
+        nicebytes(v)
+    };
+    (shown, v.to_string(), "local".to_string())
+}
+
+/// `zfs set userquota@NAME=SIZE` (and the group, object and project quotas) on file system
+/// `ds`: Ok(false) when `assign` is not such a property.
+pub fn set_quota_prop(h: &oxzfs::txg::PoolHandle, pool: &oxzfs::pool::Pool, ds: &str, assign: &str) -> Result<bool, oxzfs::ZfsError> {
+    use oxzfs::ZfsError;
+    let Some((prop, value)) = assign.split_once('=') else { return Ok(false) };
+    let Some(head) = prop.split_once('@').map(|(h, _)| h) else { return Ok(false) };
+    if !oxzfs::zfs_quota::QUOTA_PROPS.iter().any(|p| p.0.strip_suffix('@') == Some(head)) {
+        if oxzfs::zfs_quota::USED_PROPS.iter().any(|p| p.0.strip_suffix('@') == Some(head)) {
+            return Err(ZfsError::Invalid(format!("'{prop}' is readonly")));
+        }
+        return Ok(false);
+    }
+    let Some((prefix, kind, _, _, name)) = quota_prop(prop) else {
+        return Err(ZfsError::Invalid(format!("'{prop}' has an invalid user/group name")));
+    };
+    let Some(id) = resolve_id(kind, name) else {
+        return Err(ZfsError::Invalid(format!("'{prop}' has an invalid user/group name")));
+    };
+    let quota = match value {
+        "none" => 0,
+        v => match oxzfs::dsl::encode_prop("quota", v) {
+            Ok(oxzfs::dsl::PropStore::Num(n)) => n,
+            _ => return Err(ZfsError::Invalid(format!("bad numeric value '{v}'"))),
+        },
+    };
+    let info = pool.datasets()?.into_iter().find(|d| d.name == ds).ok_or_else(|| ZfsError::NotFound(format!("cannot open '{ds}': dataset does not exist")))?;
+    if ds.contains('@') || info.objset_type != oxzfs_format::objset::DMU_OST_ZFS {
+        return Err(ZfsError::Invalid(format!("'{prop}' does not apply to datasets of this type")));
+    }
+    let projects = h.lock().feature_enabled("org.zfsonlinux:project_quota");
+    h.with_fs(info.ds_obj, |os, _| oxzfs::zfs_quota::set_quota(os, prefix, id, quota, projects))?;
+    Ok(true)
+}

@@ -484,6 +484,7 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
         }
         match props::zfs_prop(w) {
             Some(n) => wanted.push(n),
+            None if crate::userspace::is_quota_prop(w) => wanted.push(w.to_string()),
             None => return usage(format!("bad property list: invalid property '{w}'\n{ZFS_GET_USAGE}")),
         }
     }
@@ -494,7 +495,19 @@ pub fn get(st: &mut State, args: &[String]) -> Out {
         Err(e) => return fail(e),
     };
     let mut rows = Vec::new();
-    let sel: Vec<(String, Vec<PropValue>)> = sel.iter().map(|(pool, d)| (d.name.clone(), pool.props(&d.name).unwrap_or_default())).chain(bms).collect();
+    let quota_props: Vec<&String> = wanted.iter().filter(|w| crate::userspace::is_quota_prop(w)).collect();
+    let sel: Vec<(String, Vec<PropValue>)> = sel
+        .iter()
+        .map(|(pool, d)| {
+            let mut pv = pool.props(&d.name).unwrap_or_default();
+            for q in &quota_props {
+                let (value, raw, source) = crate::userspace::get_quota_prop(pool, d, q);
+                pv.push(PropValue { name: q.to_string(), value, raw, source });
+            }
+            (d.name.clone(), pv)
+        })
+        .chain(bms)
+        .collect();
     for (name, pv) in &sel {
         let pv = pv.clone();
         let mut list: Vec<PropValue> = Vec::new();
@@ -1198,10 +1211,19 @@ pub fn set(st: &mut State, args: &[String]) -> Out {
             Ok(h) => h,
             Err(o) => return o,
         };
+        // User, group and project quotas live in the file system itself (zfs_set_userquota).
+        let mut plain = Vec::new();
+        for a in &assigns {
+            match crate::userspace::set_quota_prop(&h, &imp.pool, t, a) {
+                Ok(true) => {}
+                Ok(false) => plain.push(*a),
+                Err(e) => return err_out(e, &format!("cannot set property for '{t}'")),
+            }
+        }
         let r = {
             let mut w = h.lock();
             let mut r = Ok(());
-            for a in &assigns {
+            for a in &plain {
                 let (k, v) = a.split_once('=').expect("filtered");
                 r = w.set_prop(t, k, Some(v));
                 if r.is_err() {

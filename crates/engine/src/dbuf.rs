@@ -1134,6 +1134,11 @@ impl ObjsetW {
                 zcache.remove(obj);
             }
         }
+        // The accounting ZAPs change only here (account_owners): what was read of them before
+        // is the last txg's.
+        for obj in [oxzfs_format::objset::DMU_USERUSED_OBJECT, oxzfs_format::objset::DMU_GROUPUSED_OBJECT, oxzfs_format::objset::DMU_PROJECTUSED_OBJECT] {
+            zcache.remove(&obj);
+        }
         self.dncache.lock().unwrap_or_else(|p| p.into_inner()).clear();
         // The intent log's header may have moved on in the open txg (a new chain): keep it.
         let zh = std::mem::replace(&mut self.phys.zil_header, oxzfs_format::objset::ZilHeaderPhys::empty());

@@ -728,6 +728,7 @@ impl Inner {
         let w = self.w()?;
         let dir = self.obj(parent);
         let a = w.pool.with_fs_space(w.dsobj, 4096, |os, txg| {
+            oxzfs::zfs_quota::check_create(os, uid as u64, gid as u64, 0)?;
             let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
             Live(os).getattr(o)
         });
@@ -1095,7 +1096,12 @@ impl Filesystem for ZfsFuse {
         };
         self.change(ino, move |s| {
             let obj = s.obj(ino);
-            let r = s.w().and_then(|w| w.durable(w.pool.with_fs(w.dsobj, |os, _| zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid)))));
+            let r = s.w().and_then(|w| {
+                w.durable(w.pool.with_fs(w.dsobj, |os, _| {
+                    oxzfs::zfs_quota::check_chown(os, obj, sa.uid, sa.gid)?;
+                    zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid))
+                }))
+            });
             match r {
                 Ok(a) => reply.attr(&s.attr_ttl, &s.fattr_live(&a)),
                 Err(e) => reply.error(Errno::from_i32(e.errno())),
@@ -1271,6 +1277,7 @@ impl Filesystem for ZfsFuse {
             let in_group = kill.map(|c| move |gid| c.in_group(gid));
             let r = s.w().and_then(|w| {
                 w.durable(w.pool.with_fs_space(w.dsobj, data.len() as u64, |os, _| {
+                    oxzfs::zfs_quota::check_write(os, obj)?;
                     zplw::write_as(os, obj, offset, data, os.props.recordsize, in_group.as_ref().map(|f| f as &dyn Fn(u64) -> bool))
                 }))
             });
