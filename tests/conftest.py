@@ -440,23 +440,41 @@ def oxzfs(request, oxzfs_bin, work_dir):
 # ------------------------------------------------------------------------------------------- checks
 
 @contextlib.contextmanager
-def zfs_fuse_imported(work_dir, vdir, altroot, pool):
-    """POOL imported by zfs-fuse from VDIR under ALTROOT while holding zfs-fuse's lock: yields its
-    root mountpoint, and exports it when the body is done (forcibly if the body failed)."""
+def _zfs_fuse_pool(work_dir, pool, argv, what):
+    """zfs-fuse running (its lock held) with POOL brought in by the `zpool` command ARGV (WHAT
+    names it in a failure); the pool is exported when the body is done (forcibly if the body
+    failed)."""
     try:
         zf = oracle_pools.ZfsFuse(work_dir)
         zf.__enter__()
     except oracle_pools.MissingTool as e:
         pytest.fail(str(e), pytrace=False)
     try:
-        r = subprocess.run(["zpool", "import", "-d", vdir, "-R", altroot, pool], capture_output=True, text=True)
-        assert r.returncode == 0, f"zfs-fuse cannot import {pool}:\n{r.stdout}{r.stderr}"
-        yield os.path.join(altroot, pool)
+        r = subprocess.run(argv, capture_output=True, text=True)
+        assert r.returncode == 0, f"zfs-fuse cannot {what} {pool}:\n{r.stdout}{r.stderr}"
+        yield
         r = subprocess.run(["zpool", "export", pool], capture_output=True, text=True)
         assert r.returncode == 0, f"zfs-fuse export failed:\n{r.stdout}{r.stderr}"
     finally:
         subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
         zf.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def zfs_fuse_imported(work_dir, vdir, altroot, pool):
+    """POOL imported by zfs-fuse from VDIR under ALTROOT: yields its root mountpoint, and
+    exports it when the body is done (forcibly if the body failed)."""
+    with _zfs_fuse_pool(work_dir, pool, ["zpool", "import", "-d", vdir, "-R", altroot, pool], "import"):
+        yield os.path.join(altroot, pool)
+
+
+@contextlib.contextmanager
+def zfs_fuse_new_pool(work_dir, zalt, pool, devs):
+    """A new pool POOL that zfs-fuse makes of DEVS (its root file system mounted at /POOL under
+    the altroot ZALT): the body writes through zfs-fuse; exported when it is done."""
+    os.makedirs(zalt, exist_ok=True)
+    with _zfs_fuse_pool(work_dir, pool, ["zpool", "create", "-f", "-R", zalt, "-m", "/" + pool, pool, *devs], "create"):
+        yield
 
 
 def diff_manifests(got, want, limit=8):

@@ -159,6 +159,10 @@ ZFS = {
         'usage:\n'
         '\trelease [-r] <tag> <snapshot> ...\n'
     ),
+    "diff": (
+        'usage:\n'
+        '\tdiff [-FHth] <snapshot> [snapshot|filesystem]\n'
+    ),
     "rename": (
         'usage:\n'
         '\trename [-f] <filesystem|volume|snapshot> <filesystem|volume|snapshot>\n'
@@ -239,9 +243,10 @@ def test_help_prints_the_verbs_usage(oxzfs, cmd, verb, text):
         r = oxzfs.run(cmd, verb, flag)
         assert (r.stdout, r.stderr, r.returncode) == ("", text, 2), f"{cmd} {verb} {flag}: {r!r}"
     r = oxzfs.run(cmd, verb, "-h")
-    want = text if (cmd, verb) == ("zpool", "iostat") else "invalid option 'h'\n" + text
+    # -h is an option of zpool iostat (no-op here) and of zfs diff (paths as they are).
+    want = {("zpool", "iostat"): text, ("zfs", "diff"): "must provide at least one snapshot name\n" + text}.get((cmd, verb), "invalid option 'h'\n" + text)
     assert (r.stdout, r.stderr, r.returncode) == ("", want, 2), f"{cmd} {verb} -h: {r!r}"
-    assert r.stderr.startswith(("usage:", "invalid option 'h'\nusage:"))
+    assert r.stderr.startswith(("usage:", "invalid option 'h'\nusage:", "must provide"))
 
 
 def test_short_verb_names(oxzfs):

@@ -15,9 +15,8 @@ import subprocess
 
 import pytest
 
-from conftest import zfs_fuse_imported
+from conftest import zfs_fuse_imported, zfs_fuse_new_pool
 from test_write import make_devs, zdb_check
-import oracle_pools
 
 
 def zf(*a):
@@ -41,20 +40,14 @@ def test_normalized_directories_cross_with_zfs_fuse(props, oxzfs, work_dir):
     devs = make_devs(vdir, 1, 256)
     zalt, alt = os.path.join(base, "zfs-fuse-alt"), os.path.join(base, "alt")
     fs = f"{pool}/ci"
-    with oracle_pools.ZfsFuse(work_dir):
-        try:
-            os.makedirs(zalt, exist_ok=True)
-            zf("zpool", "create", "-f", "-R", zalt, "-m", "/" + pool, pool, *devs)
-            args = [x for p in props for x in ("-o", p)]
-            zf("zfs", "create", *args, fs)
-            d = os.path.join(zalt, fs, "d")
-            os.mkdir(d)
-            for n in names(20, "zf"):
-                with open(os.path.join(d, n), "w") as f:
-                    f.write(n)
-            zf("zpool", "export", pool)
-        finally:
-            subprocess.run(["zpool", "export", "-f", pool], capture_output=True)
+    with zfs_fuse_new_pool(work_dir, zalt, pool, devs):
+        args = [x for p in props for x in ("-o", p)]
+        zf("zfs", "create", *args, fs)
+        d = os.path.join(zalt, fs, "d")
+        os.mkdir(d)
+        for n in names(20, "zf"):
+            with open(os.path.join(d, n), "w") as f:
+                f.write(n)
 
     r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
     assert r.returncode == 0, repr(r)

@@ -52,7 +52,7 @@ const BONUS_MAX: usize = 320;
 pub const ZPL_VERSION_SA: u64 = 5;
 /// znode pflags: an extended attribute (directory or file), the ACL is trivial, nobody is
 /// denied execute, and the DOS-style archive / AV-modified bits new znodes get with FUIDs.
-const ZFS_XATTR: u64 = 0x1;
+pub(crate) const ZFS_XATTR: u64 = 0x1;
 const ZFS_ACL_TRIVIAL: u64 = 0x4;
 const ZFS_NO_EXECS_DENIED: u64 = 0x100;
 const ZFS_ARCHIVE: u64 = 0x0000_0008_0000_0000;
