@@ -31,6 +31,10 @@ ZPOOL = {
         '\tremove [-npsw] <pool> <device> ...\n'
         '\tremove -s <pool>\n'
     ),
+    "labelclear": (
+        'usage:\n'
+        '\tlabelclear [-f] <vdev>\n'
+    ),
     "sync": (
         'usage:\n'
         '\tsync [pool] ...\n'

@@ -9,6 +9,7 @@
 //! `zfs receive`.
 
 use crate::opts::{parse, verb_opts};
+use crate::verb::strerror;
 use crate::verb::{usage, Out, State};
 use oxzfs::dsl::DatasetKind;
 use oxzfs_format::crypt::KeyFormat;
@@ -367,15 +368,6 @@ pub fn wants_fds(args: &[String]) -> bool {
             _ => false,
         }
         || args.first().map(|s| s.as_str()) == Some("zpool") && args.get(1).map(|s| s.as_str()) == Some("import") && flag('l')
-}
-
-/// An I/O error as strerror words it (without Rust's "(os error N)").
-fn strerror(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
 }
 
 /// The caller's terminal as it was before the daemon turned echo off to read a passphrase.

@@ -24,6 +24,7 @@ mod zpool;
 mod mounts;
 mod opts;
 mod keys;
+mod labelclear;
 mod diff;
 mod holds;
 mod userspace;

@@ -59,7 +59,7 @@ impl Spec {
     }
 }
 
-fn resolve(cwd: &Path, d: &str) -> PathBuf {
+pub fn resolve(cwd: &Path, d: &str) -> PathBuf {
     let p = Path::new(d);
     if p.is_absolute() {
         p.to_path_buf()

@@ -97,6 +97,15 @@ pub fn imported_rw<'a>(st: &'a mut State, ds: &str, verb: &str) -> Result<(&'a m
     Ok((imp, h))
 }
 
+/// An I/O error as strerror words it (without Rust's "(os error N)").
+pub fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 pub fn err_out(e: ZfsError, ctx: &str) -> Out {
     let m = e.to_string();
     (String::new(), format!("{}\n", if m.starts_with("cannot") { m } else { format!("{ctx}: {m}") }), 1)
