@@ -37,8 +37,22 @@ def changes(root):
         f.write("again, another file")
     with open(os.path.join(root, "d", "deep", "f"), "w") as f:
         f.write("rewritten")
-    return ["+\t/again", "+\t/e", "+\t/new", "-\t/again", "-\t/c", "M\t/", "M\t/b", "M\t/d", "M\t/d/deep/f",
-            "M\t/keep\t(+1)", "R\t/d/a -> /d/a\\0040renamed"]
+    # A whole dnode block's worth of files gone (on a pool without hole_birth the emptied
+    # block becomes a hole of no birth, which the traversal must still visit).
+    for i in range(64):
+        os.unlink(os.path.join(root, "many", f"m{i}"))
+    os.rmdir(os.path.join(root, "many"))
+    # A file whose parent pointer names a directory that no longer holds it: ln makes the
+    # root its parent, rm leaves it so; OpenZFS then finds no path for it in the later tree
+    # and reports it removed from its earlier path (libzfs_diff's ENOENT side).
+    os.link(os.path.join(root, "d", "deep", "g"), os.path.join(root, "g-link"))
+    os.unlink(os.path.join(root, "g-link"))
+    # A name that is not UTF-8.
+    with open(os.path.join(root.encode(), b"caf\xe9"), "w") as f:
+        f.write("latin-1 name")
+    return sorted(["+\t/again", "+\t/e", "+\t/new", "-\t/again", "-\t/c", "M\t/", "M\t/b", "M\t/d", "M\t/d/deep/f",
+                   "M\t/keep\t(+1)", "R\t/d/a -> /d/a\\0040renamed", "-\t/many", "+\t/caf\\0351", "-\t/d/deep/g"]
+                  + [f"-\t/many/m{i}" for i in range(64)])
 
 
 def populate(root):
@@ -46,6 +60,10 @@ def populate(root):
     for name in ("b", "c", "keep", "again", "untouched", "d/a", "d/deep/f", "d/deep/g"):
         with open(os.path.join(root, name), "w") as f:
             f.write(name)
+    os.mkdir(os.path.join(root, "many"))
+    for i in range(64):
+        with open(os.path.join(root, "many", f"m{i}"), "w") as f:
+            f.write(str(i))
 
 
 def rooted(mnt, want):
@@ -83,7 +101,8 @@ def test_diff_between_snapshots_and_now(oxzfs):
     for args, msg, code in (
         ((f"{fs}@s2", f"{fs}@s1"), "Unable to obtain diffs: \n   Not an earlier snapshot from the same fs\n", 1),
         ((fs,), f"Badly formed snapshot name {fs}: invalid dataset name\n", 1),
-        ((f"{fs}@nosuch",), f"cannot open '{fs}@nosuch': dataset does not exist\n", 1),
+        ((f"{fs}@nosuch",), "Unable to obtain diffs: No such file or directory\n", 1),
+        ((f"{pool}/nosuch@s1",), f"cannot open '{pool}/nosuch': dataset does not exist\n", 1),
         ((), None, 2),
     ):
         r = oxzfs.zfs("diff", *args)

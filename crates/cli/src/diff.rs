@@ -45,7 +45,7 @@ fn names(from: &str, to: Option<&str>) -> Result<(String, String, Option<String>
         return Err(unable());
     }
     if !fds.is_empty() && !tds.is_empty() && fds != tds {
-        return Err(fail("Unable to determine which snapshots to compare: Not an earlier snapshot from the same fs".into()));
+        return Err(fail("Not an earlier snapshot from the same fs: invalid dataset name".into()));
     }
     let ds = if fds.is_empty() { tds } else { fds };
     Ok((ds.to_string(), format!("{ds}@{fsnap}"), tsnap.map(|s| format!("{ds}@{s}"))))
@@ -68,13 +68,8 @@ pub fn diff(st: &mut State, args: &[String]) -> Out {
     };
     let pool = ds.split('/').next().unwrap_or(&ds).to_string();
     let Some(imp) = st.pools.get(&pool) else {
-        return fail(format!("cannot open '{from}': dataset does not exist"));
+        return fail(format!("cannot open '{ds}': dataset does not exist"));
     };
-    // The file system's mountpoint begins every path (get_mountpoint).
-    let Some(mnt) = imp.mounts.iter().find(|m| m.dataset == ds).map(|m| m.mountpoint.to_string_lossy().into_owned()) else {
-        return fail("Cannot diff an unmounted snapshot: operation not applicable to datasets of this type".into());
-    };
-    let mnt = if mnt == "/" { String::new() } else { mnt };
     // The file system "now": what it holds once synced (OpenZFS snapshots it just in time).
     if to.is_none() {
         if let Some(h) = &imp.rw {
@@ -88,9 +83,18 @@ pub fn diff(st: &mut State, args: &[String]) -> Out {
         Err(e) => return err_out(e, &format!("cannot open '{from}'")),
     };
     let find = |n: &str| all.iter().find(|d| d.name == n);
-    let Some(f) = find(&from) else { return fail(format!("cannot open '{from}': dataset does not exist")) };
+    if find(&ds).is_none() {
+        return fail(format!("cannot open '{ds}': dataset does not exist"));
+    }
+    // The file system's mountpoint begins every path (get_mountpoint).
+    let Some(mnt) = imp.mounts.iter().find(|m| m.dataset == ds).map(|m| m.mountpoint.to_string_lossy().into_owned()) else {
+        return fail("Cannot diff an unmounted snapshot: operation not applicable to datasets of this type".into());
+    };
+    let mnt = if mnt == "/" { String::new() } else { mnt };
+    // A snapshot that is not there fails in the kernel's diff (ENOENT).
+    let Some(f) = find(&from) else { return fail("Unable to obtain diffs: No such file or directory".into()) };
     let target = to.clone().unwrap_or_else(|| ds.clone());
-    let Some(t) = find(&target) else { return fail(format!("cannot open '{target}': dataset does not exist")) };
+    let Some(t) = find(&target) else { return fail("Unable to obtain diffs: No such file or directory".into()) };
     if t.kind == DatasetKind::Volume || f.objset_type != oxzfs_format::objset::DMU_OST_ZFS {
         return fail(format!("Unable to obtain diffs: cannot diff '{target}': operation not applicable to datasets of this type"));
     }
@@ -104,20 +108,21 @@ pub fn diff(st: &mut State, args: &[String]) -> Out {
         (Ok(fo), Ok(to)) => oxzfs::zfs_diff::diff(fo, to, f.ds.creation_txg),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    let lines = match lines {
+    let found = match lines {
         Ok(l) => l,
         Err(e) => return err_out(e, "Unable to obtain diffs"),
     };
-    let path = |p: &str| -> String {
-        let full = format!("{mnt}{p}");
+    let path = |p: &[u8]| -> String {
+        let mut full = mnt.as_bytes().to_vec();
+        full.extend_from_slice(p);
         if o.no_mangle {
-            full
+            String::from_utf8_lossy(&full).into_owned()
         } else {
-            mangle(full.as_bytes())
+            mangle(&full)
         }
     };
     let mut out = String::new();
-    for l in lines {
+    for l in found.lines {
         if o.timestamped {
             out.push_str(&format!("{:10}.{:09}\t", l.ctime.0, l.ctime.1));
         }
@@ -144,5 +149,6 @@ pub fn diff(st: &mut State, args: &[String]) -> Out {
         }
         out.push('\n');
     }
-    (out, String::new(), 0)
+    let err: String = found.errors.iter().map(|e| format!("{e}\n")).collect();
+    (out, err, 0)
 }

@@ -496,6 +496,29 @@ pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
     }
 }
 
+/// A directory entry's name: bytes, UTF-8 or not (OpenZFS stores any bytes but NUL and '/'
+/// unless utf8only is set), shown lossily in messages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Name<'a>(&'a [u8]);
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", String::from_utf8_lossy(self.0))
+    }
+}
+
+/// `name` as a directory entry's name: not empty, no '/' or NUL, at most MAXNAMELEN bytes.
+fn name_ok(name: &[u8]) -> Result<Name<'_>> {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(posix(libc::EINVAL, "invalid name"));
+    }
+    if name.len() > MAXNAMELEN {
+        return Err(posix(libc::ENAMETOOLONG, "name too long"));
+    }
+    Ok(Name(name))
+}
+
+/// An extended attribute's name, which oxzfs keeps as UTF-8.
 fn name_str(name: &[u8]) -> Result<&str> {
     if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
         return Err(posix(libc::EINVAL, "invalid name"));
@@ -532,7 +555,7 @@ fn check_dir_changeable(os: &mut ObjsetW, dir: u64) -> Result<()> {
 /// may change, a normalized one takes ASCII names only, and in a case-insensitive file
 /// system a name that differs only in case from another (`except`: the one being renamed)
 /// is that name (EEXIST), as OpenZFS's lookups there find it.
-fn check_dir_add(os: &mut ObjsetW, dir: u64, name: &str, except: Option<&str>) -> Result<()> {
+fn check_dir_add(os: &mut ObjsetW, dir: u64, name: Name, except: Option<Name>) -> Result<()> {
     // The common case (no normalization) costs one look at the directory's ZAP.
     if os.zap(dir)?.normflags == 0 {
         return Ok(());
@@ -540,10 +563,10 @@ fn check_dir_add(os: &mut ObjsetW, dir: u64, name: &str, except: Option<&str>) -
     check_dir_changeable(os, dir)?;
     let insensitive = os.zap_lookup(MASTER_NODE_OBJ, "casesensitivity")? == Some(1);
     let z = os.zap(dir)?;
-    if !name.is_ascii() {
+    if !name.0.is_ascii() {
         return Err(posix(libc::ENOTSUP, format!("{name}: oxzfs writes only ASCII names into a normalized directory")));
     }
-    if insensitive && z.entries.keys().any(|k| k[..] != *name.as_bytes() && Some(&k[..]) != except.map(str::as_bytes) && k.eq_ignore_ascii_case(name.as_bytes())) {
+    if insensitive && z.entries.keys().any(|k| k[..] != *name.0 && Some(&k[..]) != except.map(|e| e.0) && k.eq_ignore_ascii_case(name.0)) {
         return Err(posix(libc::EEXIST, format!("{name} exists (the file system is case-insensitive)")));
     }
     Ok(())
@@ -552,7 +575,7 @@ fn check_dir_add(os: &mut ObjsetW, dir: u64, name: &str, except: Option<&str>) -
 /// Create a file, directory, symlink or device node in `dir`.
 #[allow(clippy::too_many_arguments)]
 pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid: u64, rdev: u64, target: Option<&[u8]>, txg: u64) -> Result<u64> {
-    let n = name_str(name)?;
+    let n = name_ok(name)?;
     let pz = Live(os).dir(dir)?.z.clone();
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
@@ -575,7 +598,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
         }
         put(os, obj, &z)?;
     }
-    os.zap_add_u64(dir, n, dirent(obj, mode))?;
+    os.zap_add_name(dir, n.0, dirent(obj, mode))?;
     touch_dir(os, dir, 1, if is_dir { 1 } else { 0 })?;
     crate::zfs_log::create(os, dir, name, obj, &z, target);
     Ok(obj)
@@ -782,13 +805,13 @@ pub fn drain_delete_queue(os: &mut ObjsetW, fs: &FsInfo) -> Result<usize> {
 }
 
 pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn Fn(u64) -> bool) -> Result<()> {
-    let n = name_str(name)?;
+    let n = name_ok(name)?;
     let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such file")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EISDIR, format!("{n} is a directory")));
     }
-    os.zap_remove(dir, n)?;
+    os.zap_remove_name(dir, n.0)?;
     touch_dir(os, dir, -1, 0)?;
     drop_link(os, fs, obj, open(obj))?;
     crate::zfs_log::remove(os, dir, name, false);
@@ -796,7 +819,7 @@ pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn F
 }
 
 pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()> {
-    let n = name_str(name)?;
+    let n = name_ok(name)?;
     let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such directory")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT != S_IFDIR {
@@ -805,7 +828,7 @@ pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()>
     if !os.zap(obj)?.entries.is_empty() {
         return Err(posix(libc::ENOTEMPTY, format!("{n} is not empty")));
     }
-    os.zap_remove(dir, n)?;
+    os.zap_remove_name(dir, n.0)?;
     touch_dir(os, dir, -1, -1)?;
     drop_link(os, fs, obj, false)?;
     crate::zfs_log::remove(os, dir, name, true);
@@ -813,7 +836,7 @@ pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()>
 }
 
 pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
-    let n = name_str(name)?;
+    let n = name_ok(name)?;
     let mut z = get(os, obj)?;
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EPERM, "hard link to a directory"));
@@ -824,8 +847,10 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     check_dir_add(os, dir, n, None)?;
     z.links += 1;
     z.ctime = now_ts();
+    // zfs_link_create sets the parent to the new link's directory (OpenZFS and zfs-fuse do).
+    z.parent = dir;
     put(os, obj, &z)?;
-    os.zap_add_u64(dir, n, dirent(obj, z.mode))?;
+    os.zap_add_name(dir, n.0, dirent(obj, z.mode))?;
     touch_dir(os, dir, 1, 0)?;
     crate::zfs_log::link(os, dir, obj, name);
     Ok(to_attr(os, obj, &z))
@@ -854,8 +879,8 @@ pub const RENAME_EXCHANGE: u32 = 2;
 
 #[allow(clippy::too_many_arguments)]
 pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8], flags: u32, open: &dyn Fn(u64) -> bool) -> Result<()> {
-    let sn = name_str(sname)?.to_string();
-    let dn = name_str(dname)?.to_string();
+    let sn = name_ok(sname)?;
+    let dn = name_ok(dname)?;
     let obj = Live(os).dir_lookup(sdir, sname)?.ok_or_else(|| posix(libc::ENOENT, format!("{sn}: no such file")))?;
     let mut z = get(os, obj)?;
     let target = Live(os).dir_lookup(ddir, dname)?;
@@ -867,7 +892,7 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         return Ok(());
     }
     check_dir_changeable(os, sdir)?;
-    check_dir_add(os, ddir, &dn, (sdir == ddir).then_some(sn.as_str()))?;
+    check_dir_add(os, ddir, dn, (sdir == ddir).then_some(sn))?;
     if flags & RENAME_EXCHANGE != 0 {
         let t = target.ok_or_else(|| posix(libc::ENOENT, format!("{dn}: no such file")))?;
         let mut tz = get(os, t)?;
@@ -875,8 +900,8 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         if t_is_dir && sdir != ddir && is_ancestor(os, t, sdir, fs.root)? {
             return Err(posix(libc::EINVAL, "cannot move a directory under itself"));
         }
-        os.zap_add_u64(sdir, &sn, dirent(t, tz.mode))?;
-        os.zap_add_u64(ddir, &dn, dirent(obj, z.mode))?;
+        os.zap_add_name(sdir, sn.0, dirent(t, tz.mode))?;
+        os.zap_add_name(ddir, dn.0, dirent(obj, z.mode))?;
         let now = now_ts();
         if sdir != ddir {
             z.parent = ddir;
@@ -917,14 +942,15 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         } else {
             touch_dir(os, ddir, -1, 0)?;
         }
-        os.zap_remove(ddir, &dn)?;
+        os.zap_remove_name(ddir, dn.0)?;
         drop_link(os, fs, t, open(t))?;
     }
-    os.zap_remove(sdir, &sn)?;
+    os.zap_remove_name(sdir, sn.0)?;
     touch_dir(os, sdir, -1, if is_dir { -1 } else { 0 })?;
-    os.zap_add_u64(ddir, &dn, dirent(obj, z.mode))?;
+    os.zap_add_name(ddir, dn.0, dirent(obj, z.mode))?;
     touch_dir(os, ddir, 1, if is_dir { 1 } else { 0 })?;
-    z.parent = if is_dir || z.parent == sdir { ddir } else { z.parent };
+    // zfs_link_create: every new entry makes its directory the object's parent.
+    z.parent = ddir;
     z.ctime = now_ts();
     put(os, obj, &z)?;
     crate::zfs_log::rename(os, sdir, sname, ddir, dname);
