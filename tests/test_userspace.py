@@ -130,6 +130,23 @@ def test_accounting_matches_every_object(oxzfs):
     assert all(ln.split()[-3:] == ["none", "-", "-"] for ln in lines[1:]), repr(r)
     r = oxzfs.zfs("projectspace", fs)
     assert (r.returncode, r.stdout) == (0, ""), repr(r)
+    # Sorted as us_compare sorts: names as strings, ids without a name as numbers after them.
+    import pwd
+
+    def name_of(uid):
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return None
+    ids = [int(k, 16) for k in space_only(want["user"])]
+    named = sorted((name_of(i), i) for i in ids if name_of(i))
+    want_order = [n for n, _ in named] + [str(i) for i in sorted(i for i in ids if not name_of(i))]
+    r = oxzfs.zfs("userspace", "-H", "-o", "name", fs)
+    assert r.returncode == 0 and r.stdout.split() == want_order, (r.stdout, want_order)
+    # SMB types only: the rows read set the header's widths, none prints (no SIDs here).
+    header = oxzfs.zfs("userspace", fs).stdout.splitlines()[0]
+    r = oxzfs.zfs("userspace", "-t", "smbuser", fs)
+    assert r.returncode == 0 and r.stdout.splitlines() == [header], repr(r)
     r = oxzfs.zfs("userspace", "-Hp", "-S", "used", "-o", "used", os.path.join(root, "d"))
     assert r.returncode == 0 and [int(x) for x in r.stdout.split()] == sorted(space_only(want["user"]).values(), reverse=True), repr(r)
     for args, msg in ((("-o", "bogus", fs), "invalid type 'bogus' for -o option\n"),
@@ -210,8 +227,9 @@ def quotas(get, ds, props):
 def test_user_quotas(oxzfs):
     """userquota@ and groupquota@: kept in the file system's quota ZAPs (zdb shows them where
     OpenZFS keeps them), shown by zfs get and zfs userspace, and enforced as zfs_write,
-    zfs_create and zfs_setattr do: once the synced figure reaches the quota, writes, changes
-    of owner to that user and creates fail with EDQUOT; `none` lifts it."""
+    zfs_create and zfs_setattr do: once the synced figure reaches the quota, writes (for the
+    file's owner or group), changes of owner to that user and creates by it fail with EDQUOT
+    (an existing name's EEXIST first); `none` lifts it."""
     import errno
     pool = "uquota"
     vdir, alt, fs, root = pool_with_fs(oxzfs, "uquota", pool, 1, 256, lambda d: d)
@@ -240,6 +258,30 @@ def test_user_quotas(oxzfs):
                       (("projectquota@5=1M",), f"cannot set property for '{fs}': pool and or dataset must be upgraded to set this property or value\n")):
         r = oxzfs.zfs("set", *args, fs)
         assert (r.returncode, r.stderr) == (1, msg), repr(r)
+    # A group at its quota: writes to its files fail too; a user with a quota and nothing
+    # used has a row of 0 bytes used.
+    assert oxzfs.zfs("set", "groupquota@2000=100K", "userquota@3000=5M", fs).returncode == 0
+    h = os.path.join(root, "h")
+    write(h, 300000, 1001, 2000)
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert append(h, 10) == errno.EDQUOT
+    r = oxzfs.zfs("userspace", "-Hpn", "-o", "name,used,quota,objused", fs)
+    assert "3000\t0\t5242880\t-" in r.stdout.splitlines(), repr(r)
+    # A create by a user at its quota (root here: a quota of what it uses now), after an
+    # existing name's EEXIST.
+    root_used = quotas(oxzfs.zfs, fs, ["userused@0"])["userused@0"][0]
+    assert oxzfs.zfs("set", f"userquota@0={root_used}", fs).returncode == 0
+    try:
+        os.open(os.path.join(root, "g"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        raise AssertionError("an exclusive create of an existing name succeeded")
+    except OSError as e:
+        assert e.errno == errno.EEXIST
+    try:
+        os.close(os.open(os.path.join(root, "new-by-root"), os.O_CREAT | os.O_WRONLY))
+        raise AssertionError("a create by a user over quota succeeded")
+    except OSError as e:
+        assert e.errno == errno.EDQUOT
+    assert oxzfs.zfs("set", "userquota@0=none", "groupquota@2000=none", fs).returncode == 0
     assert oxzfs.zfs("set", "userquota@1000=none", fs).returncode == 0
     assert append(f, 100) is None
     assert quotas(oxzfs.zfs, fs, ["userquota@1000"]) == {"userquota@1000": ("0", "local")}
@@ -248,7 +290,7 @@ def test_user_quotas(oxzfs):
     head, env = zdb_cmd()
     text = subprocess.run(head + ["-e", "-p", vdir, "-dddd", fs], capture_output=True, text=True, env=env).stdout
     assert re.search(r"\tuserquota@ = \d+", text) and re.search(r"\tgroupquota@ = \d+", text), text[-3000:]
-    assert re.search(r"ZFS user/group/project quota\n(?:.*\n){0,6}?\t\t7d0 = 10485760", text), text[-3000:]
+    assert re.search(r"ZFS user/group/project quota\n(?:.*\n){0,6}?\t\tbb8 = 5242880", text), text[-3000:]
 
 
 def test_user_quotas_cross_zfs_fuse(oxzfs, work_dir):

@@ -36,13 +36,16 @@ verb_opts!(
 
 const FIELDS: [(&str, &str); 6] = [("type", "TYPE"), ("name", "NAME"), ("used", "USED"), ("quota", "QUOTA"), ("objused", "OBJUSED"), ("objquota", "OBJQUOTA")];
 
-/// The -t words and the kinds they stand for (us_type_names; SMB identities are POSIX ones
-/// here: oxzfs maps no SIDs).
-fn type_kinds(word: &str) -> Option<&'static [Kind]> {
+/// The -t words: (the kinds whose figures they read, the kinds whose rows they print)
+/// (us_type_names). oxzfs maps no SIDs, so every id is a POSIX one: the SMB types read the
+/// figures (the header is printed) but print no row, as in OpenZFS without SIDs.
+fn type_kinds(word: &str) -> Option<(&'static [Kind], &'static [Kind])> {
     match word {
-        "posixgroup" | "smbgroup" => Some(&[Kind::Group]),
-        "posixuser" | "smbuser" => Some(&[Kind::User]),
-        "all" => Some(&[Kind::Group, Kind::User]),
+        "posixgroup" => Some((&[Kind::Group], &[Kind::Group])),
+        "smbgroup" => Some((&[Kind::Group], &[])),
+        "posixuser" => Some((&[Kind::User], &[Kind::User])),
+        "smbuser" => Some((&[Kind::User], &[])),
+        "all" => Some((&[Kind::Group, Kind::User], &[Kind::Group, Kind::User])),
         _ => None,
     }
 }
@@ -56,21 +59,17 @@ fn type_name(k: Kind) -> &'static str {
 }
 
 /// The name of id `id` of kind `k`: the user's or group's name from the system's databases
-/// unless `numeric`, else the number (and always for a project).
-fn id_name(k: Kind, id: u64, numeric: bool) -> String {
-    if !numeric {
-        if let Ok(raw) = u32::try_from(id) {
-            let name = match k {
-                Kind::User => nix_name(unsafe { libc::getpwuid(raw) }.cast(), true),
-                Kind::Group => nix_name(unsafe { libc::getgrgid(raw) }.cast(), false),
-                Kind::Project => None,
-            };
-            if let Some(n) = name {
-                return n;
-            }
-        }
+/// unless `numeric` (None: shown as the number, as for every project).
+fn id_name(k: Kind, id: u64, numeric: bool) -> Option<String> {
+    if numeric {
+        return None;
     }
-    id.to_string()
+    let raw = u32::try_from(id).ok()?;
+    match k {
+        Kind::User => nix_name(unsafe { libc::getpwuid(raw) }.cast(), true),
+        Kind::Group => nix_name(unsafe { libc::getgrgid(raw) }.cast(), false),
+        Kind::Project => None,
+    }
 }
 
 /// The name field of a `struct passwd` (`user`) or `struct group` the C library returned.
@@ -135,21 +134,27 @@ fn run(st: &mut State, args: &[String], default_kinds: &[Kind], usage: &str, ver
             None => return (String::new(), format!("invalid type '{f}' for -o option\n"), 255),
         }
     }
+    // zfs_add_sort_column: any property name (only type, name, used and quota order the
+    // rows), else "invalid field".
     let mut sorts: Vec<(usize, bool)> = Vec::new();
     for (f, desc) in o.sort.iter().map(|f| (f, false)).chain(o.sort_desc.iter().map(|f| (f, true))) {
-        match FIELDS.iter().position(|x| x.0 == f) {
+        match FIELDS[..4].iter().position(|x| x.0 == f) {
             Some(i) => sorts.push((i, desc)),
+            None if crate::props::zfs_prop(f).is_some() || f.contains(':') => {}
             None => return bad(format!("invalid field '{f}'")),
         }
     }
     // Always the type, then the name, after what was asked for.
     sorts.extend([(0, false), (1, false)]);
-    let mut kinds: Vec<Kind> = default_kinds.to_vec();
+    let (mut read, mut kinds): (Vec<Kind>, Vec<Kind>) = (default_kinds.to_vec(), default_kinds.to_vec());
     if !o.types.is_empty() {
-        kinds.clear();
+        (read, kinds) = (Vec::new(), Vec::new());
         for t in comma_list(&o.types) {
             match type_kinds(&t) {
-                Some(k) => kinds.extend_from_slice(k),
+                Some((r, k)) => {
+                    read.extend_from_slice(r);
+                    kinds.extend_from_slice(k);
+                }
                 None => return (String::new(), format!("invalid type '{t}' for -t option\n"), 255),
             }
         }
@@ -165,20 +170,40 @@ fn run(st: &mut State, args: &[String], default_kinds: &[Kind], usage: &str, ver
         Ok(a) => a,
         Err(e) => return err_out(e, &format!("cannot get used/quota for {name}")),
     };
+    // The project figures' ENOTSUP is passed over (zfs_userspace): nothing to print.
+    if projects && !(acct.complete && acct.projects) {
+        return (String::new(), String::new(), 0);
+    }
     if !acct.complete {
         return (String::new(), format!("cannot get used/quota for {name}: unsupported version or feature\n"), 1);
     }
     // Project ids and -n print numbers (cb_numname).
     let numeric = o.numeric || projects;
-    let mut rows: Vec<(Kind, u64, String, &Row)> = acct.rows.iter().filter(|((k, _), _)| kinds.contains(k)).map(|(&(k, id), r)| (k, id, id_name(k, id, numeric), r)).collect();
-    let value = |r: &Row, f: usize| [0, 0, r.used, r.quota, r.objused, r.objquota][f];
+    // Every row read sets the columns' widths (userspace_cb); only the kinds asked for print.
+    let mut rows: Vec<(Kind, u64, Option<String>, &Row)> = acct.rows.iter().filter(|((k, _), _)| read.contains(k)).map(|(&(k, id), r)| (k, id, id_name(k, id, numeric), r)).collect();
+    // userspace_cb: a row that has one of used and quota has both (0 for the missing one),
+    // and the same for objused and objquota; a pair it has neither of prints "-".
+    let value = |r: &Row, f: usize| -> Option<u64> {
+        let (space, objs) = (r.used.is_some() || r.quota.is_some(), acct.objects && (r.objused.is_some() || r.objquota.is_some()));
+        match f {
+            2 => space.then(|| r.used.unwrap_or(0)),
+            3 => space.then(|| r.quota.unwrap_or(0)),
+            4 => objs.then(|| r.objused.unwrap_or(0)),
+            5 => objs.then(|| r.objquota.unwrap_or(0)),
+            _ => None,
+        }
+    };
     rows.sort_by(|a, b| {
         for &(f, desc) in &sorts {
             let ord = match f {
                 0 => (a.0 as u8).cmp(&(b.0 as u8)),
-                1 if numeric => a.1.cmp(&b.1),
-                1 => a.2.cmp(&b.2),
-                _ => value(a.3, f).cmp(&value(b.3, f)),
+                // us_compare: names as strings when both have one, else as numbers, a name
+                // counting as 0.
+                1 => match (&a.2, &b.2) {
+                    (Some(x), Some(y)) => x.cmp(y),
+                    _ => (if a.2.is_some() { 0 } else { a.1 }).cmp(&(if b.2.is_some() { 0 } else { b.1 })),
+                },
+                _ => value(a.3, f).unwrap_or(0).cmp(&value(b.3, f).unwrap_or(0)),
             };
             let ord = if desc { ord.reverse() } else { ord };
             if ord != Ordering::Equal {
@@ -190,18 +215,20 @@ fn run(st: &mut State, args: &[String], default_kinds: &[Kind], usage: &str, ver
     if rows.is_empty() {
         return (String::new(), String::new(), 0);
     }
-    let cell = |k: Kind, name: &str, r: &Row, f: usize| -> String {
-        match f {
-            0 => type_name(k).to_string(),
-            1 => name.to_string(),
-            4 | 5 if !acct.objects => "-".to_string(),
-            _ if o.parsable => value(r, f).to_string(),
-            3 | 5 if value(r, f) == 0 => "none".to_string(),
-            2 | 3 => nicebytes(value(r, f)),
-            _ => nicenum(value(r, f)),
+    let cell = |k: Kind, id: u64, name: &Option<String>, r: &Row, f: usize| -> String {
+        match (f, value(r, f)) {
+            (0, _) => type_name(k).to_string(),
+            (1, _) => name.clone().unwrap_or_else(|| id.to_string()),
+            (_, None) => "-".to_string(),
+            (_, Some(v)) if o.parsable => v.to_string(),
+            (3 | 5, Some(0)) => "none".to_string(),
+            (2 | 3, Some(v)) => nicebytes(v),
+            (_, Some(v)) => nicenum(v),
         }
     };
-    let table: Vec<Vec<String>> = rows.iter().map(|(k, _, n, r)| fields.iter().map(|&f| cell(*k, n, r, f)).collect()).collect();
+    let all: Vec<(Kind, Vec<String>)> = rows.iter().map(|(k, id, n, r)| (*k, fields.iter().map(|&f| cell(*k, *id, n, r, f)).collect())).collect();
+    let widths: Vec<usize> = fields.iter().enumerate().map(|(i, &f)| all.iter().map(|(_, r)| r[i].len()).max().unwrap_or(0).max(FIELDS[f].1.len())).collect();
+    let table: Vec<Vec<String>> = all.into_iter().filter(|(k, _)| kinds.contains(k)).map(|(_, r)| r).collect();
     let mut out = String::new();
     if o.scripted {
         for row in &table {
@@ -210,7 +237,6 @@ fn run(st: &mut State, args: &[String], default_kinds: &[Kind], usage: &str, ver
         }
         return (out, String::new(), 0);
     }
-    let widths: Vec<usize> = fields.iter().enumerate().map(|(i, &f)| table.iter().map(|r| r[i].len()).max().unwrap_or(0).max(FIELDS[f].1.len())).collect();
     let line = |cells: Vec<&str>| -> String {
         let mut s = String::new();
         for (i, (&f, c)) in fields.iter().zip(cells).enumerate() {
@@ -319,7 +345,8 @@ pub fn get_quota_prop(pool: &oxzfs::pool::Pool, info: &oxzfs::dsl::DatasetInfo, 
         (false, true) => row.quota,
         (true, false) => row.objused,
         (true, true) => row.objquota,
-    };
+    }
+    .unwrap_or(0);
     let shown = if quota && v == 0 {
         "none".to_string()
     } else if objects {

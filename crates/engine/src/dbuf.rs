@@ -1032,19 +1032,28 @@ impl ObjsetW {
     }
 
     pub fn zap_add_u64(&mut self, obj: u64, name: &str, v: u64) -> Result<()> {
+        self.zap_add_name(obj, name.as_bytes(), v)
+    }
+
+    /// [`ObjsetW::zap_add_u64`] of a name in bytes (a directory entry need not be UTF-8).
+    pub fn zap_add_name(&mut self, obj: u64, name: &[u8], v: u64) -> Result<()> {
         let z = self.zap_mut(obj)?;
         // Only ASCII names are hashed as OpenZFS hashes them (normalized_key). Names are
         // matched exactly, as zap_add matches them; callers that change more than the ZAP
         // check first (zplw's check_dir_add).
         if z.normflags != 0 && !name.is_ascii() {
-            return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{name}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", z.normflags)));
+            return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", String::from_utf8_lossy(name), z.normflags)));
         }
-        z.set_u64(name, v);
+        z.entries.insert(name.to_vec(), (8, vec![v]));
         Ok(())
     }
 
     pub fn zap_remove(&mut self, obj: u64, name: &str) -> Result<bool> {
-        Ok(self.zap_mut(obj)?.entries.remove(name.as_bytes()).is_some())
+        self.zap_remove_name(obj, name.as_bytes())
+    }
+
+    pub fn zap_remove_name(&mut self, obj: u64, name: &[u8]) -> Result<bool> {
+        Ok(self.zap_mut(obj)?.entries.remove(name).is_some())
     }
 
     // ------------------------------------------------------------------------------------ sync
@@ -1315,13 +1324,22 @@ impl SyncJob {
         let mut deltas = Deltas::default();
         let frozen = self.frozen.clone();
         for (&obj, new) in dnodes.iter_mut() {
-            let old = self.ro.as_ref().and_then(|ro| ro.dnode_with_order(obj).ok()).map(|(d, _)| d);
+            // What the object was at the last sync (none: it was free). A failing read fails
+            // the sync, as the dnode block's own read would: a guess would charge twice.
+            let old = match self.ro.as_ref().map(|ro| ro.dnode_with_order(obj)) {
+                Some(Ok(d)) => Some(d),
+                Some(Err(ZfsError::NotFound(_))) | None => None,
+                Some(Err(e)) => return Err(e),
+            };
             let mut old_spill = None;
-            if let Some(old) = &old {
+            if let Some((old, le)) = &old {
                 if old.bonuslen == 0 && old.bonustype == types::DMU_OT_SA {
-                    old_spill = self.ro.as_ref().and_then(|ro| ro.spill_ordered(obj, old).ok().flatten()).map(|(b, _)| b);
+                    old_spill = match self.ro.as_ref() {
+                        Some(ro) => ro.spill_ordered(obj, old)?.map(|(b, _)| b),
+                        None => None,
+                    };
                 }
-                if let Some(ids) = dnode_ids(old, old_spill.as_deref().map(|b| b.as_slice())) {
+                if let Some(ids) = dnode_ids(old, old_spill.as_deref().map(|b| b.as_slice()), *le) {
                     deltas.charge(&ids, old.used_bytes(), old.flags, -1, projects);
                 }
             }
@@ -1335,7 +1353,8 @@ impl SyncJob {
             } else {
                 None
             };
-            if let Some(ids) = dnode_ids(dn, spill.as_deref()) {
+            // What this objset writes is in the host's order (little-endian).
+            if let Some(ids) = dnode_ids(dn, spill.as_deref(), true) {
                 deltas.charge(&ids, dn.used_bytes(), dn.flags, 1, projects);
             }
         }

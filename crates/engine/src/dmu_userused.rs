@@ -47,11 +47,12 @@ fn u64_at(b: &[u8], off: usize, swap: bool) -> Option<u64> {
 }
 
 /// zpl_get_file_info: the ids of a file system object from its bonus (a znode or an SA
-/// header), None for an object the ZPL does not charge (another bonus type, or a bonus that
-/// does not parse).
-pub fn file_info(bonustype: u8, bonus: &[u8]) -> Option<FileIds> {
+/// header; `le`: the byte order of the block the bonus came from, which a znode's fields are
+/// in, where an SA header says its own), None for an object the ZPL does not charge (another
+/// bonus type, or a bonus that does not parse).
+pub fn file_info(bonustype: u8, bonus: &[u8], le: bool) -> Option<FileIds> {
     match bonustype {
-        types::DMU_OT_ZNODE => Some(FileIds { user: u64_at(bonus, ZP_UID_OFFSET, false)?, group: u64_at(bonus, ZP_GID_OFFSET, false)?, project: 0 }),
+        types::DMU_OT_ZNODE => Some(FileIds { user: u64_at(bonus, ZP_UID_OFFSET, !le)?, group: u64_at(bonus, ZP_GID_OFFSET, !le)?, project: 0 }),
         types::DMU_OT_SA => {
             let magic = u32::from_le_bytes(bonus.get(0..4)?.try_into().ok()?);
             if magic == 0 {
@@ -84,17 +85,17 @@ pub fn file_info(bonustype: u8, bonus: &[u8]) -> Option<FileIds> {
 
 /// The ids of `dn` as file_info reads them from its bonus, or from `spill` when the dnode has
 /// no bonus and its SA lives in the spill block.
-pub fn dnode_ids(dn: &DnodePhys, spill: Option<&[u8]>) -> Option<FileIds> {
+pub fn dnode_ids(dn: &DnodePhys, spill: Option<&[u8]>, le: bool) -> Option<FileIds> {
     if dn.is_free() {
         return None;
     }
     if dn.bonuslen == 0 && dn.bonustype == types::DMU_OT_SA {
-        return file_info(dn.bonustype, spill?);
+        return file_info(dn.bonustype, spill?, le);
     }
     if dn.bonuslen == 0 {
         return None;
     }
-    file_info(dn.bonustype, &dn.bonus)
+    file_info(dn.bonustype, &dn.bonus, le)
 }
 
 /// The changes one sync makes to the three accounting ZAPs, by key (userquota_cache_t).
@@ -168,22 +169,27 @@ mod tests {
 
     #[test]
     fn sa_and_znode_bonuses_give_their_ids() {
-        assert_eq!(file_info(types::DMU_OT_SA, &sa_bonus(1000, 100, 0, Some(7))), Some(FileIds { user: 1000, group: 100, project: 0 }));
-        assert_eq!(file_info(types::DMU_OT_SA, &sa_bonus(1000, 100, ZFS_PROJID, Some(7))), Some(FileIds { user: 1000, group: 100, project: 7 }));
+        assert_eq!(file_info(types::DMU_OT_SA, &sa_bonus(1000, 100, 0, Some(7)), true), Some(FileIds { user: 1000, group: 100, project: 0 }));
+        assert_eq!(file_info(types::DMU_OT_SA, &sa_bonus(1000, 100, ZFS_PROJID, Some(7)), true), Some(FileIds { user: 1000, group: 100, project: 7 }));
         // Big-endian SA: every field swapped.
         let mut be = sa_bonus(0, 0, 0, None);
         be[0..4].copy_from_slice(&SA_MAGIC.to_be_bytes());
         be[4..6].copy_from_slice(&((2u16 << 10) | 2).to_be_bytes());
         be[16 + SA_UID_OFFSET..][..8].copy_from_slice(&42u64.to_be_bytes());
         be[16 + SA_GID_OFFSET..][..8].copy_from_slice(&43u64.to_be_bytes());
-        assert_eq!(file_info(types::DMU_OT_SA, &be), Some(FileIds { user: 42, group: 43, project: 0 }));
+        assert_eq!(file_info(types::DMU_OT_SA, &be, true), Some(FileIds { user: 42, group: 43, project: 0 }));
         let mut zp = vec![0u8; 264];
         zp[ZP_UID_OFFSET..][..8].copy_from_slice(&5u64.to_le_bytes());
         zp[ZP_GID_OFFSET..][..8].copy_from_slice(&6u64.to_le_bytes());
-        assert_eq!(file_info(types::DMU_OT_ZNODE, &zp), Some(FileIds { user: 5, group: 6, project: 0 }));
-        assert_eq!(file_info(0, &zp), None);
-        assert_eq!(file_info(types::DMU_OT_SA, &[1, 2, 3, 4, 0, 0, 0, 0]), None);
-        assert_eq!(file_info(types::DMU_OT_SA, &[0; 8]), Some(FileIds { user: 0, group: 0, project: 0 }));
+        assert_eq!(file_info(types::DMU_OT_ZNODE, &zp, true), Some(FileIds { user: 5, group: 6, project: 0 }));
+        // A znode from a big-endian pool: its fields in that order.
+        let mut zb = vec![0u8; 264];
+        zb[ZP_UID_OFFSET..][..8].copy_from_slice(&5u64.to_be_bytes());
+        zb[ZP_GID_OFFSET..][..8].copy_from_slice(&6u64.to_be_bytes());
+        assert_eq!(file_info(types::DMU_OT_ZNODE, &zb, false), Some(FileIds { user: 5, group: 6, project: 0 }));
+        assert_eq!(file_info(0, &zp, true), None);
+        assert_eq!(file_info(types::DMU_OT_SA, &[1, 2, 3, 4, 0, 0, 0, 0], true), None);
+        assert_eq!(file_info(types::DMU_OT_SA, &[0; 8], true), Some(FileIds { user: 0, group: 0, project: 0 }));
     }
 
     #[test]

@@ -17,13 +17,14 @@ pub enum Kind {
     Project,
 }
 
-/// One owner's figures (zfs_useracct_t over the used, quota, objused and objquota props).
+/// One owner's figures (zfs_useracct_t over the used, quota, objused and objquota props):
+/// None where the file system has no entry for it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Row {
-    pub used: u64,
-    pub quota: u64,
-    pub objused: u64,
-    pub objquota: u64,
+    pub used: Option<u64>,
+    pub quota: Option<u64>,
+    pub objused: Option<u64>,
+    pub objquota: Option<u64>,
 }
 
 /// What `zfs userspace`, `groupspace` and `projectspace` read of a file system or snapshot.
@@ -84,9 +85,9 @@ pub fn read_accounting(os: &crate::dmu::Objset) -> crate::Result<Accounting> {
             let (Ok(id), Some(&val)) = (u64::from_str_radix(hex, 16), v.first()) else { continue };
             let row = acct.rows.entry((kind, id)).or_default();
             if counts {
-                row.objused = val;
+                row.objused = Some(val);
             } else {
-                row.used = val;
+                row.used = Some(val);
             }
         }
         Ok(())
@@ -111,9 +112,9 @@ pub fn read_accounting(os: &crate::dmu::Objset) -> crate::Result<Accounting> {
             let (Ok(id), Some(&val)) = (u64::from_str_radix(&String::from_utf8_lossy(&name), 16), v.first()) else { continue };
             let row = acct.rows.entry((kind, id)).or_default();
             if counts {
-                row.objquota = val;
+                row.objquota = Some(val);
             } else {
-                row.quota = val;
+                row.quota = Some(val);
             }
         }
     }
