@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from test_write import ZDB, make_devs, zdb_check
+from test_write import ZDB, make_devs, new_pool, zdb_check
 
 
 def test_import_by_id_refuses_a_name_already_imported(oxzfs):
@@ -209,3 +209,35 @@ def test_pool_name_length_limit(oxzfs):
     assert r.returncode == 1 and r.stderr.strip() == f"cannot create '{'p' * 240}': name is too long", repr(r)
     r = oxzfs.zpool("create", "-n", "p" * 239, *devs)
     assert r.returncode == 0, repr(r)
+
+
+def test_forced_export_while_a_file_is_held_open(oxzfs):
+    """`zpool export` of a mount a process holds a file open on is refused (busy); `zpool
+    export -f` detaches it and aborts its FUSE connection at once (the holder's next write
+    fails with ENOTCONN), instead of waiting for the holder to close; what was written before
+    is in the pool when it is imported again."""
+    import errno
+    pool = "heldopen"
+    vdir, alt, root = new_pool(oxzfs, pool, "heldopen", 1, size_mib=128)
+    fd = os.open(os.path.join(root, "held"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"kept")
+        os.fsync(fd)
+        r = oxzfs.zpool("export", pool)
+        assert (r.returncode, r.stderr) == (1, f"cannot unmount '{root}': pool or dataset is busy\ncannot export '{pool}': pool is busy\n"), repr(r)
+        r = oxzfs.run("zpool", "export", "-f", pool, timeout=60)
+        assert (r.returncode, r.stderr) == (0, ""), repr(r)
+        oxzfs.imported.remove(pool)
+        try:
+            os.write(fd, b"late")
+            raise AssertionError("a write through an aborted mount succeeded")
+        except OSError as e:
+            assert e.errno == errno.ENOTCONN
+    finally:
+        os.close(fd)
+    r = oxzfs.zpool("import", "-d", vdir, "-R", alt, pool)
+    assert r.returncode == 0, repr(r)
+    oxzfs.imported.append(pool)
+    with open(os.path.join(root, "held"), "rb") as f:
+        assert f.read() == b"kept"
+    assert oxzfs.export(pool).returncode == 0

@@ -220,10 +220,54 @@ fn unmount_path(mp: &Path, lazy: bool) -> std::io::Result<()> {
     }
 }
 
+/// The FUSE connection behind the mount at `mp` (its device's minor number, the name of its
+/// directory under /sys/fs/fuse/connections), from /proc/self/mountinfo: no request to the
+/// file system itself.
+fn fuse_connection(mp: &Path) -> Option<u32> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mp.to_str()?;
+    // mountinfo writes space, tab, newline and backslash as \ooo.
+    let unescape = |f: &str| -> String {
+        let mut out = String::new();
+        let b = f.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+                out.push(u8::from_str_radix(&f[i + 1..i + 4], 8).map(char::from).unwrap_or('?'));
+                i += 4;
+            } else {
+                out.push(b[i] as char);
+                i += 1;
+            }
+        }
+        out
+    };
+    info.lines().rev().find_map(|line| {
+        let f: Vec<&str> = line.split(' ').collect();
+        let fstype = f.iter().position(|x| *x == "-").and_then(|i| f.get(i + 1))?;
+        (fstype.starts_with("fuse") && unescape(f.get(4)?) == want).then(|| f[2].split(':').nth(1)?.parse().ok()).flatten()
+    })
+}
+
+/// Abort FUSE connection `conn`: what still holds a lazily detached mount open gets ENOTCONN,
+/// and the session's threads end (as `umount -f` or `fusermount -z` then an abort would).
+fn abort_connection(conn: u32) {
+    let dir = format!("/sys/fs/fuse/connections/{conn}");
+    if !Path::new(&dir).exists() {
+        // The fuse control file system is not mounted (containers, minimal systems): mount it
+        // where systemd would (root only; without it the session waits for the last close).
+        let (src, target) = (c"fusectl", c"/sys/fs/fuse/connections");
+        unsafe { libc::mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
+    }
+    let _ = std::fs::write(format!("{dir}/abort"), "1");
+}
+
 impl MountHandle {
-    /// Unmount. A busy mount fails with EBUSY unless `force` (then it is detached lazily).
-    /// On error the handle is given back, still mounted.
+    /// Unmount. A busy mount fails with EBUSY unless `force` (then it is detached lazily and
+    /// its connection aborted, so that nothing left open on it keeps the session, and whoever
+    /// waits for it, alive). On error the handle is given back, still mounted.
     pub fn unmount(mut self, force: bool) -> Result<(), (MountHandle, std::io::Error)> {
+        let conn = if force { fuse_connection(&self.mountpoint) } else { None };
         // The kernel sends a FUSE file's RELEASE after close(2) has returned and holds the
         // mount until the reply, so a file closed just before shows the mount busy for a
         // moment: retry for up to a second before calling it busy.
@@ -243,6 +287,9 @@ impl MountHandle {
             }
             // Not mounted any more (someone ran umount): just end the session.
         }
+        if let Some(c) = conn {
+            abort_connection(c);
+        }
         self.finish();
         Ok(())
     }
@@ -259,7 +306,11 @@ impl MountHandle {
 impl Drop for MountHandle {
     fn drop(&mut self) {
         if self.session.is_some() {
+            let conn = fuse_connection(&self.mountpoint);
             let _ = unmount_path(&self.mountpoint, true);
+            if let Some(c) = conn {
+                abort_connection(c);
+            }
             self.finish();
         }
     }
