@@ -206,6 +206,7 @@ impl PoolW {
             xattr_sa: found.get("xattr").copied() == Some(2),
             sync: found.get("sync").copied().unwrap_or(0).min(2) as u8,
             logbias_throughput: found.get("logbias").copied() == Some(1),
+            projects: self.features.contains_key("org.zfsonlinux:project_quota"),
             primarycache: found.get("primarycache").copied().unwrap_or(2).min(2) as u8,
             secondarycache: found.get("secondarycache").copied().unwrap_or(2).min(2) as u8,
             // dnodesize=auto is 1K (dnodesize_changed_cb); legacy 512.

@@ -53,6 +53,9 @@ pub const ZPL_VERSION_SA: u64 = 5;
 /// znode pflags: an extended attribute (directory or file), the ACL is trivial, nobody is
 /// denied execute, and the DOS-style archive / AV-modified bits new znodes get with FUIDs.
 pub(crate) const ZFS_XATTR: u64 = 0x1;
+/// The znode has a project id (its SA holds ZPL_PROJID); new children inherit the project.
+const ZFS_PROJID: u64 = 0x0000_8000_0000_0000;
+const ZFS_PROJINHERIT: u64 = 0x0000_2000_0000_0000;
 const ZFS_ACL_TRIVIAL: u64 = 0x4;
 const ZFS_NO_EXECS_DENIED: u64 = 0x100;
 const ZFS_ARCHIVE: u64 = 0x0000_0008_0000_0000;
@@ -433,6 +436,15 @@ fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64,
     let t = now_ts();
     let (pobj, pflags) = parent.unwrap_or((obj, 0));
     let xattr_flag = pflags & ZFS_XATTR;
+    // zfs_mknode: with project_quota every SA znode carries a project id, the directory's
+    // when it passes its project on (zfs_inherit_projid), and regular files and directories
+    // pass the flag on in turn.
+    let inherit = pflags & ZFS_PROJINHERIT != 0;
+    let projid = if inherit { get(os, pobj)?.projid } else { 0 };
+    let mut proj_flags = if use_sa && os.props.projects { ZFS_PROJID } else { 0 };
+    if inherit && matches!(mode & S_IFMT, S_IFDIR | S_IFREG) {
+        proj_flags |= ZFS_PROJINHERIT;
+    }
     let z = ZnodeAttrs {
         mode,
         uid,
@@ -442,7 +454,8 @@ fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64,
         parent: pobj,
         gen: txg,
         rdev,
-        flags: if use_sa { new_pflags(mode) | xattr_flag } else { xattr_flag },
+        flags: if use_sa { new_pflags(mode) | xattr_flag | proj_flags } else { xattr_flag },
+        projid,
         atime: t,
         mtime: t,
         ctime: t,
@@ -455,6 +468,9 @@ fn mknode(os: &mut ObjsetW, use_sa: bool, parent: Option<(u64, u64)>, mode: u64,
     }
     let is_dev = matches!(mode & S_IFMT, 0o060000 | 0o020000);
     let mut list = vec![za::MODE, za::SIZE, za::GEN, za::UID, za::GID, za::PARENT, za::FLAGS, za::ATIME, za::MTIME, za::CTIME, za::CRTIME, za::LINKS];
+    if z.flags & ZFS_PROJID != 0 {
+        list.push(za::PROJID);
+    }
     if is_dev {
         list.push(za::RDEV);
     }
@@ -494,6 +510,13 @@ pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
         Ok(dn) => zfs_znode::znode_attr(obj, z, &dn),
         Err(_) => zfs_znode::attr_of(obj, z, 0, 512),
     }
+}
+
+/// The project a new object in directory `dir` belongs to (zfs_inherit_projid): the
+/// directory's when it passes its project on, else the default (0).
+pub fn inherited_projid(os: &mut ObjsetW, dir: u64) -> Result<u64> {
+    let z = get(os, dir)?;
+    Ok(if z.flags & ZFS_PROJINHERIT != 0 { z.projid } else { 0 })
 }
 
 /// A directory entry's name: bytes, UTF-8 or not (OpenZFS stores any bytes but NUL and '/'

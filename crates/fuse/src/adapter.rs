@@ -730,7 +730,8 @@ impl Inner {
         let a = w.pool.with_fs_space(w.dsobj, 4096, |os, txg| {
             // zfs_create finds an existing name (EEXIST) before it looks at quotas.
             if Live(os).dir_lookup(dir, name.as_bytes())?.is_none() {
-                oxzfs::zfs_quota::check_create(os, uid as u64, gid as u64, 0)?;
+                let projid = zplw::inherited_projid(os, dir)?;
+                oxzfs::zfs_quota::check_create(os, uid as u64, gid as u64, projid)?;
             }
             let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
             Live(os).getattr(o)
