@@ -20,10 +20,10 @@ verb_opts!(
     force: bool,
 });
 
-/// Label `state` values (pool_state_t).
+/// Label `state` values (pool_state_t). A destroyed pool's device (2) is not in use: its
+/// labels are cleared without -f.
 const POOL_STATE_ACTIVE: u64 = 0;
 const POOL_STATE_EXPORTED: u64 = 1;
-const POOL_STATE_DESTROYED: u64 = 2;
 const POOL_STATE_L2CACHE: u64 = 4;
 /// sizeof (l2arc_dev_hdr_phys_t), at the start of a cache device's data area.
 const L2ARC_DEV_HDR_SIZE: usize = 512;
@@ -106,8 +106,6 @@ pub fn labelclear(st: &mut State, args: &[String], cwd: &Path) -> Out {
         cleared = false;
     }
     let _ = file.sync_all();
-    // A destroyed pool's labels are not in use: cleared without -f.
-    let _ = POOL_STATE_DESTROYED;
     if !cleared {
         return fail(format!("failed to clear label for {shown}\n"));
     }

@@ -40,16 +40,6 @@ pub struct Accounting {
     pub rows: BTreeMap<(Kind, u64), Row>,
 }
 
-/// The master-node entries naming the quota ZAPs (zfs_userquota_prop_prefixes).
-pub const QUOTA_OBJS: [(Kind, bool, &str); 6] = [
-    (Kind::User, false, "userquota@"),
-    (Kind::Group, false, "groupquota@"),
-    (Kind::User, true, "userobjquota@"),
-    (Kind::Group, true, "groupobjquota@"),
-    (Kind::Project, false, "projectquota@"),
-    (Kind::Project, true, "projectobjquota@"),
-];
-
 /// The accounting of the objset `os` (a ZPL file system or snapshot): its used ZAPs, and the
 /// quotas its master node names (left out when the master node cannot be read, as for an
 /// encrypted file system without its key).
@@ -97,7 +87,7 @@ pub fn read_accounting(os: &crate::dmu::Objset) -> crate::Result<Accounting> {
             used(&mut acct, kind, obj)?;
         }
     }
-    for (kind, counts, key) in QUOTA_OBJS {
+    for (key, kind, counts) in QUOTA_PROPS {
         if !keep(kind, &acct) || counts && !acct.objects {
             continue;
         }
@@ -122,7 +112,8 @@ pub fn read_accounting(os: &crate::dmu::Objset) -> crate::Result<Accounting> {
 }
 
 /// The quota properties and what each one is about: (prefix of the property and of its
-/// master-node entry, kind, whether it counts objects).
+/// master-node entry naming the quota ZAP (zfs_userquota_prop_prefixes), kind, whether it
+/// counts objects).
 pub const QUOTA_PROPS: [(&str, Kind, bool); 6] = [
     ("userquota@", Kind::User, false),
     ("groupquota@", Kind::Group, false),
