@@ -310,6 +310,13 @@ mod vdev_removal_tests {
         assert_eq!(got(os, sub), (42, true, true));
         // A symlink takes the project, not the flag.
         assert_eq!(got(os, link), (42, true, false));
+        // Into the project's directory only what is of its project: EXDEV otherwise.
+        let fs = crate::zplw::open_fs(os, 4096).unwrap();
+        let e = crate::zplw::link(os, plain, marked, b"plain-link").unwrap_err();
+        assert_eq!(e.errno(), libc::EXDEV, "{e}");
+        let e = crate::zplw::rename(os, &fs, fs.root, b"plain", marked, b"moved", 0, &|_| false).unwrap_err();
+        assert_eq!(e.errno(), libc::EXDEV, "{e}");
+        crate::zplw::rename(os, &fs, marked, b"f", fs.root, b"f-out", 0, &|_| false).unwrap();
         // The projects' figures (not marked complete by oxzfs: read from the ZAP itself).
         use crate::dmu::ObjsetRead;
         let synced = os.synced().unwrap();

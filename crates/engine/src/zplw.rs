@@ -512,6 +512,16 @@ pub fn to_attr(os: &ObjsetW, obj: u64, z: &ZnodeAttrs) -> Attr {
     }
 }
 
+/// zfs_link's and zfs_rename's check: an object may not enter a directory that passes on
+/// another project than its own (EXDEV, as for a move across file systems).
+fn check_same_project(os: &mut ObjsetW, dir: u64, z: &ZnodeAttrs) -> Result<()> {
+    let d = get(os, dir)?;
+    if d.flags & ZFS_PROJINHERIT != 0 && d.projid != z.projid {
+        return Err(posix(libc::EXDEV, format!("project {} into a directory of project {}", z.projid, d.projid)));
+    }
+    Ok(())
+}
+
 /// The project a new object in directory `dir` belongs to (zfs_inherit_projid): the
 /// directory's when it passes its project on, else the default (0).
 pub fn inherited_projid(os: &mut ObjsetW, dir: u64) -> Result<u64> {
@@ -867,6 +877,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
+    check_same_project(os, dir, &z)?;
     check_dir_add(os, dir, n, None)?;
     z.links += 1;
     z.ctime = now_ts();
@@ -913,6 +924,9 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
     }
     if target == Some(obj) {
         return Ok(());
+    }
+    if sdir != ddir {
+        check_same_project(os, ddir, &z)?;
     }
     check_dir_changeable(os, sdir)?;
     check_dir_add(os, ddir, dn, (sdir == ddir).then_some(sn))?;
