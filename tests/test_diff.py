@@ -107,6 +107,17 @@ def test_diff_between_snapshots_and_now(oxzfs):
     ):
         r = oxzfs.zfs("diff", *args)
         assert r.returncode == code and (msg is None or r.stderr == msg), repr(r)
+    # A clone against its origin: the clone's changes, under the clone's mountpoint; a file
+    # system that is not a clone of it is refused.
+    clone = f"{pool}/clone"
+    assert oxzfs.zfs("clone", f"{fs}@s1", clone).returncode == 0
+    croot = os.path.join(alt, clone)
+    with open(os.path.join(croot, "b"), "a") as f:
+        f.write("in the clone")
+    assert lines(oxzfs.zfs("diff", f"{fs}@s1", clone)) == rooted(croot, ["M\t/b"])
+    assert oxzfs.zfs("create", f"{pool}/other").returncode == 0
+    r = oxzfs.zfs("diff", f"{fs}@s1", f"{pool}/other")
+    assert (r.returncode, r.stderr) == (1, "Not an earlier snapshot from the same fs: invalid dataset name\n"), repr(r)
     assert oxzfs.zfs("unmount", fs).returncode == 0
     r = oxzfs.zfs("diff", f"{fs}@s1")
     assert (r.returncode, r.stderr) == (1, "Cannot diff an unmounted snapshot: operation not applicable to datasets of this type\n"), repr(r)

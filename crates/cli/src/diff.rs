@@ -45,10 +45,31 @@ fn names(from: &str, to: Option<&str>) -> Result<(String, String, Option<String>
         return Err(unable());
     }
     if !fds.is_empty() && !tds.is_empty() && fds != tds {
-        return Err(fail("Not an earlier snapshot from the same fs: invalid dataset name".into()));
+        // Another file system: a clone whose origin is the earlier snapshot (checked once
+        // the datasets are read); its paths are the clone's.
+        return Ok((tds.to_string(), from.to_string(), tsnap.map(|s| format!("{tds}@{s}"))));
     }
     let ds = if fds.is_empty() { tds } else { fds };
     Ok((ds.to_string(), format!("{ds}@{fsnap}"), tsnap.map(|s| format!("{ds}@{s}"))))
+}
+
+/// dsl_dataset_is_before: snapshot `f` is older than `t` in `t`'s own history, its file
+/// system's or, through origins, the file systems it was cloned from.
+fn is_before(all: &[oxzfs::dsl::DatasetInfo], f: &oxzfs::dsl::DatasetInfo, t: &oxzfs::dsl::DatasetInfo) -> bool {
+    let mut dir = t.dir_obj;
+    let mut origin = t.dir.origin_obj;
+    // Older than this txg (at or before it for an origin snapshot).
+    let mut limit = if t.kind == DatasetKind::Snapshot { t.ds.creation_txg } else { u64::MAX };
+    for _ in 0..all.len() + 1 {
+        if f.dir_obj == dir {
+            return f.ds.creation_txg < limit;
+        }
+        let Some(o) = all.iter().find(|d| d.ds_obj == origin && origin != 0) else { return false };
+        dir = o.dir_obj;
+        origin = o.dir.origin_obj;
+        limit = o.ds.creation_txg.saturating_add(1);
+    }
+    false
 }
 
 pub fn diff(st: &mut State, args: &[String]) -> Out {
@@ -98,9 +119,10 @@ pub fn diff(st: &mut State, args: &[String]) -> Out {
     if t.kind == DatasetKind::Volume || f.objset_type != oxzfs_format::objset::DMU_OST_ZFS {
         return fail(format!("Unable to obtain diffs: cannot diff '{target}': operation not applicable to datasets of this type"));
     }
-    // dsl_dataset_is_before: the from snapshot is the file system's and older than the other side.
-    let before = f.dir_obj == t.dir_obj && f.ds.creation_txg < if t.kind == DatasetKind::Snapshot { t.ds.creation_txg } else { u64::MAX };
-    if !before {
+    if f.dir_obj != t.dir_obj && all.iter().find(|d| d.name == ds).is_none_or(|d| d.dir.origin_obj != f.ds_obj) {
+        return fail("Not an earlier snapshot from the same fs: invalid dataset name".into());
+    }
+    if !is_before(&all, f, t) {
         return fail("Unable to obtain diffs: \n   Not an earlier snapshot from the same fs".into());
     }
     let open = |d: &oxzfs::dsl::DatasetInfo| oxzfs::dmu::Objset::open_id(&imp.pool.spa, &d.ds.bp, d.ds_obj);
