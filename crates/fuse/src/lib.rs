@@ -267,19 +267,26 @@ impl MountHandle {
     /// its connection aborted, so that nothing left open on it keeps the session, and whoever
     /// waits for it, alive). On error the handle is given back, still mounted.
     pub fn unmount(mut self, force: bool) -> Result<(), (MountHandle, std::io::Error)> {
-        let conn = if force { fuse_connection(&self.mountpoint) } else { None };
         // The kernel sends a FUSE file's RELEASE after close(2) has returned and holds the
         // mount until the reply, so a file closed just before shows the mount busy for a
         // moment: retry for up to a second before calling it busy.
-        let mut r = unmount_path(&self.mountpoint, force);
+        let mut r = unmount_path(&self.mountpoint, false);
         for _ in 0..20 {
             match &r {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     std::thread::sleep(std::time::Duration::from_millis(50));
-                    r = unmount_path(&self.mountpoint, force);
+                    r = unmount_path(&self.mountpoint, false);
                 }
                 _ => break,
             }
+        }
+        // Still busy and forced: detached lazily, and the connection aborted. Only here, where
+        // something holds the connection open (so its number is still ours), not after an
+        // unmount that ended it.
+        let mut conn = None;
+        if force && r.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)) {
+            conn = fuse_connection(&self.mountpoint);
+            r = unmount_path(&self.mountpoint, true);
         }
         if let Err(e) = r {
             if e.raw_os_error() != Some(libc::EINVAL) && e.raw_os_error() != Some(libc::ENOENT) {
@@ -306,8 +313,12 @@ impl MountHandle {
 impl Drop for MountHandle {
     fn drop(&mut self) {
         if self.session.is_some() {
-            let conn = fuse_connection(&self.mountpoint);
-            let _ = unmount_path(&self.mountpoint, true);
+            // As a forced unmount: the connection aborted only when the mount is busy.
+            let mut conn = None;
+            if unmount_path(&self.mountpoint, false).is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)) {
+                conn = fuse_connection(&self.mountpoint);
+                let _ = unmount_path(&self.mountpoint, true);
+            }
             if let Some(c) = conn {
                 abort_connection(c);
             }
