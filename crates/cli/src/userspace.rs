@@ -363,12 +363,14 @@ pub fn set_quota_prop(h: &oxzfs::txg::PoolHandle, pool: &oxzfs::pool::Pool, ds: 
     use oxzfs::ZfsError;
     let Some((prop, value)) = assign.split_once('=') else { return Ok(false) };
     let Some(head) = prop.split_once('@').map(|(h, _)| h) else { return Ok(false) };
-    if !oxzfs::zfs_quota::QUOTA_PROPS.iter().any(|p| p.0.strip_suffix('@') == Some(head)) {
-        if oxzfs::zfs_quota::USED_PROPS.iter().any(|p| p.0.strip_suffix('@') == Some(head)) {
-            return Err(ZfsError::Invalid(format!("'{prop}' is readonly")));
-        }
+    let known = |t: &[(&str, Kind, bool)]| t.iter().any(|p| p.0.strip_suffix('@') == Some(head));
+    if known(&oxzfs::zfs_quota::USED_PROPS) {
+        return Err(ZfsError::Invalid(format!("'{prop}' is readonly")));
+    }
+    if !known(&oxzfs::zfs_quota::QUOTA_PROPS) {
         return Ok(false);
     }
+    // A quota property with an empty name.
     let Some((prefix, kind, _, _, name)) = quota_prop(prop) else {
         return Err(ZfsError::Invalid(format!("'{prop}' has an invalid user/group name")));
     };

@@ -71,12 +71,17 @@ struct Tree {
 /// none: dnode_hold_impl's ENOENT), free ones left out.
 fn slot_heads(os: &Objset, blkid: u64) -> Result<Vec<(u64, DnodePhys)>> {
     let md = &os.phys.meta_dnode;
-    let per_block = (md.data_block_size() / DNODE_SIZE as u64).max(1);
     let Some(bp) = os.block_pointer(md, 0, blkid)? else { return Ok(Vec::new()) };
+    slot_heads_of(os, blkid, &bp)
+}
+
+/// [`slot_heads`] of dnode block `blkid` whose block pointer is `bp`.
+fn slot_heads_of(os: &Objset, blkid: u64, bp: &BlockPointer) -> Result<Vec<(u64, DnodePhys)>> {
     if bp.is_hole() && !bp.embedded {
         return Ok(Vec::new());
     }
-    let data = os.spa.read_bp_for(&bp, os.id)?;
+    let per_block = (os.phys.meta_dnode.data_block_size() / DNODE_SIZE as u64).max(1);
+    let data = os.spa.read_bp_for(bp, os.id)?;
     let mut out = Vec::new();
     let mut i = 0usize;
     while i < data.len() / DNODE_SIZE {
@@ -226,7 +231,8 @@ fn changed_ranges(os: &Objset, from_txg: u64) -> Result<Vec<(u64, u64, bool)>> {
             continue;
         }
         let mut obj = first;
-        let heads = slot_heads(os, blkid)?;
+        // The block the walk reached: its pointer is at hand.
+        let heads = slot_heads_of(os, blkid, &bp)?;
         for (o, _) in heads {
             if o > obj {
                 push(obj, o - 1, false, &mut out);
