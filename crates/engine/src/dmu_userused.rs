@@ -27,8 +27,7 @@ const SA_UID_OFFSET: usize = 24;
 const SA_GID_OFFSET: usize = 32;
 const SA_FLAGS_OFFSET: usize = 48;
 const SA_PROJID_OFFSET: usize = 128;
-/// ZFS_PROJID in the ZPL's flags: the file has a project id.
-const ZFS_PROJID: u64 = 0x0000_8000_0000_0000;
+use oxzfs_format::znode::pflags::ZFS_PROJID;
 /// znode_phys_t (a legacy, pre-SA znode): zp_uid and zp_gid.
 const ZP_UID_OFFSET: usize = 128;
 const ZP_GID_OFFSET: usize = 136;

@@ -262,32 +262,39 @@ mod vdev_removal_tests {
         (dir, PoolW::create(&spec, 64 << 20).unwrap())
     }
 
-    /// With project_quota, new znodes carry a project id as zfs_mknode gives them: the
-    /// directory's when it passes its project on (ZFS_PROJINHERIT, passed on to regular files
-    /// and directories), else 0; and the accounting charges the project after a sync.
-    #[test]
-    fn new_znodes_inherit_their_directorys_project() {
-        let dir = std::env::temp_dir().join(format!("oxzfs-projinherit-{}", std::process::id()));
+    /// A new pool `name` of one file with project_quota enabled: its directory, the pool, and
+    /// its root dataset.
+    fn project_quota_pool(name: &str) -> (std::path::PathBuf, PoolW, u64) {
+        let dir = std::env::temp_dir().join(format!("oxzfs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let dev = dir.join("d0");
         std::fs::File::create(&dev).unwrap().set_len(256 << 20).unwrap();
         let spec = CreateSpec {
-            name: "projinh".into(),
+            name: name.into(),
             vdevs: vec![(VdevClass::Normal, VdevSpec::File(dev))],
             fs_init: Some(crate::zplw::init_fs),
             enabled: vec!["project_quota".into()],
             ..Default::default()
         };
         let mut pw = PoolW::create(&spec, 64 << 20).unwrap();
-        let ds = pw.find_dataset("projinh").unwrap().expect("the root dataset");
+        let ds = pw.find_dataset(name).unwrap().expect("the root dataset");
+        (dir, pw, ds)
+    }
+
+    /// With project_quota, new znodes carry a project id as zfs_mknode gives them: the
+    /// directory's when it passes its project on (ZFS_PROJINHERIT, passed on to regular files
+    /// and directories), else 0; and the accounting charges the project after a sync.
+    #[test]
+    fn new_znodes_inherit_their_directorys_project() {
+        let (dir, mut pw, ds) = project_quota_pool("projinh");
         let (plain, marked, child, sub, link) = {
             let os = pw.objset(ds).unwrap();
             let fs = crate::zplw::open_fs(os, 4096).unwrap();
             let plain = crate::zplw::create(os, fs.root, b"plain", 0o100644, 0, 0, 0, None, 5).unwrap();
             let marked = crate::zplw::create(os, fs.root, b"proj", 0o40755, 0, 0, 0, None, 5).unwrap();
             let mut z = crate::zplw::get(os, marked).unwrap();
-            z.flags |= 0x0000_2000_0000_0000;
+            z.flags |= 0x0000_4000_0000_0000;
             z.projid = 42;
             crate::zplw::put(os, marked, &z).unwrap();
             let child = crate::zplw::create(os, marked, b"f", 0o100644, 0, 0, 0, None, 5).unwrap();
@@ -299,7 +306,7 @@ mod vdev_removal_tests {
         pw.sync().unwrap();
         let os = pw.objset(ds).unwrap();
         let projid = 0x0000_8000_0000_0000u64;
-        let inherit = 0x0000_2000_0000_0000u64;
+        let inherit = 0x0000_4000_0000_0000u64;
         let got = |os: &mut crate::dbuf::ObjsetW, o: u64| {
             let z = crate::zplw::get(os, o).unwrap();
             (z.projid, z.flags & projid != 0, z.flags & inherit != 0)
@@ -325,6 +332,41 @@ mod vdev_removal_tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert!(used >= 4 * 512 + 10000, "project 42 holds {used} bytes");
         assert_eq!(objs, None, "object counts without userobj_accounting");
+    }
+
+    /// A project id given to a znode made without one (before project_quota was enabled) goes
+    /// where sa_add_projid puts it, right after the fixed attributes: the accounting reads it
+    /// there by offset (as zpl_get_file_info does), and zdb finds the layout sound.
+    #[test]
+    fn a_project_id_given_later_goes_where_openzfs_puts_it() {
+        let (dir, mut pw, ds) = project_quota_pool("addprojid");
+        let projid_flag = oxzfs_format::znode::pflags::ZFS_PROJID;
+        let f = {
+            let os = pw.objset(ds).unwrap();
+            let fs = crate::zplw::open_fs(os, 4096).unwrap();
+            os.props.projects = false;
+            let f = crate::zplw::create(os, fs.root, b"old", 0o100644, 1000, 100, 0, None, 5).unwrap();
+            crate::zplw::setxattr(os, f, b"user.k", b"v", 0, 5).unwrap();
+            crate::zplw::write(os, f, 0, &super::noise(5, 7000), 4096).unwrap();
+            os.props.projects = true;
+            assert_eq!(crate::zplw::get(os, f).unwrap().flags & projid_flag, 0);
+            let mut x = [0u8; crate::zfs_pflags::FSXATTR_SIZE];
+            x[12..16].copy_from_slice(&5u32.to_le_bytes());
+            crate::zfs_pflags::set_fsxattr(os, &fs, f, &x, crate::zfs_pflags::Caller { uid: 0 }).unwrap();
+            f
+        };
+        pw.sync().unwrap();
+        let os = pw.objset(ds).unwrap();
+        let z = crate::zplw::get(os, f).unwrap();
+        assert_eq!((z.projid, z.flags & projid_flag != 0, z.uid, z.gid, z.size), (5, true, 1000, 100, 7000));
+        assert_eq!(crate::zpl::ZplRead::getxattr(&crate::zpl::Live(os), f, b"user.k").unwrap(), b"v");
+        use crate::dmu::ObjsetRead;
+        let used = os.synced().unwrap().zap_value(oxzfs_format::objset::DMU_PROJECTUSED_OBJECT, b"5").unwrap().unwrap_or(0);
+        assert!(used >= 512 + 7000, "project 5 holds {used} bytes");
+        pw.export().unwrap();
+        drop(pw);
+        zdb_clean(&dir, "addprojid");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Pool `name` opened for writing again from the devices in `dir`.

@@ -212,6 +212,11 @@ pub fn check_create(os: &ObjsetW, uid: u64, gid: u64, projid: u64) -> crate::Res
     Ok(())
 }
 
+/// zfs_setattr's check of a new project id: whether the project is at a quota.
+pub fn over_project_quota(os: &ObjsetW, projid: u64) -> bool {
+    projid != 0 && has_quotas(os) && over_either(os, Kind::Project, projid)
+}
+
 /// zfs_setattr's check of a change of owner or group: EDQUOT when the new one is at a quota.
 pub fn check_chown(os: &mut ObjsetW, obj: u64, uid: Option<u64>, gid: Option<u64>) -> crate::Result<()> {
     if uid.is_none() && gid.is_none() || !has_quotas(os) {

@@ -50,16 +50,8 @@ pub use crate::zfs_znode::{MASTER_NODE_OBJ, MAXNAMELEN, S_IFDIR, S_IFLNK, S_IFMT
 const BONUS_MAX: usize = 320;
 /// First ZPL version with system attributes (ZPL_VERSION_SA).
 pub const ZPL_VERSION_SA: u64 = 5;
-/// znode pflags: an extended attribute (directory or file), the ACL is trivial, nobody is
-/// denied execute, and the DOS-style archive / AV-modified bits new znodes get with FUIDs.
-pub(crate) const ZFS_XATTR: u64 = 0x1;
-/// The znode has a project id (its SA holds ZPL_PROJID); new children inherit the project.
-const ZFS_PROJID: u64 = 0x0000_8000_0000_0000;
-const ZFS_PROJINHERIT: u64 = 0x0000_2000_0000_0000;
-const ZFS_ACL_TRIVIAL: u64 = 0x4;
-const ZFS_NO_EXECS_DENIED: u64 = 0x100;
-const ZFS_ARCHIVE: u64 = 0x0000_0008_0000_0000;
-const ZFS_AV_MODIFIED: u64 = 0x0000_0400_0000_0000;
+pub(crate) use oxzfs_format::znode::pflags::ZFS_XATTR;
+use oxzfs_format::znode::pflags::{ZFS_ACL_TRIVIAL, ZFS_ARCHIVE, ZFS_AV_MODIFIED, ZFS_NO_EXECS_DENIED, ZFS_PROJID, ZFS_PROJINHERIT};
 /// xattr=sa limits (DXATTR_MAX_ENTRY_SIZE, DXATTR_MAX_SA_SIZE): larger go to the directory.
 const DXATTR_MAX_ENTRY_SIZE: usize = 32768;
 const DXATTR_MAX_SA_SIZE: usize = 64 << 10;
@@ -402,6 +394,19 @@ fn put_sa(os: &mut ObjsetW, obj: u64, z: &ZnodeAttrs) -> Result<()> {
             if want && !attrs.iter().any(|(x, _)| *x == a) {
                 attrs.push((a, attr_value(a, &z, true).expect("modelled")));
             }
+        }
+        if z.flags & ZFS_PROJID != 0 && !attrs.iter().any(|(x, _)| *x == za::PROJID) {
+            // sa_add_projid: the project id goes where the accounting reads it, right after
+            // the fixed attributes, the others following in its order.
+            const ORDER: [u16; 17] = [
+                za::MODE, za::SIZE, za::GEN, za::UID, za::GID, za::PARENT, za::FLAGS, za::ATIME, za::MTIME, za::CTIME, za::CRTIME, za::LINKS, za::PROJID, za::RDEV, za::DACL_COUNT, za::DACL_ACES, za::XATTR,
+            ];
+            for a in ORDER[..13].iter().copied() {
+                if !attrs.iter().any(|(x, _)| *x == a) {
+                    attrs.push((a, attr_value(a, &z, true).expect("modelled")));
+                }
+            }
+            attrs.sort_by_key(|(a, _)| ORDER.iter().position(|x| x == a).unwrap_or(ORDER.len()));
         }
         write_sa(os, reg, obj, &attrs)
     })

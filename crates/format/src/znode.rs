@@ -20,6 +20,27 @@ pub const ZFS_SA_ATTRS: &str = "SA_ATTRS";
 pub const ZFS_SHARES_DIR: &str = "SHARES";
 pub const ZFS_FUID_TABLES: &str = "FUID";
 
+/// The znode's flags (`zp_flags`, SA `ZPL_FLAGS`): the file attributes kept in its upper half
+/// (zfs_znode.h), and the flags that mark what the znode carries.
+pub mod pflags {
+    pub const ZFS_XATTR: u64 = 0x1;
+    pub const ZFS_ACL_TRIVIAL: u64 = 0x4;
+    pub const ZFS_NO_EXECS_DENIED: u64 = 0x100;
+    pub const ZFS_READONLY: u64 = 0x0000_0001_0000_0000;
+    pub const ZFS_HIDDEN: u64 = 0x0000_0002_0000_0000;
+    pub const ZFS_SYSTEM: u64 = 0x0000_0004_0000_0000;
+    pub const ZFS_ARCHIVE: u64 = 0x0000_0008_0000_0000;
+    pub const ZFS_IMMUTABLE: u64 = 0x0000_0010_0000_0000;
+    pub const ZFS_NOUNLINK: u64 = 0x0000_0020_0000_0000;
+    pub const ZFS_APPENDONLY: u64 = 0x0000_0040_0000_0000;
+    pub const ZFS_NODUMP: u64 = 0x0000_0080_0000_0000;
+    pub const ZFS_AV_MODIFIED: u64 = 0x0000_0400_0000_0000;
+    /// New children of a directory with this flag take its project id (and the flag).
+    pub const ZFS_PROJINHERIT: u64 = 0x0000_4000_0000_0000;
+    /// The znode carries a project id (SA `ZPL_PROJID`).
+    pub const ZFS_PROJID: u64 = 0x0000_8000_0000_0000;
+}
+
 /// Object number of a directory entry value.
 pub fn dirent_obj(v: u64) -> u64 {
     v & ((1u64 << 48) - 1)

@@ -43,13 +43,14 @@ use crate::snapdir::SnapDir;
 use crate::{file_attr, join_ino, kind_of, split_ino, CTL_SNAPDIR, CTL_ZFS, SNAP_SHIFT};
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    IoctlFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use oxzfs::dbuf::ReadLater;
 use oxzfs::dmu::ReadPart;
 use oxzfs::txg::PoolHandle;
 use oxzfs::zpl::{Attr, Live, View, Zfs, ZplRead};
+use oxzfs::zfs_pflags::{self as pflags, Op};
 use oxzfs::zplw::{self, SetAttr};
 use oxzfs::ZfsError;
 use std::collections::HashMap;
@@ -730,6 +731,7 @@ impl Inner {
         let a = w.pool.with_fs_space(w.dsobj, 4096, |os, txg| {
             // zfs_create finds an existing name (EEXIST) before it looks at quotas.
             if Live(os).dir_lookup(dir, name.as_bytes())?.is_none() {
+                pflags::check(os, Op::Create { dir })?;
                 let projid = zplw::inherited_projid(os, dir)?;
                 oxzfs::zfs_quota::check_create(os, uid as u64, gid as u64, projid)?;
             }
@@ -760,7 +762,10 @@ impl Inner {
         let w = self.w()?;
         let obj = self.obj(ino);
         let need = if mode & 0x02 != 0 { 0 } else { length.max(0) as u64 };
-        w.durable(w.pool.with_fs_space(w.dsobj, need, |os, _| zplw::fallocate(os, obj, offset.max(0) as u64, length.max(0) as u64, mode, os.props.recordsize)))
+        w.durable(w.pool.with_fs_space(w.dsobj, need, |os, _| {
+            pflags::check(os, Op::Fallocate { obj, mode })?;
+            zplw::fallocate(os, obj, offset.max(0) as u64, length.max(0) as u64, mode, os.props.recordsize)
+        }))
     }
 }
 
@@ -987,7 +992,8 @@ impl Filesystem for ZfsFuse {
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         // Kernel capabilities asked for, each only if the kernel offers it.
-        for cap in [InitFlags::FUSE_ASYNC_READ, InitFlags::FUSE_BIG_WRITES, InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_DO_READDIRPLUS] {
+        // FUSE_HAS_IOCTL_DIR: lsattr and chattr work on directories as on files.
+        for cap in [InitFlags::FUSE_ASYNC_READ, InitFlags::FUSE_BIG_WRITES, InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_DO_READDIRPLUS, InitFlags::FUSE_HAS_IOCTL_DIR] {
             let _ = config.add_capabilities(cap);
         }
         match self.inner.backend {
@@ -1089,6 +1095,10 @@ impl Filesystem for ZfsFuse {
         let chown = uid.is_some() || gid.is_some() || nothing;
         let kill_suidgid = mode.is_none() && (chown || (size.is_some() && req.uid() != 0));
         let caller = Caller::of(req);
+        let is_set = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+        let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
+        let (times_set, times_now) = (is_set(&atime) || is_set(&mtime), is_now(&atime) || is_now(&mtime));
+        let owner = mode.is_some() || uid.is_some() || gid.is_some();
         let sa = SetAttr {
             mode: mode.map(|m| m as u64),
             uid: uid.map(|u| u as u64),
@@ -1102,6 +1112,7 @@ impl Filesystem for ZfsFuse {
             let obj = s.obj(ino);
             let r = s.w().and_then(|w| {
                 w.durable(w.pool.with_fs(w.dsobj, |os, _| {
+                    pflags::check(os, Op::SetAttr { obj, owner, size: sa.size.is_some(), times_set, times_now })?;
                     oxzfs::zfs_quota::check_chown(os, obj, sa.uid, sa.gid)?;
                     zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid))
                 }))
@@ -1172,12 +1183,18 @@ impl Filesystem for ZfsFuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (parent, name) = (parent.0, name.to_os_string());
-        self.change_fs(self.inner.frozen(parent), parent, reply, move |s, w, os, fs| zplw::unlink(os, fs, s.obj(parent), name.as_bytes(), &w.open_marker()));
+        self.change_fs(self.inner.frozen(parent), parent, reply, move |s, w, os, fs| {
+            pflags::check(os, Op::Remove { dir: s.obj(parent), name: name.as_bytes() })?;
+            zplw::unlink(os, fs, s.obj(parent), name.as_bytes(), &w.open_marker())
+        });
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (parent, name) = (parent.0, name.to_os_string());
-        self.change_fs(self.inner.frozen(parent), parent, reply, move |s, _, os, fs| zplw::rmdir(os, fs, s.obj(parent), name.as_bytes()));
+        self.change_fs(self.inner.frozen(parent), parent, reply, move |s, _, os, fs| {
+            pflags::check(os, Op::Remove { dir: s.obj(parent), name: name.as_bytes() })?;
+            zplw::rmdir(os, fs, s.obj(parent), name.as_bytes())
+        });
     }
 
     fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
@@ -1186,7 +1203,14 @@ impl Filesystem for ZfsFuse {
         // Renames between directories all go to one worker: they keep their order.
         let key = if parent == newparent { parent } else { 0 };
         let frozen = self.inner.frozen(parent) || self.inner.frozen(newparent);
-        self.change_fs(frozen, key, reply, move |s, w, os, fs| zplw::rename(os, fs, s.obj(parent), name.as_bytes(), s.obj(newparent), newname.as_bytes(), flags, &w.open_marker()));
+        self.change_fs(frozen, key, reply, move |s, w, os, fs| {
+            let (sdir, ddir) = (s.obj(parent), s.obj(newparent));
+            pflags::check(os, Op::Rename { sdir, sname: name.as_bytes(), ddir, dname: newname.as_bytes() })?;
+            if flags & zplw::RENAME_EXCHANGE != 0 {
+                pflags::check(os, Op::Rename { sdir: ddir, sname: newname.as_bytes(), ddir: sdir, dname: name.as_bytes() })?;
+            }
+            zplw::rename(os, fs, sdir, name.as_bytes(), ddir, newname.as_bytes(), flags, &w.open_marker())
+        });
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -1198,7 +1222,12 @@ impl Filesystem for ZfsFuse {
         let newname = newname.to_os_string();
         self.change(newparent, move |s| {
             let (o, d) = (s.obj(ino), s.obj(newparent));
-            let r = s.w().and_then(|w| w.durable(w.pool.with_fs_space(w.dsobj, 512, |os, _| zplw::link(os, o, d, newname.as_bytes()))));
+            let r = s.w().and_then(|w| {
+                w.durable(w.pool.with_fs_space(w.dsobj, 512, |os, _| {
+                    pflags::check(os, Op::Link { obj: o, dir: d })?;
+                    zplw::link(os, o, d, newname.as_bytes())
+                }))
+            });
             s.reply_entry(r.map(|a| s.fattr_live(&a)), reply)
         });
     }
@@ -1206,6 +1235,22 @@ impl Filesystem for ZfsFuse {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let ino = ino.0;
         match &self.inner.backend {
+            // An open for writing meets the file's immutable and append-only flags (may_open).
+            Backend::ReadWrite(_) if !self.inner.frozen(ino) && (flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0) => {
+                let (append, trunc) = (flags.0 & libc::O_APPEND != 0, flags.0 & libc::O_TRUNC != 0);
+                self.change(ino, move |s| {
+                    let obj = s.obj(ino);
+                    let r = s.w().and_then(|w| {
+                        w.pool.with_fs(w.dsobj, |os, _| pflags::check(os, Op::OpenWrite { obj, append, trunc }))?;
+                        *w.open.lock().unwrap().entry(obj).or_insert(0) += 1;
+                        Ok(())
+                    });
+                    match r {
+                        Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                        Err(e) => reply.error(Errno::from_i32(e.errno())),
+                    }
+                });
+            }
             Backend::ReadWrite(w) if !self.inner.frozen(ino) => {
                 *w.open.lock().unwrap().entry(self.inner.obj(ino)).or_insert(0) += 1;
                 reply.opened(FileHandle(0), FopenFlags::empty());
@@ -1281,6 +1326,7 @@ impl Filesystem for ZfsFuse {
             let in_group = kill.map(|c| move |gid| c.in_group(gid));
             let r = s.w().and_then(|w| {
                 w.durable(w.pool.with_fs_space(w.dsobj, data.len() as u64, |os, _| {
+                    pflags::check(os, Op::Write { obj, offset })?;
                     oxzfs::zfs_quota::check_write(os, obj)?;
                     zplw::write_as(os, obj, offset, data, os.props.recordsize, in_group.as_ref().map(|f| f as &dyn Fn(u64) -> bool))
                 }))
@@ -1384,7 +1430,12 @@ impl Filesystem for ZfsFuse {
         self.change(ino, move |s| {
             let obj = s.obj(ino);
             reply_empty(
-                s.w().and_then(|w| w.durable(w.pool.with_fs_space(w.dsobj, value.len() as u64 + 4096, |os, txg| zplw::setxattr(os, obj, name.as_bytes(), &value, flags, txg)))),
+                s.w().and_then(|w| {
+                    w.durable(w.pool.with_fs_space(w.dsobj, value.len() as u64 + 4096, |os, txg| {
+                        pflags::check(os, Op::Xattr { obj })?;
+                        zplw::setxattr(os, obj, name.as_bytes(), &value, flags, txg)
+                    }))
+                }),
                 reply,
             )
         });
@@ -1430,7 +1481,58 @@ impl Filesystem for ZfsFuse {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (ino, name) = (ino.0, name.to_os_string());
-        self.change_fs(self.inner.frozen(ino), ino, reply, move |s, _, os, fs| zplw::removexattr(os, fs, s.obj(ino), name.as_bytes()));
+        self.change_fs(self.inner.frozen(ino), ino, reply, move |s, _, os, fs| {
+            pflags::check(os, Op::Xattr { obj: s.obj(ino) })?;
+            zplw::removexattr(os, fs, s.obj(ino), name.as_bytes())
+        });
+    }
+
+    /// lsattr, chattr and `zfs project` (zpl_ioctl): the file's flags and project id. Other
+    /// ioctls (a terminal's TCGETS from every buffered open in some languages) are not ours:
+    /// ENOTTY, as a file system without them answers.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _flags: IoctlFlags, cmd: u32, in_data: &[u8], _out_size: u32, reply: ReplyIoctl) {
+        let ino = ino.0;
+        match cmd {
+            pflags::FS_IOC_GETFLAGS | pflags::FS_IOC32_GETFLAGS | pflags::FS_IOC_FSGETXATTR => self.read_op(move |s| {
+                let r = match s.node(ino) {
+                    Ok(Node::Obj { snap, obj, .. }) => s.view(snap.as_ref(), |v| Ok(v.znode(obj)?.z.clone())),
+                    Ok(_) => Err(ZfsError::Posix(libc::ENOTTY, String::new())),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(z) if cmd == pflags::FS_IOC_FSGETXATTR => reply.ioctl(0, &pflags::fsxattr(&z)),
+                    Ok(z) => reply.ioctl(0, &pflags::fs_flags(&z).to_le_bytes()),
+                    Err(e) => reply.error(Errno::from_i32(e.errno())),
+                }
+            }),
+            pflags::FS_IOC_SETFLAGS | pflags::FS_IOC32_SETFLAGS | pflags::FS_IOC_FSSETXATTR => {
+                if self.inner.frozen(ino) || !matches!(self.inner.backend, Backend::ReadWrite(_)) {
+                    return reply.error(erofs());
+                }
+                let (data, who) = (in_data.to_vec(), pflags::Caller { uid: req.uid() });
+                self.change(ino, move |s| {
+                    let obj = s.obj(ino);
+                    let r = s.w().and_then(|w| {
+                        w.durable(w.with_fs_info(|os, fs| {
+                            match cmd {
+                                pflags::FS_IOC_FSSETXATTR => pflags::set_fsxattr(os, fs, obj, &data, who),
+                                _ => match data.get(..4) {
+                                    Some(b) => pflags::set_flags(os, fs, obj, u32::from_le_bytes(b.try_into().expect("4")), who),
+                                    None => Err(ZfsError::Posix(libc::EINVAL, "no flags given".into())),
+                                },
+                            }
+                            .map(|_| ())
+                        }))
+                    });
+                    match r {
+                        Ok(()) => reply.ioctl(0, &[]),
+                        Err(e) => reply.error(Errno::from_i32(e.errno())),
+                    }
+                });
+            }
+            _ => reply.error(Errno::from_i32(libc::ENOTTY)),
+        }
     }
 
     /// Only reached without default_permissions: writes to what never changes are refused.
