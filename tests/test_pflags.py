@@ -215,6 +215,14 @@ def test_flags_rules_and_projects(oxzfs):
     assert fails(os.link, p("dump"), p("proj", "dump")) == errno.EXDEV
     assert fails(os.rename, p("dump"), p("proj", "dump")) == errno.EXDEV
     assert fails(setproj, p("proj"), 0xFFFFFFFF, True) == errno.EINVAL
+    # A project quota holds once the project's synced figure reaches it (the file system, made
+    # on a pool with project_quota, keeps its projects complete from the start).
+    assert oxzfs.zfs("set", "projectquota@42=20K", fs).returncode == 0
+    assert oxzfs.zpool("sync", pool).returncode == 0
+    assert fails(write_at, p("proj", "c"), os.O_WRONLY | os.O_CREAT) == errno.EDQUOT
+    write_at(p("c"), os.O_WRONLY | os.O_CREAT)
+    r = oxzfs.zfs("projectspace", "-Hp", "-o", "name,quota", fs)
+    assert r.returncode == 0 and "42\t20480" in r.stdout.splitlines(), repr(r)
 
     assert oxzfs.export(pool).returncode == 0
     zdb_check(vdir, pool)

@@ -117,9 +117,9 @@ def test_accounting_matches_every_object(oxzfs):
     snap_want, snap_kept = zdb_accounting(vdir, f"{fs}@s")
     assert snap_kept == snap_want and ours == space_only(snap_want["user"]), (ours, snap_want)
     assert snap_want != want
-    # zfs userspace and groupspace after the import: every owner and group with its figure; the
-    # object counts are not marked complete (OpenZFS completes them at its first mount), so
-    # OBJUSED is "-"; projectspace lists nothing for the same reason.
+    # zfs userspace and groupspace after the import: every owner and group with its figure and
+    # object count (a new file system counts its objects and projects from its first object,
+    # as dmu_objset_create_impl marks it); projectspace lists project 0 with everything.
     import_rw(oxzfs, vdir, pool, alt)
     assert listed(oxzfs.zfs("userspace", "-Hpn", "-o", "name,used", fs)) == space_only(want["user"])
     assert listed(oxzfs.zfs("groupspace", "-Hpn", "-o", "name,used", fs)) == space_only(want["group"])
@@ -127,9 +127,10 @@ def test_accounting_matches_every_object(oxzfs):
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and re.fullmatch(r"TYPE +NAME +USED +QUOTA +OBJUSED +OBJQUOTA", lines[0]), repr(r)
     assert [ln.split()[2] for ln in lines[1:]] == sorted((str(int(k, 16)) for k in space_only(want["user"])), key=int), repr(r)
-    assert all(ln.split()[-3:] == ["none", "-", "-"] for ln in lines[1:]), repr(r)
-    r = oxzfs.zfs("projectspace", fs)
-    assert (r.returncode, r.stdout) == (0, ""), repr(r)
+    assert [ln.split()[-3:] for ln in lines[1:]] == [["none", str(want["user"]["obj-" + format(int(ln.split()[2]), "x")]), "none"]
+                                                    for ln in lines[1:]], repr(r)
+    r = oxzfs.zfs("projectspace", "-Hp", "-o", "name,used,objused", fs)
+    assert (r.returncode, r.stdout) == (0, f"0\t{want['project']['0']}\t{want['project']['obj-0']}\n"), repr(r)
     # Sorted as us_compare sorts: names as strings, ids without a name as numbers after them.
     import pwd
 

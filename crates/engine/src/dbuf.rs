@@ -365,9 +365,8 @@ impl ObjsetW {
             zil_header: ZilHeaderPhys::empty(),
             typ,
             // dmu_objset_create_impl: a new file system is accounted per user and group from
-            // its first object on. (Object counts and projects, where the pool has them, are
-            // kept too but not marked complete: that would activate their features for the
-            // dataset; OpenZFS marks them when it first mounts it, dmu_objset_id_quota_upgrade.)
+            // its first object on (object counts and projects: see
+            // PoolW::accounting_complete).
             flags: if typ == DMU_OST_ZFS && spa.version() >= crate::dmu_userused::SPA_VERSION_USERSPACE { oxzfs_format::objset::OBJSET_FLAG_USERACCOUNTING_COMPLETE } else { 0 },
             userused_dnode: None,
             groupused_dnode: None,

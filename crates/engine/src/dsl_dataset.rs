@@ -298,6 +298,7 @@ impl PoolW {
             }
             _ => {
                 let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
+                self.accounting_complete(ds, &mut os)?;
                 (self.fs_init)(&mut os, v, txg)?;
                 self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
             }

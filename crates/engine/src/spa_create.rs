@@ -425,6 +425,7 @@ impl PoolW {
         }
         let props = self.effective_props(root_dir)?;
         let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
+        self.accounting_complete(root_ds, &mut os)?;
         (self.fs_init)(&mut os, v, self.txg)?;
         self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os, prev_snap_txg: 1 });
         Ok(())

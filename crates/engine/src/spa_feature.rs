@@ -164,6 +164,20 @@ impl PoolW {
         self.mos.zap_add_u64(dsobj, guid, 0)
     }
 
+    /// dmu_objset_create_impl: a new file system keeps its object counts and projects from its
+    /// first object on, so where the pool has userobj_accounting or project_quota enabled they
+    /// are marked complete and the feature is active for the dataset (its quotas then hold).
+    pub(crate) fn accounting_complete(&mut self, dsobj: u64, os: &mut crate::dbuf::ObjsetW) -> Result<()> {
+        use oxzfs_format::objset::{OBJSET_FLAG_PROJECTQUOTA_COMPLETE, OBJSET_FLAG_USEROBJACCOUNTING_COMPLETE};
+        for (guid, flag) in [("org.zfsonlinux:userobj_accounting", OBJSET_FLAG_USEROBJACCOUNTING_COMPLETE), ("org.zfsonlinux:project_quota", OBJSET_FLAG_PROJECTQUOTA_COMPLETE)] {
+            if self.feature_enabled(guid) {
+                os.phys.flags |= flag;
+                self.ds_feature_activate(dsobj, guid)?;
+            }
+        }
+        Ok(())
+    }
+
     /// dsl_dataset_zapify: dataset object `dsobj` becomes a ZAP (its bonus kept), counted by
     /// extensible_dataset. Already one: nothing changes.
     pub(crate) fn zapify_dataset(&mut self, dsobj: u64) -> Result<()> {
