@@ -208,6 +208,13 @@ ZFS = {
         '\tprojectspace [-Hp] [-o field[,...]] [-s field] ... \n'
         '\t    [-S field] ... <filesystem|snapshot|path>\n'
     ),
+    "project": (
+        'usage:\n'
+        '\tproject [-d|-r] <directory|file ...>\n'
+        '\tproject -c [-0] [-d|-r] [-p id] <directory|file ...>\n'
+        '\tproject -C [-k] [-r] <directory ...>\n'
+        '\tproject [-p id] [-r] [-s] <directory ...>\n'
+    ),
     "mount": (
         'usage:\n'
         '\tmount\n'

@@ -118,7 +118,7 @@ ZPOOL_VERBS = ["create", "destroy", "import", "export", "list", "status", "get",
                "split", "reguid", "initialize", "trim", "checkpoint", "wait", "sync", "events"]
 ZFS_VERBS = ["create", "destroy", "snapshot", "rollback", "clone", "promote", "rename", "list", "set", "get",
              "inherit", "mount", "unmount", "share", "send", "receive", "diff", "hold", "release", "userspace",
-             "groupspace", "projectspace", "upgrade", "bookmark", "allow"]
+             "groupspace", "projectspace", "project", "upgrade", "bookmark", "allow"]
 
 
 @pytest.mark.parametrize("tool,verbs", [("zpool", ZPOOL_VERBS), ("zfs", ZFS_VERBS)])

@@ -269,3 +269,31 @@ def test_flags_cross_zfs_fuse(oxzfs, work_dir):
     assert getflags(os.path.join(root, "imm")) == FS_IMMUTABLE_FL
     with open(os.path.join(root, "plain"), "rb") as f:
         assert f.read() == b"x123456789"
+
+
+def test_zfs_project_command(oxzfs):
+    """`zfs project` sets, lists, checks and clears project ids and the inherit flag through
+    the ioctls, in zfs_project.c's formats; what it sets is what the ioctls then read, and new
+    files in a marked directory take its project."""
+    pool = "zproj"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "zproj", pool, 1, 128, lambda d: d, "-o", "feature@project_quota=enabled")
+    d = os.path.join(root, "d")
+    os.makedirs(os.path.join(d, "sub"))
+    for f in ("f", os.path.join("sub", "g")):
+        open(os.path.join(d, f), "w").close()
+    r = oxzfs.zfs("project", "-p", "42", "-rs", d)
+    assert r.returncode == 0, repr(r)
+    r = oxzfs.zfs("project", "-r", d)
+    assert r.returncode == 0, repr(r)
+    want = sorted(f"   42 P {os.path.join(d, p) if p else d}" for p in ("", "f", "sub", "sub/g"))
+    assert sorted(r.stdout.splitlines()) == want, repr(r)
+    open(os.path.join(d, "sub", "new"), "w").close()
+    assert getproj(os.path.join(d, "sub", "new")) == (FS_XFLAG_PROJINHERIT, 42)
+    setproj(os.path.join(d, "f"), 7, True)
+    r = oxzfs.zfs("project", "-c", "-r", d)
+    assert r.stdout.splitlines() == [f"{os.path.join(d, 'f')} - project ID is not set properly (7/42)"], repr(r)
+    r = oxzfs.zfs("project", "-C", "-k", "-r", d)
+    assert r.returncode == 0, repr(r)
+    assert getproj(os.path.join(d, "sub")) == (0, 42) and getproj(os.path.join(d, "f")) == (0, 7)
+    r = oxzfs.zfs("project", "-C", "-r", d)
+    assert r.returncode == 0 and all(getproj(os.path.join(d, p)) == (0, 0) for p in ("", "f", "sub", "sub/g", "sub/new")), repr(r)

@@ -5,7 +5,7 @@
 //! pools and their FUSE mounts. `zpool`/`zfs` verbs are sent to it over a unix socket
 //! ($OXZFS_SOCKET, default /run/oxzfs/oxzfs.sock) as the argument vector, and its reply is the
 //! command's stdout, stderr and exit status. `zdb` and `zpool import -d DIR` (listing) read the
-//! devices directly, as OpenZFS's do.
+//! devices directly, as OpenZFS's do, and `zfs project` works on the caller's files itself.
 
 mod client;
 mod commands;
@@ -27,6 +27,7 @@ mod keys;
 mod labelclear;
 mod diff;
 mod holds;
+mod project;
 mod userspace;
 mod upgrade;
 mod recv;
@@ -118,6 +119,11 @@ fn run(args: &[String]) -> i32 {
             // Usage asked for (`zpool VERB --help`, `zpool -?`) needs no daemon.
             if args[1..].iter().take(2).any(|a| a == "--help" || a == "-?") {
                 return show(commands::run_without_daemon(args, &cwd()));
+            }
+            // `zfs project` works on the caller's files, opened here with the caller's
+            // credentials: it never goes to the daemon.
+            if cmd == "zfs" && args.get(1).map(|s| s.as_str()) == Some("project") {
+                return project::main(&args[2..]);
             }
             // Listing importable pools needs no daemon.
             if cmd == "zpool" && args.get(1).map(|s| s.as_str()) == Some("import") && zpool::import_is_listing(&args[2..]) {

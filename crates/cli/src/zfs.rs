@@ -38,6 +38,7 @@ pub enum Verb {
     Userspace,
     Groupspace,
     Projectspace,
+    Project,
     Mount,
     #[value(alias = "umount")]
     Unmount,
@@ -71,6 +72,7 @@ impl Verb {
             Verb::Userspace => crate::userspace::USERSPACE_USAGE,
             Verb::Groupspace => crate::userspace::GROUPSPACE_USAGE,
             Verb::Projectspace => crate::userspace::PROJECTSPACE_USAGE,
+            Verb::Project => crate::project::PROJECT_USAGE,
             Verb::Mount => MOUNT_USAGE,
             Verb::Unmount => UNMOUNT_USAGE,
             Verb::Send => crate::send::SEND_USAGE,
@@ -102,6 +104,8 @@ impl Verb {
             Verb::Userspace => crate::userspace::userspace(st, args),
             Verb::Groupspace => crate::userspace::groupspace(st, args),
             Verb::Projectspace => crate::userspace::projectspace(st, args),
+            // The zfs command runs it itself, on the caller's files (project.rs).
+            Verb::Project => fail("cannot run 'zfs project' in the daemon: it runs in the zfs command itself"),
             Verb::Mount => mount(st, args),
             Verb::Unmount => unmount(st, args),
             Verb::Send => crate::send::send(st, args),
