@@ -165,6 +165,14 @@ def test_flags_rules_and_projects(oxzfs):
     assert fails(os.setxattr, p("imm"), "user.k", b"v") == errno.EPERM
     with open(p("imm"), "rb") as f:
         assert f.read() == b"0123456789"
+    # Not even the set-ID bits a change of owner takes away.
+    with open(p("suid"), "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(p("suid"), 0o4755)
+    setflags(p("suid"), FS_IMMUTABLE_FL)
+    assert fails(os.chown, p("suid"), -1, -1) == errno.EPERM
+    assert os.stat(p("suid")).st_mode & 0o7777 == 0o4755
+    setflags(p("suid"), 0)
     # Append-only: appends only (O_APPEND), times to now but no other change, no removal.
     write_at(p("app"), os.O_WRONLY | os.O_APPEND, b"+more")
     assert fails(write_at, p("app"), os.O_WRONLY) == errno.EPERM

@@ -53,16 +53,26 @@ use std::sync::Arc;
 /// node and root directory), given the pool version and the txg: the callback that OpenZFS's
 /// dmu_objset_create takes from the layer above (zfs_create_cb). The pool write state holds
 /// one, set by whoever opens the pool for writing.
-pub type ObjsetInit = fn(&mut ObjsetW, u64, u64) -> Result<()>;
+pub type ObjsetInit = fn(&mut ObjsetW, u64, u64, &ZplProps) -> Result<()>;
+
+/// The properties a new file system's ZPL takes at creation and keeps in its master node, not
+/// in the DSL (zfs_fill_zplprops): casesensitivity (0 sensitive, 1 insensitive, 2 mixed),
+/// normalization (u8_textprep's form flags) and utf8only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZplProps {
+    pub casesensitivity: u64,
+    pub normalization: u64,
+    pub utf8only: bool,
+}
 
 /// The `ObjsetInit` of a pool opened without a file system layer: making a dataset is refused.
-pub fn no_objset_init(_: &mut ObjsetW, _: u64, _: u64) -> Result<()> {
+pub fn no_objset_init(_: &mut ObjsetW, _: u64, _: u64, _: &ZplProps) -> Result<()> {
     Err(ZfsError::Unsupported("no file system layer was given to this pool to make a file system with".into()))
 }
 
 /// The `ObjsetInit` of a file system whose objects all come from elsewhere (`zfs receive`
 /// of a full stream: the stream brings the ZPL's objects, master node first).
-pub fn empty_objset_init(_: &mut ObjsetW, _: u64, _: u64) -> Result<()> {
+pub fn empty_objset_init(_: &mut ObjsetW, _: u64, _: u64, _: &ZplProps) -> Result<()> {
     Ok(())
 }
 
@@ -1003,13 +1013,6 @@ impl ObjsetW {
                 Some(z) => z,
                 None => self.load_zap(obj)?,
             };
-            // A normalized ZAP (a case-insensitive or Unicode-normalized directory) is hashed
-            // by its names' normalized forms, which oxzfs computes for ASCII names only.
-            if z.normflags != 0 && z.entries.keys().any(|k| !k.is_ascii()) {
-                let e = ZfsError::Posix(libc::ENOTSUP, format!("ZAP object {obj} is normalized (normflags {:#x}) and holds non-ASCII names, whose normalized forms oxzfs does not compute: it is left unchanged", z.normflags));
-                cache_zap(self.zcache_mut(), obj, z);
-                return Err(e);
-            }
             self.dirty_obj(obj)?.zap = Some(z);
         }
         Ok(self.dirty.get_mut(&obj).and_then(|d| d.zap.as_mut()).expect("set above"))
@@ -1038,14 +1041,9 @@ impl ObjsetW {
 
     /// [`ObjsetW::zap_add_u64`] of a name in bytes (a directory entry need not be UTF-8).
     pub fn zap_add_name(&mut self, obj: u64, name: &[u8], v: u64) -> Result<()> {
-        let z = self.zap_mut(obj)?;
-        // Only ASCII names are hashed as OpenZFS hashes them (normalized_key). Names are
-        // matched exactly, as zap_add matches them; callers that change more than the ZAP
-        // check first (zplw's check_dir_add).
-        if z.normflags != 0 && !name.is_ascii() {
-            return Err(ZfsError::Posix(libc::ENOTSUP, format!("'{}': oxzfs writes only ASCII names into a normalized directory (normflags {:#x})", String::from_utf8_lossy(name), z.normflags)));
-        }
-        z.entries.insert(name.to_vec(), (8, vec![v]));
+        // Names are matched exactly, as zap_add matches them (a normalized ZAP hashes them by
+        // their normalized forms when it is written: normalized_key).
+        self.zap_mut(obj)?.entries.insert(name.to_vec(), (8, vec![v]));
         Ok(())
     }
 

@@ -248,6 +248,17 @@ fn index_name(prop: &str, v: u64) -> String {
         },
         "volmode" => ["default", "full", "geom", "dev", "none"].get(v as usize).unwrap_or(&"default").to_string(),
         "casesensitivity" => ["sensitive", "insensitive", "mixed"].get(v as usize).unwrap_or(&"sensitive").to_string(),
+        "normalization" => {
+            use oxzfs_format::zap::{U8_TEXTPREP_NFC, U8_TEXTPREP_NFD, U8_TEXTPREP_NFKC, U8_TEXTPREP_NFKD};
+            match v {
+                U8_TEXTPREP_NFC => "formC",
+                U8_TEXTPREP_NFD => "formD",
+                U8_TEXTPREP_NFKC => "formKC",
+                U8_TEXTPREP_NFKD => "formKD",
+                _ => "none",
+            }
+            .to_string()
+        }
         _ => onoff(v),
     }
 }
@@ -779,17 +790,14 @@ pub fn get_props(spa: &Arc<Spa>, ds: &DatasetInfo, altroot: Option<&Path>, mount
     };
     push("copies", copies.0.clone(), copies.0, &copies.1);
     if ds.kind != DatasetKind::Volume {
-        let version = if ds.ds.bp.is_hole() {
-            0
-        } else {
-            Objset::open(spa, &ds.ds.bp)
-                .ok()
-                .and_then(|os| crate::zap::zap_lookup_u64(&os, 1, "VERSION").ok().flatten())
-                .unwrap_or(0)
-        };
+        // The ZPL's own properties, from the file system's master node (zfs_get_zplprop).
+        let master = if ds.ds.bp.is_hole() { None } else { Objset::open(spa, &ds.ds.bp).ok() };
+        let zpl = |k: &str| master.as_ref().and_then(|os| crate::zap::zap_lookup_u64(os, 1, k).ok().flatten()).unwrap_or(0);
+        let version = zpl("VERSION");
         push("version", version.to_string(), version.to_string(), "-");
-        for (p, def) in [("utf8only", "off"), ("normalization", "none"), ("casesensitivity", "sensitive")] {
-            push(p, def.into(), def.into(), "-");
+        for p in ["utf8only", "normalization", "casesensitivity"] {
+            let v = index_name(p, zpl(p));
+            push(p, v.clone(), v, "-");
         }
     }
     if ds.kind != DatasetKind::Volume {

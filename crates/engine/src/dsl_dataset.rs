@@ -6,7 +6,7 @@
 
 use crate::dsl_pool::now;
 use crate::dsl_prop::set_prop_in;
-use crate::dbuf::{rand_u64, ObjsetW, SpaceDelta};
+use crate::dbuf::{rand_u64, ObjsetW, SpaceDelta, ZplProps};
 use crate::dsl_pool::{DatasetW, PoolW};
 use crate::metaslab::dsize_of;
 use crate::spa::Spa;
@@ -162,6 +162,8 @@ impl PoolW {
             return Err(ZfsError::Invalid(format!("cannot create '{name}': invalid character in dataset name")));
         }
         let plain = crate::dsl_crypt::plain_create_props(name, props)?;
+        // casesensitivity, normalization and utf8only go to the new file system's master node.
+        let (zpl_asked, plain): (Vec<_>, Vec<_>) = plain.into_iter().partition(|(k, _)| ZPL_CREATE_PROPS.contains(&k.as_str()));
         let props = &plain[..];
         for (k, v) in props {
             self.prop_feature_check(k, v, true).map_err(|e| ZfsError::Invalid(format!("cannot create '{name}': {e}")))?;
@@ -184,6 +186,18 @@ impl PoolW {
             let odir = self.ds_phys(o)?.dir_obj;
             self.refuse_encrypted(odir, &format!("cannot create '{name}'"))?;
         }
+        let zpl = match self.find_dataset(parent)? {
+            Some(pds) if origin.is_none() => {
+                let pos = self.objset(pds)?;
+                let inherited = ZplProps {
+                    casesensitivity: pos.zap_lookup(1, "casesensitivity")?.unwrap_or(0),
+                    normalization: pos.zap_lookup(1, "normalization")?.unwrap_or(0),
+                    utf8only: pos.zap_lookup(1, "utf8only")?.unwrap_or(0) != 0,
+                };
+                zpl_create_props(name, &zpl_asked, inherited)?
+            }
+            _ => zpl_create_props(name, &zpl_asked, ZplProps::default())?,
+        };
         let v = self.version;
         let t = now();
         let txg = self.txg;
@@ -299,7 +313,7 @@ impl PoolW {
             _ => {
                 let mut os = ObjsetW::create(&self.spa, ds, DMU_OST_ZFS, osprops);
                 self.accounting_complete(ds, &mut os)?;
-                (self.fs_init)(&mut os, v, txg)?;
+                (self.fs_init)(&mut os, v, txg, &zpl)?;
                 self.datasets.insert(ds, DatasetW { dsobj: ds, os, prev_snap_txg: 1 });
             }
         }
@@ -400,4 +414,56 @@ impl PoolW {
     pub(crate) fn ds_phys(&mut self, ds: u64) -> Result<DslDatasetPhys> {
         DslDatasetPhys::decode(&self.mos.bonus(ds)?, true).map_err(|e| ZfsError::corrupt(format!("dataset {ds}"), e))
     }
+}
+
+/// The properties a file system takes at creation into its master node rather than the DSL.
+pub(crate) const ZPL_CREATE_PROPS: [&str; 3] = ["casesensitivity", "normalization", "utf8only"];
+
+/// zfs_fill_zplprops and libzfs's checks: the values asked for (`asked`: pairs of
+/// [`ZPL_CREATE_PROPS`]), the rest as `inherited` has them (the parent file system's);
+/// a normalization asks for utf8only=on, and refuses utf8only=off.
+pub(crate) fn zpl_create_props(name: &str, asked: &[(String, String)], inherited: ZplProps) -> Result<ZplProps> {
+    let mut z = inherited;
+    let bad = |p: &str, values: &str| ZfsError::Invalid(format!("cannot create '{name}': '{p}' must be one of '{values}'"));
+    let (mut norm_asked, mut utf8_asked) = (None, None);
+    for (k, v) in asked {
+        match k.as_str() {
+            "casesensitivity" => {
+                z.casesensitivity = match v.as_str() {
+                    "sensitive" => 0,
+                    "insensitive" => 1,
+                    "mixed" => 2,
+                    _ => return Err(bad(k, "sensitive | insensitive | mixed")),
+                }
+            }
+            "normalization" => {
+                use oxzfs_format::zap::{U8_TEXTPREP_NFC, U8_TEXTPREP_NFD, U8_TEXTPREP_NFKC, U8_TEXTPREP_NFKD};
+                let n = match v.as_str() {
+                    "none" => 0,
+                    "formC" => U8_TEXTPREP_NFC,
+                    "formD" => U8_TEXTPREP_NFD,
+                    "formKC" => U8_TEXTPREP_NFKC,
+                    "formKD" => U8_TEXTPREP_NFKD,
+                    _ => return Err(bad(k, "none | formC | formD | formKC | formKD")),
+                };
+                z.normalization = n;
+                norm_asked = Some(n);
+            }
+            _ => {
+                let u = match v.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad(k, "on | off")),
+                };
+                z.utf8only = u;
+                utf8_asked = Some(u);
+            }
+        }
+    }
+    match (norm_asked, utf8_asked) {
+        (Some(n), None) if n != 0 => z.utf8only = true,
+        (Some(n), Some(false)) if n != 0 => return Err(ZfsError::Invalid(format!("cannot create '{name}': 'utf8only' must be set 'on' if normalization chosen"))),
+        _ => {}
+    }
+    Ok(z)
 }

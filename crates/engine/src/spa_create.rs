@@ -412,6 +412,8 @@ impl PoolW {
         mos.set_bonus(root_dir, &rd.encode())?;
         let root_props = DslDirPhys::decode(&mos.bonus(root_dir)?, true).expect("just encoded").props_zapobj;
         let fs_props = crate::dsl_crypt::plain_create_props(&spec.name, &spec.fs_props)?;
+        let (zpl_asked, fs_props): (Vec<_>, Vec<_>) = fs_props.into_iter().partition(|(k, _)| crate::dsl_dataset::ZPL_CREATE_PROPS.contains(&k.as_str()));
+        let zpl = crate::dsl_dataset::zpl_create_props(&spec.name, &zpl_asked, Default::default())?;
         for (k, val) in &fs_props {
             set_prop_in(mos, root_props, k, val)?;
         }
@@ -426,7 +428,7 @@ impl PoolW {
         let props = self.effective_props(root_dir)?;
         let mut os = ObjsetW::create(&self.spa, root_ds, DMU_OST_ZFS, props);
         self.accounting_complete(root_ds, &mut os)?;
-        (self.fs_init)(&mut os, v, self.txg)?;
+        (self.fs_init)(&mut os, v, self.txg, &zpl)?;
         self.datasets.insert(root_ds, DatasetW { dsobj: root_ds, os, prev_snap_txg: 1 });
         Ok(())
     }

@@ -291,25 +291,40 @@ impl Zap {
             Kind::Micro { entries, .. } => Ok(entries.iter().find(|e| e.name == name).cloned()),
             Kind::Fat(fat) => {
                 let h = &fat.hdr;
-                if h.normflags != 0 || h.flags & (fz::ZAP_FLAG_UINT64_KEY | fz::ZAP_FLAG_PRE_HASHED_KEY) != 0 {
+                if h.flags & (fz::ZAP_FLAG_UINT64_KEY | fz::ZAP_FLAG_PRE_HASHED_KEY) != 0 {
                     return Ok(self.list(os)?.into_iter().find(|e| e.name == name));
                 }
-                let bits = if h.flags & fz::ZAP_FLAG_HASH64 != 0 { 48 } else { 28 };
-                let hash = fz::zap_hash_bits(h.salt, name, bits);
-                let idx = fz::zap_leaf_index(hash, h.ptrtbl_shift);
-                let blk = self.pointer(os, fat, idx)?;
-                let leaf = self.leaf(os, blk)?;
-                Ok(leaf.entries.into_iter().find(|e| e.key == name).map(leaf_entry))
+                Ok(self.hashed_leaf(os, fat, name)?.entries.into_iter().find(|e| e.key == name).map(leaf_entry))
             }
         }
     }
 
-    /// Whether lookups match names exactly by hash (false: normalized, scanned instead).
-    pub fn normalized(&self) -> bool {
+    /// The entry whose name equals `name` once both are normalized by `match_flags` (a subset
+    /// of the ZAP's normflags: zap_match under MT_NORMALIZE), if any. Every such name hashes
+    /// as `name` does (by the ZAP's normflags), so one leaf holds them all.
+    pub fn lookup_matching(&self, os: &Objset, name: &[u8], match_flags: u64) -> Result<Option<ZapEntry>> {
+        let key = fz::normalized_key(match_flags, name);
+        let same = |n: &[u8]| fz::normalized_key(match_flags, n) == key;
         match &self.kind {
-            Kind::Micro { normflags, .. } => *normflags != 0,
-            Kind::Fat(f) => f.hdr.normflags != 0,
+            Kind::Micro { entries, .. } => Ok(entries.iter().find(|e| same(&e.name)).cloned()),
+            Kind::Fat(fat) => {
+                if fat.hdr.flags & (fz::ZAP_FLAG_UINT64_KEY | fz::ZAP_FLAG_PRE_HASHED_KEY) != 0 {
+                    return Ok(None);
+                }
+                Ok(self.hashed_leaf(os, fat, name)?.entries.into_iter().find(|e| same(&e.key)).map(leaf_entry))
+            }
         }
+    }
+
+    /// The leaf that holds string key `name`: by the hash of its normalized form
+    /// (zap_name_init_str hashes what the ZAP's normflags make of it).
+    fn hashed_leaf(&self, os: &Objset, fat: &Fat, name: &[u8]) -> Result<fz::ZapLeaf> {
+        let h = &fat.hdr;
+        let bits = if h.flags & fz::ZAP_FLAG_HASH64 != 0 { 48 } else { 28 };
+        let hash = fz::zap_hash_bits(h.salt, &fz::normalized_key(h.normflags, name), bits);
+        let idx = fz::zap_leaf_index(hash, h.ptrtbl_shift);
+        let blk = self.pointer(os, fat, idx)?;
+        self.leaf(os, blk)
     }
 
     fn check_shift(&self, fat: &Fat) -> Result<u64> {

@@ -123,8 +123,10 @@ fn apply(os: &mut ObjsetW, fs: &FsInfo, obj: u64, want: u64, projid: Option<u64>
     }
     let reg_or_dir = matches!(z.mode & S_IFMT, S_IFREG | S_IFDIR);
     // Project ids need project_quota and a regular file or directory (a set id is asked for
-    // with every FS_IOC_FSSETXATTR, changed or not).
-    let projects = os.props.projects && os.dnode(obj)?.bonustype == oxzfs_format::types::DMU_OT_SA;
+    // with every FS_IOC_FSSETXATTR, changed or not), with system attributes (sa_add_projid
+    // would first move an old znode, or its xattr directory, to them: not done here).
+    let is_sa = |os: &ObjsetW, o: u64| os.dnode(o).map(|d| d.bonustype == oxzfs_format::types::DMU_OT_SA);
+    let projects = os.props.projects && is_sa(os, obj)? && (z.xattr == 0 || is_sa(os, z.xattr)?);
     if (projid.is_some() || changed & ZFS_PROJINHERIT != 0) && (!projects || !reg_or_dir) {
         return Err(ZfsError::Posix(libc::EOPNOTSUPP, format!("object {obj}: no project ids here")));
     }
@@ -138,19 +140,26 @@ fn apply(os: &mut ObjsetW, fs: &FsInfo, obj: u64, want: u64, projid: Option<u64>
             return Err(ZfsError::Posix(libc::EDQUOT, format!("project {p}: quota exceeded")));
         }
     }
+    // The ioctls' setattr asks for the optional attributes only (ATTR_XVATTR): no time changes.
     z.flags = (z.flags & !kept) | want;
     if let Some(p) = projid {
         z.projid = p;
         z.flags |= ZFS_PROJID;
     }
-    z.ctime = zplw::now_ts();
     zplw::put(os, obj, &z)?;
-    // zfs_setattr gives the file's extended attribute directory the same project.
+    // zfs_setattr_dir: the file's extended attribute directory and what it holds take the
+    // same project.
     if let (Some(p), true) = (projid, z.xattr != 0) {
-        let mut x = zplw::get(os, z.xattr)?;
-        x.projid = p;
-        x.flags |= ZFS_PROJID;
-        zplw::put(os, z.xattr, &x)?;
+        let mut objs = vec![z.xattr];
+        objs.extend(Live(os).dir_values(z.xattr)?.into_iter().map(|(_, v)| oxzfs_format::znode::dirent_obj(v)));
+        for o in objs {
+            let mut x = zplw::get(os, o)?;
+            if x.projid != p || x.flags & ZFS_PROJID == 0 {
+                x.projid = p;
+                x.flags |= ZFS_PROJID;
+                zplw::put(os, o, &x)?;
+            }
+        }
     }
     crate::zfs_log::sync(os, Some(obj));
     Ok(zplw::to_attr(os, obj, &z))
@@ -159,13 +168,12 @@ fn apply(os: &mut ObjsetW, fs: &FsInfo, obj: u64, want: u64, projid: Option<u64>
 /// A user's operation, for [`check`].
 #[derive(Clone, Copy, Debug)]
 pub enum Op<'a> {
-    /// open(2) of `obj` for writing (`append`: with O_APPEND) or with O_TRUNC.
-    OpenWrite { obj: u64, append: bool, trunc: bool },
     /// Data written at `offset`.
     Write { obj: u64, offset: u64 },
     /// A change of attributes: of mode, owner or group (`owner`), size, times set to given
-    /// values (`times_set`) or to now (`times_now`).
-    SetAttr { obj: u64, owner: bool, size: bool, times_set: bool, times_now: bool },
+    /// values (`times_set`) or to now (`times_now`), set-ID bits taken away (`kill`: the
+    /// kernel's removal of privileges, a mode change when there are bits to take).
+    SetAttr { obj: u64, owner: bool, size: bool, times_set: bool, times_now: bool, kill: bool },
     /// fallocate(2) with `mode`.
     Fallocate { obj: u64, mode: i32 },
     /// A name made in `dir` (create, mkdir, mknod, symlink).
@@ -191,25 +199,17 @@ fn flags_of(os: &mut ObjsetW, obj: u64) -> Result<u64> {
 pub fn check(os: &mut ObjsetW, op: Op) -> Result<()> {
     let deny = |what: &str| Err(eperm(what.to_string()));
     match op {
-        Op::OpenWrite { obj, append, trunc } => {
-            let f = flags_of(os, obj)?;
-            if f & ZFS_IMMUTABLE != 0 {
-                return deny("immutable file");
-            }
-            if f & ZFS_APPENDONLY != 0 && (!append || trunc) {
-                return deny("append-only file: open it with O_APPEND");
-            }
-        }
         Op::Write { obj, offset } => {
             let z = zplw::get(os, obj)?;
             if z.flags & ZFS_IMMUTABLE != 0 || z.flags & ZFS_APPENDONLY != 0 && offset < z.size {
                 return deny("immutable or append-only file");
             }
         }
-        Op::SetAttr { obj, owner, size, times_set, times_now } => {
-            let f = flags_of(os, obj)?;
-            let frozen = f & (ZFS_IMMUTABLE | ZFS_APPENDONLY) != 0;
-            if frozen && (owner || size || times_set) || f & ZFS_IMMUTABLE != 0 && times_now {
+        Op::SetAttr { obj, owner, size, times_set, times_now, kill } => {
+            let z = zplw::get(os, obj)?;
+            let frozen = z.flags & (ZFS_IMMUTABLE | ZFS_APPENDONLY) != 0;
+            let immutable = z.flags & ZFS_IMMUTABLE != 0;
+            if frozen && (owner || size || times_set) || immutable && (times_now || kill && z.mode & 0o6000 != 0) {
                 return deny("immutable or append-only file");
             }
         }
@@ -249,6 +249,20 @@ pub fn check(os: &mut ObjsetW, op: Op) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// may_open (and zfs_open) of `obj` for writing (`append`: with O_APPEND) or with O_TRUNC:
+/// EPERM for an immutable file, and for an append-only one unless appending. Ok(whether the
+/// file is append-only).
+pub fn check_open_write(os: &mut ObjsetW, obj: u64, append: bool, trunc: bool) -> Result<bool> {
+    let f = flags_of(os, obj)?;
+    if f & ZFS_IMMUTABLE != 0 {
+        return Err(eperm("immutable file".into()));
+    }
+    if f & ZFS_APPENDONLY != 0 && (!append || trunc) {
+        return Err(eperm("append-only file: open it with O_APPEND".into()));
+    }
+    Ok(f & ZFS_APPENDONLY != 0)
 }
 
 /// may_delete and zfs_zaccess_delete: a name leaves a directory that is neither immutable nor

@@ -137,6 +137,44 @@ fn posix(errno: i32, msg: impl Into<String>) -> ZfsError {
     ZfsError::Posix(errno, msg.into())
 }
 
+/// How a file system's directories compare names (zfsvfs's z_norm, z_case and z_utf8, from
+/// its master node): the normalization its directory ZAPs hash names by (case folded when
+/// casesensitivity is insensitive or mixed), whether a lookup keeps case (mixed: Linux's
+/// lookups are case-sensitive there, zfs_dirent_lock's MT_MATCH_CASE), and utf8only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NameRules {
+    pub norm: u64,
+    pub match_case: bool,
+    pub utf8only: bool,
+}
+
+impl NameRules {
+    /// The rules of master node values `get` reads.
+    pub fn from_master(get: impl Fn(&str) -> Option<u64>) -> NameRules {
+        let case = get("casesensitivity").unwrap_or(0);
+        let mut norm = get("normalization").unwrap_or(0);
+        if matches!(case, 1 | 2) {
+            norm |= oxzfs_format::zap::U8_TEXTPREP_TOUPPER;
+        }
+        NameRules { norm, match_case: case == 2, utf8only: get("utf8only").unwrap_or(0) != 0 }
+    }
+
+    /// The normalization a lookup compares names by (zap_name_init_str: without case folding
+    /// when it keeps case); 0 when names compare as bytes.
+    pub fn match_flags(&self) -> u64 {
+        if self.match_case {
+            self.norm & !oxzfs_format::zap::U8_TEXTPREP_TOUPPER
+        } else {
+            self.norm
+        }
+    }
+
+    /// `name` as lookups compare it.
+    pub fn key<'a>(&self, name: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        oxzfs_format::zap::normalized_key(self.match_flags(), name)
+    }
+}
+
 /// Znode `obj` of `os`, decoded with the objset's SA registry `sa` (for SA znodes).
 pub fn load_znode(os: &(impl ObjsetRead + ?Sized), sa: Option<&SaRegistry>, obj: u64) -> Result<Znode> {
     if obj == 0 || obj >= DN_MAX_OBJECT {
@@ -222,13 +260,35 @@ pub trait ZplRead {
         self.dir(ino).map(|_| ())
     }
 
+    /// How the file system compares names.
+    fn name_rules(&self) -> Result<NameRules> {
+        let os = self.os();
+        Ok(NameRules::from_master(|k| os.zap_value(MASTER_NODE_OBJ, k.as_bytes()).ok().flatten()))
+    }
+
+    /// The entry `name` finds in directory `dir` (which the caller has checked): its stored name
+    /// and directory-entry value. The name itself, else, where the file system normalizes or
+    /// folds case, the entry whose name compares equal as OpenZFS compares them (zap_match
+    /// with MT_NORMALIZE): "foo" finds "Foo" on a case-insensitive file system.
+    fn dir_find(&self, dir: u64, name: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        if let Some(v) = self.dir_value(dir, name)? {
+            return Ok(Some((name.to_vec(), v)));
+        }
+        let rules = self.name_rules()?;
+        if rules.match_flags() == 0 {
+            return Ok(None);
+        }
+        let key = rules.key(name);
+        Ok(self.dir_values(dir)?.into_iter().find(|(n, _)| rules.key(n) == key))
+    }
+
     /// The object `name` names in directory `dir` ("." and ".." are not entries).
     fn dir_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
         self.check_dir(dir)?;
         if name.len() > MAXNAMELEN {
             return Err(posix(libc::ENAMETOOLONG, format!("{}: name of {} bytes", self.os().describe(dir), name.len())));
         }
-        Ok(self.dir_value(dir, name)?.map(znode::dirent_obj))
+        Ok(self.dir_find(dir, name)?.map(|(_, v)| znode::dirent_obj(v)))
     }
 
     /// Attributes of `name` in directory `dir` ("." and ".." included).
@@ -382,6 +442,10 @@ impl ZplRead for Live<'_> {
         load_znode(os, sa, ino).map(Arc::new)
     }
 
+    fn name_rules(&self) -> Result<NameRules> {
+        self.0.with_zap(MASTER_NODE_OBJ, |z| NameRules::from_master(|k| z.get_u64(k)))
+    }
+
     /// A directory's dnode is of the ZPL's directory type: that is checked without decoding
     /// its znode (a lookup's parent, every time); anything else gets `dir`'s full check and
     /// its error.
@@ -439,6 +503,13 @@ impl<'a> ZplRead for View<'a> {
         }
     }
 
+    fn name_rules(&self) -> Result<NameRules> {
+        match self {
+            View::Synced(z) => z.name_rules(),
+            View::Open(l) => l.name_rules(),
+        }
+    }
+
     fn dir_values(&self, dir: u64) -> Result<Vec<(Vec<u8>, u64)>> {
         match self {
             View::Synced(z) => z.dir_values(dir),
@@ -459,6 +530,8 @@ pub struct Zfs {
     dirs: Mutex<Lru<u64, Arc<DirIndex>>>,
     /// (referenced, available, recordsize) of the dataset, for statfs.
     space: Mutex<(u64, u64, u64)>,
+    /// How its directories compare names.
+    rules: NameRules,
 }
 
 impl Zfs {
@@ -482,6 +555,7 @@ impl Zfs {
             znodes: Mutex::new(Lru::new(ZNODE_CACHE)),
             dirs: Mutex::new(Lru::new(DIR_CACHE_WEIGHT)),
             space: Mutex::new((0, 0, 128 << 10)),
+            rules: NameRules::from_master(get),
         }))
     }
 
@@ -504,7 +578,7 @@ impl Zfs {
             return Ok(d);
         }
         let zap = Zap::open(&self.os, dir)?;
-        let (idx, weight) = if zap.is_micro() || zap.num_entries() <= DIR_MAP_MAX || zap.normalized() {
+        let (idx, weight) = if zap.is_micro() || zap.num_entries() <= DIR_MAP_MAX {
             let mut m = HashMap::new();
             for e in zap.list(&self.os)? {
                 if let Some(v) = e.value_u64() {
@@ -548,6 +622,33 @@ impl ZplRead for Zfs {
         let zn = Arc::new(load_znode(&*self.os, self.sa.as_ref(), ino)?);
         self.znodes.lock().unwrap().insert(ino, zn.clone(), 1);
         Ok(zn)
+    }
+
+    fn name_rules(&self) -> Result<NameRules> {
+        Ok(self.rules)
+    }
+
+    /// As the trait's, a big directory's normalized match found through its hash.
+    fn dir_find(&self, dir: u64, name: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        let flags = self.rules.match_flags();
+        match &*self.dir_index(dir)? {
+            DirIndex::Map(m) => Ok(match m.get(name) {
+                Some(v) => Some((name.to_vec(), *v)),
+                None if flags != 0 => {
+                    let key = self.rules.key(name);
+                    m.iter().find(|(n, _)| self.rules.key(n) == key).map(|(n, v)| (n.clone(), *v))
+                }
+                None => None,
+            }),
+            DirIndex::Hashed(zap) => {
+                let e = match zap.lookup(&self.os, name)? {
+                    Some(e) => Some(e),
+                    None if flags != 0 => zap.lookup_matching(&self.os, name, flags)?,
+                    None => None,
+                };
+                Ok(e.and_then(|e| Some((e.name.clone(), e.value_u64()?))))
+            }
+        }
     }
 
     fn dir_value(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {

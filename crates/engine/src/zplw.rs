@@ -36,7 +36,7 @@
 //! entry count plus 2. Every operation runs under the pool's write lock (the caller holds the
 //! `PoolW`), so the functions here take `&mut ObjsetW` and are single-threaded by construction.
 
-use crate::dbuf::ObjsetW;
+use crate::dbuf::{ObjsetW, ZplProps};
 use crate::zpl::{Live, ZplRead};
 use crate::zfs_znode::{self, Attr};
 use crate::{Result, ZfsError};
@@ -161,17 +161,23 @@ pub fn open_fs_drained(os: &mut ObjsetW) -> Result<FsInfo> {
 
 /// The pool's `ObjsetInit`: a new file system's objects, ZPL version 5 on pools of version 24
 /// and later (system attributes), 4 before.
-pub fn init_fs(os: &mut ObjsetW, spa_version: u64, txg: u64) -> Result<()> {
-    create_fs(os, if spa_version >= 24 { ZPL_VERSION_SA } else { 4 }, txg).map(|_| ())
+pub fn init_fs(os: &mut ObjsetW, spa_version: u64, txg: u64, zpl: &ZplProps) -> Result<()> {
+    create_fs_with(os, if spa_version >= 24 { ZPL_VERSION_SA } else { 4 }, txg, zpl).map(|_| ())
 }
 
 pub fn create_fs(os: &mut ObjsetW, zpl_version: u64, txg: u64) -> Result<u64> {
+    create_fs_with(os, zpl_version, txg, &ZplProps::default())
+}
+
+/// zfs_create_fs: the master node with the version and how names compare (the root directory
+/// is normalized as every directory of the file system will be), the delete queue, the root.
+pub fn create_fs_with(os: &mut ObjsetW, zpl_version: u64, txg: u64, zpl: &ZplProps) -> Result<u64> {
     let master = os.create_zap(types::DMU_OT_MASTER_NODE, 0, 0, 0)?;
     assert_eq!(master, MASTER_NODE_OBJ, "the master node is object 1");
     os.zap_add_u64(master, "VERSION", zpl_version)?;
-    os.zap_add_u64(master, "normalization", 0)?;
-    os.zap_add_u64(master, "utf8only", 0)?;
-    os.zap_add_u64(master, "casesensitivity", 0)?;
+    os.zap_add_u64(master, "normalization", zpl.normalization)?;
+    os.zap_add_u64(master, "utf8only", zpl.utf8only as u64)?;
+    os.zap_add_u64(master, "casesensitivity", zpl.casesensitivity)?;
     let use_sa = zpl_version >= ZPL_VERSION_SA;
     if use_sa {
         let sa = os.create_zap(types::DMU_OT_SA_MASTER_NODE, 0, 0, 0)?;
@@ -578,34 +584,11 @@ fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> 
     put(os, dir, &z)
 }
 
-/// Whether directory `dir` may change: a normalized directory (a case-insensitive or
-/// Unicode-normalized file system's) is hashed by its names' normalized forms, which oxzfs
-/// computes for ASCII names only (ENOTSUP when it holds another).
-fn check_dir_changeable(os: &mut ObjsetW, dir: u64) -> Result<()> {
-    let z = os.zap(dir)?;
-    if z.normflags != 0 && z.entries.keys().any(|k| !k.is_ascii()) {
-        return Err(posix(libc::ENOTSUP, format!("directory {dir} is normalized and holds non-ASCII names: oxzfs leaves it unchanged")));
-    }
-    Ok(())
-}
-
-/// Before `name` goes into directory `dir` (checked before anything changes): the directory
-/// may change, a normalized one takes ASCII names only, and in a case-insensitive file
-/// system a name that differs only in case from another (`except`: the one being renamed)
-/// is that name (EEXIST), as OpenZFS's lookups there find it.
-fn check_dir_add(os: &mut ObjsetW, dir: u64, name: Name, except: Option<Name>) -> Result<()> {
-    // The common case (no normalization) costs one look at the directory's ZAP.
-    if os.zap(dir)?.normflags == 0 {
-        return Ok(());
-    }
-    check_dir_changeable(os, dir)?;
-    let insensitive = os.zap_lookup(MASTER_NODE_OBJ, "casesensitivity")? == Some(1);
-    let z = os.zap(dir)?;
-    if !name.0.is_ascii() {
-        return Err(posix(libc::ENOTSUP, format!("{name}: oxzfs writes only ASCII names into a normalized directory")));
-    }
-    if insensitive && z.entries.keys().any(|k| k[..] != *name.0 && Some(&k[..]) != except.map(|e| e.0) && k.eq_ignore_ascii_case(name.0)) {
-        return Err(posix(libc::EEXIST, format!("{name} exists (the file system is case-insensitive)")));
+/// Before `name` goes into directory `dir`: on a file system with utf8only, a name that is not
+/// UTF-8 is refused (EILSEQ, as zfs_dirent_lock refuses it).
+fn check_dir_add(os: &mut ObjsetW, name: Name) -> Result<()> {
+    if std::str::from_utf8(name.0).is_err() && Live(os).name_rules()?.utf8only {
+        return Err(posix(libc::EILSEQ, format!("{name}: not UTF-8, and the file system takes UTF-8 names only")));
     }
     Ok(())
 }
@@ -618,7 +601,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
-    check_dir_add(os, dir, n, None)?;
+    check_dir_add(os, n)?;
     let is_dir = mode & S_IFMT == S_IFDIR;
     let use_sa = is_sa(os, dir)?;
     let obj = mknode(os, use_sa, Some((dir, pz.flags)), mode, uid, gid, rdev, txg)?;
@@ -844,12 +827,12 @@ pub fn drain_delete_queue(os: &mut ObjsetW, fs: &FsInfo) -> Result<usize> {
 
 pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn Fn(u64) -> bool) -> Result<()> {
     let n = name_ok(name)?;
-    let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such file")))?;
+    let (stored, obj) = find(os, dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such file")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT == S_IFDIR {
         return Err(posix(libc::EISDIR, format!("{n} is a directory")));
     }
-    os.zap_remove_name(dir, n.0)?;
+    os.zap_remove_name(dir, &stored)?;
     touch_dir(os, dir, -1, 0)?;
     drop_link(os, fs, obj, open(obj))?;
     crate::zfs_log::remove(os, dir, name, false);
@@ -858,7 +841,7 @@ pub fn unlink(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8], open: &dyn F
 
 pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()> {
     let n = name_ok(name)?;
-    let obj = Live(os).dir_lookup(dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such directory")))?;
+    let (stored, obj) = find(os, dir, name)?.ok_or_else(|| posix(libc::ENOENT, format!("{n}: no such directory")))?;
     let z = get(os, obj)?;
     if z.mode & S_IFMT != S_IFDIR {
         return Err(posix(libc::ENOTDIR, format!("{n} is not a directory")));
@@ -866,7 +849,7 @@ pub fn rmdir(os: &mut ObjsetW, fs: &FsInfo, dir: u64, name: &[u8]) -> Result<()>
     if !os.zap(obj)?.entries.is_empty() {
         return Err(posix(libc::ENOTEMPTY, format!("{n} is not empty")));
     }
-    os.zap_remove_name(dir, n.0)?;
+    os.zap_remove_name(dir, &stored)?;
     touch_dir(os, dir, -1, -1)?;
     drop_link(os, fs, obj, false)?;
     crate::zfs_log::remove(os, dir, name, true);
@@ -883,7 +866,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
     check_same_project(os, dir, &z)?;
-    check_dir_add(os, dir, n, None)?;
+    check_dir_add(os, n)?;
     z.links += 1;
     z.ctime = now_ts();
     // zfs_link_create sets the parent to the new link's directory (OpenZFS and zfs-fuse do).
@@ -893,6 +876,13 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
     touch_dir(os, dir, 1, 0)?;
     crate::zfs_log::link(os, dir, obj, name);
     Ok(to_attr(os, obj, &z))
+}
+
+/// The entry `name` finds in directory `dir`: its stored name (another case or form of `name` on
+/// a file system that folds them) and its object.
+fn find(os: &mut ObjsetW, dir: u64, name: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+    Live(os).check_dir(dir)?;
+    Ok(Live(os).dir_find(dir, name)?.map(|(n, v)| (n, oxzfs_format::znode::dirent_obj(v))))
 }
 
 /// Whether `anc` is `obj` or one of its ancestors (a directory may not move under itself).
@@ -920,21 +910,26 @@ pub const RENAME_EXCHANGE: u32 = 2;
 pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8], flags: u32, open: &dyn Fn(u64) -> bool) -> Result<()> {
     let sn = name_ok(sname)?;
     let dn = name_ok(dname)?;
-    let obj = Live(os).dir_lookup(sdir, sname)?.ok_or_else(|| posix(libc::ENOENT, format!("{sn}: no such file")))?;
+    Live(os).check_dir(sdir)?;
+    Live(os).check_dir(ddir)?;
+    let (sstored, obj) = find(os, sdir, sname)?.ok_or_else(|| posix(libc::ENOENT, format!("{sn}: no such file")))?;
     let mut z = get(os, obj)?;
-    let target = Live(os).dir_lookup(ddir, dname)?;
+    let found = find(os, ddir, dname)?;
     let is_dir = z.mode & S_IFMT == S_IFDIR;
     if is_dir && sdir != ddir && is_ancestor(os, obj, ddir, fs.root)? {
         return Err(posix(libc::EINVAL, "cannot move a directory under itself"));
     }
-    if target == Some(obj) {
+    // The same entry under another name: nothing to do, unless a case-insensitive file system
+    // is asked to change the name's case or form (zfs_rename's case-only rename).
+    let case_only = matches!(&found, Some((t, o)) if *o == obj && sdir == ddir && *t == sstored && sstored != dname);
+    if found.as_ref().is_some_and(|(_, o)| *o == obj) && !case_only {
         return Ok(());
     }
+    let target = if case_only { None } else { found.map(|(_, o)| o) };
     if sdir != ddir {
         check_same_project(os, ddir, &z)?;
     }
-    check_dir_changeable(os, sdir)?;
-    check_dir_add(os, ddir, dn, (sdir == ddir).then_some(sn))?;
+    check_dir_add(os, dn)?;
     if flags & RENAME_EXCHANGE != 0 {
         let t = target.ok_or_else(|| posix(libc::ENOENT, format!("{dn}: no such file")))?;
         let mut tz = get(os, t)?;
@@ -942,8 +937,10 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         if t_is_dir && sdir != ddir && is_ancestor(os, t, sdir, fs.root)? {
             return Err(posix(libc::EINVAL, "cannot move a directory under itself"));
         }
-        os.zap_add_name(sdir, sn.0, dirent(t, tz.mode))?;
-        os.zap_add_name(ddir, dn.0, dirent(obj, z.mode))?;
+        // Each name keeps its stored form; only what it names changes.
+        let tstored = find(os, ddir, dname)?.map_or_else(|| dname.to_vec(), |(n, _)| n);
+        os.zap_add_name(sdir, &sstored, dirent(t, tz.mode))?;
+        os.zap_add_name(ddir, &tstored, dirent(obj, z.mode))?;
         let now = now_ts();
         if sdir != ddir {
             z.parent = ddir;
@@ -968,6 +965,7 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         if flags & RENAME_NOREPLACE != 0 {
             return Err(posix(libc::EEXIST, format!("{dn} exists")));
         }
+        let tstored = find(os, ddir, dname)?.map_or_else(|| dname.to_vec(), |(n, _)| n);
         let tz = get(os, t)?;
         let t_is_dir = tz.mode & S_IFMT == S_IFDIR;
         if is_dir && !t_is_dir {
@@ -984,10 +982,10 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
         } else {
             touch_dir(os, ddir, -1, 0)?;
         }
-        os.zap_remove_name(ddir, dn.0)?;
+        os.zap_remove_name(ddir, &tstored)?;
         drop_link(os, fs, t, open(t))?;
     }
-    os.zap_remove_name(sdir, sn.0)?;
+    os.zap_remove_name(sdir, &sstored)?;
     touch_dir(os, sdir, -1, if is_dir { -1 } else { 0 })?;
     os.zap_add_name(ddir, dn.0, dirent(obj, z.mode))?;
     touch_dir(os, ddir, 1, if is_dir { 1 } else { 0 })?;

@@ -285,16 +285,57 @@ fn crc64_table() -> &'static [u64; 256] {
 /// U8_TEXTPREP_TOUPPER in a ZAP's normflags: names are compared (and hashed) upper-cased
 /// (casesensitivity=insensitive or mixed).
 pub const U8_TEXTPREP_TOUPPER: u64 = 0x2;
+/// The Unicode normalization forms of u8_textprep.h (the `normalization` property's values):
+/// canonical decomposition, compatibility decomposition, canonical composition after either.
+pub const U8_CANON_DECOMP: u64 = 0x10;
+pub const U8_COMPAT_DECOMP: u64 = 0x20;
+pub const U8_CANON_COMP: u64 = 0x40;
+pub const U8_TEXTPREP_NFD: u64 = U8_CANON_DECOMP;
+pub const U8_TEXTPREP_NFC: u64 = U8_CANON_DECOMP | U8_CANON_COMP;
+pub const U8_TEXTPREP_NFKD: u64 = U8_COMPAT_DECOMP;
+pub const U8_TEXTPREP_NFKC: u64 = U8_COMPAT_DECOMP | U8_CANON_COMP;
 
-/// The form of string key `key` that a ZAP with `normflags` hashes (zap_normalize through
-/// u8_textprep_str). Exact for ASCII keys only, which every Unicode normalization form leaves
-/// as they are and case folding maps byte by byte; a writer must not hash other keys of a
-/// normalized ZAP this way.
+/// The form of string key `key` that a ZAP with `normflags` hashes and compares (zap_normalize:
+/// u8_textprep_str with invalid bytes passed through): each character upper-cased by its
+/// simple case mapping when U8_TEXTPREP_TOUPPER is set, then the normalization form asked for.
+/// ASCII is mapped byte by byte, as u8_textprep_str maps it. OpenZFS's tables are Unicode 5.0's;
+/// these are the newer ones of the Rust library and the `unicode-normalization` crate, which
+/// agree on every character Unicode 5.0 assigned (normalization is stable across versions; a
+/// character whose upper case came later would be folded here and not by OpenZFS).
 pub fn normalized_key(normflags: u64, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    if normflags & U8_TEXTPREP_TOUPPER != 0 {
-        std::borrow::Cow::Owned(key.to_ascii_uppercase())
-    } else {
-        std::borrow::Cow::Borrowed(key)
+    use unicode_normalization::UnicodeNormalization;
+    let upper = normflags & U8_TEXTPREP_TOUPPER != 0;
+    let form = normflags & (U8_CANON_DECOMP | U8_COMPAT_DECOMP | U8_CANON_COMP);
+    if !upper && form == 0 {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    if key.is_ascii() {
+        return if upper { std::borrow::Cow::Owned(key.to_ascii_uppercase()) } else { std::borrow::Cow::Borrowed(key) };
+    }
+    let mut out = Vec::with_capacity(key.len() + 8);
+    for chunk in key.utf8_chunks() {
+        let valid = chunk.valid();
+        let folded: String = if upper { valid.chars().map(simple_upper).collect() } else { valid.to_string() };
+        let normal: String = match form {
+            U8_TEXTPREP_NFD => folded.nfd().collect(),
+            U8_TEXTPREP_NFC => folded.nfc().collect(),
+            U8_TEXTPREP_NFKD => folded.nfkd().collect(),
+            U8_TEXTPREP_NFKC => folded.nfkc().collect(),
+            _ => folded,
+        };
+        out.extend_from_slice(normal.as_bytes());
+        out.extend_from_slice(chunk.invalid());
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A character's simple upper-case mapping (one character for one, as u8_textprep's tables
+/// map them): the character itself where upper-casing would give several (ß).
+fn simple_upper(c: char) -> char {
+    let mut u = c.to_uppercase();
+    match (u.next(), u.next()) {
+        (Some(x), None) => x,
+        _ => c,
     }
 }
 
@@ -363,6 +404,21 @@ pub fn zap_leaf_index(hash: u64, shift: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_normalize_as_u8_textprep_does() {
+        let k = |f, s: &str| String::from_utf8(normalized_key(f, s.as_bytes()).into_owned()).unwrap();
+        assert_eq!(k(U8_TEXTPREP_TOUPPER, "Foo.txt"), "FOO.TXT");
+        assert_eq!(k(0, "Café"), "Café");
+        // NFC and NFD of é (U+00E9, or e + U+0301) meet; case folds with either.
+        assert_eq!(k(U8_TEXTPREP_NFD, "Caf\u{e9}"), "Cafe\u{301}");
+        assert_eq!(k(U8_TEXTPREP_NFC, "Cafe\u{301}"), "Caf\u{e9}");
+        assert_eq!(k(U8_TEXTPREP_TOUPPER | U8_TEXTPREP_NFD, "caf\u{e9}"), "CAFE\u{301}");
+        assert_eq!(k(U8_TEXTPREP_TOUPPER, "stra\u{df}e"), "STRA\u{df}E", "simple mapping: ß stays");
+        assert_eq!(k(U8_TEXTPREP_NFKC, "\u{fb01}le"), "file", "compatibility: the fi ligature");
+        // Bytes that are not UTF-8 pass through; ASCII around them is still folded.
+        assert_eq!(normalized_key(U8_TEXTPREP_TOUPPER | U8_TEXTPREP_NFD, b"a\xffb").into_owned(), b"A\xffB".to_vec());
+    }
 
     #[test]
     fn micro_zap() {

@@ -129,6 +129,14 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Whether lookups find names in another case or normalization form than they are stored
+    /// in (casesensitivity=insensitive, or a normalization).
+    pub(crate) fn names_fold(&self) -> Result<bool, ZfsError> {
+        self.pool.with_fs_ro(self.dsobj, |os| Ok(Live(os).name_rules()?.match_flags() != 0))
+    }
+}
+
 /// A file being read sequentially (dmu_zfetch's stream): where the next read should start,
 /// how far ahead blocks were asked for, and how far ahead the next ask goes (it doubles with
 /// each sequential read, up to `PREFETCH_MAX`).
@@ -1112,7 +1120,7 @@ impl Filesystem for ZfsFuse {
             let obj = s.obj(ino);
             let r = s.w().and_then(|w| {
                 w.durable(w.pool.with_fs(w.dsobj, |os, _| {
-                    pflags::check(os, Op::SetAttr { obj, owner, size: sa.size.is_some(), times_set, times_now })?;
+                    pflags::check(os, Op::SetAttr { obj, owner, size: sa.size.is_some(), times_set, times_now, kill: sa.kill_suidgid })?;
                     oxzfs::zfs_quota::check_chown(os, obj, sa.uid, sa.gid)?;
                     zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid))
                 }))
@@ -1241,12 +1249,18 @@ impl Filesystem for ZfsFuse {
                 self.change(ino, move |s| {
                     let obj = s.obj(ino);
                     let r = s.w().and_then(|w| {
-                        w.pool.with_fs(w.dsobj, |os, _| pflags::check(os, Op::OpenWrite { obj, append, trunc }))?;
+                        let append_only = w.pool.with_fs_ro(w.dsobj, |os| {
+                            pflags::check_open_write(os, obj, append, trunc)
+                        })?;
                         *w.open.lock().unwrap().entry(obj).or_insert(0) += 1;
-                        Ok(())
+                        Ok(append_only)
                     });
                     match r {
-                        Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                        // An append-only file is written through, never through a shared
+                        // writable mapping (zfs_map refuses one; its pages would be written back
+                        // below the end of the file, which is refused).
+                        Ok(true) => reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO),
+                        Ok(false) => reply.opened(FileHandle(0), FopenFlags::empty()),
                         Err(e) => reply.error(Errno::from_i32(e.errno())),
                     }
                 });

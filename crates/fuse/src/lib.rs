@@ -349,7 +349,14 @@ pub fn mount_rw(pool: Arc<PoolHandle>, dsobj: u64, dataset: String, mountpoint: 
     // The read side serves the snapshots; it must know the dataset (a new one it has not
     // seen yet gets no .zfs until the pool's read side is reopened).
     let snapdir = snapshots.filter(|(ro, _)| ro.open_fs(&dataset).is_ok()).map(|(ro, visible)| SnapDir::new(ro, dataset.clone(), visible));
-    let fsimpl = ZfsFuse::new(Backend::ReadWrite(w), root, snapdir, &Serve::writable());
+    let mut serve = Serve::writable();
+    if w.names_fold()? {
+        // One file under several names ("foo" and "FOO" on a case-insensitive file system):
+        // the kernel must not keep an entry (nor a negative one) that a change under another
+        // of its names leaves stale.
+        serve.entry_ttl = std::time::Duration::ZERO;
+    }
+    let fsimpl = ZfsFuse::new(Backend::ReadWrite(w), root, snapdir, &serve);
     let root_user = unsafe { libc::geteuid() } == 0;
     spawn(fsimpl, dataset, mountpoint, vec![MountOption::RW], Some(root_user))
 }
