@@ -39,7 +39,7 @@ fi
 if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then apt_update; fi
 if ! ls /var/lib/apt/lists/*contrib*_Packages >/dev/null 2>&1; then apt_update; fi
 
-pkgs=(fuse3 zstd python3-pytest python3-pytest-xdist e2fsprogs btrfs-progs fio zfs-fuse nbdkit)
+pkgs=(fuse3 zstd python3-pytest python3-pytest-xdist e2fsprogs btrfs-progs fio zfs-fuse nbdkit acl)
 # nbdfuse (a disk served by nbdkit, with its error and delay filters, as a plain file: the tests'
 # failing log device, the benchmarks' slow disks): its own package from Debian 13, libnbd-bin before
 if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); else pkgs+=(libnbd-bin); fi

@@ -233,6 +233,8 @@ pub struct OsProps {
     pub logbias_throughput: bool,
     /// The pool has project_quota enabled: new SA znodes carry a project id (ZFS_PROJID).
     pub projects: bool,
+    /// acltype=posix: POSIX ACLs are kept (zfs_posix_acl).
+    pub posix_acl: bool,
     /// primarycache / secondarycache: 0 none, 1 metadata, 2 all (what the ARC keeps and
     /// what the L2ARC may get; see `Spa::set_cache_policy`).
     pub primarycache: u8,
@@ -242,7 +244,7 @@ pub struct OsProps {
 impl Default for OsProps {
     /// The MOS's policy (and a dataset's before its properties are read).
     fn default() -> Self {
-        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false, sync: 0, logbias_throughput: false, projects: false, primarycache: 2, secondarycache: 2 }
+        OsProps { checksum: ZIO_CHECKSUM_FLETCHER_4, compress: ZIO_COMPRESS_LZ4, complevel: 0, copies: 1, special_small: 0, recordsize: 128 << 10, readonly: false, atime: true, xattr_sa: false, dnodesize: 512, dedup: 0, dedup_verify: false, sync: 0, logbias_throughput: false, projects: false, posix_acl: false, primarycache: 2, secondarycache: 2 }
     }
 }
 

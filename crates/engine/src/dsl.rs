@@ -233,9 +233,12 @@ fn index_name(prop: &str, v: u64) -> String {
         "sync" => ["standard", "always", "disabled"].get(v as usize).unwrap_or(&"standard").to_string(),
         "primarycache" | "secondarycache" => ["none", "metadata", "all"].get(v as usize).unwrap_or(&"all").to_string(),
         "redundant_metadata" => ["all", "most"].get(v as usize).unwrap_or(&"all").to_string(),
-        "aclinherit" => ["discard", "noallow", "restricted", "passthrough", "passthrough-x"].get(v as usize).unwrap_or(&"restricted").to_string(),
-        "aclmode" => ["discard", "groupmask", "passthrough", "restricted"].get(v as usize).unwrap_or(&"discard").to_string(),
-        "acltype" => ["off", "nfsv4", "posix"].get(v as usize).unwrap_or(&"off").to_string(),
+        // ZFS_ACL_DISCARD 0, NOALLOW 1, GROUPMASK 2, PASSTHROUGH 3, RESTRICTED 4,
+        // PASSTHROUGH_X 5 (zfs_acl.h): aclinherit takes all but groupmask, aclmode four.
+        "aclinherit" => ["discard", "noallow", "-", "passthrough", "restricted", "passthrough-x"].get(v as usize).filter(|s| **s != "-").unwrap_or(&"restricted").to_string(),
+        "aclmode" => ["discard", "-", "groupmask", "passthrough", "restricted"].get(v as usize).filter(|s| **s != "-").unwrap_or(&"discard").to_string(),
+        // ZFS_ACLTYPE_OFF, ZFS_ACLTYPE_POSIX, ZFS_ACLTYPE_NFSV4 (zfs_ioctl.h).
+        "acltype" => ["off", "posix", "nfsv4"].get(v as usize).unwrap_or(&"off").to_string(),
         "dnodesize" => match v {
             0 => "legacy".into(),
             1 => "auto".into(),
@@ -431,8 +434,8 @@ pub fn encode_prop(prop: &str, value: &str) -> Result<PropStore> {
         "redundant_metadata" => pick(&["all", "most"])?,
         "acltype" => match value {
             "off" | "noacl" => PropStore::Num(0),
-            "posix" | "posixacl" => PropStore::Num(2),
-            "nfsv4" => PropStore::Num(1),
+            "posix" | "posixacl" => PropStore::Num(1),
+            "nfsv4" => PropStore::Num(2),
             _ => return Err(bad()),
         },
         "copies" => match value {

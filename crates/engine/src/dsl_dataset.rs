@@ -186,18 +186,22 @@ impl PoolW {
             let odir = self.ds_phys(o)?.dir_obj;
             self.refuse_encrypted(odir, &format!("cannot create '{name}'"))?;
         }
-        let zpl = match self.find_dataset(parent)? {
+        // Inherited from the parent file system's master node, where it can be read (not that
+        // of an encrypted parent whose key is not loaded: the defaults then).
+        let inherited = match self.find_dataset(parent)? {
             Some(pds) if origin.is_none() => {
-                let pos = self.objset(pds)?;
-                let inherited = ZplProps {
-                    casesensitivity: pos.zap_lookup(1, "casesensitivity")?.unwrap_or(0),
-                    normalization: pos.zap_lookup(1, "normalization")?.unwrap_or(0),
-                    utf8only: pos.zap_lookup(1, "utf8only")?.unwrap_or(0) != 0,
+                let read = |pos: &mut ObjsetW| -> Result<ZplProps> {
+                    Ok(ZplProps {
+                        casesensitivity: pos.zap_lookup(1, "casesensitivity")?.unwrap_or(0),
+                        normalization: pos.zap_lookup(1, "normalization")?.unwrap_or(0),
+                        utf8only: pos.zap_lookup(1, "utf8only")?.unwrap_or(0) != 0,
+                    })
                 };
-                zpl_create_props(name, &zpl_asked, inherited)?
+                self.objset(pds).and_then(read).unwrap_or_default()
             }
-            _ => zpl_create_props(name, &zpl_asked, ZplProps::default())?,
+            _ => ZplProps::default(),
         };
+        let zpl = zpl_create_props(name, &zpl_asked, inherited)?;
         let v = self.version;
         let t = now();
         let txg = self.txg;

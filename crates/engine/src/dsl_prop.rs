@@ -162,7 +162,7 @@ impl PoolW {
             let d = self.dir_phys(cur)?;
             if d.props_zapobj != 0 {
                 let z = self.mos.zap(d.props_zapobj)?.clone();
-                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup", "sync", "logbias", "primarycache", "secondarycache"] {
+                for name in ["compression", "checksum", "copies", "recordsize", "special_small_blocks", "readonly", "atime", "xattr", "dnodesize", "dedup", "sync", "logbias", "primarycache", "secondarycache", "acltype"] {
                     if !found.contains_key(name) {
                         if let Some((8, v)) = z.entries.get(name.as_bytes()).map(|(i, v)| (*i, v.clone())) {
                             if let Some(x) = v.first() {
@@ -207,6 +207,7 @@ impl PoolW {
             sync: found.get("sync").copied().unwrap_or(0).min(2) as u8,
             logbias_throughput: found.get("logbias").copied() == Some(1),
             projects: self.features.contains_key("org.zfsonlinux:project_quota"),
+            posix_acl: found.get("acltype").copied() == Some(1),
             primarycache: found.get("primarycache").copied().unwrap_or(2).min(2) as u8,
             secondarycache: found.get("secondarycache").copied().unwrap_or(2).min(2) as u8,
             // dnodesize=auto is 1K (dnodesize_changed_cb); legacy 512.

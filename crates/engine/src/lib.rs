@@ -73,6 +73,7 @@ pub mod vdev_attach;
 pub mod vdev_rebuild;
 pub mod zfs_znode;
 pub mod zfs_pflags;
+pub mod zfs_posix_acl;
 pub mod zfs_quota;
 pub mod zfs_diff;
 pub mod zpl;

@@ -51,6 +51,7 @@ use oxzfs::dmu::ReadPart;
 use oxzfs::txg::PoolHandle;
 use oxzfs::zpl::{Attr, Live, View, Zfs, ZplRead};
 use oxzfs::zfs_pflags::{self as pflags, Op};
+use oxzfs::zfs_posix_acl as posix_acl;
 use oxzfs::zplw::{self, SetAttr};
 use oxzfs::ZfsError;
 use std::collections::HashMap;
@@ -733,7 +734,10 @@ impl Inner {
         self.fattr(0, None, a)
     }
 
-    fn entry(&self, parent: u64, name: &OsStr, mode: u32, uid: u32, gid: u32, rdev: u64, target: Option<&[u8]>) -> Result<FileAttr, ZfsError> {
+    /// A new object `name` in `parent`, of `mode` narrowed by `umask` or, on a file system
+    /// with POSIX ACLs, by the directory's default ACL, which it then takes (zpl_init_acl).
+    #[allow(clippy::too_many_arguments)]
+    fn entry(&self, parent: u64, name: &OsStr, mode: u32, umask: u32, uid: u32, gid: u32, rdev: u64, target: Option<&[u8]>) -> Result<FileAttr, ZfsError> {
         let w = self.w()?;
         let dir = self.obj(parent);
         let a = w.pool.with_fs_space(w.dsobj, 4096, |os, txg| {
@@ -743,7 +747,12 @@ impl Inner {
                 let projid = zplw::inherited_projid(os, dir)?;
                 oxzfs::zfs_quota::check_create(os, uid as u64, gid as u64, projid)?;
             }
-            let o = zplw::create(os, dir, name.as_bytes(), mode as u64, uid as u64, gid as u64, rdev, target, txg)?;
+            let (mode, acl) = match os.props.posix_acl {
+                true => posix_acl::create_mode(os, dir, mode as u64, umask)?,
+                false => (mode as u64 & !u64::from(umask & 0o777), None),
+            };
+            let o = zplw::create(os, dir, name.as_bytes(), mode, uid as u64, gid as u64, rdev, target, txg)?;
+            posix_acl::inherit(os, dir, o, acl, txg)?;
             Live(os).getattr(o)
         });
         let a = w.durable(a)?;
@@ -1018,6 +1027,14 @@ impl Filesystem for ZfsFuse {
                 // GETXATTR round trip per write(2); now one per file until its attributes are
                 // next refreshed).
                 let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+                // acltype=posix: the kernel checks access against the ACLs (read back through
+                // getxattr) and leaves the umask to the file system, which applies it or the
+                // directory's default ACL (`entry`).
+                if let Backend::ReadWrite(w) = &self.inner.backend {
+                    if w.pool.with_fs_ro(w.dsobj, |os| Ok(os.props.posix_acl)).unwrap_or(false) {
+                        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK);
+                    }
+                }
                 if WRITEBACK_CACHE {
                     let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
                 }
@@ -1119,10 +1136,14 @@ impl Filesystem for ZfsFuse {
         self.change(ino, move |s| {
             let obj = s.obj(ino);
             let r = s.w().and_then(|w| {
-                w.durable(w.pool.with_fs(w.dsobj, |os, _| {
+                w.durable(w.pool.with_fs(w.dsobj, |os, txg| {
                     pflags::check(os, Op::SetAttr { obj, owner, size: sa.size.is_some(), times_set, times_now, kill: sa.kill_suidgid })?;
                     oxzfs::zfs_quota::check_chown(os, obj, sa.uid, sa.gid)?;
-                    zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid))
+                    let a = zplw::setattr_as(os, obj, &sa, os.props.recordsize, &|gid| caller.in_group(gid))?;
+                    if sa.mode.is_some() {
+                        posix_acl::chmod(os, obj, u64::from(a.mode), txg)?;
+                    }
+                    Ok(a)
                 }))
             });
             match r {
@@ -1153,7 +1174,7 @@ impl Filesystem for ZfsFuse {
             return reply.error(erofs());
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
-        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, mode & !umask, uid, gid, zfs_rdev(rdev), None), reply));
+        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, mode, umask, uid, gid, zfs_rdev(rdev), None), reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -1162,7 +1183,7 @@ impl Filesystem for ZfsFuse {
             return reply.error(erofs());
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
-        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, (mode & !umask & 0o7777) | 0o040000, uid, gid, 0, None), reply));
+        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, (mode & 0o7777) | 0o040000, umask, uid, gid, 0, None), reply));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -1171,7 +1192,7 @@ impl Filesystem for ZfsFuse {
             return reply.error(erofs());
         }
         let (name, uid, gid, target) = (link_name.to_os_string(), req.uid(), req.gid(), target.as_os_str().as_bytes().to_vec());
-        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, 0o120777, uid, gid, 0, Some(&target)), reply));
+        self.change(parent, move |s| s.reply_entry(s.entry(parent, &name, 0o120777, 0, uid, gid, 0, Some(&target)), reply));
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
@@ -1180,7 +1201,7 @@ impl Filesystem for ZfsFuse {
             return reply.error(erofs());
         }
         let (name, uid, gid) = (name.to_os_string(), req.uid(), req.gid());
-        self.change(parent, move |s| match s.entry(parent, &name, (mode & !umask & 0o7777) | 0o100000, uid, gid, 0, None).and_then(|a| Ok((a, s.w()?))) {
+        self.change(parent, move |s| match s.entry(parent, &name, (mode & 0o7777) | 0o100000, umask, uid, gid, 0, None).and_then(|a| Ok((a, s.w()?))) {
             Ok((a, w)) => {
                 *w.open.lock().unwrap().entry(s.obj(a.ino.0)).or_insert(0) += 1;
                 reply.created(&s.attr_ttl, &a, Generation(0), FileHandle(0), FopenFlags::empty())
@@ -1447,6 +1468,10 @@ impl Filesystem for ZfsFuse {
                 s.w().and_then(|w| {
                     w.durable(w.pool.with_fs_space(w.dsobj, value.len() as u64 + 4096, |os, txg| {
                         pflags::check(os, Op::Xattr { obj })?;
+                        if posix_acl::is_acl_name(name.as_bytes()) {
+                            let fs = zplw::open_fs(os, os.props.recordsize)?;
+                            return posix_acl::set(os, &fs, obj, name.as_bytes(), Some(&value), flags, txg);
+                        }
                         zplw::setxattr(os, obj, name.as_bytes(), &value, flags, txg)
                     }))
                 }),
@@ -1497,6 +1522,9 @@ impl Filesystem for ZfsFuse {
         let (ino, name) = (ino.0, name.to_os_string());
         self.change_fs(self.inner.frozen(ino), ino, reply, move |s, _, os, fs| {
             pflags::check(os, Op::Xattr { obj: s.obj(ino) })?;
+            if posix_acl::is_acl_name(name.as_bytes()) {
+                return posix_acl::set(os, fs, s.obj(ino), name.as_bytes(), None, 0, 0);
+            }
             zplw::removexattr(os, fs, s.obj(ino), name.as_bytes())
         });
     }
