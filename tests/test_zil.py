@@ -358,7 +358,7 @@ def test_an_acl_set_then_fsynced_survives_kill9(runner):
     before an acknowledged fsync is back after a kill -9."""
     ox, base = runner("acl")
     pool = "zlogacl"
-    alt, vdir, root = _new_pool(ox, base, pool)
+    alt, vdir, root = _new_pool(ox, base, pool, create_args=("-O", "acltype=posix"))
     path = os.path.join(root, "f")
     with open(path, "wb") as f:
         f.write(b"acl")
@@ -758,11 +758,11 @@ def test_setid_bits_a_write_takes_away_are_replayed(runner):
     zdb_check(vdir, pool)
 
 
-def _new_pool(ox, base, pool, ndevs=1):
+def _new_pool(ox, base, pool, ndevs=1, create_args=()):
     """A pool on `ndevs` fresh files, mounted below base/alt, with no txg sync to come (what
     survives a kill -9 survives through the log): (alt, vdir, root)."""
     alt, vdir = os.path.join(base, "alt"), os.path.join(base, "vdevs")
-    r = ox.zpool("create", "-R", alt, pool, *make_devs(vdir, ndevs, 256))
+    r = ox.zpool("create", *create_args, "-R", alt, pool, *make_devs(vdir, ndevs, 256))
     assert r.returncode == 0, repr(r)
     assert ox.run("tunable", "zfs_txg_timeout=3600").returncode == 0
     return alt, vdir, os.path.join(alt, pool)
