@@ -141,3 +141,35 @@ def test_names_oxzfs_makes(oxzfs, work_dir):
         write(os.path.join(zci, "Zf"), "zf")
         zmx = os.path.join(zalt, mx)
         assert read(os.path.join(zmx, "A")) == "upper"
+
+
+def test_normalized_directory_limits(oxzfs):
+    """What a normalized directory refuses, as OpenZFS's ZAP would: a name whose normalized
+    form is longer than a name may be (ENOTSUP), and more names of one normalized form than a
+    ZAP leaf holds on a mixed file system (ENOSPC, where every case of "abcdefg" hashes alike);
+    the pool stays sound."""
+    pool = "normlim"
+    vdir, alt, fs, root = pool_with_fs(oxzfs, "normlim", pool, 1, 128, lambda d: d)
+    mx, kd = f"{pool}/mx", f"{pool}/kd"
+    assert oxzfs.zfs("create", "-o", "casesensitivity=mixed", mx).returncode == 0
+    assert oxzfs.zfs("create", "-o", "normalization=formKD", kd).returncode == 0
+    omx, okd = os.path.join(alt, mx), os.path.join(alt, kd)
+    made, refused = 0, None
+    for i in range(128):
+        name = "".join(c.upper() if i >> b & 1 else c for b, c in enumerate("abcdefg"))
+        try:
+            open(os.path.join(omx, name), "w").close()
+            made += 1
+        except OSError as e:
+            refused = e.errno
+            break
+    assert (made, refused) == (64, 28), (made, refused)  # ENOSPC
+    # U+FDFA is one character of 3 bytes, and 18 under compatibility decomposition.
+    try:
+        open(os.path.join(okd, "\ufdfa" * 80), "w").close()
+        raise AssertionError("a name of 1400 normalized bytes made")
+    except OSError as e:
+        assert e.errno == 95, e  # EOPNOTSUPP
+    open(os.path.join(okd, "\ufdfa" * 7), "w").close()
+    assert oxzfs.export(pool).returncode == 0
+    zdb_check(vdir, pool)

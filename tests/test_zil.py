@@ -375,6 +375,37 @@ def test_an_acl_set_then_fsynced_survives_kill9(runner):
     zdb_check(vdir, pool)
 
 
+def test_files_made_under_a_default_acl_replay(runner):
+    """A file and a directory made under a default ACL take it in their extended attribute
+    directories, which no record describes: the records of their creation, committed by an
+    fsync of the directory they are in, replay after a kill -9; the ACL comes back with the txg
+    sync an fsync of the file itself makes."""
+    ox, base = runner("aclmade")
+    pool = "zlogaclmade"
+    alt, vdir, root = _new_pool(ox, base, pool, create_args=("-O", "acltype=posix"))
+    undefined = 0xFFFFFFFF
+    dacl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in
+                                           ((1, 7, undefined), (2, 5, 65534), (4, 5, undefined), (0x10, 5, undefined), (0x20, 0, undefined)))
+    d = os.path.join(root, "d")
+    os.mkdir(d)
+    os.setxattr(d, "system.posix_acl_default", dacl)
+    fsync_path(d)
+    with open(os.path.join(d, "f"), "wb") as f:
+        f.write(b"made")
+    os.mkdir(os.path.join(d, "sub"))
+    fsync_path(d)
+    killed_and_imported(ox, vdir, alt, pool)
+    assert sorted(os.listdir(d)) == ["f", "sub"]
+    assert os.path.isdir(os.path.join(d, "sub"))
+    with open(os.path.join(d, "synced"), "wb") as f:
+        f.write(b"synced")
+        os.fsync(f.fileno())
+    killed_and_imported(ox, vdir, alt, pool)
+    assert os.getxattr(os.path.join(d, "synced"), "system.posix_acl_access")[4:] != b""
+    assert ox.export(pool).returncode == 0
+    zdb_check(vdir, pool)
+
+
 def fletcher4(data):
     """OpenZFS's fletcher-4 of little-endian DATA: four 64-bit words."""
     a = b = c = d = 0

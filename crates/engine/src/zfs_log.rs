@@ -14,7 +14,7 @@ const S_IFDIR: u64 = 0o040000;
 const S_IFLNK: u64 = 0o120000;
 
 fn on(os: &ObjsetW) -> bool {
-    os.props.sync != 2 && !os.zil.replaying
+    os.props.sync != 2 && !os.zil.replaying && os.zil.quiet == 0
 }
 
 fn rec(os: &mut ObjsetW, txtype: u64, body: LrBody) {

@@ -191,6 +191,9 @@ pub struct Zilog {
     pub foreign: bool,
     /// The log is being replayed: the changes replay makes are not logged again.
     pub replaying: bool,
+    /// Changes made inside an extended attribute directory are under way (nested): they are
+    /// not logged; the file's next fsync syncs the txg instead.
+    pub quiet: u32,
     /// Why the log on disk could not be replayed (the file system then does not mount).
     pub replay_error: Option<String>,
     /// The range the last `FillAhead` covered: (top-level vdev, start, end).

@@ -584,11 +584,29 @@ fn touch_dir(os: &mut ObjsetW, dir: u64, dsize: i64, dlinks: i64) -> Result<()> 
     put(os, dir, &z)
 }
 
+/// Names of one normalized form a normalized directory takes at most (a mixed file system's
+/// "foo", "Foo", "FOO"... hash alike): OpenZFS writes a micro ZAP whose names collide more than
+/// 127 times as a fat one, and a fat ZAP's leaf holds only so many of one hash (ENOSPC then).
+const MAX_SAME_FORM: usize = 64;
+
 /// Before `name` goes into directory `dir`: on a file system with utf8only, a name that is not
-/// UTF-8 is refused (EILSEQ, as zfs_dirent_lock refuses it).
-fn check_dir_add(os: &mut ObjsetW, name: Name) -> Result<()> {
+/// UTF-8 is refused (EILSEQ, as zfs_dirent_lock refuses it); in a normalized directory, a name
+/// whose normalized form is longer than a name may be (zap_name_init_str: ENOTSUP), and one
+/// more name of a form the directory holds too many of (ENOSPC).
+fn check_dir_add(os: &mut ObjsetW, dir: u64, name: Name) -> Result<()> {
     if std::str::from_utf8(name.0).is_err() && Live(os).name_rules()?.utf8only {
         return Err(posix(libc::EILSEQ, format!("{name}: not UTF-8, and the file system takes UTF-8 names only")));
+    }
+    let norm = os.zap(dir)?.normflags;
+    if norm != 0 {
+        let key = oxzfs_format::zap::normalized_key(norm, name.0);
+        if key.len() > MAXNAMELEN {
+            return Err(posix(libc::EOPNOTSUPP, format!("{name}: its normalized form is longer than {MAXNAMELEN} bytes")));
+        }
+        let same = os.zap(dir)?.entries.keys().filter(|k| oxzfs_format::zap::normalized_key(norm, k) == key).count();
+        if same >= MAX_SAME_FORM {
+            return Err(posix(libc::ENOSPC, format!("{name}: directory {dir} holds {same} names of its normalized form")));
+        }
     }
     Ok(())
 }
@@ -601,7 +619,7 @@ pub fn create(os: &mut ObjsetW, dir: u64, name: &[u8], mode: u64, uid: u64, gid:
     if Live(os).dir_lookup(dir, name)?.is_some() {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
-    check_dir_add(os, n)?;
+    check_dir_add(os, dir, n)?;
     let is_dir = mode & S_IFMT == S_IFDIR;
     let use_sa = is_sa(os, dir)?;
     let obj = mknode(os, use_sa, Some((dir, pz.flags)), mode, uid, gid, rdev, txg)?;
@@ -866,7 +884,7 @@ pub fn link(os: &mut ObjsetW, obj: u64, dir: u64, name: &[u8]) -> Result<Attr> {
         return Err(posix(libc::EEXIST, format!("{n} exists")));
     }
     check_same_project(os, dir, &z)?;
-    check_dir_add(os, n)?;
+    check_dir_add(os, dir, n)?;
     z.links += 1;
     z.ctime = now_ts();
     // zfs_link_create sets the parent to the new link's directory (OpenZFS and zfs-fuse do).
@@ -929,7 +947,7 @@ pub fn rename(os: &mut ObjsetW, fs: &FsInfo, sdir: u64, sname: &[u8], ddir: u64,
     if sdir != ddir {
         check_same_project(os, ddir, &z)?;
     }
-    check_dir_add(os, dn)?;
+    check_dir_add(os, ddir, dn)?;
     if flags & RENAME_EXCHANGE != 0 {
         let t = target.ok_or_else(|| posix(libc::ENOENT, format!("{dn}: no such file")))?;
         let mut tz = get(os, t)?;
@@ -1073,7 +1091,12 @@ fn set_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], txg: u64
 /// into the SA when it fits, else into the xattr directory; a stale copy in the other place
 /// is removed (zpl_xattr_set).
 pub fn setxattr(os: &mut ObjsetW, obj: u64, name: &[u8], value: &[u8], flags: i32, txg: u64) -> Result<()> {
+    // What changes in the extended attribute directory is not logged (OpenZFS logs it with
+    // TX_MKXATTR, which 2.1's replay alone knows): a record naming a directory no record made
+    // would fail the replay.
+    os.zil.quiet += 1;
     let r = setxattr_impl(os, obj, name, value, flags, txg);
+    os.zil.quiet -= 1;
     // OpenZFS 2.1 logs no record for an xattr change: an fsync of the file after it syncs the
     // txg.
     crate::zfs_log::sync(os, Some(obj));
@@ -1117,7 +1140,9 @@ fn remove_dir_xattr(os: &mut ObjsetW, obj: u64, name: &[u8]) -> Result<()> {
 }
 
 pub fn removexattr(os: &mut ObjsetW, fs: &FsInfo, obj: u64, name: &[u8]) -> Result<()> {
+    os.zil.quiet += 1;
     let r = removexattr_impl(os, fs, obj, name);
+    os.zil.quiet -= 1;
     crate::zfs_log::sync(os, Some(obj));
     r
 }

@@ -298,10 +298,13 @@ pub const U8_TEXTPREP_NFKC: u64 = U8_COMPAT_DECOMP | U8_CANON_COMP;
 /// The form of string key `key` that a ZAP with `normflags` hashes and compares (zap_normalize:
 /// u8_textprep_str with invalid bytes passed through): each character upper-cased by its
 /// simple case mapping when U8_TEXTPREP_TOUPPER is set, then the normalization form asked for.
-/// ASCII is mapped byte by byte, as u8_textprep_str maps it. OpenZFS's tables are Unicode 5.0's;
-/// these are the newer ones of the Rust library and the `unicode-normalization` crate, which
-/// agree on every character Unicode 5.0 assigned (normalization is stable across versions; a
-/// character whose upper case came later would be folded here and not by OpenZFS).
+///
+/// Case alone is folded as u8_textprep_str walks the bytes: ASCII byte by byte, a lead byte
+/// taking as many bytes as it announces (whatever they are), a sequence cut short by the end
+/// kept as it is. The case mapping is Unicode 5.0's, OpenZFS's tables: the Rust library's newer
+/// one without the upper cases assigned since (`case_of_unicode_5`). The normalization forms are
+/// the `unicode-normalization` crate's, which agree with 5.0's on every character 5.0 assigned
+/// (normalization is stable across Unicode versions).
 pub fn normalized_key(normflags: u64, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     use unicode_normalization::UnicodeNormalization;
     let upper = normflags & U8_TEXTPREP_TOUPPER != 0;
@@ -311,6 +314,9 @@ pub fn normalized_key(normflags: u64, key: &[u8]) -> std::borrow::Cow<'_, [u8]> 
     }
     if key.is_ascii() {
         return if upper { std::borrow::Cow::Owned(key.to_ascii_uppercase()) } else { std::borrow::Cow::Borrowed(key) };
+    }
+    if form == 0 {
+        return std::borrow::Cow::Owned(fold_case(key));
     }
     let mut out = Vec::with_capacity(key.len() + 8);
     for chunk in key.utf8_chunks() {
@@ -329,14 +335,63 @@ pub fn normalized_key(normflags: u64, key: &[u8]) -> std::borrow::Cow<'_, [u8]> 
     std::borrow::Cow::Owned(out)
 }
 
-/// A character's simple upper-case mapping (one character for one, as u8_textprep's tables
-/// map them): the character itself where upper-casing would give several (ß).
+/// u8_textprep_str's upper-casing without normalization: by the length each lead byte
+/// announces (u8_number_of_bytes), bytes that are not a character left as they are.
+fn fold_case(key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len());
+    let mut i = 0;
+    while i < key.len() {
+        let b = key[i];
+        let sz = match b {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => 1,
+        };
+        if sz == 1 {
+            out.push(b.to_ascii_uppercase());
+            i += 1;
+        } else if i + sz > key.len() {
+            out.extend_from_slice(&key[i..]);
+            break;
+        } else {
+            let seq = &key[i..i + sz];
+            match std::str::from_utf8(seq).ok().and_then(|s| s.chars().next()) {
+                Some(c) => out.extend_from_slice(simple_upper(c).encode_utf8(&mut [0; 4]).as_bytes()),
+                None => out.extend_from_slice(seq),
+            }
+            i += sz;
+        }
+    }
+    out
+}
+
+/// A character's simple upper-case mapping, one character for one as u8_textprep's tables map
+/// them (the character itself where there is none, as for ß), as Unicode 5.0 had it.
 fn simple_upper(c: char) -> char {
-    let mut u = c.to_uppercase();
-    match (u.next(), u.next()) {
-        (Some(x), None) => x,
+    let u = c as u32;
+    // Greek with ypogegrammeni: the simple mapping is the capital with prosgegrammeni, where
+    // the full one gives two characters.
+    match u {
+        0x1F80..=0x1F87 | 0x1F90..=0x1F97 | 0x1FA0..=0x1FA7 => return char::from_u32(u + 8).unwrap_or(c),
+        0x1FB3 | 0x1FC3 | 0x1FF3 => return char::from_u32(u + 9).unwrap_or(c),
+        _ => {}
+    }
+    let mut it = c.to_uppercase();
+    match (it.next(), it.next()) {
+        (Some(x), None) if case_of_unicode_5(u, x as u32) => x,
         _ => c,
     }
+}
+
+/// Whether the case pair `lower` → `upper` was in Unicode 5.0 (OpenZFS's tables): neither a
+/// lower-case letter added later (Cherokee's, Cyrillic Extended-C, Osage, Adlam and the other
+/// scripts past Deseret) nor an upper case added later (Georgian Mtavruli, Latin Extended-C/D,
+/// Cyrillic Extended-B, and single letters of Greek, Cyrillic and Coptic).
+fn case_of_unicode_5(lower: u32, upper: u32) -> bool {
+    let later_upper = matches!(upper, 0x0370..=0x0373 | 0x0376 | 0x037F | 0x03CF | 0x0514..=0x052F | 0x10C7 | 0x10CD | 0x1C90..=0x1CBF | 0x2C6D..=0x2C7F | 0x2CEB..=0x2CF3 | 0xA640..=0xA7FF);
+    let later_lower = matches!(lower, 0x13F8..=0x13FD | 0x1C80..=0x1C88 | 0x2D27 | 0x2D2D | 0xAB70..=0xABBF | 0x10450..);
+    !later_upper && !later_lower
 }
 
 /// The hash of a string key (its bytes without the NUL, after any normalization the ZAP's
@@ -416,8 +471,16 @@ mod tests {
         assert_eq!(k(U8_TEXTPREP_TOUPPER | U8_TEXTPREP_NFD, "caf\u{e9}"), "CAFE\u{301}");
         assert_eq!(k(U8_TEXTPREP_TOUPPER, "stra\u{df}e"), "STRA\u{df}E", "simple mapping: ß stays");
         assert_eq!(k(U8_TEXTPREP_NFKC, "\u{fb01}le"), "file", "compatibility: the fi ligature");
-        // Bytes that are not UTF-8 pass through; ASCII around them is still folded.
+        // Bytes that are not UTF-8 pass through; ASCII around them is still folded, except
+        // what a lead byte takes with it (u8_textprep_str's walk): é cut short keeps "s".
         assert_eq!(normalized_key(U8_TEXTPREP_TOUPPER | U8_TEXTPREP_NFD, b"a\xffb").into_owned(), b"A\xffB".to_vec());
+        assert_eq!(normalized_key(U8_TEXTPREP_TOUPPER, b"caf\xe9s").into_owned(), b"CAF\xe9s".to_vec());
+        assert_eq!(normalized_key(U8_TEXTPREP_TOUPPER, b"a\xffb").into_owned(), b"A\xffB".to_vec());
+        // Unicode 5.0's case pairs only: Georgian Mkhedruli has no upper case there; the Greek
+        // letters with ypogegrammeni map one to one.
+        assert_eq!(k(U8_TEXTPREP_TOUPPER, "\u{10d0}"), "\u{10d0}");
+        assert_eq!(k(U8_TEXTPREP_TOUPPER, "\u{1f80}\u{1fb3}"), "\u{1f88}\u{1fbc}");
+        assert_eq!(k(U8_TEXTPREP_TOUPPER, "\u{3b1}\u{430}"), "\u{391}\u{410}");
     }
 
     #[test]

@@ -752,7 +752,12 @@ impl Inner {
                 false => (mode as u64 & !u64::from(umask & 0o777), None),
             };
             let o = zplw::create(os, dir, name.as_bytes(), mode, uid as u64, gid as u64, rdev, target, txg)?;
-            posix_acl::inherit(os, dir, o, acl, txg)?;
+            if let Err(e) = posix_acl::inherit(os, dir, o, acl, txg) {
+                // zpl_create: a file that could not take its ACL is removed again.
+                let fs = zplw::open_fs(os, os.props.recordsize)?;
+                let _ = if mode & 0o170000 == 0o040000 { zplw::rmdir(os, &fs, dir, name.as_bytes()) } else { zplw::unlink(os, &fs, dir, name.as_bytes(), &|_| false) };
+                return Err(e);
+            }
             Live(os).getattr(o)
         });
         let a = w.durable(a)?;
