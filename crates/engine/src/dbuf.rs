@@ -289,7 +289,13 @@ pub struct ObjsetW {
     /// objset reads back (an object dirtied, allocated or freed, a sync installed). Figures
     /// derived from its content stay good while it is the same (`ObjsetW::generation`).
     gen: (u64, u64),
+    /// Per normalized directory ZAP looked up by folded names and the flags they are folded
+    /// by: how many names it indexes, and folded name → stored names (`zap_find_folded`).
+    folded: std::sync::Mutex<HashMap<(u64, u64), FoldedNames>>,
 }
+
+/// See `ObjsetW::folded`.
+type FoldedNames = (usize, HashMap<Vec<u8>, Vec<Vec<u8>>>);
 
 /// Numbers the writable objsets as they are made, so that no two share a generation.
 static OBJSET_INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -404,6 +410,7 @@ impl ObjsetW {
             frozen: None,
             zil: Default::default(),
             gen: new_generation(),
+            folded: Default::default(),
         }
     }
 
@@ -435,6 +442,7 @@ impl ObjsetW {
             // A chain on disk is not this Zilog's until an import replays it (zfs_replay).
             zil: crate::zil::Zilog::opened(foreign_log),
             gen: new_generation(),
+            folded: Default::default(),
         })
     }
 
@@ -680,6 +688,7 @@ impl ObjsetW {
     /// Free object `obj` at sync (all its blocks).
     pub fn free_object(&mut self, obj: u64) -> Result<()> {
         self.unoverride(obj, 0..=u64::MAX);
+        self.folded.get_mut().unwrap_or_else(|p| p.into_inner()).retain(|&(o, _), _| o != obj);
         let d = self.dirty_obj(obj)?;
         d.freed = true;
         d.blocks.clear();
@@ -1045,7 +1054,15 @@ impl ObjsetW {
     pub fn zap_add_name(&mut self, obj: u64, name: &[u8], v: u64) -> Result<()> {
         // Names are matched exactly, as zap_add matches them (a normalized ZAP hashes them by
         // their normalized forms when it is written: normalized_key).
-        self.zap_mut(obj)?.entries.insert(name.to_vec(), (8, vec![v]));
+        let new = self.zap_mut(obj)?.entries.insert(name.to_vec(), (8, vec![v])).is_none();
+        if new {
+            for (&(o, flags), (n, m)) in self.folded.get_mut().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                if o == obj {
+                    m.entry(oxzfs_format::zap::normalized_key(flags, name).into_owned()).or_default().push(name.to_vec());
+                    *n += 1;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1054,7 +1071,50 @@ impl ObjsetW {
     }
 
     pub fn zap_remove_name(&mut self, obj: u64, name: &[u8]) -> Result<bool> {
-        Ok(self.zap_mut(obj)?.entries.remove(name).is_some())
+        let gone = self.zap_mut(obj)?.entries.remove(name).is_some();
+        if gone {
+            for (&(o, flags), (n, m)) in self.folded.get_mut().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                if o == obj {
+                    if let Some(v) = m.get_mut(oxzfs_format::zap::normalized_key(flags, name).as_ref()) {
+                        v.retain(|x| x != name);
+                    }
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        Ok(gone)
+    }
+
+    /// The stored name and value of the entry of ZAP `obj` whose name folded by `flags` is
+    /// `name` folded so (a lookup in a case-insensitive or normalized directory), through an
+    /// index of the folded names built on first use and kept by `zap_add_name` and
+    /// `zap_remove_name` (rebuilt whenever its count of names is not the ZAP's: changed
+    /// otherwise, or freed and made again).
+    pub fn zap_find_folded(&self, obj: u64, flags: u64, name: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        self.with_folded(obj, flags, name, |z, names| names.iter().find_map(|n| z.entries.get(n).and_then(|(_, v)| Some((n.clone(), *v.first()?)))))
+    }
+
+    /// How many names of ZAP `obj` fold by `flags` to what `name` folds to.
+    pub fn zap_count_folded(&self, obj: u64, flags: u64, name: &[u8]) -> Result<usize> {
+        self.with_folded(obj, flags, name, |z, names| names.iter().filter(|n| z.entries.contains_key(*n)).count())
+    }
+
+    /// `f` of ZAP `obj` and the stored names that fold by `flags` as `name` does (the index
+    /// brought up to date first).
+    fn with_folded<T>(&self, obj: u64, flags: u64, name: &[u8], f: impl FnOnce(&ZapObj, &[Vec<u8>]) -> T) -> Result<T> {
+        let key = oxzfs_format::zap::normalized_key(flags, name);
+        self.with_zap(obj, |z| {
+            let mut all = self.folded.lock().unwrap_or_else(|p| p.into_inner());
+            if !matches!(all.get(&(obj, flags)), Some((n, _)) if *n == z.entries.len()) {
+                let mut m: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::new();
+                for k in z.entries.keys() {
+                    m.entry(oxzfs_format::zap::normalized_key(flags, k).into_owned()).or_default().push(k.clone());
+                }
+                all.insert((obj, flags), (z.entries.len(), m));
+            }
+            let (_, m) = all.get(&(obj, flags)).expect("just made");
+            f(z, m.get(key.as_ref()).map_or(&[][..], |v| &v[..]))
+        })
     }
 
     // ------------------------------------------------------------------------------------ sync

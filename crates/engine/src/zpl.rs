@@ -446,6 +446,19 @@ impl ZplRead for Live<'_> {
         self.0.with_zap(MASTER_NODE_OBJ, |z| NameRules::from_master(|k| z.get_u64(k)))
     }
 
+    /// As the trait's, the folded match found through the objset's index of folded names (a
+    /// scan of the directory would make filling it quadratic).
+    fn dir_find(&self, dir: u64, name: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        if let Some(v) = self.dir_value(dir, name)? {
+            return Ok(Some((name.to_vec(), v)));
+        }
+        let flags = self.name_rules()?.match_flags();
+        if flags == 0 {
+            return Ok(None);
+        }
+        self.0.zap_find_folded(dir, flags, name)
+    }
+
     /// A directory's dnode is of the ZPL's directory type: that is checked without decoding
     /// its znode (a lookup's parent, every time); anything else gets `dir`'s full check and
     /// its error.

@@ -603,7 +603,7 @@ fn check_dir_add(os: &mut ObjsetW, dir: u64, name: Name) -> Result<()> {
         if key.len() > MAXNAMELEN {
             return Err(posix(libc::EOPNOTSUPP, format!("{name}: its normalized form is longer than {MAXNAMELEN} bytes")));
         }
-        let same = os.zap(dir)?.entries.keys().filter(|k| oxzfs_format::zap::normalized_key(norm, k) == key).count();
+        let same = os.zap_count_folded(dir, norm, name.0)?;
         if same >= MAX_SAME_FORM {
             return Err(posix(libc::ENOSPC, format!("{name}: directory {dir} holds {same} names of its normalized form")));
         }

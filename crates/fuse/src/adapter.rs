@@ -671,7 +671,10 @@ impl Inner {
             Ok(x) => x,
             Err(e) => return reply.error(Errno::from_i32(e.errno())),
         };
-        let (ttl, _) = self.ttls(ino);
+        // One lifetime for an entry and its attributes here: the shorter (a mount whose names
+        // fold keeps no entries).
+        let (attr_ttl, entry_ttl) = self.ttls(ino);
+        let ttl = attr_ttl.min(entry_ttl);
         let r = match node {
             Node::Obj { k, snap, obj } => self.view(snap.as_ref(), |v| {
                 let here = v.getattr(obj)?;
