@@ -37,6 +37,12 @@ macro_rules! verb_opts {
 }
 pub(crate) use verb_opts;
 
+/// Whether option `a` takes a value (an appending flag of no values, counted per occurrence,
+/// does not).
+fn takes_value(a: &clap::Arg) -> bool {
+    a.get_action().takes_values() && a.get_num_args().map_or(true, |r| r.max_values() > 0)
+}
+
 /// The clap command of `T` with getopt's rules (see the module comment).
 fn command<T: CommandFactory>() -> Command {
     T::command()
@@ -45,7 +51,7 @@ fn command<T: CommandFactory>() -> Command {
         .disable_version_flag(true)
         .disable_help_subcommand(true)
         .args_override_self(true)
-        .mut_args(|a| if a.get_action().takes_values() && a.get_short().is_some() { a.allow_hyphen_values(true) } else { a })
+        .mut_args(|a| if takes_value(&a) && a.get_short().is_some() { a.allow_hyphen_values(true) } else { a })
 }
 
 /// Parse `args` (the words after the verb) into `T`.
@@ -56,7 +62,7 @@ pub fn parse<T: VerbArgs>(args: &[String]) -> Result<T, String> {
 /// `parse`, with clap's matches kept for the order in which options were given.
 pub fn parse_matches<T: VerbArgs>(args: &[String]) -> Result<(T, ArgMatches), String> {
     let cmd = command::<T>();
-    let with_value: String = cmd.get_arguments().filter(|a| a.get_action().takes_values()).filter_map(|a| a.get_short()).collect();
+    let with_value: String = cmd.get_arguments().filter(|a| takes_value(a)).filter_map(|a| a.get_short()).collect();
     let m = cmd.try_get_matches_from(args).map_err(|e| openzfs_message(&e, &with_value))?;
     let t = T::from_arg_matches(&m).map_err(|e| openzfs_message(&e, &with_value))?;
     Ok((t, m))
