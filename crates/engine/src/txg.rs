@@ -877,6 +877,30 @@ impl PoolHandle {
         self.lock_open().check_suspended()
     }
 
+    /// The write state, unless the pool's I/O is suspended while waiting for it: a sync may
+    /// hold the state while its write waits at the gate (in its finish, under the lock), and a
+    /// caller that holds the daemon's state (a command) would then wait for the `zpool clear`
+    /// that cannot come. EIO then, as `sync_now` answers a suspended pool.
+    fn lock_open_unless_suspended(&self) -> Result<std::sync::MutexGuard<'_, PoolW>> {
+        for tries in 0u32.. {
+            match self.w.try_lock() {
+                Ok(w) => return Ok(w),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if let Some(e) = self.io_gate().stats.io_gate.suspended() {
+                        return Err(ZfsError::Posix(libc::EIO, format!("pool I/O is currently suspended ({e})")));
+                    }
+                    if tries < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                    }
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
     /// without it, finish (MOS, uberblock) under it.
     fn sync_txg(&self, _sync: &std::sync::MutexGuard<'_, ()>) -> Result<()> {
@@ -921,7 +945,7 @@ impl PoolHandle {
     /// txg): one sync serves every waiter queued behind it.
     pub fn sync_now(&self) -> Result<()> {
         let target = {
-            let w = self.lock_open();
+            let w = self.lock_open_unless_suspended()?;
             let target = if w.dirty() { w.txg } else { w.txg - 1 };
             if w.synced_txg >= target {
                 return Ok(());
@@ -938,7 +962,7 @@ impl PoolHandle {
                 return Err(ZfsError::Posix(libc::EIO, format!("pool I/O is currently suspended ({e})")));
             }
             {
-                let w = self.lock_open();
+                let w = self.lock_open_unless_suspended()?;
                 if w.synced_txg >= target {
                     return Ok(());
                 }
