@@ -31,7 +31,7 @@ ENGINE_LAYERS = [
     ("dsl", ["dsl", "dsl_crypt", "dsl_pool", "dsl_prop", "dsl_space", "deadlist", "dsl_snapshot", "dsl_dataset", "dsl_rename", "dsl_promote", "dsl_userhold", "dsl_bookmark", "dmu_send"]),
     ("spa", ["spa_feature", "spa_log_spacemap", "spa_label", "spa_props", "spa_create", "spa_load", "txg", "spa_config", "vdev_removal", "vdev_indirect", "vdev_dtl", "vdev_attach", "vdev_rebuild", "dmu_recv"]),
     ("zpl", ["zfs_znode", "zfs_pflags", "zfs_posix_acl", "zfs_quota", "zfs_diff", "zpl", "zplw", "zfs_log", "zfs_replay"]),
-    ("pool", ["traverse", "dsl_scan_queue", "dsl_scan_walk", "dsl_scrub", "vdev_removal_thread", "vdev_rebuild_thread", "vdev_probe", "pool", "pool_tests"]),
+    ("pool", ["traverse", "dsl_scan_queue", "dsl_scan_walk", "dsl_scrub", "vdev_removal_thread", "vdev_rebuild_thread", "vdev_trim", "vdev_probe", "pool", "pool_tests"]),
 ]
 
 PATH_RE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")

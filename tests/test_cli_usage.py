@@ -82,6 +82,10 @@ ZPOOL = {
         'usage:\n'
         '\tscrub [-s | -p] [-w] <pool> ...\n'
     ),
+    "trim": (
+        'usage:\n'
+        '\ttrim [-dw] [-r <rate>] [-c | -s] <pool> [<device> ...]\n'
+    ),
     "import": (
         'usage:\n'
         '\timport [-d dir] [-D]\n'

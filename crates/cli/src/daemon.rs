@@ -268,13 +268,13 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
         std::thread::spawn(move || {
             let argv = req.argv.clone();
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let (out, waits, resilver_waits, removal_waits, rebuild_waits, streams) = {
+                let (out, waits, resilver_waits, removal_waits, rebuild_waits, trim_waits, streams) = {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     let cwd = PathBuf::from(req.cwd.clone().unwrap_or_else(|| "/".into()));
                     st.fds = fds;
                     let out = commands::execute(&mut st, &argv, &cwd);
                     st.fds.clear();
-                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits), std::mem::take(&mut st.rebuild_waits), std::mem::take(&mut st.streams))
+                    (out, std::mem::take(&mut st.waits), std::mem::take(&mut st.resilver_waits), std::mem::take(&mut st.removal_waits), std::mem::take(&mut st.rebuild_waits), std::mem::take(&mut st.trim_waits), std::mem::take(&mut st.streams))
                 };
                 // A send or receive streams with the state let go (other commands go on).
                 let mut out = out;
@@ -290,6 +290,9 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                 }
                 for h in rebuild_waits {
                     oxzfs::vdev_rebuild_thread::wait(&h);
+                }
+                for h in trim_waits {
+                    oxzfs::vdev_trim::wait(&h);
                 }
                 for spa in waits {
                     oxzfs::dsl_scrub::wait_func(&spa, oxzfs_format::dsl::POOL_SCAN_SCRUB);

@@ -126,6 +126,8 @@ pub const ZPOOL_COLUMNS: &[(&str, &str, Kind)] = &[
     ("delegation", "DELEGATION", Kind::Index),
     ("load_guid", "LOAD_GUID", Kind::Number),
     ("compatibility", "COMPATIBILITY", Kind::Text),
+    ("multihost", "MULTIHOST", Kind::Index),
+    ("autotrim", "AUTOTRIM", Kind::Index),
 ];
 
 /// Short names `zfs` accepts besides the column names.

@@ -40,6 +40,7 @@ pub enum Verb {
     Detach,
     Replace,
     Scrub,
+    Trim,
     Import,
     Export,
     Upgrade,
@@ -64,6 +65,7 @@ impl Verb {
             Verb::Status => STATUS_USAGE,
             Verb::Clear => CLEAR_USAGE,
             Verb::Scrub => SCRUB_USAGE,
+            Verb::Trim => TRIM_USAGE,
             Verb::Wait => WAIT_USAGE,
             Verb::Import => IMPORT_USAGE,
             Verb::Export => EXPORT_USAGE,
@@ -93,6 +95,7 @@ impl Verb {
             Verb::Status => status(st, args),
             Verb::Clear => clear(st, args),
             Verb::Scrub => scrub(st, args),
+            Verb::Trim => trim(st, args, cwd),
             Verb::Wait => wait(st, args),
             Verb::Import => import(st, args, cwd),
             Verb::Export => export(st, args),
@@ -306,6 +309,7 @@ pub fn import(st: &mut State, args: &[String], cwd: &Path) -> Out {
                     oxzfs::dsl_scrub::resume_after_import(&h);
                     oxzfs::vdev_removal_thread::resume_after_import(&h);
                     oxzfs::vdev_rebuild_thread::resume_after_import(&h);
+                    oxzfs::vdev_trim::resume_after_import(&h);
                     *pool.cachefile.lock().unwrap_or_else(|e| e.into_inner()) = cachefile.clone();
                     let mut mounts = Vec::new();
                     if mount_now && mount_all(&pool, Some(&h), &mut mounts, &mut out.1) > 0 {
@@ -423,6 +427,7 @@ pub fn export(st: &mut State, args: &[String]) -> Out {
             oxzfs::vdev_rebuild_thread::stop(&h);
             oxzfs::dsl_scrub::stop(&h);
             oxzfs::vdev_removal_thread::stop(&h);
+            oxzfs::vdev_trim::stop(&h);
             if let Err(e) = h.export() {
                 let _ = writeln!(err, "cannot export '{n}': {e}");
                 code = 1;
@@ -500,7 +505,7 @@ pub fn status(st: &mut State, args: &[String]) -> Out {
             o.operands.iter().map(|n| format!("pool '{n}' is healthy\n")).collect()
         });
     }
-    ok(shown.iter().map(|p| p.pool.status_text_for(o.verbose, p.rw.as_ref().is_some_and(|h| h.is_suspended()))).collect::<Vec<_>>().join("\n"))
+    ok(shown.iter().map(|p| p.pool.status_text_with(o.verbose, p.rw.as_ref().is_some_and(|h| h.is_suspended()), o.trim)).collect::<Vec<_>>().join("\n"))
 }
 
 const CLEAR_USAGE: &str = "usage:\n\tclear <pool> [device]";
@@ -602,6 +607,173 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
 }
 
 const SCRUB_USAGE: &str = "usage:\n\tscrub [-s | -p] [-w] <pool> ...";
+const TRIM_USAGE: &str = "usage:\n\ttrim [-dw] [-r <rate>] [-c | -s] <pool> [<device> ...]";
+
+/// `zpool trim [-dw] [-r RATE] [-c | -s] POOL [DEVICE...]` (zpool_do_trim): start, suspend or
+/// cancel the TRIM of the named leaves, or of every leaf of the pool; -w waits for it after the
+/// daemon's lock is let go. The options are read in order, as getopt gives them to
+/// zpool_do_trim, for its checks of their combinations.
+pub fn trim(st: &mut State, args: &[String], cwd: &Path) -> Out {
+    use oxzfs::vdev_trim::TrimCmd;
+    #[derive(PartialEq)]
+    enum Func {
+        Start,
+        Cancel,
+        Suspend,
+    }
+    let mut func = Func::Start;
+    let (mut secure, mut wait, mut rate) = (false, false, None);
+    let mut operands = Vec::new();
+    let mut it = args.iter();
+    let bad = |msg: String| usage(format!("{msg}\n{TRIM_USAGE}"));
+    while let Some(a) = it.next() {
+        if a == "--" {
+            operands.extend(it.by_ref().cloned());
+            break;
+        }
+        let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) else {
+            operands.push(a.clone());
+            continue;
+        };
+        let mut chars = flags.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                'c' => {
+                    if func == Func::Suspend {
+                        return bad("-c cannot be combined with other options".into());
+                    }
+                    func = Func::Cancel;
+                }
+                's' => {
+                    if func == Func::Cancel {
+                        return bad("-s cannot be combined with other options".into());
+                    }
+                    func = Func::Suspend;
+                }
+                'd' => {
+                    if func != Func::Start {
+                        return bad("-d cannot be combined with the -c or -s options".into());
+                    }
+                    secure = true;
+                }
+                'w' => wait = true,
+                'r' => {
+                    if func != Func::Start {
+                        return bad("-r cannot be combined with the -c or -s options".into());
+                    }
+                    let rest = &flags[i + 1..];
+                    let v = if rest.is_empty() {
+                        match it.next() {
+                            Some(v) => v.clone(),
+                            None => return bad("missing argument for 'r' option".into()),
+                        }
+                    } else {
+                        rest.to_string()
+                    };
+                    match oxzfs::tunables::parse_value(&v) {
+                        Some(n) => rate = Some(n),
+                        None => return bad("invalid value for rate".into()),
+                    }
+                    break;
+                }
+                other => return bad(format!("invalid option '{other}'")),
+            }
+        }
+    }
+    if operands.is_empty() {
+        return bad("missing pool name argument".into());
+    }
+    if wait && func != Func::Start {
+        return bad("-w cannot be used with -c or -s".into());
+    }
+    let name = operands[0].clone();
+    let Some(imp) = st.pools.get(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let Some(h) = imp.rw.clone() else {
+        return fail(format!("cannot trim '{name}': pool is read-only"));
+    };
+    let fullpool = operands.len() == 1;
+    // The leaves named (by path, name or guid, as zpool_find_vdev takes them), each with the
+    // name it is reported by; or every leaf that can be trimmed.
+    let mut named: Vec<(u64, String)> = Vec::new();
+    if fullpool {
+        named = oxzfs::vdev_trim::pool_leaves(&h);
+    } else {
+        // zpool_translate_vdev_guids: any name that is not a leaf of the pool fails the
+        // command before anything changes.
+        let mut err = String::new();
+        let aux = |key: &str, dev: &str| {
+            let full = std::fs::canonicalize(abs(cwd, dev)).map(|p| p.display().to_string()).unwrap_or_default();
+            imp.pool.aux_devices(key).iter().any(|(p, _)| p == dev || *p == full || Path::new(p).file_name().is_some_and(|n| n == std::ffi::OsStr::new(dev)))
+        };
+        for dev in &operands[1..] {
+            match find_leaf(imp, dev, cwd) {
+                Some(g) => named.push((g, dev.clone())),
+                None if aux("spares", dev) => {
+                    let _ = writeln!(err, "cannot trim '{dev}': device is reserved as a hot spare");
+                }
+                None if aux("l2cache", dev) => {
+                    let _ = writeln!(err, "cannot trim '{dev}': device is in use as a cache");
+                }
+                // An interior vdev (mirror-0): the kernel's EINVAL.
+                None if imp.pool.spa.root_vdev.find(dev).is_some() => {
+                    let _ = writeln!(err, "cannot trim '{dev}': invalid device");
+                }
+                None => {
+                    let _ = writeln!(err, "cannot trim '{dev}': no such device in pool");
+                }
+            }
+        }
+        if !err.is_empty() {
+            return (String::new(), err, 255);
+        }
+    }
+    let cmd = match func {
+        Func::Start => TrimCmd::Start { rate, secure },
+        Func::Cancel => TrimCmd::Cancel,
+        Func::Suspend => TrimCmd::Suspend,
+    };
+    // A trim's change of state waits for nothing the thread holds: stop it first, as the
+    // other commands that take the pool do, and start it again after.
+    oxzfs::vdev_trim::stop(&h);
+    let r = h.lock().trim_command(&named.iter().map(|n| n.0).collect::<Vec<_>>(), cmd);
+    oxzfs::vdev_trim::start(&h);
+    let errors = match r {
+        Ok(e) => e,
+        Err(e) => return err_out(e, "operation failed"),
+    };
+    let mut err = String::new();
+    let mut suppressed = 0;
+    for (g, errno) in &errors {
+        // check_trim_errs: a pool's leaves that cannot trim are not reported one by one
+        // (unless a secure trim was asked for).
+        if *errno == libc::EOPNOTSUPP && fullpool && !secure {
+            suppressed += 1;
+            continue;
+        }
+        let path = named.iter().find(|n| n.0 == *g).map_or_else(|| g.to_string(), |n| n.1.clone());
+        let why = match *errno {
+            libc::ENODEV => "no such device in pool",
+            libc::EINVAL | libc::EROFS => "invalid device",
+            libc::EBUSY => "currently trimming",
+            libc::ESRCH => "there is no active trim",
+            _ => "trim operations are not supported by this device",
+        };
+        let _ = writeln!(err, "cannot trim '{path}': {why}");
+    }
+    if suppressed > 0 && suppressed == named.len() {
+        let _ = writeln!(err, "cannot trim: no devices in pool support trim operations");
+    }
+    if !err.is_empty() {
+        // zpool_trim's -1, the command's exit status.
+        return (String::new(), err, 255);
+    }
+    if wait {
+        st.trim_waits.push(h);
+    }
+    ok(String::new())
+}
 const WAIT_USAGE: &str = "usage:\n\twait [-t <activity>[,...]] <pool>";
 
 verb_opts!(
@@ -679,6 +851,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     let mut scrub = o.activities.clone().is_empty();
     let mut resilver = o.activities.clone().is_empty();
     let mut remove = o.activities.clone().is_empty();
+    let mut trim = o.activities.clone().is_empty();
     for list in o.activities.clone() {
         for a in list.split(',') {
             if !ACTIVITIES.contains(&a) {
@@ -687,6 +860,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
             scrub |= a == "scrub";
             resilver |= a == "resilver" || a == "replace";
             remove |= a == "remove";
+            trim |= a == "trim";
         }
     }
     match o.operands.len() {
@@ -701,6 +875,11 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     if remove {
         if let Some(h) = &imp.rw {
             st.removal_waits.push((h.clone(), None));
+        }
+    }
+    if trim {
+        if let Some(h) = &imp.rw {
+            st.trim_waits.push(h.clone());
         }
     }
     // (spa_activity_in_progress: a scrub is waited for as a scrub only, a resilver as a
@@ -1246,6 +1425,8 @@ pub fn create(st: &mut State, args: &[String], cwd: &Path) -> Out {
     let mut mounts = Vec::new();
     let mut err = String::new();
     let code = if mount_all(&pool, Some(&h), &mut mounts, &mut err) > 0 { 1 } else { 0 };
+    // (-o autotrim=on: the thread that runs its passes.)
+    oxzfs::vdev_trim::resume_after_import(&h);
     st.pools.insert(name, Imported { pool, mounts, rw: Some(h), since: std::time::Instant::now() });
     (String::new(), err, code)
 }
@@ -1489,8 +1670,10 @@ pub fn refresh(imp: &mut Imported) -> bool {
 fn reopen(imp: &mut Imported, h: &Arc<PoolHandle>, dirs: &[PathBuf]) -> Result<(), ZfsError> {
     // A scrub goes on over the reopened pool, from the state the reopen's sync wrote.
     oxzfs::dsl_scrub::stop(h);
+    oxzfs::vdev_trim::stop(h);
     let spa = h.reopen(dirs);
     oxzfs::dsl_scrub::resume_after_import(h);
+    oxzfs::vdev_trim::resume_after_import(h);
     let spa = spa?;
     let mounted = std::mem::take(&mut *imp.pool.mounted.lock().unwrap_or_else(|p| p.into_inner()));
     let pool = Pool::from_spa(spa, imp.pool.altroot.clone(), dirs);
@@ -1699,7 +1882,13 @@ pub fn set(st: &mut State, args: &[String]) -> Out {
         w.set_pool_prop(k, v).and_then(|_| w.sync())
     };
     match r {
-        Ok(()) => (String::new(), String::new(), 0),
+        Ok(()) => {
+            if k == "autotrim" {
+                // The pool's trim thread runs the autotrim passes (and stops when nothing is left).
+                oxzfs::vdev_trim::set_autotrim(&h, v == "on");
+            }
+            (String::new(), String::new(), 0)
+        }
         Err(e) => err_out(e, &format!("cannot set property for '{name}'")),
     }
 }

@@ -84,6 +84,7 @@ pub mod traverse;
 pub mod dsl_scrub;
 pub mod vdev_removal_thread;
 pub mod vdev_rebuild_thread;
+pub mod vdev_trim;
 pub mod pool;
 #[cfg(test)]
 mod pool_tests;

@@ -34,6 +34,10 @@ pub struct MsSync {
     pub new_phys: SpaceMapPhys,
 }
 
+/// The most freed ranges a metaslab remembers for autotrim between two passes (the rest is
+/// left to a manual trim).
+const TRIM_PENDING_MAX: usize = 1 << 16;
+
 #[derive(Default)]
 struct Ms {
     start: u64,
@@ -48,6 +52,9 @@ struct Ms {
     pend_free: Vec<(u64, u64)>,
     freeing: Vec<(u64, u64)>,
     defer: [Vec<(u64, u64)>; 2],
+    /// With autotrim on: ranges that became allocatable again since the last autotrim pass
+    /// (OpenZFS's ms_trim), to be trimmed where they are still free then.
+    trim_pending: Vec<(u64, u64)>,
 }
 
 /// Space freed that is free already (a double free), or allocated that is not free: the free
@@ -111,6 +118,8 @@ pub struct Metaslabs {
     rotor: usize,
     /// The pool has obsolete_counts enabled: frees of removed ranges are marked obsolete.
     pub obsolete_counts: bool,
+    /// autotrim=on: space that becomes free again is remembered for the autotrim pass.
+    pub autotrim: bool,
 }
 
 impl Metaslabs {
@@ -142,7 +151,7 @@ impl Metaslabs {
                 Group { class, retired: evacuated, evacuated, late_frees: Vec::new(), mapping, removing: None, obsolete: Vec::new(), ashift: top.ashift, ms_shift: shift, ms }
             })
             .collect();
-        Metaslabs { groups, rotor: 0, obsolete_counts: false }
+        Metaslabs { groups, rotor: 0, obsolete_counts: false, autotrim: false }
     }
 
     /// Whether some top-level vdev belongs to `class` (and takes allocations).
@@ -225,6 +234,77 @@ impl Metaslabs {
                 push(at, end - at, &mut total);
                 if total >= max {
                     return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// The metaslabs of top-level vdev `vdev` as (start, size), in order; empty for a vdev
+    /// that allocates nothing any more (evacuated, being removed) or has none.
+    pub fn metaslab_ranges(&self, vdev: u64) -> Vec<(u64, u64)> {
+        let Some(g) = self.groups.get(vdev as usize).filter(|g| !g.evacuated && g.removing.is_none()) else { return Vec::new() };
+        g.ms.iter().map(|m| (m.start, m.size)).collect()
+    }
+
+    /// The allocatable (free) ranges of top-level vdev `vdev` within `[start, end)`, clipped
+    /// to it, as (offset, length) in order: space no block of any tree the pool may still go
+    /// back to holds (the frees of the last txgs are still deferred, not in it). What a TRIM
+    /// may discard while the caller keeps allocations off (the pool's lock).
+    pub fn free_ranges(&self, vdev: u64, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let Some(g) = self.groups.get(vdev as usize).filter(|g| !g.evacuated && g.removing.is_none()) else { return out };
+        if end <= start {
+            return out;
+        }
+        for m in g.ms.iter().skip((start >> g.ms_shift) as usize) {
+            if m.start >= end {
+                break;
+            }
+            let (a, b) = (start.max(m.start), end.min(m.start + m.size));
+            if a < b {
+                out.extend(m.free.overlap(a, b - a).into_iter().map(|(x, y)| (x, y - x)));
+            }
+        }
+        out
+    }
+
+    /// Turn the remembering of freed space for autotrim on or off (off forgets what was
+    /// remembered).
+    pub fn set_autotrim(&mut self, on: bool) {
+        self.autotrim = on;
+        if !on {
+            for m in self.groups.iter_mut().flat_map(|g| g.ms.iter_mut()) {
+                m.trim_pending = Vec::new();
+            }
+        }
+    }
+
+    /// What the autotrim pass of top-level vdev `vdev` trims: the ranges freed since the last
+    /// pass that are still free now, merged, in order (taken: the next pass starts afresh).
+    pub fn take_autotrim(&mut self, vdev: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return out };
+        let usable = !g.evacuated && g.removing.is_none();
+        for m in &mut g.ms {
+            let mut pend = std::mem::take(&mut m.trim_pending);
+            if !usable || pend.is_empty() {
+                continue;
+            }
+            pend.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (s, l) in pend {
+                match merged.last_mut() {
+                    Some(last) if last.0 + last.1 >= s => last.1 = last.1.max(s + l - last.0),
+                    _ => merged.push((s, l)),
+                }
+            }
+            for (s, l) in merged {
+                for (a, b) in m.free.overlap(s, l) {
+                    match out.last_mut() {
+                        Some(last) if last.0 + last.1 == a => last.1 += b - a,
+                        _ => out.push((a, b - a)),
+                    }
                 }
             }
         }
@@ -627,6 +707,9 @@ impl Metaslabs {
                 } else {
                     for (s, l) in old {
                         add(&mut m.free, s, l);
+                        if self.autotrim && m.trim_pending.len() < TRIM_PENDING_MAX {
+                            m.trim_pending.push((s, l));
+                        }
                     }
                 }
                 m.defer[slot] = next;
@@ -651,6 +734,9 @@ impl Metaslabs {
                 for m in &mut g.ms {
                     for (s, l) in std::mem::take(&mut m.defer[slot]) {
                         add(&mut m.free, s, l);
+                        if self.autotrim && m.trim_pending.len() < TRIM_PENDING_MAX {
+                            m.trim_pending.push((s, l));
+                        }
                     }
                 }
             }
@@ -887,7 +973,7 @@ mod tests {
 
     fn one_metaslab() -> Metaslabs {
         let m = Ms { start: 0, size: 1 << 20, free: RangeTree::with_range(0, 1 << 20), ..Default::default() };
-        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, obsolete: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0, obsolete_counts: false }
+        Metaslabs { groups: vec![Group { class: AllocClass::Normal, retired: false, evacuated: false, late_frees: Vec::new(), mapping: None, removing: None, obsolete: Vec::new(), ashift: 9, ms_shift: 20, ms: vec![m] }], rotor: 0, obsolete_counts: false, autotrim: false }
     }
 
     fn is_free(ms: &Metaslabs, off: u64) -> bool {
@@ -919,6 +1005,45 @@ mod tests {
         // What is still allocated past the copied offset, from there on.
         assert_eq!(ms.allocated_segments_from(0, 0x2000, u64::MAX), vec![(0x3000, 0x1000)]);
         assert_eq!(ms.allocated_segments_from(0, 0, 1), vec![(0, 0x1000)]);
+    }
+
+    /// What a TRIM may discard: only space in the free tree (never what is allocated, nor a
+    /// free still deferred); autotrim gets the frees that came back since its last pass, less
+    /// what was allocated again meanwhile, and nothing while it is off.
+    #[test]
+    fn trims_see_only_free_space_and_autotrim_what_came_back() {
+        let mut ms = one_metaslab();
+        ms.set_autotrim(true);
+        let sz = |_| 0x4000u64;
+        let a: Vec<u64> = (0..4).map(|_| ms.alloc(AllocClass::Normal, &sz, 10, &[]).unwrap().1).collect();
+        ms.sync(10, 1);
+        ms.sync_done(10, None);
+        assert_eq!(ms.free_ranges(0, 0, 1 << 20), vec![(0x10000, (1 << 20) - 0x10000)]);
+        assert_eq!(ms.free_ranges(0, 0x8000, 0x20000), vec![(0x10000, 0x10000)]);
+        ms.free(0, a[1], 0x4000, 11, 10);
+        ms.free(0, a[2], 0x4000, 11, 10);
+        ms.sync(11, 1);
+        ms.sync_done(11, None);
+        ms.sync(12, 1);
+        ms.sync_done(12, None);
+        assert!(ms.free_ranges(0, 0, 0x10000).is_empty(), "deferred frees are not free yet");
+        assert!(ms.take_autotrim(0).is_empty());
+        ms.sync(13, 1);
+        ms.sync_done(13, None);
+        assert_eq!(ms.free_ranges(0, 0, 0x10000), vec![(0x4000, 0x8000)]);
+        // Half of it allocated again before the pass: the pass trims the rest only.
+        let again = ms.alloc(AllocClass::Normal, &sz, 14, &[]).unwrap().1;
+        assert_eq!(again, 0x4000);
+        assert_eq!(ms.take_autotrim(0), vec![(0x8000, 0x4000)]);
+        assert!(ms.take_autotrim(0).is_empty(), "taken once");
+        ms.set_autotrim(false);
+        ms.free(0, a[3], 0x4000, 14, 10);
+        for t in 14..17 {
+            ms.sync(t, 1);
+            ms.sync_done(t, None);
+        }
+        assert!(ms.take_autotrim(0).is_empty(), "nothing remembered while off");
+        assert_eq!(ms.metaslab_ranges(0), vec![(0, 1 << 20)]);
     }
 
     #[test]

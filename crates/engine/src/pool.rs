@@ -457,6 +457,11 @@ impl Pool {
     /// side knows): state SUSPENDED and the I/O failure text, as zpool_get_state_str and
     /// check_status have it for failmode=wait.
     pub fn status_text_for(&self, verbose: bool, suspended: bool) -> String {
+        self.status_text_with(verbose, suspended, false)
+    }
+
+    /// `status_text_for`, with `zpool status -t`'s TRIM state after each leaf (`trim`).
+    pub fn status_text_with(&self, verbose: bool, suspended: bool, trim: bool) -> String {
         let mut s = String::new();
         let health = self.health();
         let errors = self.error_objects();
@@ -476,7 +481,7 @@ impl Pool {
         }
         // The vdev being evacuated is marked "(removing)" (vs_scan_removing).
         let removing = removal.filter(|r| r.phys.state == 1).map(|r| r.phys.removing_vdev);
-        let marks = Marks { scanning, removing, rebuilding: &rebuilding, below_rebuild: false };
+        let marks = Marks { scanning, removing, rebuilding: &rebuilding, below_rebuild: false, trim };
         let root = &self.spa.root_vdev;
         let cache = self.aux_devices("l2cache");
         let spares = self.aux_devices("spares");
@@ -783,6 +788,8 @@ struct Marks<'a> {
     removing: Option<u64>,
     rebuilding: &'a [u64],
     below_rebuild: bool,
+    /// `zpool status -t`: every leaf's TRIM state, not only "(trimming)".
+    trim: bool,
 }
 
 fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, mut marks: Marks) {
@@ -801,6 +808,10 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, mut marks: 
     }
     if marks.below_rebuild && v.is_leaf() && v.state() == VdevState::Online && v.stats.rebuild_processed.load(Ordering::Relaxed) != 0 && !aux.ends_with("(resilvering)") {
         aux.push_str("  (resilvering)");
+    }
+    if v.is_leaf() {
+        let removing = depth == 2 && marks.removing == Some(v.id);
+        aux.push_str(&trim_status(&v.stats.trim.lock().unwrap_or_else(|p| p.into_inner()), marks.trim, removing));
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {
@@ -1190,6 +1201,30 @@ pub fn removal_status(r: &RemovalStat, root: &Vdev, now: u64) -> String {
     s
 }
 
+/// print_status_trim: a leaf's TRIM state after its row; with -t (`verbose`) every leaf's
+/// (its share done, or "untrimmed", or "trim unsupported"), else only "(trimming)".
+fn trim_status(t: &crate::vdev_trim::TrimStat, verbose: bool, removing: bool) -> String {
+    use crate::vdev_trim::{VDEV_TRIM_ACTIVE, VDEV_TRIM_COMPLETE, VDEV_TRIM_SUSPENDED};
+    if !verbose {
+        return if t.state == VDEV_TRIM_ACTIVE { "  (trimming)".into() } else { String::new() };
+    }
+    if matches!(t.state, VDEV_TRIM_ACTIVE | VDEV_TRIM_SUSPENDED | VDEV_TRIM_COMPLETE) && !removing {
+        let pct = if t.state == VDEV_TRIM_COMPLETE { 100 } else { t.bytes_done * 100 / (t.bytes_est + 1) };
+        let when = ctime(t.action_time);
+        let when = when.trim_end_matches('\n');
+        let what = match t.state {
+            VDEV_TRIM_SUSPENDED => "suspended, started at",
+            VDEV_TRIM_ACTIVE => "started at",
+            _ => "completed at",
+        };
+        format!("  ({pct}% trimmed, {what} {when})")
+    } else if t.notsup {
+        "  (trim unsupported)".into()
+    } else {
+        "  (untrimmed)".into()
+    }
+}
+
 /// ctime(3): "Wed Nov 25 12:00:00 2026\n" in the local time zone.
 fn ctime(t: u64) -> String {
     let mut buf = [0 as libc::c_char; 64];
@@ -1368,7 +1403,7 @@ mod removal_status_tests {
             s.lines().map(|l| (l.split_whitespace().next().unwrap_or("").to_string(), l.trim_end().to_string())).collect::<Vec<_>>()
         };
         let marked = |marks: Marks, mark: &str| -> Vec<String> { rows(marks).into_iter().filter(|(_, l)| l.ends_with(mark)).map(|(n, _)| n).collect() };
-        let none = Marks { scanning: None, removing: None, rebuilding: &[], below_rebuild: false };
+        let none = Marks { scanning: None, removing: None, rebuilding: &[], below_rebuild: false, trim: false };
         let (b, c) = (&root.children[0].children[0], &root.children[0].children[1]);
         assert!(marked(none, ")").is_empty(), "{:?}", rows(none));
         // The rebuild wrote to c: only c is marked, and only while mirror-1's rebuild is active.

@@ -57,6 +57,14 @@ impl PoolW {
         self.pool_props_store(k, num)
     }
 
+    /// A numeric pool property as the MOS pool_props ZAP holds it (None: never set).
+    pub(crate) fn pool_prop_num(&mut self, k: &str) -> Result<Option<u64>> {
+        match self.mos.zap_lookup(1, "pool_props")? {
+            Some(obj) => self.mos.zap_lookup(obj, k),
+            None => Ok(None),
+        }
+    }
+
     /// A numeric pool property into the MOS pool_props ZAP (made on first use).
     pub(crate) fn pool_props_store(&mut self, k: &str, num: u64) -> Result<()> {
         let obj = match self.mos.zap_lookup(1, "pool_props")? {

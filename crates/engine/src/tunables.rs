@@ -86,7 +86,7 @@ const fn tunable(name: &'static str, desc: &'static str, default: u64, min: u64,
     Tunable { name, desc, min, max, default, env, value: AtomicU64::new(0), loaded: AtomicBool::new(false) }
 }
 
-static TUNABLES: [Tunable; 42] = [
+static TUNABLES: [Tunable; 45] = [
     tunable("fuse_io_uring", "Serve FUSE mounts made from now on through FUSE over io_uring when the kernel offers it (1; /sys/module/fuse/parameters/enable_uring, set by the administrator) or through /dev/fuse (0)", 0, 0, 1, Some("OXZFS_FUSE_IO_URING")),
     tunable("l2arc_feed_again", "Feed again after l2arc_feed_min_ms when the last feed wrote more than half of what it wanted (1) or wait l2arc_feed_secs always (0)", 1, 0, 1, None),
     tunable("l2arc_feed_min_ms", "Milliseconds between L2ARC writes while the feed keeps busy (l2arc_feed_again)", 200, 1, 3_600_000, None),
@@ -126,6 +126,9 @@ static TUNABLES: [Tunable; 42] = [
     tunable("zfs_scan_suspend_progress", "1: scans make no progress (they stay in progress; testing)", 0, 0, 1, None),
     tunable("zfs_scrub_min_time_ms", "Milliseconds a scrub walks the pool between txg syncs", 1000, 1, 60_000, None),
     tunable("zfs_sync_pass_dont_compress", "Sync pass of a txg from which its blocks are written uncompressed, so the passes converge", 8, 1, 100, None),
+    tunable("zfs_trim_extent_bytes_max", "Largest range one TRIM (a file's hole punched, a disk's discard) covers, bytes", 128 << 20, 1 << 20, 1 << 40, None),
+    tunable("zfs_trim_extent_bytes_min", "Free extents smaller than this are not trimmed, bytes", 32 << 10, 512, 1 << 30, None),
+    tunable("zfs_trim_txg_batch", "Txgs whose frees autotrim gathers before it trims them", 32, 1, 1 << 20, None),
     tunable("zfs_txg_timeout", "Seconds between txg syncs of a pool with dirty data", 5, 1, 3600, None),
     tunable("zfs_vdev_aggregation_limit", "Largest read made of adjacent blocks at once (the sorted scan's ranges), bytes", 1 << 20, 128 << 10, 16 << 20, None),
     tunable("zil_slog_bulk", "Log bytes of one commit beyond which its log blocks on a log device go at async rather than sync priority", 768 << 10, 0, u64::MAX, None),
@@ -225,6 +228,18 @@ pub fn condense_max_obsolete_bytes() -> u64 {
 
 pub fn condense_min_mapping_bytes() -> u64 {
     known!("zfs_condense_min_mapping_bytes").get()
+}
+
+pub fn trim_extent_bytes_max() -> u64 {
+    known!("zfs_trim_extent_bytes_max").get()
+}
+
+pub fn trim_extent_bytes_min() -> u64 {
+    known!("zfs_trim_extent_bytes_min").get()
+}
+
+pub fn trim_txg_batch() -> u64 {
+    known!("zfs_trim_txg_batch").get()
 }
 
 pub fn txg_timeout() -> std::time::Duration {

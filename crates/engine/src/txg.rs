@@ -705,6 +705,8 @@ pub struct PoolHandle {
     pub removal: crate::vdev_removal::RemovalCtl,
     /// The rebuild thread's state (see `vdev_rebuild_thread`), of the same shape.
     pub rebuild: crate::vdev_removal::RemovalCtl,
+    /// The trim thread's state (see `vdev_trim`), of the same shape.
+    pub trim: crate::vdev_removal::RemovalCtl,
     /// The pool's root vdev as the write state has it (a reopen replaces it), for its I/O gate.
     root: std::sync::Mutex<Arc<crate::vdev::Vdev>>,
     /// Notified (under `kick`) after each txg sync of the sync thread, done or failed.
@@ -766,6 +768,7 @@ impl PoolHandle {
             limits: DirtyLimits::from_system(),
             removal: Default::default(),
             rebuild: Default::default(),
+            trim: Default::default(),
         });
         let weak = Arc::downgrade(&h);
         std::thread::Builder::new()

@@ -94,6 +94,17 @@ pub trait BlockDevice: Send + Sync {
     fn fill_holes(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
         Ok(())
     }
+    /// Tell the device that `[offset, offset + len)` holds nothing (TRIM): a file's range is
+    /// punched out (its blocks go back to the host file system, it reads as zeros), a block
+    /// device's discarded; `secure` asks for a secure erase (a block device's BLKSECDISCARD).
+    /// False when the device cannot (vs_trim_notsup); nothing was changed then.
+    fn trim(&self, _offset: u64, _len: u64, _secure: bool) -> std::io::Result<bool> {
+        Ok(false)
+    }
+    /// Whether `trim` can work here (vdev_has_trim, vdev_has_securetrim).
+    fn trim_supported(&self, _secure: bool) -> bool {
+        false
+    }
     /// The path the device was opened by no longer names it (OpenZFS learns it from the
     /// kernel's hot-unplug event, or from revalidating the disk after an EIO): the file was
     /// moved or deleted, the block device's node is gone or names another device. False for
@@ -389,6 +400,57 @@ impl BlockDevice for FileDevice {
         }
         Ok(())
     }
+    fn trim_supported(&self, secure: bool) -> bool {
+        if self.regular {
+            return !secure;
+        }
+        // The block device's queue limits: a discard of at most 0 bytes is none.
+        use std::os::unix::fs::MetadataExt;
+        let Ok(md) = self.file.metadata() else { return false };
+        let (major, minor) = (libc::major(md.rdev()), libc::minor(md.rdev()));
+        let queue = |f: &str| {
+            // A partition has its queue on its disk, one directory up.
+            ["queue", "../queue"].iter().find_map(|q| std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/{q}/{f}")).ok()).and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        queue("discard_max_bytes") > 0
+    }
+    fn trim(&self, offset: u64, len: u64, secure: bool) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let end = offset.saturating_add(len).min(self.size);
+        if end <= offset {
+            return Ok(true);
+        }
+        let fd = self.file.as_raw_fd();
+        let unsupported = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS | libc::EINVAL));
+        if self.regular {
+            // vdev_file: fallocate's punch, the size kept; a file has no secure erase.
+            if secure {
+                return Ok(false);
+            }
+            // SAFETY: a plain syscall on our own descriptor.
+            let r = unsafe { libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset as libc::off_t, (end - offset) as libc::off_t) };
+            if r == 0 {
+                return Ok(true);
+            }
+            let e = std::io::Error::last_os_error();
+            return if unsupported(&e) { Ok(false) } else { Err(e) };
+        }
+        // vdev_disk: BLKDISCARD (or BLKSECDISCARD), the range in bytes.
+        const BLKDISCARD: libc::c_ulong = 0x1277;
+        const BLKSECDISCARD: libc::c_ulong = 0x127d;
+        let range: [u64; 2] = [offset, end - offset];
+        // SAFETY: the ioctl reads two u64s from `range`, which lives across the call.
+        let r = unsafe { libc::ioctl(fd, if secure { BLKSECDISCARD } else { BLKDISCARD } as _, range.as_ptr()) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if unsupported(&e) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
     fn name(&self) -> String {
         self.path.display().to_string()
     }
@@ -501,6 +563,34 @@ pub static READ_HEAL_DIRECT: ReadMode = ReadMode::direct(true);
 /// (`DIRECT_ALIGN`) would be a large share of it.
 pub const DIRECT_READ_MIN: u64 = 64 << 10;
 
+/// vdev_trim_state_t.
+pub const VDEV_TRIM_NONE: u64 = 0;
+pub const VDEV_TRIM_ACTIVE: u64 = 1;
+pub const VDEV_TRIM_CANCELED: u64 = 2;
+pub const VDEV_TRIM_SUSPENDED: u64 = 3;
+pub const VDEV_TRIM_COMPLETE: u64 = 4;
+
+/// A leaf's manual trim, as its vdev_t and vdev_stat_t carry it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrimStat {
+    /// vdev_trim_state_t.
+    pub state: u64,
+    /// When it was started, suspended, canceled or completed (seconds since the epoch).
+    pub action_time: u64,
+    /// Where on the leaf (its allocatable space, labels not counted) it goes on.
+    pub last_offset: u64,
+    /// Bytes per second (0: as fast as it can).
+    pub rate: u64,
+    pub partial: bool,
+    pub secure: bool,
+    /// The device cannot trim (vs_trim_notsup).
+    pub notsup: bool,
+    /// vs_trim_bytes_done / vs_trim_bytes_est.
+    pub bytes_done: u64,
+    pub bytes_est: u64,
+    pub errors: u64,
+}
+
 /// Per-vdev error counters, as `zpool status` shows them.
 #[derive(Default, Debug)]
 pub struct VdevStats {
@@ -547,6 +637,8 @@ pub struct VdevStats {
     pub scan_processed: AtomicU64,
     /// Leaves: bytes the running sequential resilver wrote here (vs_rebuild_processed).
     pub rebuild_processed: AtomicU64,
+    /// Leaves: the manual TRIM's state and progress (`vdev_trim` runs it).
+    pub trim: std::sync::Mutex<TrimStat>,
     /// The root vdev's: a txg sync's writes wait here while the pool's I/O is suspended.
     pub io_gate: IoGate,
 }
@@ -1166,6 +1258,17 @@ impl Vdev {
             }
             ZfsError::Io { device: dev.name(), offset: phys, source: e }
         })
+    }
+
+    /// TRIM `[offset, offset + len)` of this leaf's allocatable space (the labels' and boot
+    /// region's offset added, as for writes): Ok(false) when the device cannot.
+    pub fn trim_leaf(&self, offset: u64, len: u64, secure: bool) -> Result<bool> {
+        let dev = self.dev.as_ref().filter(|_| !self.out_of_use()).ok_or_else(|| ZfsError::Unavailable(format!("{} is not available", self.display_name())))?;
+        let phys = offset.checked_add(VDEV_LABEL_START_SIZE).ok_or_else(|| ZfsError::Invalid("offset overflow".into()))?;
+        if phys.saturating_add(len) > dev.size() {
+            return Err(ZfsError::Invalid(format!("trim of {len} bytes at {phys:#x} past the end of {}", dev.name())));
+        }
+        dev.trim(phys, len, secure).map_err(|e| ZfsError::Io { device: dev.name(), offset: phys, source: e })
     }
 
     /// Copy `size` bytes at `offset` of this leaf to `dst_offset` of leaf `dst` inside the
