@@ -86,6 +86,10 @@ ZPOOL = {
         'usage:\n'
         '\ttrim [-dw] [-r <rate>] [-c | -s] <pool> [<device> ...]\n'
     ),
+    "reguid": (
+        'usage:\n'
+        '\treguid <pool>\n'
+    ),
     "import": (
         'usage:\n'
         '\timport [-d dir] [-D]\n'

@@ -69,7 +69,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
     }
     let out = dispatch(st, cmd, verb, rest, cwd);
     // Changes are recorded in the pool's history, as OpenZFS logs its command lines.
-    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "remove" | "set" | "import" | "upgrade" | "scrub" | "trim" | "clear" | "offline" | "online" | "attach" | "detach" | "replace") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename" | "snapshot" | "snap" | "clone" | "promote" | "bookmark" | "hold" | "release" | "rollback")) {
+    if out.2 == 0 && matches!((cmd.as_str(), verb.as_str()), ("zpool", "create" | "add" | "remove" | "set" | "import" | "upgrade" | "scrub" | "trim" | "reguid" | "clear" | "offline" | "online" | "attach" | "detach" | "replace") | ("zfs", "create" | "destroy" | "set" | "inherit" | "rename" | "snapshot" | "snap" | "clone" | "promote" | "bookmark" | "hold" | "release" | "rollback")) {
         let target = if cmd == "zpool" && verb == "set" { rest.get(1) } else { rest.iter().rev().find(|a| !a.starts_with('-')) };
         if let Some(t) = target {
             let pool = if cmd == "zpool" && verb != "set" {
@@ -86,7 +86,7 @@ pub fn execute(st: &mut State, argv: &[String], cwd: &Path) -> Out {
         }
     }
     // Then the cache files, with the configs as synced (spa_config_sync after the change).
-    if reopened || (cmd == "zpool" && matches!(verb.as_str(), "create" | "import" | "add" | "remove" | "set" | "export" | "destroy" | "attach" | "detach" | "replace")) {
+    if reopened || (cmd == "zpool" && matches!(verb.as_str(), "create" | "import" | "add" | "remove" | "set" | "export" | "destroy" | "attach" | "detach" | "replace" | "reguid")) {
         write_cachefiles(st, before);
     }
     out

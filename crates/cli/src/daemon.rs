@@ -292,7 +292,10 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                     oxzfs::vdev_rebuild_thread::wait(&h);
                 }
                 for h in trim_waits {
-                    oxzfs::vdev_trim::wait(&h);
+                    if let Some(e) = oxzfs::vdev_trim::wait(&h) {
+                        out.1.push_str(&format!("error waiting to trim '{}': {e}\n", h.name()));
+                        out.2 = 1;
+                    }
                 }
                 for spa in waits {
                     oxzfs::dsl_scrub::wait_func(&spa, oxzfs_format::dsl::POOL_SCAN_SCRUB);

@@ -41,6 +41,7 @@ pub enum Verb {
     Replace,
     Scrub,
     Trim,
+    Reguid,
     Import,
     Export,
     Upgrade,
@@ -66,6 +67,7 @@ impl Verb {
             Verb::Clear => CLEAR_USAGE,
             Verb::Scrub => SCRUB_USAGE,
             Verb::Trim => TRIM_USAGE,
+            Verb::Reguid => REGUID_USAGE,
             Verb::Wait => WAIT_USAGE,
             Verb::Import => IMPORT_USAGE,
             Verb::Export => EXPORT_USAGE,
@@ -96,6 +98,7 @@ impl Verb {
             Verb::Clear => clear(st, args),
             Verb::Scrub => scrub(st, args),
             Verb::Trim => trim(st, args, cwd),
+            Verb::Reguid => reguid(st, args),
             Verb::Wait => wait(st, args),
             Verb::Import => import(st, args, cwd),
             Verb::Export => export(st, args),
@@ -607,6 +610,38 @@ pub fn clear(st: &mut State, args: &[String]) -> Out {
 }
 
 const SCRUB_USAGE: &str = "usage:\n\tscrub [-s | -p] [-w] <pool> ...";
+const REGUID_USAGE: &str = "usage:\n\treguid <pool>";
+
+/// `zpool reguid POOL` (zpool_do_reguid, spa_change_guid): a new guid for the pool, written to
+/// every label and the MOS config; the pool is reopened by it (an image of the pool's devices
+/// can then be imported beside the original).
+pub fn reguid(st: &mut State, args: &[String]) -> Out {
+    if let Some(opt) = args.iter().find_map(|a| a.strip_prefix('-').filter(|o| !o.is_empty())) {
+        return usage(format!("invalid option '{}'\n{REGUID_USAGE}", opt.chars().next().unwrap_or('-')));
+    }
+    let name = match args {
+        [] => return usage(format!("missing pool name\n{REGUID_USAGE}")),
+        [n] => n.clone(),
+        _ => return usage(format!("too many arguments\n{REGUID_USAGE}")),
+    };
+    let Some(imp) = st.pools.get_mut(&name) else {
+        return fail(format!("cannot open '{name}': no such pool"));
+    };
+    let Some(h) = imp.rw.clone() else {
+        // EROFS from the ioctl of a read-only pool.
+        return fail(format!("cannot reguid '{name}': pool is read-only"));
+    };
+    let r = h.lock().reguid();
+    if let Err(e) = r {
+        return err_out(e, &format!("cannot reguid '{name}'"));
+    }
+    let dirs = device_dirs(imp, &[]);
+    match reopen(imp, &h, &dirs) {
+        Ok(()) => ok(String::new()),
+        Err(e) => err_out(e, &format!("cannot reguid '{name}'")),
+    }
+}
+
 const TRIM_USAGE: &str = "usage:\n\ttrim [-dw] [-r <rate>] [-c | -s] <pool> [<device> ...]";
 
 /// `zpool trim [-dw] [-r RATE] [-c | -s] POOL [DEVICE...]` (zpool_do_trim): start, suspend or
@@ -631,6 +666,27 @@ pub fn trim(st: &mut State, args: &[String], cwd: &Path) -> Out {
             operands.extend(it.by_ref().cloned());
             break;
         }
+        // getopt_long's names of the same options.
+        let long = match a.split_once('=').map_or(a.as_str(), |(k, _)| k) {
+            "--cancel" => Some("-c"),
+            "--secure" => Some("-d"),
+            "--rate" => Some("-r"),
+            "--suspend" => Some("-s"),
+            "--wait" => Some("-w"),
+            _ => None,
+        };
+        let joined;
+        let a = match (long, a.split_once('=')) {
+            (Some(f), Some((_, v))) => {
+                joined = format!("{f}{v}");
+                &joined
+            }
+            (Some(f), None) => {
+                joined = f.to_string();
+                &joined
+            }
+            (None, _) => a,
+        };
         let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) else {
             operands.push(a.clone());
             continue;
@@ -687,11 +743,13 @@ pub fn trim(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return bad("-w cannot be used with -c or -s".into());
     }
     let name = operands[0].clone();
+    // zpool_do_trim returns -1 for these: the exit status is 255.
     let Some(imp) = st.pools.get(&name) else {
-        return fail(format!("cannot open '{name}': no such pool"));
+        return (String::new(), format!("cannot open '{name}': no such pool\n"), 255);
     };
     let Some(h) = imp.rw.clone() else {
-        return fail(format!("cannot trim '{name}': pool is read-only"));
+        // The ioctl's EROFS, without a list of vdev errors (zpool_standard_error).
+        return (String::new(), "operation failed: pool is read-only\n".into(), 255);
     };
     let fullpool = operands.len() == 1;
     // The leaves named (by path, name or guid, as zpool_find_vdev takes them), each with the
@@ -2254,12 +2312,16 @@ pub fn finish_replacements(st: &mut State) {
         if scan.scanning() && scan.phys.func == oxzfs_format::dsl::POOL_SCAN_RESILVER {
             continue;
         }
-        let done = h.lock().replacement_done();
+        // (The pool's I/O may be suspended after the look above: a lone device gone while a
+        // sync writes. The sync then holds the pool until a `zpool clear`, which must not wait
+        // behind this.)
+        let Ok(done) = h.lock_unless_suspended().map(|g| g.replacement_done()) else { continue };
         if done.is_empty() {
             continue;
         }
         for guid in done {
-            if let Err(e) = h.lock().vdev_detach(guid, &guid.to_string()) {
+            let r = h.lock_unless_suspended().and_then(|mut g| g.vdev_detach(guid, &guid.to_string()));
+            if let Err(e) = r {
                 tracing::warn!("pool '{}': detaching replaced device {guid}: {e}", imp.pool.spa.name);
                 return;
             }

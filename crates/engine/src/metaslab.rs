@@ -311,6 +311,21 @@ impl Metaslabs {
         out
     }
 
+    /// Give back to autotrim what a pass took and did not get to (`take_autotrim`'s ranges).
+    pub fn requeue_autotrim(&mut self, vdev: u64, ranges: &[(u64, u64)]) {
+        let Some(g) = self.groups.get_mut(vdev as usize) else { return };
+        for &(s, l) in ranges {
+            // A merged range may span metaslabs: each part to its own.
+            let mut at = s;
+            while at < s + l {
+                let Some(m) = g.ms.get_mut((at >> g.ms_shift) as usize) else { break };
+                let end = (s + l).min(m.start + m.size);
+                m.trim_pending.push((at, end - at));
+                at = end;
+            }
+        }
+    }
+
     /// Top-level vdev `vdev` starts (or, at import, goes on with) its evacuation, `mapping`
     /// holding what is copied already: it allocates nothing more.
     pub fn start_removing(&mut self, vdev: u64, mapping: crate::vdev::indirect::IndirectMapping) {

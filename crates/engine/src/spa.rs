@@ -172,13 +172,25 @@ pub fn scan(dirs: &[PathBuf]) -> ScanResult {
     for d in dirs {
         match std::fs::read_dir(d) {
             Ok(rd) => {
-                let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                entries.sort();
-                for p in entries {
-                    if let Ok(md) = std::fs::metadata(&p) {
-                        use std::os::unix::fs::FileTypeExt;
-                        if md.is_file() || md.file_type().is_block_device() {
-                            paths.push(p);
+                // The entry's type as the directory gives it (no stat): a directory is skipped
+                // without being looked at, since it may be the mountpoint of a file system of
+                // the pool being reopened, whose FUSE requests wait for the lock the caller
+                // holds. Only a symlink (or a type the file system does not give) is stat'ed.
+                let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> = rd.filter_map(|e| e.ok().map(|e| (e.path(), e.file_type().ok()))).collect();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                for (p, ft) in entries {
+                    use std::os::unix::fs::FileTypeExt;
+                    let wanted = |t: std::fs::FileType| t.is_file() || t.is_block_device();
+                    match ft {
+                        Some(t) if !t.is_symlink() => {
+                            if wanted(t) {
+                                paths.push(p);
+                            }
+                        }
+                        _ => {
+                            if std::fs::metadata(&p).is_ok_and(|md| wanted(md.file_type())) {
+                                paths.push(p);
+                            }
                         }
                     }
                 }

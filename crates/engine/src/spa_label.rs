@@ -140,7 +140,7 @@ impl PoolW {
                 c.add_str("name", &self.spa.name);
                 c.add_u64("state", state);
                 c.add_u64("txg", txg);
-                c.add_u64("pool_guid", self.spa.guid);
+                c.add_u64("pool_guid", self.pool_guid());
                 c.add_u64("errata", 0);
                 c.add_str("hostname", &self.hostname);
                 c.add_u64("top_guid", top_guid);

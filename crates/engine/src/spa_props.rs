@@ -57,6 +57,38 @@ impl PoolW {
         self.pool_props_store(k, num)
     }
 
+    /// The pool's guid as its config has it: the one the labels, the MOS config and the
+    /// uberblock's guid sum are written with (a reguid changes it before the pool reopens).
+    pub fn pool_guid(&self) -> u64 {
+        self.config_nv.get_u64("pool_guid").unwrap_or(self.spa.guid)
+    }
+
+    /// spa_change_guid (`zpool reguid`): a new random guid for the pool, which must be healthy
+    /// (every vdev online: ENXIO else), into the config (pool_guid and the root vdev's guid)
+    /// and so into every label, the MOS config and the uberblock's guid sum; recorded in the
+    /// history; synced. The caller reopens the pool by its new guid. (old, new).
+    pub fn reguid(&mut self) -> Result<(u64, u64)> {
+        if self.spa.root_vdev.state() != crate::vdev::VdevState::Online {
+            return Err(ZfsError::Posix(libc::ENXIO, "one or more devices is currently unavailable".into()));
+        }
+        let old = self.pool_guid();
+        let new = loop {
+            let g = crate::zio::rand_u64();
+            if g != 0 && g != old {
+                break g;
+            }
+        };
+        self.config_nv.add_u64("pool_guid", new);
+        if let Some(mut tree) = self.config_nv.get_nvlist("vdev_tree").cloned() {
+            tree.add_u64("guid", new);
+            self.config_nv.add_nvlist("vdev_tree", tree);
+        }
+        self.config_dirty = true;
+        self.log_history_internal("guid change", &format!("old={old} new={new}"))?;
+        self.sync()?;
+        Ok((old, new))
+    }
+
     /// A numeric pool property as the MOS pool_props ZAP holds it (None: never set).
     pub(crate) fn pool_prop_num(&mut self, k: &str) -> Result<Option<u64>> {
         match self.mos.zap_lookup(1, "pool_props")? {

@@ -472,7 +472,7 @@ impl PoolW {
         }
         let tree = self.config_nv.get_nvlist("vdev_tree")?;
         let kids = tree.get_nvlist_array("children").unwrap_or_default();
-        Some(kids.iter().fold(self.spa.guid, |a, c| a.wrapping_add(sum(c))))
+        Some(kids.iter().fold(self.pool_guid(), |a, c| a.wrapping_add(sum(c))))
     }
 
     /// After the uberblock of `ub` is on disk: deferred frees move on, the synced root is
@@ -865,6 +865,39 @@ impl PoolHandle {
         PoolGuard { w: unpoison(self.w.lock()), _commit: c, _sync: s }
     }
 
+    /// `lock`, unless the pool's I/O is suspended while waiting for it (EIO then): a txg sync
+    /// waiting at the I/O gate holds the sync lock until a `zpool clear`, and a command or a
+    /// background thread that waited for it there would hold up the commands (export, clear)
+    /// that must go on meanwhile.
+    pub fn lock_unless_suspended(&self) -> Result<PoolGuard<'_>> {
+        let s = self.wait_unless_suspended(|| match self.sync.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        })?;
+        let c = unpoison(self.commit.lock());
+        let w = self.lock_open_unless_suspended()?;
+        Ok(PoolGuard { w, _commit: c, _sync: s })
+    }
+
+    /// `take` tried until it gives the lock, unless the pool's I/O is suspended meanwhile.
+    fn wait_unless_suspended<T>(&self, take: impl Fn() -> Option<T>) -> Result<T> {
+        for tries in 0u32.. {
+            if let Some(g) = take() {
+                return Ok(g);
+            }
+            if let Some(e) = self.io_gate().stats.io_gate.suspended() {
+                return Err(ZfsError::Posix(libc::EIO, format!("pool I/O is currently suspended ({e})")));
+            }
+            if tries < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
     /// Whether a change or read would get the write state at once (nobody holds it): a hint
     /// for running a request without handing it to another thread.
     pub fn idle(&self) -> bool {
@@ -885,23 +918,11 @@ impl PoolHandle {
     /// caller that holds the daemon's state (a command) would then wait for the `zpool clear`
     /// that cannot come. EIO then, as `sync_now` answers a suspended pool.
     fn lock_open_unless_suspended(&self) -> Result<std::sync::MutexGuard<'_, PoolW>> {
-        for tries in 0u32.. {
-            match self.w.try_lock() {
-                Ok(w) => return Ok(w),
-                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    if let Some(e) = self.io_gate().stats.io_gate.suspended() {
-                        return Err(ZfsError::Posix(libc::EIO, format!("pool I/O is currently suspended ({e})")));
-                    }
-                    if tries < 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(std::time::Duration::from_micros(200));
-                    }
-                }
-            }
-        }
-        unreachable!("the loop returns")
+        self.wait_unless_suspended(|| match self.w.try_lock() {
+            Ok(w) => Some(w),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        })
     }
 
     /// Sync the open txg (the caller holds `sync`): quiesce under the lock, write the datasets
@@ -1177,7 +1198,8 @@ impl PoolHandle {
         w.sync_settled()?;
         // The new handle rebuilds the L2ARC from the cache devices; this one writes no more.
         w.spa.l2arc.shutdown();
-        let guid = w.spa.guid;
+        // (The config's: a reguid's new one once it is on disk.)
+        let guid = w.pool_guid();
         let hostname = w.hostname.clone();
         let scan = crate::spa::scan(dirs);
         let cand = crate::spa::choose(&scan, &guid.to_string())?;

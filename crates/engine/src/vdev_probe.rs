@@ -118,6 +118,7 @@ pub fn reopen_with(h: &Arc<PoolHandle>, paths: &[PathBuf]) -> Result<()> {
     crate::dsl_scrub::stop(h);
     let r = h.reopen(&dirs);
     crate::dsl_scrub::resume_after_import(h);
+    crate::vdev_trim::resume_after_import(h);
     r.map(|_| ())
 }
 

@@ -174,6 +174,8 @@ fn run(h: &Arc<PoolHandle>) -> Result<()> {
             let dirs = device_dirs(&h.spa());
             let r = h.reopen(&dirs);
             crate::dsl_scrub::resume_after_import(h);
+            // The new vdev tree's leaves take their trim records again (and autotrim its flag).
+            crate::vdev_trim::resume_after_import(h);
             return r.map(|_| ());
         }
         if since_sync >= REMOVE_TXG_BYTES {

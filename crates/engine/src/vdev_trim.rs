@@ -43,9 +43,11 @@ pub const LEAF_ZAP_TRIM_RATE: &str = "org.zfsonlinux:vdev_trim_rate";
 pub const LEAF_ZAP_TRIM_PARTIAL: &str = "org.zfsonlinux:vdev_trim_partial";
 pub const LEAF_ZAP_TRIM_SECURE: &str = "org.zfsonlinux:vdev_trim_secure";
 
-/// Free extents one step trims at most before it lets the pool go (the lock is held while
-/// they are punched out).
-const TRIM_STEP_EXTENTS: usize = 256;
+/// Free extents, and bytes, one step trims at most before it lets the pool go: the pool's
+/// lock is held while they are punched out or discarded (nothing may be allocated there
+/// meanwhile), so a step is kept short. An autotrim pass is cut into steps as well.
+const TRIM_STEP_EXTENTS: usize = 64;
+const TRIM_STEP_BYTES: u64 = 64 << 20;
 
 /// What `zpool trim` asks of the leaves it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,9 +312,16 @@ impl PoolW {
         if t.state != VDEV_TRIM_ACTIVE {
             return Ok((0, Step::Done));
         }
+        if leaf.out_of_use() || leaf.dev.is_none() {
+            // vdev_trim_should_stop: an offline or removed leaf's trim waits, ACTIVE, for it.
+            return Ok((0, Step::More));
+        }
+        let budget = budget.min(TRIM_STEP_BYTES);
         let ms = self.ms.lock().metaslab_ranges(top);
         let lms = leaf_metaslabs(tv, leaf.guid, &ms);
-        let (min, max) = (crate::tunables::trim_extent_bytes_min(), crate::tunables::trim_extent_bytes_max().min(budget).max(64 << 10));
+        // A secure trim leaves no extent out (SPA_MINBLOCKSIZE), as vdev_trim_thread has it.
+        let min = if t.secure { 512 } else { crate::tunables::trim_extent_bytes_min() };
+        let max = crate::tunables::trim_extent_bytes_max().min(budget).max(64 << 10);
         let mut issued = 0u64;
         let mut extents = 0usize;
         let mut finished = true;
@@ -341,6 +350,12 @@ impl PoolW {
                                 *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
                                 self.trim_put(leaf.guid, &t)?;
                                 return Ok((issued, Step::Done));
+                            }
+                            Err(ZfsError::Unavailable(_)) => {
+                                // The leaf went away under the step: it goes on from here
+                                // when the leaf is back (vdev_trim_cb rolls the offset back).
+                                *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = TrimStat { bytes_done: t.bytes_done + issued, ..t };
+                                return Ok((issued, Step::More));
                             }
                             Err(e) => {
                                 // vdev_trim_cb: an error is counted, the trim goes on.
@@ -376,28 +391,37 @@ impl PoolW {
         }
         *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
         self.trim_put(leaf.guid, &t)?;
-        if finished {
-            // The end on disk before anyone waiting for it is told (zpool trim -w).
-            self.sync()?;
-        }
         Ok((issued, if finished { Step::Done } else { Step::More }))
     }
 
-    /// One autotrim pass (vdev_autotrim_thread's, for every top-level vdev): what was freed
-    /// since the last pass and is still free, trimmed on every leaf that takes trims. Extents
-    /// below zfs_trim_extent_bytes_min are left. The bytes issued.
-    pub fn autotrim_pass(&mut self) -> u64 {
+    /// One step of autotrim (vdev_autotrim_thread's, for every top-level vdev): what was freed
+    /// since the last pass and is still free, trimmed on every leaf that takes trims, up to
+    /// TRIM_STEP_BYTES; what is left waits for the next step. Extents below
+    /// zfs_trim_extent_bytes_min are left. As in OpenZFS, a leaf with a manual trim under way
+    /// and the leaves of a replacing or spare vdev are left out. Whether anything is left.
+    pub fn autotrim_step(&mut self) -> bool {
         let root = self.spa.root_vdev.clone();
         let leaves = trimmable_leaves(&root, &self.ms.lock());
-        let (min, max) = (crate::tunables::trim_extent_bytes_min(), crate::tunables::trim_extent_bytes_max().max(1 << 20));
+        let (min, max) = (crate::tunables::trim_extent_bytes_min(), crate::tunables::trim_extent_bytes_max().min(TRIM_STEP_BYTES));
         let mut issued = 0;
+        let mut extents = 0;
         for top in root.children.iter() {
             let ranges = self.ms.lock().take_autotrim(top.id);
             if ranges.is_empty() {
                 continue;
             }
-            for (_, leaf) in leaves.iter().filter(|(t, l)| *t == top.id && !l.out_of_use() && l.dev.as_ref().is_some_and(|d| d.trim_supported(false))) {
-                for &(s, l) in &ranges {
+            let usable: Vec<&Arc<Vdev>> = leaves
+                .iter()
+                .filter(|(t, l)| *t == top.id && !l.out_of_use() && l.dev.as_ref().is_some_and(|d| d.trim_supported(false)))
+                .filter(|(_, l)| l.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).state != VDEV_TRIM_ACTIVE && !below_replacing(top, l.guid))
+                .map(|(_, l)| l)
+                .collect();
+            for (k, &(s, l)) in ranges.iter().enumerate() {
+                if issued >= TRIM_STEP_BYTES || extents >= TRIM_STEP_EXTENTS {
+                    self.ms.lock().requeue_autotrim(top.id, &ranges[k..]);
+                    return true;
+                }
+                for leaf in &usable {
                     let Some((a, b)) = xlate(top, leaf.guid, s, s + l) else { continue };
                     if b.saturating_sub(a) < min {
                         continue;
@@ -412,11 +436,18 @@ impl PoolW {
                         }
                         at += n;
                     }
+                    extents += 1;
                 }
             }
         }
-        issued
+        false
     }
+}
+
+/// Whether leaf `guid` lies below a replacing or spare vdev of `top` (vdev_autotrim_thread
+/// trims only the top-level vdev's own leaf children).
+fn below_replacing(v: &Vdev, guid: u64) -> bool {
+    v.children.iter().any(|c| (matches!(c.kind, VdevKind::ReplacingOrSpare(_)) && c.leaves().iter().any(|l| l.guid == guid)) || below_replacing(c, guid))
 }
 
 /// After a read-write import or a reopen: the trim records read back, and the thread started
@@ -473,29 +504,47 @@ pub fn stop(h: &PoolHandle) {
     h.trim.stop_thread();
 }
 
-/// Wait while a manual trim of the pool is active (`zpool trim -w`, `zpool wait -t trim`).
-pub fn wait(h: &PoolHandle) {
+/// Wait while a manual trim of the pool is active (`zpool trim -w`, `zpool wait -t trim`),
+/// then until its end is on disk (the trim's last record synced). A thread stopped for good
+/// (the pool exported, or the thread ended on an error) ends the wait: the error, if any.
+pub fn wait(h: &PoolHandle) -> Option<String> {
+    let mut idle_since: Option<std::time::Instant> = None;
     loop {
         if h.lock_open().trimming_leaves().is_empty() {
-            return;
+            break;
         }
-        if !h.trim.lock().running {
-            return;
+        let run = h.trim.lock().clone();
+        if run.running {
+            idle_since = None;
+        } else if let Some((id, e)) = run.last_error.filter(|(id, _)| *id == run.runs) {
+            let _ = id;
+            return Some(e);
+        } else if idle_since.get_or_insert_with(std::time::Instant::now).elapsed() > std::time::Duration::from_secs(1) {
+            // Not restarted by the command that stopped it: the pool is gone or reopening
+            // failed.
+            return None;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    h.sync_now().err().map(|e| e.to_string())
 }
 
 fn run(h: &Arc<PoolHandle>) -> Result<()> {
     // Each leaf's bytes issued since its trim was seen starting here (zfs_trim's rate pacing).
     let mut paced: std::collections::HashMap<u64, (std::time::Instant, u64)> = std::collections::HashMap::new();
     let mut last_auto_txg = h.lock_open().txg;
+    let mut auto_more = false;
     loop {
         if h.trim.lock().request != RemovalRequest::None {
             return Ok(());
         }
         let (active, worked, autotrim) = {
-            let mut g = h.lock();
+            // Not while the pool's I/O is suspended (the sync waiting at the gate holds the
+            // pool): the thread waits, and an export stops it meanwhile.
+            let Ok(mut g) = h.lock_unless_suspended() else {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                continue;
+            };
             let leaves = g.trimming_leaves();
             paced.retain(|guid, _| leaves.iter().any(|(_, l)| l.guid == *guid));
             let mut worked = false;
@@ -509,25 +558,28 @@ fn run(h: &Arc<PoolHandle>) -> Result<()> {
                 let budget = if rate > 0 { (rate / 10).max(64 << 10) } else { u64::MAX };
                 let (n, _) = g.trim_step(*top, leaf, budget)?;
                 p.1 += n;
-                worked = true;
+                worked |= n > 0;
             }
             let autotrim = g.ms.lock().autotrim;
-            if autotrim && g.txg >= last_auto_txg + crate::tunables::trim_txg_batch() {
-                g.autotrim_pass();
-                last_auto_txg = g.txg;
+            if autotrim && (auto_more || g.txg >= last_auto_txg + crate::tunables::trim_txg_batch()) {
+                if !auto_more {
+                    last_auto_txg = g.txg;
+                }
+                auto_more = g.autotrim_step();
+                worked |= auto_more;
             }
             (!leaves.is_empty(), worked, autotrim)
         };
         if !active && !autotrim {
             return Ok(());
         }
-        h.sync_if_due()?;
-        // Let writers and commands waiting for the pool have it; a leaf ahead of its rate, or
-        // only autotrim to watch for, waits longer.
-        let pause = match (active, worked) {
-            (true, true) => 1,
-            (true, false) => 10,
-            (false, _) => 200,
+        // Let writers and commands waiting for the pool have it (the txg syncs are the sync
+        // thread's); a leaf ahead of its rate, or one that is away, waits longer, and with
+        // only autotrim to watch for longer still.
+        let pause = match (worked, active) {
+            (true, _) => 2,
+            (false, true) => 10,
+            (false, false) => 200,
         };
         std::thread::sleep(std::time::Duration::from_millis(pause));
     }
