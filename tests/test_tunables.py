@@ -14,7 +14,8 @@ NAMES = ["fuse_io_uring", "l2arc_feed_again", "l2arc_feed_min_ms", "l2arc_feed_s
          "zfs_rebuild_vdev_limit", "zfs_removal_suspend_progress",
          "zfs_remove_max_segment", "zfs_scan_fill_weight", "zfs_scan_issue_strategy", "zfs_scan_legacy",
          "zfs_scan_max_ext_gap", "zfs_scan_mem_lim_fact", "zfs_scan_suspend_progress",
-         "zfs_scrub_min_time_ms", "zfs_sync_pass_dont_compress", "zfs_txg_timeout", "zfs_vdev_aggregation_limit", "zil_slog_bulk"]
+         "zfs_scrub_min_time_ms", "zfs_sync_pass_dont_compress", "zfs_trim_extent_bytes_max", "zfs_trim_extent_bytes_min",
+         "zfs_trim_txg_batch", "zfs_txg_timeout", "zfs_vdev_aggregation_limit", "zil_slog_bulk"]
 
 
 def tunables(ox):
