@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where oxzfs's daemon spends its CPU on one workload: perf, folded stacks and a flame graph.
 
-    sudo python3 bench/profile.py create|stat|read-all|seq-write|seq-read|rand-read|fsync-write [--n N] [--out DIR]
+    sudo python3 bench/profile.py create|stat|delete|read-all|seq-write|seq-read|rand-read|fsync-write [--n N] [--out DIR]
 
 Makes a one-file pool (2 GiB sparse file) with a private daemon, runs the set-up the workload
 needs (files to stat or read, or the big file seq-read and rand-read read, written and then
@@ -37,7 +37,7 @@ import time
 import run as bench_run  # bench/run.py: the create row's files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("create", "stat", "read-all", "seq-write", "seq-read", "rand-read", "fsync-write")
+WORKLOADS = ("create", "stat", "delete", "read-all", "seq-write", "seq-read", "rand-read", "fsync-write")
 # rand-read's file: bench/run.py --quick's (128 MiB in 128 KiB records), read cold in 4 KiB reads.
 RAND_READ_MIB = 128
 # Frames that only carry a call along (closures, unwinding guards, the dispatch): left out of
@@ -55,7 +55,7 @@ def main():
         sys.exit("perf is missing: apt-get install linux-perf")
     binary = os.environ.get("OXZFS_BIN", os.path.join(REPO, "target", "release", "oxzfs"))
     out = a.out or f"/var/tmp/oxzfs-profile-{a.workload}"
-    n = a.n or {"create": 6000, "stat": 10000, "read-all": 3000, "seq-write": 512, "seq-read": 512, "rand-read": 2000, "fsync-write": 2000}[a.workload]
+    n = a.n or {"create": 6000, "stat": 10000, "delete": 6000, "read-all": 3000, "seq-write": 512, "seq-read": 512, "rand-read": 2000, "fsync-write": 2000}[a.workload]
     work = os.path.join(out, "pool")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(work)
@@ -76,9 +76,9 @@ def main():
     try:
         ox("zpool", "create", "-f", "-R", alt, "prof", dev)
         os.mkdir(tree)
-        if a.workload in ("stat", "read-all", "seq-read", "rand-read"):
+        if a.workload in ("stat", "delete", "read-all", "seq-read", "rand-read"):
             rng = random.Random(0)
-            for i in range(n if a.workload in ("stat", "read-all") else 0):
+            for i in range(n if a.workload in ("stat", "delete", "read-all") else 0):
                 d = os.path.join(tree, f"d{i // 100}")
                 if i % 100 == 0:
                     os.mkdir(d)
@@ -91,6 +91,11 @@ def main():
             ox("zpool", "export", "prof")
             subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"])
             ox("zpool", "import", "-d", work, "-R", alt, "prof")
+            if a.workload == "delete":
+                # bench/run.py's delete row follows its walk: the names are known to the kernel
+                for top, dirs, files in os.walk(tree):
+                    for e in dirs + files:
+                        os.lstat(os.path.join(top, e))
         pid = daemon_pid(work)
         perf = subprocess.Popen(["perf", "record", "-p", pid, "--call-graph", "dwarf,16384", "-F", "1999", "-o", os.path.join(out, "perf.data")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -151,6 +156,9 @@ def run(workload, tree, n):
     elif workload == "stat":
         for i in range(n):
             os.stat(os.path.join(tree, f"d{i // 100}", f"f{i}"))
+    elif workload == "delete":
+        for i in range(n):
+            os.unlink(os.path.join(tree, f"d{i // 100}", f"f{i}"))
     elif workload == "read-all":
         for top, _, files in os.walk(tree):
             for e in files:
