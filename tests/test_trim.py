@@ -200,6 +200,12 @@ def test_trim_suspend_resume_cancel_and_errors(oxzfs):
     # Cancel: of a trim under way it goes back to untrimmed; of none it fails.
     r = oxzfs.zpool("trim", "-r", "1M", pool, d1)
     assert r.returncode == 0, r
+    # -w waits for the leaves it names only (d0 again, from its start), not for d1's slow one.
+    r = oxzfs.zpool("trim", "-w", pool, d0)
+    assert (r.returncode, r.stderr) == (0, ""), r
+    st = oxzfs.zpool("status", "-t", pool).stdout
+    assert re.search(rf"  \(100% trimmed, completed at {CTIME}\)$", leaf_rows(st, [d0])[0]), st
+    assert re.search(rf"  \(\d+% trimmed, started at {CTIME}\)$", leaf_rows(st, [d1])[0]), st
     r = oxzfs.zpool("trim", "-c", pool, d1)
     assert (r.returncode, r.stderr) == (0, ""), r
     st = oxzfs.zpool("status", "-t", pool).stdout

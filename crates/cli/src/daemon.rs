@@ -291,8 +291,8 @@ fn serve(cachefiles: &[String]) -> Result<(), String> {
                 for h in rebuild_waits {
                     oxzfs::vdev_rebuild_thread::wait(&h);
                 }
-                for h in trim_waits {
-                    if let Some(e) = oxzfs::vdev_trim::wait(&h) {
+                for (h, leaves) in trim_waits {
+                    if let Some(e) = oxzfs::vdev_trim::wait(&h, leaves.as_deref()) {
                         out.1.push_str(&format!("error waiting to trim '{}': {e}\n", h.name()));
                         out.2 = 1;
                     }

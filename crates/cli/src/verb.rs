@@ -33,8 +33,9 @@ pub struct State {
     pub resilver_waits: Vec<Arc<oxzfs::spa::Spa>>,
     /// Pools whose sequential resilver (attach/replace -s) the command waits for.
     pub rebuild_waits: Vec<Arc<PoolHandle>>,
-    /// Pools whose manual TRIM `zpool trim -w` and `zpool wait -t trim` wait for.
-    pub trim_waits: Vec<Arc<PoolHandle>>,
+    /// Pools whose manual TRIM `zpool trim -w` (of the leaves it named, by guid) and
+    /// `zpool wait -t trim` (of every leaf: None) wait for.
+    pub trim_waits: Vec<(Arc<PoolHandle>, Option<Vec<u64>>)>,
     /// Pools whose device removal the request waits for (`zpool remove -w`, `zpool wait -t
     /// remove`).
     /// Pools whose removal a command waits for, with the thread's run it started (`zpool

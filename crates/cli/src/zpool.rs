@@ -828,7 +828,9 @@ pub fn trim(st: &mut State, args: &[String], cwd: &Path) -> Out {
         return (String::new(), err, 255);
     }
     if wait {
-        st.trim_waits.push(h);
+        // (lzc_wait_tag per leaf named: the others' trims are not waited for.)
+        let started: Vec<u64> = named.iter().map(|n| n.0).filter(|g| !errors.iter().any(|e| e.0 == *g)).collect();
+        st.trim_waits.push((h, Some(started)));
     }
     ok(String::new())
 }
@@ -937,7 +939,7 @@ pub fn wait(st: &mut State, args: &[String]) -> Out {
     }
     if trim {
         if let Some(h) = &imp.rw {
-            st.trim_waits.push(h.clone());
+            st.trim_waits.push((h.clone(), None));
         }
     }
     // (spa_activity_in_progress: a scrub is waited for as a scrub only, a resilver as a

@@ -213,6 +213,17 @@ impl PoolW {
         Ok(())
     }
 
+    /// vs_trim_notsup from the open: every leaf whose device cannot discard is marked, so
+    /// that `zpool status -t` says "(trim unsupported)" before any trim was tried.
+    fn trim_mark_unsupported(&self) {
+        let root = self.spa.root_vdev.clone();
+        for (_, leaf) in trimmable_leaves(&root, &self.ms.lock()) {
+            if leaf.dev.as_ref().is_some_and(|d| !d.trim_supported(false)) {
+                leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).notsup = true;
+            }
+        }
+    }
+
     /// `zpool trim` of the leaves with `guids` (spa_vdev_trim: vdev_trim_change_state for each
     /// that passes its checks), synced. The leaves that did not, each with its errno (ENODEV,
     /// EROFS, EBUSY, ESRCH, EOPNOTSUPP: libzfs's xlate_trim_err says what they mean).
@@ -458,6 +469,7 @@ pub fn resume_after_import(h: &Arc<PoolHandle>) {
         if let Err(e) = g.trim_load() {
             tracing::warn!("pool '{}': trim state not read: {e}", h.name());
         }
+        g.trim_mark_unsupported();
         let on = g.pool_prop_num("autotrim").ok().flatten().unwrap_or(0) != 0;
         g.ms.lock().set_autotrim(on);
         on
@@ -504,13 +516,15 @@ pub fn stop(h: &PoolHandle) {
     h.trim.stop_thread();
 }
 
-/// Wait while a manual trim of the pool is active (`zpool trim -w`, `zpool wait -t trim`),
+/// Wait while a manual trim of the pool is active (`zpool wait -t trim`), or of the leaves
+/// with the guids `leaves` (`zpool trim -w`, which waits for those it named),
 /// then until its end is on disk (the trim's last record synced). A thread stopped for good
 /// (the pool exported, or the thread ended on an error) ends the wait: the error, if any.
-pub fn wait(h: &PoolHandle) -> Option<String> {
+pub fn wait(h: &PoolHandle, leaves: Option<&[u64]>) -> Option<String> {
     let mut idle_since: Option<std::time::Instant> = None;
     loop {
-        if h.lock_open().trimming_leaves().is_empty() {
+        let active = h.lock_open().trimming_leaves();
+        if !active.iter().any(|(_, l)| leaves.is_none_or(|g| g.contains(&l.guid))) {
             break;
         }
         let run = h.trim.lock().clone();
