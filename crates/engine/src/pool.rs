@@ -811,7 +811,7 @@ fn status_tree(s: &mut String, v: &Vdev, depth: usize, width: usize, mut marks: 
     }
     if v.is_leaf() {
         let removing = depth == 2 && marks.removing == Some(v.id);
-        aux.push_str(&trim_status(&v.stats.trim.lock().unwrap_or_else(|p| p.into_inner()), marks.trim, removing));
+        aux.push_str(&trim_status(&v.trim_stat(), marks.trim, removing));
     }
     status_row(s, &vdev_name(v, true), v.state().as_str(), v, depth, width, &aux);
     for c in &v.children {

@@ -1260,6 +1260,16 @@ impl Vdev {
         })
     }
 
+    /// This leaf's manual TRIM state (a copy).
+    pub fn trim_stat(&self) -> TrimStat {
+        *self.stats.trim.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replace this leaf's manual TRIM state.
+    pub fn set_trim_stat(&self, t: TrimStat) {
+        *self.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+
     /// TRIM `[offset, offset + len)` of this leaf's allocatable space (the labels' and boot
     /// region's offset added, as for writes): Ok(false) when the device cannot.
     pub fn trim_leaf(&self, offset: u64, len: u64, secure: bool) -> Result<bool> {

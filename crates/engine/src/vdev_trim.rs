@@ -208,7 +208,7 @@ impl PoolW {
             if state == VDEV_TRIM_COMPLETE {
                 t.bytes_done = t.bytes_est;
             }
-            *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
+            leaf.set_trim_stat(t);
         }
         Ok(())
     }
@@ -219,7 +219,7 @@ impl PoolW {
         let root = self.spa.root_vdev.clone();
         for (_, leaf) in trimmable_leaves(&root, &self.ms.lock()) {
             if leaf.dev.as_ref().is_some_and(|d| !d.trim_supported(false)) {
-                leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).notsup = true;
+                leaf.set_trim_stat(TrimStat { notsup: true, ..leaf.trim_stat() });
             }
         }
     }
@@ -237,12 +237,12 @@ impl PoolW {
                 errors.push((g, libc::ENODEV));
                 continue;
             };
-            let t = *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner());
+            let t = leaf.trim_stat();
             let errno = match cmd {
                 TrimCmd::Start { .. } if leaf.out_of_use() || leaf.dev.is_none() => libc::EROFS,
                 TrimCmd::Start { .. } if t.state == VDEV_TRIM_ACTIVE => libc::EBUSY,
                 TrimCmd::Start { secure, .. } if !leaf.dev.as_ref().is_some_and(|d| d.trim_supported(secure)) => {
-                    leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).notsup = true;
+                    leaf.set_trim_stat(TrimStat { notsup: true, ..leaf.trim_stat() });
                     libc::EOPNOTSUPP
                 }
                 TrimCmd::Suspend if t.state != VDEV_TRIM_ACTIVE => libc::ESRCH,
@@ -256,7 +256,7 @@ impl PoolW {
             }
         }
         for (top, leaf) in &chosen {
-            let mut t = *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner());
+            let mut t = leaf.trim_stat();
             let old = t.state;
             let what = match cmd {
                 TrimCmd::Start { rate, secure } => {
@@ -294,7 +294,7 @@ impl PoolW {
                 t.action_time = now();
             }
             (t.bytes_done, t.bytes_est) = progress(&self.leaf_free(&root.children[*top as usize], leaf.guid), t.last_offset);
-            *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
+            leaf.set_trim_stat(t);
             self.trim_put(leaf.guid, &t)?;
             self.log_history_internal("trim", &format!("vdev={} {what}", leaf.path.as_deref().unwrap_or("")))?;
         }
@@ -308,7 +308,7 @@ impl PoolW {
     pub fn trimming_leaves(&self) -> Vec<(u64, Arc<Vdev>)> {
         let root = self.spa.root_vdev.clone();
         let leaves = trimmable_leaves(&root, &self.ms.lock());
-        leaves.into_iter().filter(|(_, l)| l.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).state == VDEV_TRIM_ACTIVE).collect()
+        leaves.into_iter().filter(|(_, l)| l.trim_stat().state == VDEV_TRIM_ACTIVE).collect()
     }
 
     /// One step of the manual trim of `leaf` below top-level vdev `top` (vdev_trim_ranges):
@@ -319,7 +319,7 @@ impl PoolW {
     pub fn trim_step(&mut self, top: u64, leaf: &Vdev, budget: u64) -> Result<(u64, Step)> {
         let root = self.spa.root_vdev.clone();
         let tv = root.children.get(top as usize).ok_or_else(|| ZfsError::Invalid(format!("trim of a leaf of vdev {top}, which the pool lacks")))?;
-        let mut t = *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = leaf.trim_stat();
         if t.state != VDEV_TRIM_ACTIVE {
             return Ok((0, Step::Done));
         }
@@ -358,14 +358,14 @@ impl PoolW {
                                 t.notsup = true;
                                 t.state = VDEV_TRIM_CANCELED;
                                 t.action_time = now();
-                                *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
+                                leaf.set_trim_stat(t);
                                 self.trim_put(leaf.guid, &t)?;
                                 return Ok((issued, Step::Done));
                             }
                             Err(ZfsError::Unavailable(_)) => {
                                 // The leaf went away under the step: it goes on from here
                                 // when the leaf is back (vdev_trim_cb rolls the offset back).
-                                *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = TrimStat { bytes_done: t.bytes_done + issued, ..t };
+                                leaf.set_trim_stat(TrimStat { bytes_done: t.bytes_done + issued, ..t });
                                 return Ok((issued, Step::More));
                             }
                             Err(e) => {
@@ -400,7 +400,7 @@ impl PoolW {
         if finished {
             t.bytes_done = t.bytes_done.max(t.bytes_est);
         }
-        *leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        leaf.set_trim_stat(t);
         self.trim_put(leaf.guid, &t)?;
         Ok((issued, if finished { Step::Done } else { Step::More }))
     }
@@ -424,7 +424,7 @@ impl PoolW {
             let usable: Vec<&Arc<Vdev>> = leaves
                 .iter()
                 .filter(|(t, l)| *t == top.id && !l.out_of_use() && l.dev.as_ref().is_some_and(|d| d.trim_supported(false)))
-                .filter(|(_, l)| l.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).state != VDEV_TRIM_ACTIVE && !below_replacing(top, l.guid))
+                .filter(|(_, l)| l.trim_stat().state != VDEV_TRIM_ACTIVE && !below_replacing(top, l.guid))
                 .map(|(_, l)| l)
                 .collect();
             for (k, &(s, l)) in ranges.iter().enumerate() {
@@ -563,7 +563,7 @@ fn run(h: &Arc<PoolHandle>) -> Result<()> {
             paced.retain(|guid, _| leaves.iter().any(|(_, l)| l.guid == *guid));
             let mut worked = false;
             for (top, leaf) in &leaves {
-                let rate = leaf.stats.trim.lock().unwrap_or_else(|p| p.into_inner()).rate;
+                let rate = leaf.trim_stat().rate;
                 let p = paced.entry(leaf.guid).or_insert((std::time::Instant::now(), 0));
                 if rate > 0 && p.1 as f64 > rate as f64 * p.0.elapsed().as_secs_f64() {
                     continue;
